@@ -1,0 +1,34 @@
+# sglrs — the two set-up commands are `make serve` and `make test` (see README.md).
+#
+# One target directory serves both (release profile), kept outside the clone by default so
+# that a fresh clone on the same machine reuses the compiled dependencies.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/sglrs/target
+MODEL ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
+HOST ?= 127.0.0.1
+PORT ?= 30000
+SGLRS := $(CARGO_TARGET_DIR)/release/sglrs
+
+.PHONY: serve test deps model build lint bench-all
+
+## Installs what is missing, fetches the default model, builds in release and runs it.
+serve: deps model build
+	$(SGLRS) generate --model $(MODEL) --chat --prompt "What is the capital of France?" --max-tokens 48
+
+## Runs the whole test suite (Rust unit, integration and end-to-end tests).
+test: deps model
+	cargo test --release --workspace
+	@echo "make test: all suites passed"
+
+deps:
+	@command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)"; exit 1; }
+	@command -v python3 >/dev/null || { echo "python3 is required"; exit 1; }
+
+model:
+	@scripts/fetch-model.sh
+
+build: deps
+	cargo build --release --bin sglrs
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings

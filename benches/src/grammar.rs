@@ -1,0 +1,1 @@
+//! `sglrs bench grammar`: see the crate docs.

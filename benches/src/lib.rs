@@ -1,0 +1,13 @@
+//! Benchmark workloads for sglrs.
+//!
+//! Every `sglrs bench <what>` runs a workload from here (the executor's lives in the runtime
+//! crate, which this crate cannot depend on) and prints ratios against a baseline measured in
+//! the same run. Each module exposes `XArgs` (clap arguments) and
+//! `run(&XArgs) -> anyhow::Result<serde_json::Value>`, which prints a human-readable report as
+//! it goes and returns the object that `--json` prints on its last line. The criterion
+//! micro-benchmarks sit beside this crate as `benches/<operation>.rs`.
+#![warn(missing_docs)]
+
+pub mod grammar;
+pub mod radix;
+pub mod transfer;

@@ -1,0 +1,1 @@
+//! `sglrs bench radix`: see the crate docs.

@@ -1,0 +1,1 @@
+//! `sglrs bench transfer`: see the crate docs.

@@ -1,0 +1,5 @@
+//! The sglrs runtime: model loading, the executor trait and the CPU executor over a paged KV
+//! pool, tokenizer and chat templates, the scheduler, the sampler and the HTTP server.
+#![warn(missing_docs)]
+
+pub mod executor;

@@ -1,0 +1,6 @@
+//! The `sglrs` command line.
+
+fn main() {
+    eprintln!("sglrs: under construction");
+    std::process::exit(2);
+}
