@@ -1,0 +1,3 @@
+"""The compiled part of sglrs (PyO3)."""
+
+__version__: str

@@ -1,0 +1,1 @@
+"""The SGLang-style language: expressions, the interpreter, choices and chat templates."""
