@@ -1,0 +1,725 @@
+//! The radix tree: configuration, prefix match, insert with split, locks.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::events::KvEvent;
+use crate::hash::{child_key, page_hash_with, KeyBuild};
+use crate::node::{Children, Node, TierSet};
+use crate::pool::{PagePool, PoolError};
+use crate::tier::PageHash;
+use crate::types::{Namespace, NodeId, PageId, TokenId};
+
+/// Which unlocked leaves [`RadixCache::evict`] frees first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum EvictionPolicy {
+    /// Least recently matched or inserted first.
+    #[default]
+    Lru,
+    /// Least frequently used first (ties: least recently used).
+    Lfu,
+    /// Oldest inserted first.
+    Fifo,
+    /// Lowest priority first (ties: least recently used); see
+    /// [`RadixCache::insert_with_priority`].
+    Priority,
+}
+
+/// How to build a [`RadixCache`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Pages in the KV pool.
+    pub num_pages: usize,
+    /// Tokens per page; only whole pages are cached.
+    pub page_size: usize,
+    /// Eviction order.
+    pub policy: EvictionPolicy,
+    /// Emit [`KvEvent`]s (and compute page hashes eagerly on insert to fill them).
+    pub events: bool,
+}
+
+impl CacheConfig {
+    /// `num_pages` pages of `page_size` tokens, LRU, no events.
+    pub fn new(num_pages: usize, page_size: usize) -> CacheConfig {
+        CacheConfig { num_pages, page_size, policy: EvictionPolicy::Lru, events: false }
+    }
+
+    /// The same config with another eviction policy.
+    pub fn with_policy(mut self, policy: EvictionPolicy) -> CacheConfig {
+        self.policy = policy;
+        self
+    }
+
+    /// The same config with KV events on or off.
+    pub fn with_events(mut self, events: bool) -> CacheConfig {
+        self.events = events;
+        self
+    }
+}
+
+/// Why a cache operation failed. A failed operation changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CacheError {
+    /// A page pool error (out of pages, a page not held by the caller, bad geometry).
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// `insert` got a page list that does not cover the key's pages.
+    #[error("{tokens} tokens at page size {page_size} need {full} pages (or {full}+1 with the partial tail page), got {pages}")]
+    PageCount {
+        /// Tokens in the key.
+        tokens: usize,
+        /// Tokens per page.
+        page_size: usize,
+        /// Full pages in the key.
+        full: usize,
+        /// Pages given.
+        pages: usize,
+    },
+    /// The node id does not name a live node.
+    #[error("node {0} does not exist")]
+    NoSuchNode(u32),
+    /// The lock handle belongs to another cache.
+    #[error("lock handle belongs to another cache")]
+    ForeignHandle,
+    /// `reset` while requests hold locks.
+    #[error("cannot reset the cache while {0} locks are held")]
+    Locked(usize),
+}
+
+/// A place in the tree: `offset` tokens into `node`'s edge (`offset == 0` only at a root).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Position {
+    /// The node the match ended in.
+    pub node: NodeId,
+    /// Tokens of that node's edge that matched (a multiple of the page size).
+    pub offset: usize,
+}
+
+/// What [`RadixCache::match_prefix`] found. The page ids were appended to the caller's vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatchResult {
+    /// Matched tokens (a multiple of the page size).
+    pub len: usize,
+    /// Where the match ended; lock `position.node` to keep the matched pages.
+    pub position: Position,
+}
+
+/// What [`RadixCache::insert`] did. Pages it did not take were appended to the caller's vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InsertResult {
+    /// Tokens of the key that were already cached before this insert.
+    pub prefix_len: usize,
+    /// Tokens newly stored by this insert.
+    pub stored_len: usize,
+    /// Where the cached part of the key ends now.
+    pub position: Position,
+}
+
+/// A lock on a node and its path to the root: the node's pages cannot be evicted until the
+/// handle is given back to [`RadixCache::unlock`]. Dropping a handle without unlocking is a
+/// leaked lock: a panic in debug builds, and visible as [`CacheStats::held_locks`] otherwise.
+#[must_use = "a lock must be released with RadixCache::unlock"]
+#[derive(Debug)]
+pub struct LockHandle {
+    cache: u32,
+    node: NodeId,
+    armed: bool,
+}
+
+impl LockHandle {
+    /// The locked node.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+}
+
+impl Drop for LockHandle {
+    fn drop(&mut self) {
+        if cfg!(debug_assertions) && self.armed && !std::thread::panicking() {
+            panic!("leaked radix cache lock on node {}: dropped without unlock", self.node.0);
+        }
+    }
+}
+
+/// Counters and sizes of a [`RadixCache`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Live nodes, roots included.
+    pub nodes: usize,
+    /// Namespaces with a root.
+    pub namespaces: usize,
+    /// Tokens in the tree.
+    pub tokens: usize,
+    /// Tokens in unlocked nodes (evictable now or once their children go).
+    pub evictable_tokens: usize,
+    /// Tokens in locked nodes.
+    pub protected_tokens: usize,
+    /// Lock handles outstanding.
+    pub held_locks: usize,
+    /// Free pages in the pool.
+    pub free_pages: usize,
+    /// Pages held by callers.
+    pub caller_pages: usize,
+    /// `match_prefix` calls.
+    pub match_calls: u64,
+    /// Tokens asked for by `match_prefix`.
+    pub queried_tokens: u64,
+    /// Tokens `match_prefix` found cached (hit tokens).
+    pub hit_tokens: u64,
+    /// Tokens stored by `insert`.
+    pub inserted_tokens: u64,
+    /// Pages freed by eviction.
+    pub evicted_pages: u64,
+}
+
+static NEXT_CACHE_ID: AtomicU32 = AtomicU32::new(1);
+
+/// The RadixAttention index: a radix tree per namespace over token ids, whose edges are
+/// whole KV pages owned by the tree. See the crate docs for the usage loop.
+#[derive(Debug)]
+pub struct RadixCache {
+    pub(crate) cfg: CacheConfig,
+    pub(crate) pool: PagePool,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) free_nodes: Vec<NodeId>,
+    pub(crate) roots: HashMap<Namespace, NodeId, KeyBuild>,
+    /// Unlocked non-root leaves ordered by the policy's key: `(key0, key1, node)`.
+    pub(crate) evictable: BTreeSet<(u64, u64, u32)>,
+    pub(crate) evictable_tokens: usize,
+    pub(crate) protected_tokens: usize,
+    pub(crate) tree_tokens: usize,
+    pub(crate) held_locks: usize,
+    pub(crate) tick: u64,
+    pub(crate) events: Vec<KvEvent>,
+    pub(crate) stats: CacheStats,
+    pub(crate) id: u32,
+    scratch: Vec<u8>,
+    path: Vec<NodeId>,
+}
+
+/// Length of the common prefix of `a` and `b`, compared 16 tokens at a time.
+#[inline]
+pub(crate) fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
+    const W: usize = 16;
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut i = 0;
+    for (ca, cb) in a.chunks_exact(W).zip(b.chunks_exact(W)) {
+        let mut d = 0;
+        for j in 0..W {
+            d |= ca[j] ^ cb[j];
+        }
+        if d != 0 {
+            break;
+        }
+        i += W;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
+impl RadixCache {
+    /// An empty cache over a fresh pool.
+    pub fn new(cfg: CacheConfig) -> Result<RadixCache, CacheError> {
+        let pool = PagePool::new(cfg.num_pages, cfg.page_size)?;
+        Ok(RadixCache {
+            cfg,
+            pool,
+            nodes: Vec::new(),
+            free_nodes: Vec::new(),
+            roots: HashMap::default(),
+            evictable: BTreeSet::new(),
+            evictable_tokens: 0,
+            protected_tokens: 0,
+            tree_tokens: 0,
+            held_locks: 0,
+            tick: 0,
+            events: Vec::new(),
+            stats: CacheStats::default(),
+            id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
+            scratch: Vec::new(),
+            path: Vec::new(),
+        })
+    }
+
+    /// The configuration the cache was built with.
+    pub fn config(&self) -> &CacheConfig {
+        &self.cfg
+    }
+
+    /// Tokens per page.
+    pub fn page_size(&self) -> usize {
+        self.cfg.page_size
+    }
+
+    /// The page pool (counts and page states).
+    pub fn pool(&self) -> &PagePool {
+        &self.pool
+    }
+
+    /// Appends `n` pages to `out` for the caller, evicting unlocked leaves first if the pool
+    /// is short; all or nothing.
+    pub fn alloc(&mut self, n: usize, out: &mut Vec<PageId>) -> Result<(), CacheError> {
+        let free = self.pool.free_pages();
+        if n > free {
+            self.evict(n - free);
+        }
+        Ok(self.pool.alloc(n, out)?)
+    }
+
+    /// Returns pages the caller holds (duplicates handed back by `insert`, an aborted
+    /// request's pages) to the pool; all or nothing.
+    pub fn free(&mut self, pages: &[PageId]) -> Result<(), CacheError> {
+        Ok(self.pool.free(pages)?)
+    }
+
+    /// Sizes and counters.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            nodes: self.nodes.len() - self.free_nodes.len(),
+            namespaces: self.roots.len(),
+            tokens: self.tree_tokens,
+            evictable_tokens: self.evictable_tokens,
+            protected_tokens: self.protected_tokens,
+            held_locks: self.held_locks,
+            free_pages: self.pool.free_pages(),
+            caller_pages: self.pool.caller_pages(),
+            ..self.stats.clone()
+        }
+    }
+
+    /// Takes the KV events recorded since the last call (none unless
+    /// [`CacheConfig::events`] is on).
+    pub fn drain_events(&mut self) -> std::vec::Drain<'_, KvEvent> {
+        self.events.drain(..)
+    }
+
+    /// The tiers holding `node`'s pages.
+    pub fn tiers(&self, node: NodeId) -> Option<TierSet> {
+        self.live(node).map(|n| n.tiers)
+    }
+
+    /// Live node by id.
+    pub(crate) fn live(&self, node: NodeId) -> Option<&Node> {
+        self.nodes.get(node.idx()).filter(|n| n.alive)
+    }
+
+    fn root_of(&mut self, ns: Namespace) -> NodeId {
+        if let Some(&r) = self.roots.get(&ns) {
+            return r;
+        }
+        let id = self.new_node_id();
+        let node = Node::new_root(id, ns, self.tick);
+        self.put_node(id, node);
+        self.roots.insert(ns, id);
+        id
+    }
+
+    fn new_node_id(&mut self) -> NodeId {
+        match self.free_nodes.pop() {
+            Some(id) => id,
+            None => NodeId(self.nodes.len() as u32),
+        }
+    }
+
+    fn put_node(&mut self, id: NodeId, node: Node) {
+        if id.idx() == self.nodes.len() {
+            self.nodes.push(node);
+        } else {
+            self.nodes[id.idx()] = node;
+        }
+    }
+
+    /// The eviction-order key of a node under the configured policy.
+    fn policy_key(&self, n: &Node) -> (u64, u64) {
+        match self.cfg.policy {
+            EvictionPolicy::Lru => (n.last_access, n.created),
+            EvictionPolicy::Lfu => (n.hits, n.last_access),
+            EvictionPolicy::Fifo => (n.created, 0),
+            EvictionPolicy::Priority => {
+                ((i64::from(n.priority) - i64::from(i32::MIN)) as u64, n.last_access)
+            }
+        }
+    }
+
+    /// Puts the node into, out of, or to its new place in the evictable set.
+    pub(crate) fn refresh(&mut self, id: NodeId) {
+        let n = &self.nodes[id.idx()];
+        let want = !n.is_root && n.alive && n.lock == 0 && n.is_leaf();
+        let key = if want { Some(self.policy_key(n)) } else { None };
+        if n.evict_key == key {
+            return;
+        }
+        if let Some((a, b)) = n.evict_key {
+            self.evictable.remove(&(a, b, id.0));
+        }
+        if let Some((a, b)) = key {
+            self.evictable.insert((a, b, id.0));
+        }
+        self.nodes[id.idx()].evict_key = key;
+    }
+
+    #[inline]
+    fn touch(&mut self, id: NodeId) {
+        let n = &mut self.nodes[id.idx()];
+        n.last_access = self.tick;
+        n.hits += 1;
+        if n.evict_key.is_some() {
+            self.refresh(id);
+        }
+    }
+
+    /// Finds the longest cached page-aligned prefix of `tokens` in namespace `ns`, appends its
+    /// page ids to `out` and marks the path as used. Never restructures the tree.
+    pub fn match_prefix(
+        &mut self,
+        ns: Namespace,
+        tokens: &[TokenId],
+        out: &mut Vec<PageId>,
+    ) -> MatchResult {
+        self.tick += 1;
+        self.stats.match_calls += 1;
+        self.stats.queried_tokens += tokens.len() as u64;
+        let ps = self.cfg.page_size;
+        let key = &tokens[..tokens.len() / ps * ps];
+        let root = self.root_of(ns);
+        self.touch(root);
+        let mut node = root;
+        let mut offset = 0;
+        let mut pos = 0;
+        while pos < key.len() {
+            let Some(child) = self.nodes[node.idx()].children.get(child_key(&key[pos..pos + ps]))
+            else {
+                break;
+            };
+            let c = &self.nodes[child.idx()];
+            let m = common_prefix(&c.tokens, &key[pos..]) / ps * ps;
+            if m == 0 {
+                break;
+            }
+            out.extend_from_slice(&c.pages[..m / ps]);
+            let whole = m == c.tokens.len();
+            pos += m;
+            self.touch(child);
+            node = child;
+            offset = m;
+            if !whole {
+                break;
+            }
+        }
+        self.stats.hit_tokens += pos as u64;
+        MatchResult { len: pos, position: Position { node, offset } }
+    }
+
+    /// [`RadixCache::insert_with_priority`] with priority 0.
+    pub fn insert(
+        &mut self,
+        ns: Namespace,
+        tokens: &[TokenId],
+        pages: &[PageId],
+        returned: &mut Vec<PageId>,
+    ) -> Result<InsertResult, CacheError> {
+        self.insert_with_priority(ns, tokens, pages, 0, returned)
+    }
+
+    /// Caches the full pages of `tokens` in namespace `ns`, with `pages[i]` holding tokens
+    /// `i*page_size..(i+1)*page_size`. `pages` has one id per full page, plus optionally the
+    /// partial tail page. Where a prefix is already cached, the tree keeps its own pages and
+    /// the caller's differing pages for it are appended to `returned`, as is the tail page;
+    /// the caller frees those. Splits the node where the new key leaves it. Nodes on the path
+    /// get at least `priority` (used by [`EvictionPolicy::Priority`]).
+    pub fn insert_with_priority(
+        &mut self,
+        ns: Namespace,
+        tokens: &[TokenId],
+        pages: &[PageId],
+        priority: i32,
+        returned: &mut Vec<PageId>,
+    ) -> Result<InsertResult, CacheError> {
+        let ps = self.cfg.page_size;
+        let full = tokens.len() / ps;
+        let has_tail = tokens.len() % ps != 0;
+        if pages.len() != full && !(has_tail && pages.len() == full + 1) {
+            return Err(CacheError::PageCount {
+                tokens: tokens.len(),
+                page_size: ps,
+                full,
+                pages: pages.len(),
+            });
+        }
+        let key = &tokens[..full * ps];
+        let (kpages, tail) = pages.split_at(full);
+        self.tick += 1;
+        let root = self.root_of(ns);
+
+        // Read-only walk: how much is cached, which of the caller's pages duplicate it.
+        let start = returned.len();
+        let mut path = std::mem::take(&mut self.path);
+        path.clear();
+        path.push(root);
+        let mut node = root;
+        let mut offset = 0;
+        let mut pos = 0;
+        let mut blocked = false;
+        while pos < key.len() {
+            let Some(child) = self.nodes[node.idx()].children.get(child_key(&key[pos..pos + ps]))
+            else {
+                break;
+            };
+            let c = &self.nodes[child.idx()];
+            let m = common_prefix(&c.tokens, &key[pos..]) / ps * ps;
+            if m == 0 {
+                // A child-key collision: another edge owns this key; leave the rest uncached.
+                blocked = true;
+                break;
+            }
+            let theirs = &c.pages[..m / ps];
+            let mine = &kpages[pos / ps..(pos + m) / ps];
+            if theirs != mine {
+                returned.extend(theirs.iter().zip(mine).filter(|(t, c)| t != c).map(|(_, c)| *c));
+            }
+            pos += m;
+            path.push(child);
+            node = child;
+            offset = m;
+            if m < c.tokens.len() {
+                break;
+            }
+        }
+        let new_pages = if blocked { &[][..] } else { &kpages[pos / ps..] };
+        if blocked {
+            returned.extend_from_slice(&kpages[pos / ps..]);
+        }
+        returned.extend_from_slice(tail);
+        if let Err(e) = self.pool.check_held_lists(&[&returned[start..], new_pages]) {
+            returned.truncate(start);
+            self.path = path;
+            return Err(e.into());
+        }
+
+        // Mutate: split where the key leaves an edge, hang the rest below.
+        let mut end = Position { node, offset };
+        if !new_pages.is_empty() {
+            if node != root && offset < self.nodes[node.idx()].tokens.len() {
+                let upper = self.split(node, offset);
+                let last = path.len() - 1;
+                path[last] = upper;
+                node = upper;
+            }
+            let leaf = self.add_leaf(node, ns, &key[pos..], new_pages, priority);
+            end = Position { node: leaf, offset: key.len() - pos };
+        }
+        for &id in &path {
+            let n = &mut self.nodes[id.idx()];
+            n.priority = n.priority.max(priority);
+            self.touch(id);
+        }
+        self.path = path;
+        let stored = if blocked { 0 } else { key.len() - pos };
+        self.stats.inserted_tokens += stored as u64;
+        self.debug_check_counts();
+        Ok(InsertResult { prefix_len: pos, stored_len: stored, position: end })
+    }
+
+    /// Splits `id` after `at` tokens; returns the new upper node (which takes `id`'s place
+    /// under its parent). Locks, recency and tiers carry over to both halves.
+    fn split(&mut self, id: NodeId, at: usize) -> NodeId {
+        let ps = self.cfg.page_size;
+        let upper_id = self.new_node_id();
+        let n = &mut self.nodes[id.idx()];
+        let key = child_key(&n.tokens[..ps]);
+        let tail_tokens = n.tokens.split_off(at);
+        let lower_key = child_key(&tail_tokens[..ps]);
+        let tail_pages = n.pages.split_off(at / ps);
+        let tail_hashes =
+            if n.hashes.is_empty() { Vec::new() } else { n.hashes.split_off(at / ps) };
+        let upper = Node {
+            tokens: std::mem::replace(&mut n.tokens, tail_tokens),
+            pages: std::mem::replace(&mut n.pages, tail_pages),
+            hashes: std::mem::replace(&mut n.hashes, tail_hashes),
+            children: Children::Few(vec![(lower_key, id)]),
+            parent: n.parent,
+            namespace: n.namespace,
+            lock: n.lock,
+            last_access: n.last_access,
+            created: n.created,
+            hits: n.hits,
+            priority: n.priority,
+            evict_key: None,
+            tiers: n.tiers,
+            alive: true,
+            is_root: false,
+        };
+        let parent = n.parent;
+        n.parent = upper_id;
+        self.put_node(upper_id, upper);
+        self.nodes[parent.idx()].children.insert(key, upper_id);
+        upper_id
+    }
+
+    fn add_leaf(
+        &mut self,
+        parent: NodeId,
+        ns: Namespace,
+        tokens: &[TokenId],
+        pages: &[PageId],
+        priority: i32,
+    ) -> NodeId {
+        let ps = self.cfg.page_size;
+        self.pool.give_to_tree(pages);
+        let id = self.new_node_id();
+        let node = Node {
+            tokens: tokens.to_vec(),
+            pages: pages.to_vec(),
+            hashes: Vec::new(),
+            children: Children::None,
+            parent,
+            namespace: ns,
+            lock: 0,
+            last_access: self.tick,
+            created: self.tick,
+            hits: 0,
+            priority,
+            evict_key: None,
+            tiers: TierSet::DEVICE,
+            alive: true,
+            is_root: false,
+        };
+        self.put_node(id, node);
+        self.nodes[parent.idx()].children.insert(child_key(&tokens[..ps]), id);
+        self.evictable_tokens += tokens.len();
+        self.tree_tokens += tokens.len();
+        self.refresh(parent);
+        self.refresh(id);
+        if self.cfg.events {
+            self.ensure_hashes(id);
+            let n = &self.nodes[id.idx()];
+            let parent_hash = self.nodes[parent.idx()].hashes.last().copied();
+            self.events.push(KvEvent::Stored {
+                namespace: ns,
+                parent: parent_hash,
+                hashes: n.hashes.clone(),
+                tokens: n.tokens.clone(),
+                page_size: ps,
+            });
+        }
+        id
+    }
+
+    /// Computes missing page hashes on the path from the root to `id`.
+    pub(crate) fn ensure_hashes(&mut self, id: NodeId) {
+        let mut todo = std::mem::take(&mut self.path);
+        let keep = todo.len();
+        let mut cur = id;
+        loop {
+            let n = &self.nodes[cur.idx()];
+            if n.is_root || n.hashes.len() == n.pages.len() {
+                break;
+            }
+            todo.push(cur);
+            cur = n.parent;
+        }
+        let ps = self.cfg.page_size;
+        for i in (keep..todo.len()).rev() {
+            let id = todo[i];
+            let parent = self.nodes[id.idx()].parent;
+            let mut prev = self.nodes[parent.idx()].hashes.last().copied();
+            let mut hashes = Vec::with_capacity(self.nodes[id.idx()].pages.len());
+            let n = &self.nodes[id.idx()];
+            for page in n.tokens.chunks_exact(ps) {
+                let h = page_hash_with(&mut self.scratch, prev, n.namespace, page);
+                hashes.push(h);
+                prev = Some(h);
+            }
+            self.nodes[id.idx()].hashes = hashes;
+        }
+        todo.truncate(keep);
+        self.path = todo;
+    }
+
+    /// Appends the hashes of the pages from the root to `pos` (the first `pos.offset` tokens
+    /// of its node) to `out`, computing any that are missing. This names the pages in the
+    /// lower tiers and on the wire.
+    pub fn page_hashes(&mut self, pos: Position, out: &mut Vec<PageHash>) -> Result<(), CacheError> {
+        let n = self.live(pos.node).ok_or(CacheError::NoSuchNode(pos.node.0))?;
+        let offset = pos.offset.min(n.tokens.len());
+        self.ensure_hashes(pos.node);
+        let start = out.len();
+        let mut cur = pos.node;
+        let mut take = offset / self.cfg.page_size;
+        while !self.nodes[cur.idx()].is_root {
+            let n = &self.nodes[cur.idx()];
+            out.extend(n.hashes[..take].iter().rev());
+            cur = n.parent;
+            take = self.nodes[cur.idx()].hashes.len();
+        }
+        out[start..].reverse();
+        Ok(())
+    }
+
+    /// Locks `node` and its path to the root against eviction.
+    pub fn lock(&mut self, node: NodeId) -> Result<LockHandle, CacheError> {
+        if self.live(node).is_none() {
+            return Err(CacheError::NoSuchNode(node.0));
+        }
+        let mut id = node;
+        loop {
+            let n = &mut self.nodes[id.idx()];
+            if n.lock == 0 && !n.is_root {
+                self.evictable_tokens -= n.tokens.len();
+                self.protected_tokens += n.tokens.len();
+            }
+            n.lock += 1;
+            let (root, parent, listed) = (n.is_root, n.parent, n.evict_key.is_some());
+            if listed {
+                self.refresh(id);
+            }
+            if root {
+                break;
+            }
+            id = parent;
+        }
+        self.held_locks += 1;
+        self.debug_check_counts();
+        Ok(LockHandle { cache: self.id, node, armed: true })
+    }
+
+    /// Releases a lock taken by [`RadixCache::lock`].
+    pub fn unlock(&mut self, mut handle: LockHandle) -> Result<(), CacheError> {
+        handle.armed = false;
+        if handle.cache != self.id {
+            return Err(CacheError::ForeignHandle);
+        }
+        let node = handle.node;
+        match self.live(node) {
+            Some(n) if n.lock > 0 => {}
+            _ => return Err(CacheError::NoSuchNode(node.0)),
+        }
+        let mut id = node;
+        loop {
+            let n = &mut self.nodes[id.idx()];
+            n.lock -= 1;
+            let (root, parent, freed) = (n.is_root, n.parent, n.lock == 0);
+            if freed && !root {
+                self.evictable_tokens += n.tokens.len();
+                self.protected_tokens -= n.tokens.len();
+                self.refresh(id);
+            }
+            if root {
+                break;
+            }
+            id = parent;
+        }
+        self.held_locks -= 1;
+        self.debug_check_counts();
+        Ok(())
+    }
+
+    #[inline]
+    pub(crate) fn debug_check_counts(&self) {
+        debug_assert_eq!(self.evictable_tokens + self.protected_tokens, self.tree_tokens);
+        debug_assert_eq!(self.pool.tree_pages() * self.cfg.page_size, self.tree_tokens);
+    }
+}

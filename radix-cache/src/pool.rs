@@ -1,0 +1,281 @@
+//! The page-id allocator.
+//!
+//! A [`PagePool`] hands out ids of KV pages (`page_size` token slots each) and takes them
+//! back. Every page is in exactly one state — free, held by a caller, or owned by the tree —
+//! and the pool records that state per page, so a double free, a free of a tree page or an
+//! insert of a page the caller does not hold is an error, not silent corruption.
+//!
+//! Free pages are kept as a stack of chunks: eviction hands a node's whole page vector over
+//! without copying it, and never-used ids are handed out from a counter, so a pool of
+//! millions of pages costs nothing until it is used.
+
+use crate::types::PageId;
+
+/// Why a pool operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    /// The pool was created with a page size of zero or more pages than a `u32` can name.
+    #[error("invalid pool geometry: {0}")]
+    InvalidConfig(String),
+    /// Fewer free pages than asked for; nothing was allocated.
+    #[error("out of pages: asked for {requested}, {available} free")]
+    OutOfPages {
+        /// Pages requested.
+        requested: usize,
+        /// Pages free at the time.
+        available: usize,
+    },
+    /// A page id outside the pool.
+    #[error("page {0} is not in the pool")]
+    UnknownPage(u32),
+    /// A page the caller does not hold (it is free, or owned by the tree, or listed twice).
+    #[error("page {page} is not held by the caller (it is {state})")]
+    NotHeld {
+        /// The page id.
+        page: u32,
+        /// Where the page actually is.
+        state: &'static str,
+    },
+}
+
+/// Who owns a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum PageState {
+    /// On the free list.
+    Free = 0,
+    /// Allocated to a caller (a running request).
+    Caller = 1,
+    /// Owned by the radix tree.
+    Tree = 2,
+}
+
+impl PageState {
+    fn name(self) -> &'static str {
+        match self {
+            PageState::Free => "free",
+            PageState::Caller => "held by a caller",
+            PageState::Tree => "owned by the tree",
+        }
+    }
+
+    fn from_u8(v: u8) -> PageState {
+        match v {
+            0 => PageState::Free,
+            1 => PageState::Caller,
+            _ => PageState::Tree,
+        }
+    }
+}
+
+/// The page-id allocator: a free list over `num_pages` ids of `page_size` tokens each.
+#[derive(Debug)]
+pub struct PagePool {
+    page_size: usize,
+    num_pages: u32,
+    /// Ids `next_fresh..num_pages` were never handed out.
+    next_fresh: u32,
+    /// Returned ids, as a stack of chunks (a chunk is often an evicted node's page vector).
+    chunks: Vec<Vec<PageId>>,
+    /// Pages in `chunks` plus never-used ids.
+    free: usize,
+    /// Pages held by callers.
+    caller: usize,
+    /// Per-page [`PageState`] as `u8`.
+    state: Vec<u8>,
+}
+
+impl PagePool {
+    /// A pool of `num_pages` pages of `page_size` tokens each.
+    pub fn new(num_pages: usize, page_size: usize) -> Result<PagePool, PoolError> {
+        if page_size == 0 {
+            return Err(PoolError::InvalidConfig("page_size must be at least 1".into()));
+        }
+        let n = u32::try_from(num_pages).map_err(|_| {
+            PoolError::InvalidConfig(format!("{num_pages} pages do not fit u32 page ids"))
+        })?;
+        Ok(PagePool {
+            page_size,
+            num_pages: n,
+            next_fresh: 0,
+            chunks: Vec::new(),
+            free: num_pages,
+            caller: 0,
+            state: vec![PageState::Free as u8; num_pages],
+        })
+    }
+
+    /// Tokens per page.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Pages in the pool.
+    pub fn total_pages(&self) -> usize {
+        self.num_pages as usize
+    }
+
+    /// Pages on the free list.
+    pub fn free_pages(&self) -> usize {
+        self.free
+    }
+
+    /// Pages held by callers (allocated and not yet freed or inserted into the tree).
+    pub fn caller_pages(&self) -> usize {
+        self.caller
+    }
+
+    /// Pages owned by the tree.
+    pub fn tree_pages(&self) -> usize {
+        self.num_pages as usize - self.free - self.caller
+    }
+
+    /// Who owns `page`, or `None` for an id outside the pool.
+    pub fn state(&self, page: PageId) -> Option<PageState> {
+        self.state.get(page.index()).map(|&s| PageState::from_u8(s))
+    }
+
+    /// Appends `n` free pages to `out`, now held by the caller; all or nothing.
+    pub fn alloc(&mut self, n: usize, out: &mut Vec<PageId>) -> Result<(), PoolError> {
+        if n > self.free {
+            return Err(PoolError::OutOfPages { requested: n, available: self.free });
+        }
+        let start = out.len();
+        let mut need = n;
+        while need > 0 {
+            let Some(chunk) = self.chunks.last_mut() else { break };
+            let k = need.min(chunk.len());
+            out.extend_from_slice(&chunk[chunk.len() - k..]);
+            chunk.truncate(chunk.len() - k);
+            if chunk.is_empty() {
+                self.chunks.pop();
+            }
+            need -= k;
+        }
+        if need > 0 {
+            // `need <= free - chunk pages = num_pages - next_fresh`, so this cannot overflow.
+            let first = self.next_fresh;
+            self.next_fresh += need as u32;
+            out.extend((first..self.next_fresh).map(PageId));
+        }
+        for p in &out[start..] {
+            self.state[p.index()] = PageState::Caller as u8;
+        }
+        self.free -= n;
+        self.caller += n;
+        Ok(())
+    }
+
+    /// Returns pages the caller holds to the free list; all or nothing.
+    pub fn free(&mut self, pages: &[PageId]) -> Result<(), PoolError> {
+        self.check_held(pages)?;
+        for p in pages {
+            self.state[p.index()] = PageState::Free as u8;
+        }
+        match self.chunks.last_mut() {
+            Some(last) if last.len() < 4096 => last.extend_from_slice(pages),
+            _ => self.chunks.push(pages.to_vec()),
+        }
+        self.free += pages.len();
+        self.caller -= pages.len();
+        Ok(())
+    }
+
+    /// Checks that every page in `pages` is held by the caller, once; changes nothing.
+    pub fn check_held(&mut self, pages: &[PageId]) -> Result<(), PoolError> {
+        self.check_held_lists(&[pages])
+    }
+
+    /// [`PagePool::check_held`] over several lists at once: an id in two lists is an error.
+    pub(crate) fn check_held_lists(&mut self, lists: &[&[PageId]]) -> Result<(), PoolError> {
+        // Mark as we go to catch ids listed twice, then restore.
+        let mut bad = None;
+        let mut marked = 0;
+        for p in lists.iter().flat_map(|l| l.iter()) {
+            match self.state.get(p.index()) {
+                None => {
+                    bad = Some(PoolError::UnknownPage(p.0));
+                    break;
+                }
+                Some(&s) if s != PageState::Caller as u8 => {
+                    let state = if s == MARK { "listed twice" } else { PageState::from_u8(s).name() };
+                    bad = Some(PoolError::NotHeld { page: p.0, state });
+                    break;
+                }
+                Some(_) => {
+                    self.state[p.index()] = MARK;
+                    marked += 1;
+                }
+            }
+        }
+        for p in lists.iter().flat_map(|l| l.iter()).take(marked) {
+            self.state[p.index()] = PageState::Caller as u8;
+        }
+        bad.map_or(Ok(()), Err)
+    }
+
+    /// Moves caller-held pages into the tree. The caller has checked them with
+    /// [`PagePool::check_held`].
+    pub(crate) fn give_to_tree(&mut self, pages: &[PageId]) {
+        for p in pages {
+            debug_assert_eq!(self.state[p.index()], PageState::Caller as u8);
+            self.state[p.index()] = PageState::Tree as u8;
+        }
+        self.caller -= pages.len();
+    }
+
+    /// Takes a removed node's pages back onto the free list without copying them.
+    pub(crate) fn release_from_tree(&mut self, pages: Vec<PageId>) {
+        for p in &pages {
+            debug_assert_eq!(self.state[p.index()], PageState::Tree as u8);
+            self.state[p.index()] = PageState::Free as u8;
+        }
+        self.free += pages.len();
+        if !pages.is_empty() {
+            self.chunks.push(pages);
+        }
+    }
+
+    /// Every free page id (never-used ids included), for invariant checks.
+    pub(crate) fn for_each_free(&self, mut f: impl FnMut(PageId)) {
+        for c in &self.chunks {
+            c.iter().copied().for_each(&mut f);
+        }
+        (self.next_fresh..self.num_pages).map(PageId).for_each(f);
+    }
+}
+
+/// Temporary state while checking a list for repeated ids.
+const MARK: u8 = 0xff;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alloc_free_round_trip_and_double_free() {
+        let mut pool = PagePool::new(8, 4).unwrap();
+        let mut got = Vec::new();
+        pool.alloc(5, &mut got).unwrap();
+        assert_eq!(got.len(), 5);
+        assert_eq!((pool.free_pages(), pool.caller_pages()), (3, 5));
+        assert!(matches!(pool.alloc(4, &mut got), Err(PoolError::OutOfPages { .. })));
+        assert_eq!(got.len(), 5, "a failed alloc appends nothing");
+        pool.free(&got[..2]).unwrap();
+        assert!(matches!(pool.free(&got[..1]), Err(PoolError::NotHeld { .. })));
+        assert!(matches!(pool.free(&[got[3], got[3]]), Err(PoolError::NotHeld { .. })));
+        assert_eq!(pool.state(got[3]), Some(PageState::Caller), "failed free restores state");
+        assert!(matches!(pool.free(&[PageId(99)]), Err(PoolError::UnknownPage(99))));
+        let mut more = Vec::new();
+        pool.alloc(5, &mut more).unwrap();
+        let mut all: Vec<_> = got[2..].iter().chain(&more).map(|p| p.0).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..8).collect::<Vec<_>>());
+        assert_eq!(pool.free_pages(), 0);
+    }
+
+    #[test]
+    fn bad_geometry_is_an_error() {
+        assert!(PagePool::new(4, 0).is_err());
+    }
+}
