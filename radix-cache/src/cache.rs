@@ -41,7 +41,12 @@ pub struct CacheConfig {
 impl CacheConfig {
     /// `num_pages` pages of `page_size` tokens, LRU, no events.
     pub fn new(num_pages: usize, page_size: usize) -> CacheConfig {
-        CacheConfig { num_pages, page_size, policy: EvictionPolicy::Lru, events: false }
+        CacheConfig {
+            num_pages,
+            page_size,
+            policy: EvictionPolicy::Lru,
+            events: false,
+        }
     }
 
     /// The same config with another eviction policy.
@@ -136,7 +141,10 @@ impl LockHandle {
 impl Drop for LockHandle {
     fn drop(&mut self) {
         if cfg!(debug_assertions) && self.armed && !std::thread::panicking() {
-            panic!("leaked radix cache lock on node {}: dropped without unlock", self.node.0);
+            panic!(
+                "leaked radix cache lock on node {}: dropped without unlock",
+                self.node.0
+            );
         }
     }
 }
@@ -338,9 +346,10 @@ impl RadixCache {
             EvictionPolicy::Lru => (n.last_access, n.created),
             EvictionPolicy::Lfu => (n.hits, n.last_access),
             EvictionPolicy::Fifo => (n.created, 0),
-            EvictionPolicy::Priority => {
-                ((i64::from(n.priority) - i64::from(i32::MIN)) as u64, n.last_access)
-            }
+            EvictionPolicy::Priority => (
+                (i64::from(n.priority) - i64::from(i32::MIN)) as u64,
+                n.last_access,
+            ),
         }
     }
 
@@ -390,7 +399,9 @@ impl RadixCache {
         let mut offset = 0;
         let mut pos = 0;
         while pos < key.len() {
-            let Some(child) = self.nodes[node.idx()].children.get(child_key(&key[pos..pos + ps]))
+            let Some(child) = self.nodes[node.idx()]
+                .children
+                .get(child_key(&key[pos..pos + ps]))
             else {
                 break;
             };
@@ -410,7 +421,10 @@ impl RadixCache {
             }
         }
         self.stats.hit_tokens += pos as u64;
-        MatchResult { len: pos, position: Position { node, offset } }
+        MatchResult {
+            len: pos,
+            position: Position { node, offset },
+        }
     }
 
     /// [`RadixCache::insert_with_priority`] with priority 0.
@@ -464,7 +478,9 @@ impl RadixCache {
         let mut pos = 0;
         let mut blocked = false;
         while pos < key.len() {
-            let Some(child) = self.nodes[node.idx()].children.get(child_key(&key[pos..pos + ps]))
+            let Some(child) = self.nodes[node.idx()]
+                .children
+                .get(child_key(&key[pos..pos + ps]))
             else {
                 break;
             };
@@ -478,7 +494,13 @@ impl RadixCache {
             let theirs = &c.pages[..m / ps];
             let mine = &kpages[pos / ps..(pos + m) / ps];
             if theirs != mine {
-                returned.extend(theirs.iter().zip(mine).filter(|(t, c)| t != c).map(|(_, c)| *c));
+                returned.extend(
+                    theirs
+                        .iter()
+                        .zip(mine)
+                        .filter(|(t, c)| t != c)
+                        .map(|(_, c)| *c),
+                );
             }
             pos += m;
             path.push(child);
@@ -488,7 +510,11 @@ impl RadixCache {
                 break;
             }
         }
-        let new_pages = if blocked { &[][..] } else { &kpages[pos / ps..] };
+        let new_pages = if blocked {
+            &[][..]
+        } else {
+            &kpages[pos / ps..]
+        };
         if blocked {
             returned.extend_from_slice(&kpages[pos / ps..]);
         }
@@ -509,7 +535,10 @@ impl RadixCache {
                 node = upper;
             }
             let leaf = self.add_leaf(node, ns, &key[pos..], new_pages, priority);
-            end = Position { node: leaf, offset: key.len() - pos };
+            end = Position {
+                node: leaf,
+                offset: key.len() - pos,
+            };
         }
         for &id in &path {
             let n = &mut self.nodes[id.idx()];
@@ -520,7 +549,11 @@ impl RadixCache {
         let stored = if blocked { 0 } else { key.len() - pos };
         self.stats.inserted_tokens += stored as u64;
         self.debug_check_counts();
-        Ok(InsertResult { prefix_len: pos, stored_len: stored, position: end })
+        Ok(InsertResult {
+            prefix_len: pos,
+            stored_len: stored,
+            position: end,
+        })
     }
 
     /// Splits `id` after `at` tokens; returns the new upper node (which takes `id`'s place
@@ -533,8 +566,11 @@ impl RadixCache {
         let tail_tokens = n.tokens.split_off(at);
         let lower_key = child_key(&tail_tokens[..ps]);
         let tail_pages = n.pages.split_off(at / ps);
-        let tail_hashes =
-            if n.hashes.is_empty() { Vec::new() } else { n.hashes.split_off(at / ps) };
+        let tail_hashes = if n.hashes.is_empty() {
+            Vec::new()
+        } else {
+            n.hashes.split_off(at / ps)
+        };
         let upper = Node {
             tokens: std::mem::replace(&mut n.tokens, tail_tokens),
             pages: std::mem::replace(&mut n.pages, tail_pages),
@@ -588,7 +624,9 @@ impl RadixCache {
             is_root: false,
         };
         self.put_node(id, node);
-        self.nodes[parent.idx()].children.insert(child_key(&tokens[..ps]), id);
+        self.nodes[parent.idx()]
+            .children
+            .insert(child_key(&tokens[..ps]), id);
         self.evictable_tokens += tokens.len();
         self.tree_tokens += tokens.len();
         self.refresh(parent);
@@ -642,8 +680,14 @@ impl RadixCache {
     /// Appends the hashes of the pages from the root to `pos` (the first `pos.offset` tokens
     /// of its node) to `out`, computing any that are missing. This names the pages in the
     /// lower tiers and on the wire.
-    pub fn page_hashes(&mut self, pos: Position, out: &mut Vec<PageHash>) -> Result<(), CacheError> {
-        let n = self.live(pos.node).ok_or(CacheError::NoSuchNode(pos.node.0))?;
+    pub fn page_hashes(
+        &mut self,
+        pos: Position,
+        out: &mut Vec<PageHash>,
+    ) -> Result<(), CacheError> {
+        let n = self
+            .live(pos.node)
+            .ok_or(CacheError::NoSuchNode(pos.node.0))?;
         let offset = pos.offset.min(n.tokens.len());
         self.ensure_hashes(pos.node);
         let start = out.len();
@@ -683,7 +727,11 @@ impl RadixCache {
         }
         self.held_locks += 1;
         self.debug_check_counts();
-        Ok(LockHandle { cache: self.id, node, armed: true })
+        Ok(LockHandle {
+            cache: self.id,
+            node,
+            armed: true,
+        })
     }
 
     /// Releases a lock taken by [`RadixCache::lock`].
@@ -719,7 +767,13 @@ impl RadixCache {
 
     #[inline]
     pub(crate) fn debug_check_counts(&self) {
-        debug_assert_eq!(self.evictable_tokens + self.protected_tokens, self.tree_tokens);
-        debug_assert_eq!(self.pool.tree_pages() * self.cfg.page_size, self.tree_tokens);
+        debug_assert_eq!(
+            self.evictable_tokens + self.protected_tokens,
+            self.tree_tokens
+        );
+        debug_assert_eq!(
+            self.pool.tree_pages() * self.cfg.page_size,
+            self.tree_tokens
+        );
     }
 }

@@ -36,12 +36,21 @@ impl RadixCache {
             }
             let id = NodeId(i as u32);
             if n.is_root {
-                ensure!(self.roots.get(&n.namespace) == Some(&id), "root {i} not registered");
-                ensure!(n.tokens.is_empty() && n.pages.is_empty(), "root {i} holds tokens");
+                ensure!(
+                    self.roots.get(&n.namespace) == Some(&id),
+                    "root {i} not registered"
+                );
+                ensure!(
+                    n.tokens.is_empty() && n.pages.is_empty(),
+                    "root {i} holds tokens"
+                );
                 root_locks += n.lock as usize;
             } else {
                 ensure!(!n.tokens.is_empty(), "node {i} has an empty edge");
-                ensure!(n.tokens.len() == n.pages.len() * ps, "node {i} edge not page-aligned");
+                ensure!(
+                    n.tokens.len() == n.pages.len() * ps,
+                    "node {i} edge not page-aligned"
+                );
                 let p = &self.nodes[n.parent.idx()];
                 ensure!(p.alive, "node {i} has a dead parent");
                 ensure!(p.namespace == n.namespace, "node {i} crosses namespaces");
@@ -55,7 +64,11 @@ impl RadixCache {
                     evictable += n.tokens.len();
                 }
                 for pg in &n.pages {
-                    ensure!(pg.index() < total, "node {i} holds page {} outside the pool", pg.0);
+                    ensure!(
+                        pg.index() < total,
+                        "node {i} holds page {} outside the pool",
+                        pg.0
+                    );
                     ensure!(seen[pg.index()] == 0, "page {} is in the tree twice", pg.0);
                     seen[pg.index()] = 1;
                     ensure!(
@@ -65,9 +78,15 @@ impl RadixCache {
                     );
                 }
                 if !n.hashes.is_empty() {
-                    ensure!(n.hashes.len() == n.pages.len(), "node {i} has partial hashes");
+                    ensure!(
+                        n.hashes.len() == n.pages.len(),
+                        "node {i} has partial hashes"
+                    );
                     let mut prev = p.hashes.last().copied();
-                    ensure!(p.is_root || prev.is_some(), "node {i} hashed below an unhashed parent");
+                    ensure!(
+                        p.is_root || prev.is_some(),
+                        "node {i} hashed below an unhashed parent"
+                    );
                     for (h, page) in n.hashes.iter().zip(n.tokens.chunks_exact(ps)) {
                         let want = page_hash(prev, n.namespace, page);
                         ensure!(*h == want, "node {i} has a wrong page hash");
@@ -79,16 +98,24 @@ impl RadixCache {
             let mut bad = None;
             n.children.for_each(|k, c| {
                 let cn = &self.nodes[c.idx()];
-                if !cn.alive || cn.parent != id || child_key(&cn.tokens[..ps.min(cn.tokens.len())]) != k
+                if !cn.alive
+                    || cn.parent != id
+                    || child_key(&cn.tokens[..ps.min(cn.tokens.len())]) != k
                 {
                     bad = Some(c);
                 }
                 child_locks += cn.lock as usize;
             });
             if let Some(c) = bad {
-                return Err(InvariantViolation(format!("node {i} has a stray child {}", c.0)));
+                return Err(InvariantViolation(format!(
+                    "node {i} has a stray child {}",
+                    c.0
+                )));
             }
-            ensure!(n.lock as usize >= child_locks, "node {i} locked less than its children");
+            ensure!(
+                n.lock as usize >= child_locks,
+                "node {i} locked less than its children"
+            );
             let listed = !n.is_root && n.lock == 0 && n.is_leaf();
             if listed {
                 leaves += 1;
@@ -98,14 +125,35 @@ impl RadixCache {
                     "unlocked leaf {i} is not in the evictable set"
                 );
             } else {
-                ensure!(n.evict_key.is_none(), "node {i} is in the evictable set but not evictable");
+                ensure!(
+                    n.evict_key.is_none(),
+                    "node {i} is in the evictable set but not evictable"
+                );
             }
         }
-        ensure!(self.evictable.len() == leaves, "evictable set has stale entries");
-        ensure!(root_locks == self.held_locks, "root locks {root_locks} != held {}", self.held_locks);
-        ensure!(evictable == self.evictable_tokens, "evictable tokens {} != {evictable}", self.evictable_tokens);
-        ensure!(protected == self.protected_tokens, "protected tokens {} != {protected}", self.protected_tokens);
-        ensure!(evictable + protected == self.tree_tokens, "evictable + protected != tokens in tree");
+        ensure!(
+            self.evictable.len() == leaves,
+            "evictable set has stale entries"
+        );
+        ensure!(
+            root_locks == self.held_locks,
+            "root locks {root_locks} != held {}",
+            self.held_locks
+        );
+        ensure!(
+            evictable == self.evictable_tokens,
+            "evictable tokens {} != {evictable}",
+            self.evictable_tokens
+        );
+        ensure!(
+            protected == self.protected_tokens,
+            "protected tokens {} != {protected}",
+            self.protected_tokens
+        );
+        ensure!(
+            evictable + protected == self.tree_tokens,
+            "evictable + protected != tokens in tree"
+        );
         let mut free = 0;
         let mut double = None;
         self.pool.for_each_free(|p| {
@@ -116,22 +164,39 @@ impl RadixCache {
             free += 1;
         });
         if let Some(p) = double {
-            return Err(InvariantViolation(format!("page {} is both free and elsewhere", p.0)));
+            return Err(InvariantViolation(format!(
+                "page {} is both free and elsewhere",
+                p.0
+            )));
         }
-        ensure!(free == self.pool.free_pages(), "free count {} != {free}", self.pool.free_pages());
+        ensure!(
+            free == self.pool.free_pages(),
+            "free count {} != {free}",
+            self.pool.free_pages()
+        );
         let mut caller = 0;
         for (i, s) in seen.iter().enumerate() {
             let state = self.pool.state(crate::types::PageId(i as u32));
             match s {
                 0 => {
-                    ensure!(state == Some(PageState::Caller), "page {i} is nowhere but not held");
+                    ensure!(
+                        state == Some(PageState::Caller),
+                        "page {i} is nowhere but not held"
+                    );
                     caller += 1;
                 }
-                2 => ensure!(state == Some(PageState::Free), "free page {i} not marked free"),
+                2 => ensure!(
+                    state == Some(PageState::Free),
+                    "free page {i} not marked free"
+                ),
                 _ => {}
             }
         }
-        ensure!(caller == self.pool.caller_pages(), "caller count {} != {caller}", self.pool.caller_pages());
+        ensure!(
+            caller == self.pool.caller_pages(),
+            "caller count {} != {caller}",
+            self.pool.caller_pages()
+        );
         Ok(())
     }
 }

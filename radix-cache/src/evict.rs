@@ -16,7 +16,9 @@ impl RadixCache {
         let ps = self.cfg.page_size;
         let mut freed = 0;
         while freed < n_pages {
-            let Some(&(_, _, raw)) = self.evictable.first() else { break };
+            let Some(&(_, _, raw)) = self.evictable.first() else {
+                break;
+            };
             let id = NodeId(raw);
             let want = n_pages - freed;
             let n = &mut self.nodes[id.idx()];
@@ -25,13 +27,20 @@ impl RadixCache {
                 let keep = n.pages.len() - want;
                 let pages = n.pages.split_off(keep);
                 n.tokens.truncate(keep * ps);
-                let hashes = if n.hashes.is_empty() { Vec::new() } else { n.hashes.split_off(keep) };
+                let hashes = if n.hashes.is_empty() {
+                    Vec::new()
+                } else {
+                    n.hashes.split_off(keep)
+                };
                 let ns = n.namespace;
                 self.evictable_tokens -= want * ps;
                 self.tree_tokens -= want * ps;
                 self.pool.release_from_tree(pages);
                 if self.cfg.events {
-                    self.events.push(KvEvent::Removed { namespace: ns, hashes });
+                    self.events.push(KvEvent::Removed {
+                        namespace: ns,
+                        hashes,
+                    });
                 }
                 freed += want;
             } else {
@@ -64,7 +73,10 @@ impl RadixCache {
         self.free_nodes.push(id);
         self.pool.release_from_tree(pages);
         if self.cfg.events {
-            self.events.push(KvEvent::Removed { namespace: ns, hashes });
+            self.events.push(KvEvent::Removed {
+                namespace: ns,
+                hashes,
+            });
         }
         let p = &mut self.nodes[parent.idx()];
         p.children.remove(key);

@@ -46,7 +46,10 @@ pub(crate) fn page_hash_with(
     for t in tokens {
         scratch.extend_from_slice(&t.to_le_bytes());
     }
-    PageHash(xxhash_rust::xxh3::xxh3_128_with_seed(scratch, PAGE_HASH_SEED))
+    PageHash(xxhash_rust::xxh3::xxh3_128_with_seed(
+        scratch,
+        PAGE_HASH_SEED,
+    ))
 }
 
 /// The in-process key of a child edge: its first page. For one-token pages it is the token

@@ -95,6 +95,9 @@ pub mod pool;
 pub mod tier;
 mod types;
 
+#[cfg(test)]
+mod tests;
+
 pub use cache::{
     CacheConfig, CacheError, CacheStats, EvictionPolicy, InsertResult, LockHandle, MatchResult,
     Position, RadixCache,

@@ -89,7 +89,9 @@ impl PagePool {
     /// A pool of `num_pages` pages of `page_size` tokens each.
     pub fn new(num_pages: usize, page_size: usize) -> Result<PagePool, PoolError> {
         if page_size == 0 {
-            return Err(PoolError::InvalidConfig("page_size must be at least 1".into()));
+            return Err(PoolError::InvalidConfig(
+                "page_size must be at least 1".into(),
+            ));
         }
         let n = u32::try_from(num_pages).map_err(|_| {
             PoolError::InvalidConfig(format!("{num_pages} pages do not fit u32 page ids"))
@@ -138,12 +140,17 @@ impl PagePool {
     /// Appends `n` free pages to `out`, now held by the caller; all or nothing.
     pub fn alloc(&mut self, n: usize, out: &mut Vec<PageId>) -> Result<(), PoolError> {
         if n > self.free {
-            return Err(PoolError::OutOfPages { requested: n, available: self.free });
+            return Err(PoolError::OutOfPages {
+                requested: n,
+                available: self.free,
+            });
         }
         let start = out.len();
         let mut need = n;
         while need > 0 {
-            let Some(chunk) = self.chunks.last_mut() else { break };
+            let Some(chunk) = self.chunks.last_mut() else {
+                break;
+            };
             let k = need.min(chunk.len());
             out.extend_from_slice(&chunk[chunk.len() - k..]);
             chunk.truncate(chunk.len() - k);
@@ -198,7 +205,11 @@ impl PagePool {
                     break;
                 }
                 Some(&s) if s != PageState::Caller as u8 => {
-                    let state = if s == MARK { "listed twice" } else { PageState::from_u8(s).name() };
+                    let state = if s == MARK {
+                        "listed twice"
+                    } else {
+                        PageState::from_u8(s).name()
+                    };
                     bad = Some(PoolError::NotHeld { page: p.0, state });
                     break;
                 }
@@ -259,13 +270,29 @@ mod tests {
         pool.alloc(5, &mut got).unwrap();
         assert_eq!(got.len(), 5);
         assert_eq!((pool.free_pages(), pool.caller_pages()), (3, 5));
-        assert!(matches!(pool.alloc(4, &mut got), Err(PoolError::OutOfPages { .. })));
+        assert!(matches!(
+            pool.alloc(4, &mut got),
+            Err(PoolError::OutOfPages { .. })
+        ));
         assert_eq!(got.len(), 5, "a failed alloc appends nothing");
         pool.free(&got[..2]).unwrap();
-        assert!(matches!(pool.free(&got[..1]), Err(PoolError::NotHeld { .. })));
-        assert!(matches!(pool.free(&[got[3], got[3]]), Err(PoolError::NotHeld { .. })));
-        assert_eq!(pool.state(got[3]), Some(PageState::Caller), "failed free restores state");
-        assert!(matches!(pool.free(&[PageId(99)]), Err(PoolError::UnknownPage(99))));
+        assert!(matches!(
+            pool.free(&got[..1]),
+            Err(PoolError::NotHeld { .. })
+        ));
+        assert!(matches!(
+            pool.free(&[got[3], got[3]]),
+            Err(PoolError::NotHeld { .. })
+        ));
+        assert_eq!(
+            pool.state(got[3]),
+            Some(PageState::Caller),
+            "failed free restores state"
+        );
+        assert!(matches!(
+            pool.free(&[PageId(99)]),
+            Err(PoolError::UnknownPage(99))
+        ));
         let mut more = Vec::new();
         pool.alloc(5, &mut more).unwrap();
         let mut all: Vec<_> = got[2..].iter().chain(&more).map(|p| p.0).collect();
