@@ -1,6 +1,371 @@
-//! Structured generation for sglrs.
+//! Structured generation for sglrs: regex, JSON Schema, GBNF and choice lists compiled to
+//! automata that produce exact token masks.
 //!
-//! Owns the token vocabulary and token trie, regex → DFA, JSON Schema and GBNF → grammar,
-//! the immutable `CompiledGrammar` and the per-request `Matcher` that fills token masks.
-//! Filled in by the grammar work (see `ARCHITECTURE.md`).
+//! # Key types
+//! - [`TokenVocab`]: token id → bytes (byte-level BPE and SentencePiece byte-fallback are
+//!   decoded by [`TokenVocab::from_tokenizer`]), special tokens, EOS, and a token trie.
+//! - [`CompiledGrammar`]: immutable, `Arc`-shared. Built by [`CompiledGrammar::regex`],
+//!   [`CompiledGrammar::json_schema`], [`CompiledGrammar::ebnf`],
+//!   [`CompiledGrammar::choices`] (or [`CompiledGrammar::compile`] with a [`GrammarSpec`])
+//!   under [`CompileOptions`].
+//! - [`Matcher`]: per request. [`Matcher::fill_mask`], [`Matcher::accept_token`],
+//!   [`Matcher::rollback`], [`Matcher::forced_bytes`] (jump-forward),
+//!   [`Matcher::is_accepting`], [`Matcher::is_finished`], [`Matcher::min_tokens_to_accept`]
+//!   and [`Matcher::closing_bytes`] (the cheapest valid close). Errors are sticky.
+//! - [`GrammarCache`]: compiles in the background (std threads) with time, state and memory
+//!   limits; [`GrammarCache::get_or_compile`] returns a [`Handle`] to `poll`/`try_get`/`wait`.
+//!
+//! # How it works
+//! Every input compiles to one byte-level NFA whose states may *call* rules (a recursive
+//! transition network; recursion only where the input recurses, e.g. `$ref` cycles). The
+//! matcher's state is a configuration — the set of `(call stack, NFA state)` threads — and
+//! configurations are interned in a lazily built DFA shared by all matchers of a grammar, so a
+//! byte step is one table lookup and a token mask, a function of the configuration alone, is
+//! computed once by walking the token trie (pruning dead subtrees) and then cached. States
+//! that cannot reach the end are trimmed at compile time, so "alive" always means "can still
+//! complete": a mask allows a token iff its bytes keep the text completable.
+//!
+//! # Usage loop
+//! ```
+//! use std::sync::Arc;
+//! use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher, TokenVocab};
+//!
+//! // A toy vocabulary: single bytes plus one multi-byte token; token 0 is EOS.
+//! let mut tokens: Vec<Vec<u8>> = vec![Vec::new()];
+//! tokens.extend((0x20u8..0x7f).map(|b| vec![b]));
+//! tokens.push(b"\"name\":".to_vec());
+//! let vocab = Arc::new(TokenVocab::new(tokens, &[], &[0]).unwrap());
+//!
+//! let schema = r#"{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}"#;
+//! let g = CompiledGrammar::json_schema(schema, vocab.clone(), &CompileOptions::default()).unwrap();
+//! let mut m = Matcher::new(g);
+//! assert_eq!(m.forced_bytes(), b"{\"name\":\"");
+//! let mut mask = vec![0u32; vocab.mask_words()];
+//! for &b in br#"{"name":"Al"}"# {
+//!     m.fill_mask(&mut mask).unwrap();
+//!     let id = (b - 0x20 + 1) as u32;
+//!     assert!(mask[(id / 32) as usize] & (1 << (id % 32)) != 0);
+//!     m.accept_token(id).unwrap();
+//! }
+//! assert!(m.is_accepting());
+//! m.accept_token(0).unwrap(); // EOS
+//! assert!(m.is_finished());
+//! ```
 #![warn(missing_docs)]
+
+mod cache;
+mod gbnf;
+mod json;
+mod lazy;
+mod matcher;
+mod nfa;
+mod regex;
+mod vocab;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub use cache::{CacheConfig, GrammarCache, Handle, HandleState};
+pub use matcher::Matcher;
+pub use vocab::{TokenEncoding, TokenVocab, MAX_TOKEN_BYTES};
+
+use lazy::{ConfigId, Lazy};
+use nfa::{Budget, Builder, Nfa};
+
+/// Errors while building a [`TokenVocab`].
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum VocabError {
+    /// A special or EOS id is outside the vocabulary.
+    #[error("token id {id} is outside the vocabulary of {vocab_size}")]
+    BadTokenId {
+        /// The id.
+        id: u32,
+        /// Vocabulary size.
+        vocab_size: usize,
+    },
+    /// No EOS token was given.
+    #[error("at least one EOS token id is needed")]
+    NoEos,
+    /// The tokenizer could not be read.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+}
+
+/// Errors while compiling a grammar. They name what could not be honoured.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum CompileError {
+    /// The grammar text is not valid JSON (JSON Schema input).
+    #[error("invalid JSON: {0}")]
+    Json(String),
+    /// A keyword that cannot be enforced exactly (lenient mode ignores it instead).
+    #[error("unsupported `{keyword}` at {pointer}: {reason}")]
+    Unsupported {
+        /// The keyword.
+        keyword: String,
+        /// JSON pointer of the schema holding it.
+        pointer: String,
+        /// Why.
+        reason: String,
+    },
+    /// A malformed schema.
+    #[error("invalid schema at {pointer}: {reason}")]
+    InvalidSchema {
+        /// JSON pointer.
+        pointer: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A regex that does not parse or uses unsupported features.
+    #[error("regex {pattern:?}: {reason}")]
+    Regex {
+        /// The pattern.
+        pattern: String,
+        /// Why.
+        reason: String,
+    },
+    /// A GBNF grammar error.
+    #[error("GBNF line {line}: {message}")]
+    Gbnf {
+        /// 1-based line.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The automaton exceeds the state limit.
+    #[error("grammar too large: too many states (limit {states})")]
+    TooLarge {
+        /// States built when the limit hit.
+        states: usize,
+    },
+    /// Compilation ran past its deadline.
+    #[error("compilation ran past its deadline")]
+    Timeout,
+    /// The grammar accepts no text at all.
+    #[error("the grammar accepts no text")]
+    Empty,
+}
+
+/// Errors while matching tokens. Sticky: once a matcher fails it keeps failing.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum MatchError {
+    /// The token cannot continue the text.
+    #[error("token {token} rejected at position {position}")]
+    Rejected {
+        /// Token id.
+        token: u32,
+        /// Index of the token in the accepted sequence.
+        position: usize,
+    },
+    /// A token after EOS.
+    #[error("token {token} after end of sequence")]
+    AfterEnd {
+        /// Token id.
+        token: u32,
+    },
+    /// The caller's mask buffer is too short.
+    #[error("mask has {got} words, need {need}")]
+    MaskTooShort {
+        /// Words given.
+        got: usize,
+        /// Words needed.
+        need: usize,
+    },
+    /// Rollback past the start.
+    #[error("cannot roll back {requested} tokens, only {available} accepted")]
+    RollbackTooFar {
+        /// Tokens requested.
+        requested: usize,
+        /// Tokens available.
+        available: usize,
+    },
+}
+
+/// Whitespace policy for JSON output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Whitespace {
+    /// No whitespace at all (what a small model needs to terminate).
+    #[default]
+    Compact,
+    /// Any run of JSON whitespace between tokens (covers `json.dumps`' `", "` / `": "` and
+    /// indented output).
+    Flexible,
+}
+
+/// Options for compiling. Part of the cache key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CompileOptions {
+    /// JSON whitespace policy.
+    pub whitespace: Whitespace,
+    /// Lenient mode: ignore JSON Schema keywords that cannot be enforced exactly instead of
+    /// failing (the result may then accept text the schema rejects).
+    pub lenient: bool,
+    /// When a schema does not say `additionalProperties`, allow undeclared properties
+    /// (after the declared ones). Default `false`: only declared properties are produced,
+    /// which is stricter than the schema (never looser).
+    pub allow_undeclared_properties: bool,
+    /// Most NFA states a grammar may have.
+    pub max_states: usize,
+    /// Compile deadline.
+    pub timeout: Option<Duration>,
+    /// Bytes of cached token masks per grammar.
+    pub mask_cache_bytes: usize,
+    /// Configurations whose transitions are remembered per grammar.
+    pub max_configs: usize,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            whitespace: Whitespace::Compact,
+            lenient: false,
+            allow_undeclared_properties: false,
+            max_states: 2_000_000,
+            timeout: Some(Duration::from_secs(1)),
+            mask_cache_bytes: 64 << 20,
+            max_configs: 200_000,
+        }
+    }
+}
+
+impl CompileOptions {
+    /// Default options with the flexible whitespace policy.
+    pub fn flexible() -> Self {
+        CompileOptions { whitespace: Whitespace::Flexible, ..Self::default() }
+    }
+}
+
+/// What to compile.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum GrammarSpec {
+    /// A regex (Rust syntax) the whole output must match.
+    Regex(String),
+    /// A JSON Schema (JSON text).
+    JsonSchema(String),
+    /// A llama.cpp GBNF grammar; the start rule is `root`.
+    Ebnf(String),
+    /// Exactly one of these strings.
+    Choices(Vec<String>),
+}
+
+/// An immutable compiled grammar bound to a vocabulary; share it with `Arc`.
+#[derive(Debug)]
+pub struct CompiledGrammar {
+    nfa: Nfa,
+    vocab: Arc<TokenVocab>,
+    lazy: Mutex<Lazy>,
+    start: ConfigId,
+}
+
+impl CompiledGrammar {
+    /// Compiles any [`GrammarSpec`].
+    pub fn compile(
+        spec: &GrammarSpec,
+        vocab: Arc<TokenVocab>,
+        opts: &CompileOptions,
+    ) -> Result<Arc<Self>, CompileError> {
+        match spec {
+            GrammarSpec::Regex(p) => Self::regex(p, vocab, opts),
+            GrammarSpec::JsonSchema(s) => Self::json_schema(s, vocab, opts),
+            GrammarSpec::Ebnf(g) => Self::ebnf(g, vocab, opts),
+            GrammarSpec::Choices(c) => Self::choices(c, vocab, opts),
+        }
+    }
+
+    fn builder(opts: &CompileOptions) -> Builder {
+        Builder::new(Budget {
+            max_states: opts.max_states,
+            deadline: opts.timeout.map(|t| std::time::Instant::now() + t),
+        })
+    }
+
+    fn finish(b: Builder, vocab: Arc<TokenVocab>, opts: &CompileOptions) -> Result<Arc<Self>, CompileError> {
+        let nfa = b.finish()?;
+        let mut lazy = Lazy::new(opts.mask_cache_bytes, opts.max_configs);
+        let start = lazy.start(&nfa);
+        if start == lazy::DEAD {
+            return Err(CompileError::Empty);
+        }
+        Ok(Arc::new(CompiledGrammar { nfa, vocab, lazy: Mutex::new(lazy), start }))
+    }
+
+    /// A regex the whole output must match (Rust `regex` syntax).
+    pub fn regex(pattern: &str, vocab: Arc<TokenVocab>, opts: &CompileOptions) -> Result<Arc<Self>, CompileError> {
+        let mut b = Self::builder(opts);
+        let r = b.new_rule()?;
+        let nfa::Rule { start, end } = b.rules[r as usize];
+        let e = regex::emit_pattern(&mut b, start, pattern, regex::Flavor::FullMatch, regex::Escape::Raw)?;
+        b.eps(e, end);
+        Self::finish(b, vocab, opts)
+    }
+
+    /// A JSON Schema given as JSON text.
+    pub fn json_schema(schema: &str, vocab: Arc<TokenVocab>, opts: &CompileOptions) -> Result<Arc<Self>, CompileError> {
+        let v: serde_json::Value = serde_json::from_str(schema).map_err(|e| CompileError::Json(e.to_string()))?;
+        Self::json_schema_value(&v, vocab, opts)
+    }
+
+    /// A JSON Schema given as a parsed value.
+    pub fn json_schema_value(
+        schema: &serde_json::Value,
+        vocab: Arc<TokenVocab>,
+        opts: &CompileOptions,
+    ) -> Result<Arc<Self>, CompileError> {
+        let mut b = Self::builder(opts);
+        json::compile(&mut b, schema, opts)?;
+        Self::finish(b, vocab, opts)
+    }
+
+    /// A llama.cpp GBNF grammar (start rule `root`).
+    pub fn ebnf(grammar: &str, vocab: Arc<TokenVocab>, opts: &CompileOptions) -> Result<Arc<Self>, CompileError> {
+        let mut b = Self::builder(opts);
+        gbnf::compile(&mut b, grammar)?;
+        Self::finish(b, vocab, opts)
+    }
+
+    /// Exactly one of `choices`.
+    pub fn choices(choices: &[String], vocab: Arc<TokenVocab>, opts: &CompileOptions) -> Result<Arc<Self>, CompileError> {
+        let mut b = Self::builder(opts);
+        let r = b.new_rule()?;
+        let nfa::Rule { start, end } = b.rules[r as usize];
+        for c in choices {
+            let e = b.lit(start, c.as_bytes())?;
+            b.eps(e, end);
+        }
+        Self::finish(b, vocab, opts)
+    }
+
+    /// The vocabulary masks are computed over.
+    pub fn vocab(&self) -> &Arc<TokenVocab> {
+        &self.vocab
+    }
+
+    /// NFA states (a size measure).
+    pub fn num_states(&self) -> usize {
+        self.nfa.states.len()
+    }
+
+    /// Approximate heap bytes: the NFA plus the lazily grown automaton and mask cache.
+    pub fn heap_bytes(&self) -> usize {
+        let nfa: usize = self
+            .nfa
+            .states
+            .iter()
+            .map(|s| 64 + s.bytes.len() * 8 + s.eps.len() * 4 + s.calls.len() * 8)
+            .sum();
+        nfa + self.with_lazy(|_, l| l.heap_bytes())
+    }
+
+    pub(crate) fn start_config(&self) -> ConfigId {
+        self.start
+    }
+
+    pub(crate) fn with_lazy<R>(&self, f: impl FnOnce(&Nfa, &mut Lazy) -> R) -> R {
+        let mut guard = self.lazy.lock().unwrap_or_else(|e| e.into_inner());
+        f(&self.nfa, &mut guard)
+    }
+
+    /// A matcher at the start of this grammar.
+    pub fn matcher(self: &Arc<Self>) -> Matcher {
+        Matcher::new(self.clone())
+    }
+}

@@ -1,0 +1,300 @@
+//! llama.cpp GBNF → NFA. Each rule becomes an NFA rule; references are calls, so recursion
+//! is native. Supported: `name ::= ...`, `|`, `( )`, `*` `+` `?` `{m}` `{m,}` `{m,n}`,
+//! string literals and character classes with `\n \r \t \\ \" \] \xHH \uHHHH \UHHHHHHHH`
+//! escapes, `[^...]`, `.`, and `#` comments. The start rule is `root`.
+
+use std::collections::HashMap;
+
+use regex_syntax::hir::{ClassUnicode, ClassUnicodeRange, Dot, Hir};
+
+use crate::nfa::{Builder, RuleId, StateId};
+use crate::regex::{emit_hir, Escape};
+use crate::CompileError;
+
+#[derive(Debug, Clone)]
+enum Atom {
+    Lit(Vec<u8>),
+    Class(Hir),
+    Ref(String, usize),
+    Group(Vec<Vec<(Atom, u64, Option<u64>)>>),
+}
+
+type Alts = Vec<Vec<(Atom, u64, Option<u64>)>>;
+
+struct Parser<'a> {
+    s: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn line(&self) -> usize {
+        self.s[..self.pos.min(self.s.len())].iter().filter(|&&c| c == b'\n').count() + 1
+    }
+
+    fn err(&self, msg: impl Into<String>) -> CompileError {
+        CompileError::Gbnf { line: self.line(), message: msg.into() }
+    }
+
+    /// Skips spaces, tabs, comments and (when `nl`) newlines.
+    fn skip(&mut self, nl: bool) {
+        while self.pos < self.s.len() {
+            match self.s[self.pos] {
+                b' ' | b'\t' | b'\r' => self.pos += 1,
+                b'\n' if nl => self.pos += 1,
+                b'#' => {
+                    while self.pos < self.s.len() && self.s[self.pos] != b'\n' {
+                        self.pos += 1;
+                    }
+                }
+                _ => break,
+            }
+        }
+    }
+
+    fn ident(&mut self) -> Option<String> {
+        let st = self.pos;
+        while self.pos < self.s.len() && (self.s[self.pos].is_ascii_alphanumeric() || self.s[self.pos] == b'-' || self.s[self.pos] == b'_') {
+            self.pos += 1;
+        }
+        (self.pos > st).then(|| String::from_utf8_lossy(&self.s[st..self.pos]).into_owned())
+    }
+
+    /// True when the next tokens are `ident ::=` (start of the next rule).
+    fn at_rule_start(&mut self) -> bool {
+        let save = self.pos;
+        self.skip(true);
+        let ok = self.ident().is_some() && {
+            self.skip(true);
+            self.s[self.pos..].starts_with(b"::=")
+        };
+        self.pos = save;
+        ok
+    }
+
+    fn char_escape(&mut self) -> Result<u32, CompileError> {
+        // At the byte after `\`.
+        let c = *self.s.get(self.pos).ok_or_else(|| self.err("dangling escape"))?;
+        self.pos += 1;
+        let hex = |p: &mut Self, n: usize| -> Result<u32, CompileError> {
+            let t = p.s.get(p.pos..p.pos + n).ok_or_else(|| p.err("short hex escape"))?;
+            p.pos += n;
+            u32::from_str_radix(std::str::from_utf8(t).unwrap_or("x"), 16).map_err(|_| p.err("bad hex escape"))
+        };
+        Ok(match c {
+            b'n' => 10,
+            b'r' => 13,
+            b't' => 9,
+            b'x' => hex(self, 2)?,
+            b'u' => hex(self, 4)?,
+            b'U' => hex(self, 8)?,
+            other => other as u32,
+        })
+    }
+
+    /// One UTF-8 char (or escape) as a code point.
+    fn char_at(&mut self) -> Result<u32, CompileError> {
+        if self.s[self.pos] == b'\\' {
+            self.pos += 1;
+            return self.char_escape();
+        }
+        let rest = std::str::from_utf8(&self.s[self.pos..]).map_err(|_| self.err("invalid UTF-8"))?;
+        let ch = rest.chars().next().ok_or_else(|| self.err("unexpected end"))?;
+        self.pos += ch.len_utf8();
+        Ok(ch as u32)
+    }
+
+    fn alts(&mut self, in_group: bool) -> Result<Alts, CompileError> {
+        let mut alts = vec![Vec::new()];
+        loop {
+            self.skip(in_group);
+            if self.pos >= self.s.len() {
+                break;
+            }
+            if !in_group && self.s[self.pos] == b'\n' {
+                if self.at_rule_start() || self.s[self.pos..].iter().all(|c| c.is_ascii_whitespace()) {
+                    break;
+                }
+                self.pos += 1;
+                continue;
+            }
+            let c = self.s[self.pos];
+            let atom = match c {
+                b'|' => {
+                    self.pos += 1;
+                    alts.push(Vec::new());
+                    continue;
+                }
+                b')' if in_group => break,
+                b'"' => {
+                    self.pos += 1;
+                    let mut bytes = Vec::new();
+                    loop {
+                        let Some(&c) = self.s.get(self.pos) else { return Err(self.err("unterminated string")) };
+                        if c == b'"' {
+                            self.pos += 1;
+                            break;
+                        }
+                        let cp = self.char_at()?;
+                        let ch = char::from_u32(cp).ok_or_else(|| self.err("bad code point"))?;
+                        let mut buf = [0u8; 4];
+                        bytes.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                    }
+                    Atom::Lit(bytes)
+                }
+                b'[' => {
+                    self.pos += 1;
+                    let neg = self.s.get(self.pos) == Some(&b'^');
+                    if neg {
+                        self.pos += 1;
+                    }
+                    let mut ranges = Vec::new();
+                    loop {
+                        let Some(&c) = self.s.get(self.pos) else { return Err(self.err("unterminated class")) };
+                        if c == b']' {
+                            self.pos += 1;
+                            break;
+                        }
+                        let lo = self.char_at()?;
+                        let mut hi = lo;
+                        if self.s.get(self.pos) == Some(&b'-') && self.s.get(self.pos + 1) != Some(&b']') {
+                            self.pos += 1;
+                            hi = self.char_at()?;
+                        }
+                        let (l, h) = (char::from_u32(lo), char::from_u32(hi));
+                        match (l, h) {
+                            (Some(l), Some(h)) if l <= h => ranges.push(ClassUnicodeRange::new(l, h)),
+                            _ => return Err(self.err("bad class range")),
+                        }
+                    }
+                    let mut cls = ClassUnicode::new(ranges);
+                    if neg {
+                        cls.negate();
+                    }
+                    Atom::Class(Hir::class(regex_syntax::hir::Class::Unicode(cls)))
+                }
+                b'.' => {
+                    self.pos += 1;
+                    Atom::Class(Hir::dot(Dot::AnyChar))
+                }
+                b'(' => {
+                    self.pos += 1;
+                    let g = self.alts(true)?;
+                    self.skip(true);
+                    if self.s.get(self.pos) != Some(&b')') {
+                        return Err(self.err("missing )"));
+                    }
+                    self.pos += 1;
+                    Atom::Group(g)
+                }
+                _ => {
+                    let line = self.line();
+                    match self.ident() {
+                        Some(name) => Atom::Ref(name, line),
+                        None => return Err(self.err(format!("unexpected {:?}", c as char))),
+                    }
+                }
+            };
+            // Postfix operators.
+            let (mut min, mut max) = (1u64, Some(1u64));
+            match self.s.get(self.pos) {
+                Some(b'*') => {
+                    self.pos += 1;
+                    (min, max) = (0, None);
+                }
+                Some(b'+') => {
+                    self.pos += 1;
+                    (min, max) = (1, None);
+                }
+                Some(b'?') => {
+                    self.pos += 1;
+                    (min, max) = (0, Some(1));
+                }
+                Some(b'{') => {
+                    let end = self.s[self.pos..].iter().position(|&c| c == b'}').ok_or_else(|| self.err("missing }"))?;
+                    let body = String::from_utf8_lossy(&self.s[self.pos + 1..self.pos + end]).replace(' ', "");
+                    self.pos += end + 1;
+                    let parse = |t: &str| t.parse::<u64>().map_err(|_| self.err("bad repetition"));
+                    match body.split_once(',') {
+                        None => {
+                            min = parse(&body)?;
+                            max = Some(min);
+                        }
+                        Some((a, "")) => {
+                            min = parse(a)?;
+                            max = None;
+                        }
+                        Some((a, b)) => {
+                            min = if a.is_empty() { 0 } else { parse(a)? };
+                            max = Some(parse(b)?);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            if let Some(last) = alts.last_mut() {
+                last.push((atom, min, max));
+            }
+        }
+        Ok(alts)
+    }
+}
+
+/// Compiles GBNF text into `b` (rule 0 = `root`).
+pub(crate) fn compile(b: &mut Builder, text: &str) -> Result<(), CompileError> {
+    let mut p = Parser { s: text.as_bytes(), pos: 0 };
+    let mut defs: Vec<(String, Alts)> = Vec::new();
+    loop {
+        p.skip(true);
+        if p.pos >= p.s.len() {
+            break;
+        }
+        let name = p.ident().ok_or_else(|| p.err("expected a rule name"))?;
+        p.skip(true);
+        if !p.s[p.pos..].starts_with(b"::=") {
+            return Err(p.err("expected ::="));
+        }
+        p.pos += 3;
+        let alts = p.alts(false)?;
+        if defs.iter().any(|(n, _)| *n == name) {
+            return Err(p.err(format!("rule {name} defined twice")));
+        }
+        defs.push((name, alts));
+    }
+    let root = defs.iter().position(|(n, _)| n == "root").ok_or(CompileError::Gbnf { line: 1, message: "no root rule".into() })?;
+    defs.swap(0, root);
+    let mut ids: HashMap<String, RuleId> = HashMap::new();
+    for (n, _) in &defs {
+        ids.insert(n.clone(), b.new_rule()?);
+    }
+    for (n, alts) in &defs {
+        let r = b.rules[ids[n] as usize];
+        let e = emit_alts(b, r.start, alts, &ids)?;
+        b.eps(e, r.end);
+    }
+    Ok(())
+}
+
+fn emit_alts(b: &mut Builder, from: StateId, alts: &Alts, ids: &HashMap<String, RuleId>) -> Result<StateId, CompileError> {
+    let exit = b.state()?;
+    for seq in alts {
+        let mut cur = b.state()?;
+        b.eps(from, cur);
+        for (atom, min, max) in seq {
+            cur = b.repeat(cur, *min, *max, &mut |b, s| emit_atom(b, s, atom, ids))?;
+        }
+        b.eps(cur, exit);
+    }
+    Ok(exit)
+}
+
+fn emit_atom(b: &mut Builder, from: StateId, atom: &Atom, ids: &HashMap<String, RuleId>) -> Result<StateId, CompileError> {
+    match atom {
+        Atom::Lit(bytes) => b.lit(from, bytes),
+        Atom::Class(h) => emit_hir(b, from, h, Escape::Raw).map_err(|m| CompileError::Gbnf { line: 0, message: m }),
+        Atom::Ref(name, line) => {
+            let r = *ids.get(name).ok_or_else(|| CompileError::Gbnf { line: *line, message: format!("undefined rule {name}") })?;
+            b.call(from, r)
+        }
+        Atom::Group(g) => emit_alts(b, from, g, ids),
+    }
+}

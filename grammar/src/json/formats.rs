@@ -1,0 +1,266 @@
+//! Regexes for JSON Schema `format`s and for numeric ranges. Every regex here accepts only
+//! text the format's RFC accepts (some valid text may be refused, never the reverse).
+
+/// The regex (full match, over decoded string contents) for a known format; `None` when the
+/// format is known to JSON Schema but not supported; `Some("")` marks unknown formats,
+/// which validators ignore.
+pub(crate) fn format_regex(format: &str) -> Option<String> {
+    let date = date_regex();
+    let time = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+    let dec_octet = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+    let ipv4 = format!(r"{d}\.{d}\.{d}\.{d}", d = dec_octet);
+    let h16 = "[0-9A-Fa-f]{1,4}";
+    let ls32 = format!("({h16}:{h16}|{ipv4})");
+    let ipv6 = [
+        format!("({h16}:){{6}}{ls32}"),
+        format!("::({h16}:){{5}}{ls32}"),
+        format!("({h16})?::({h16}:){{4}}{ls32}"),
+        format!("(({h16}:){{0,1}}{h16})?::({h16}:){{3}}{ls32}"),
+        format!("(({h16}:){{0,2}}{h16})?::({h16}:){{2}}{ls32}"),
+        format!("(({h16}:){{0,3}}{h16})?::{h16}:{ls32}"),
+        format!("(({h16}:){{0,4}}{h16})?::{ls32}"),
+        format!("(({h16}:){{0,5}}{h16})?::{h16}"),
+        format!("(({h16}:){{0,6}}{h16})?::"),
+    ]
+    .join("|");
+    let label = "[A-Za-z0-9]([A-Za-z0-9-]{0,28}[A-Za-z0-9])?";
+    let unreserved = r"A-Za-z0-9\-._~";
+    let sub_delims = r"!$&'()*+,;=";
+    let pct = "%[0-9A-Fa-f]{2}";
+    let pchar = format!("([{unreserved}{sub_delims}:@]|{pct})");
+    let userinfo = format!("([{unreserved}{sub_delims}:]|{pct})*");
+    let reg_name = format!("([{unreserved}{sub_delims}]|{pct})*");
+    let authority = format!("({userinfo}@)?({reg_name}|{ipv4})(:[0-9]*)?");
+    let path_abempty = format!("(/{pchar}*)*");
+    let path_rootless = format!("{pchar}+(/{pchar}*)*");
+    let query = format!("(\\?({pchar}|[/?])*)?(#({pchar}|[/?])*)?");
+    let uri = format!(
+        "[A-Za-z][A-Za-z0-9+.\\-]*:(//{authority}{path_abempty}|/({path_rootless})?|{path_rootless}|){query}"
+    );
+    let seg_nc = format!("([{unreserved}{sub_delims}@]|{pct})+");
+    let relative = format!(
+        "(//{authority}{path_abempty}|/({path_rootless})?|{seg_nc}(/{pchar}*)*|){query}"
+    );
+    Some(match format {
+        "date-time" => format!("{date}[Tt]{time}"),
+        "date" => date,
+        "time" => time.to_string(),
+        "email" => {
+            r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+".to_string()
+        }
+        "uuid" => "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}".to_string(),
+        "ipv4" => ipv4,
+        "ipv6" => ipv6,
+        "hostname" => format!("{label}(\\.{label}){{0,7}}"),
+        "uri" => uri,
+        "uri-reference" => format!("{uri}|{relative}"),
+        "json-pointer" => "(/([^~/]|~[01])*)*".to_string(),
+        // Known formats whose exact check is not expressed here.
+        "idn-email" | "idn-hostname" | "iri" | "iri-reference" | "uri-template" | "regex"
+        | "relative-json-pointer" | "duration" => return None,
+        _ => String::new(),
+    })
+}
+
+/// RFC 3339 full-date with real month lengths and leap years.
+fn date_regex() -> String {
+    let y = "[0-9]{4}";
+    let leap = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)";
+    format!(
+        "({y}-(0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|{y}-(0[469]|11)-(0[1-9]|[12][0-9]|30)|{y}-02-(0[1-9]|1[0-9]|2[0-8])|{leap}-02-29)"
+    )
+}
+
+/// Regex alternatives for the decimal numbers `lo..=hi` (both ≥ 0), canonical (no leading
+/// zeros).
+pub(crate) fn uint_range(lo: u64, hi: Option<u64>) -> String {
+    let mut alts = Vec::new();
+    let lo_len = digits(lo);
+    match hi {
+        Some(hi) => {
+            if lo > hi {
+                return "[^\\s\\S]".to_string();
+            }
+            for len in lo_len..=digits(hi) {
+                let a = if len == lo_len { lo } else { pow10(len - 1) };
+                let b = if len == digits(hi) { hi } else { pow10(len) - 1 };
+                alts.push(same_len(a.to_string().as_bytes(), b.to_string().as_bytes()));
+            }
+        }
+        None => {
+            alts.push(same_len(lo.to_string().as_bytes(), (pow10(lo_len) - 1).to_string().as_bytes()));
+            alts.push(format!("[1-9][0-9]{{{},}}", lo_len));
+        }
+    }
+    format!("({})", alts.join("|"))
+}
+
+fn digits(x: u64) -> u32 {
+    x.to_string().len() as u32
+}
+
+fn pow10(n: u32) -> u64 {
+    10u64.saturating_pow(n)
+}
+
+/// Numbers with exactly `lo.len()` digits between `lo` and `hi` (same length).
+fn same_len(lo: &[u8], hi: &[u8]) -> String {
+    if lo.is_empty() {
+        return String::new();
+    }
+    let (l0, h0) = (lo[0], hi[0]);
+    if l0 == h0 {
+        return format!("{}{}", l0 as char, same_len(&lo[1..], &hi[1..]));
+    }
+    let n = lo.len() - 1;
+    let nines = vec![b'9'; n];
+    let zeros = vec![b'0'; n];
+    let mut alts = Vec::new();
+    if lo[1..].iter().all(|&c| c == b'0') && hi[1..].iter().all(|&c| c == b'9') {
+        return format!("[{}-{}][0-9]{{{}}}", l0 as char, h0 as char, n);
+    }
+    alts.push(format!("{}{}", l0 as char, same_len(&lo[1..], &nines)));
+    if h0 - l0 > 1 {
+        alts.push(format!("[{}-{}][0-9]{{{}}}", (l0 + 1) as char, (h0 - 1) as char, n));
+    }
+    alts.push(format!("{}{}", h0 as char, same_len(&zeros, &hi[1..])));
+    format!("({})", alts.join("|"))
+}
+
+/// Regex for integers in `lo..=hi` (either side open).
+pub(crate) fn int_range(lo: Option<i64>, hi: Option<i64>) -> String {
+    let mut alts = Vec::new();
+    // Non-negative part.
+    if hi.is_none_or(|h| h >= 0) {
+        let a = lo.map_or(0, |l| l.max(0)) as u64;
+        alts.push(uint_range(a, hi.map(|h| h as u64)));
+    }
+    // Negative part: magnitudes.
+    if lo.is_none_or(|l| l < 0) {
+        let m_lo = hi.map_or(1, |h| if h < 0 { h.unsigned_abs() } else { 1 });
+        let m_hi = lo.map(|l| l.unsigned_abs());
+        alts.push(format!("-{}", uint_range(m_lo, m_hi)));
+    }
+    if alts.is_empty() {
+        return "[^\\s\\S]".to_string();
+    }
+    format!("({})", alts.join("|"))
+}
+
+/// Regex for decimal numbers (no exponent) `x` with integer-valued bounds.
+pub(crate) fn number_range(lo: Option<(i64, bool)>, hi: Option<(i64, bool)>) -> String {
+    const ANY: &str = r"(\.[0-9]+)?";
+    const ZERO: &str = r"(\.0+)?";
+    const NONZERO: &str = r"\.[0-9]*[1-9][0-9]*";
+    // Magnitude intervals on each side: (A, A inclusive, B, B inclusive) with B None = ∞.
+    fn side(a: u64, a_inc: bool, b: Option<(u64, bool)>) -> Vec<String> {
+        let mut v = Vec::new();
+        match b {
+            Some((b, b_inc)) if b == a => {
+                if a_inc && b_inc {
+                    v.push(format!("{a}{ZERO}"));
+                }
+            }
+            Some((b, _)) if b < a => {}
+            _ => {
+                v.push(format!("{a}{}", if a_inc { ANY } else { NONZERO }));
+                match b {
+                    Some((b, b_inc)) => {
+                        if b > a + 1 {
+                            v.push(format!("{}{ANY}", uint_range(a + 1, Some(b - 1))));
+                        }
+                        if b_inc {
+                            v.push(format!("{b}{ZERO}"));
+                        }
+                    }
+                    None => v.push(format!("{}{ANY}", uint_range(a + 1, None))),
+                }
+            }
+        }
+        v
+    }
+    let mut alts = Vec::new();
+    // Non-negative values written without a sign.
+    let pos_hi = hi.map(|(h, inc)| (h, inc));
+    if pos_hi.is_none_or(|(h, inc)| h > 0 || (h == 0 && inc)) {
+        let (a, a_inc) = match lo {
+            Some((l, inc)) if l >= 0 => (l as u64, inc),
+            _ => (0, true),
+        };
+        let b = pos_hi.map(|(h, inc)| (h.max(0) as u64, inc));
+        alts.extend(side(a, a_inc, b));
+    }
+    // Negative values: "-" then magnitude m with -m in range.
+    if lo.is_none_or(|(l, inc)| l < 0 || (l == 0 && inc)) {
+        let (a, a_inc) = match hi {
+            Some((h, inc)) if h <= 0 => (h.unsigned_abs(), inc),
+            _ => (0, true),
+        };
+        let b = lo.map(|(l, inc)| (l.min(0).unsigned_abs(), inc));
+        for s in side(a, a_inc, b) {
+            alts.push(format!("-{s}"));
+        }
+    }
+    if alts.is_empty() {
+        return "[^\\s\\S]".to_string();
+    }
+    format!("({})", alts.join("|"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use regex_automata::meta::Regex;
+
+    fn full(re: &str) -> Regex {
+        Regex::new(&format!("^(?:{re})$")).unwrap()
+    }
+
+    #[test]
+    fn int_ranges_are_exact() {
+        for (lo, hi) in [(Some(0), Some(0)), (Some(-13), Some(250)), (Some(7), None), (None, Some(-3)), (Some(100), Some(999)), (Some(5), Some(4))] {
+            let r = full(&int_range(lo, hi));
+            for x in -400i64..1200 {
+                let want = lo.is_none_or(|l| x >= l) && hi.is_none_or(|h| x <= h);
+                assert_eq!(r.is_match(&x.to_string()), want, "{lo:?}..{hi:?} {x}");
+            }
+            assert!(!r.is_match("007"));
+        }
+    }
+
+    #[test]
+    fn number_ranges_are_exact() {
+        let cases = [
+            (Some((0, true)), Some((1, true))),
+            (Some((0, false)), None),
+            (None, Some((100, false))),
+            (Some((-5, true)), Some((5, false))),
+            (Some((-3, false)), Some((-1, true))),
+        ];
+        for (lo, hi) in cases {
+            let r = full(&number_range(lo, hi));
+            for x in -700i64..1200 {
+                for s in [format!("{}", x as f64 / 7.0), format!("{}", x / 7), format!("{}.0", x / 7)] {
+                    let v: f64 = s.parse().unwrap();
+                    let want = lo.is_none_or(|(l, inc)| if inc { v >= l as f64 } else { v > l as f64 })
+                        && hi.is_none_or(|(h, inc)| if inc { v <= h as f64 } else { v < h as f64 });
+                    if s == "-0" || s == "-0.0" {
+                        continue;
+                    }
+                    assert_eq!(r.is_match(&s), want, "{lo:?}..{hi:?} {s}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dates() {
+        let r = full(&date_regex());
+        assert!(r.is_match("2024-02-29"));
+        assert!(!r.is_match("2023-02-29"));
+        assert!(r.is_match("2000-02-29"));
+        assert!(!r.is_match("1900-02-29"));
+        assert!(!r.is_match("2023-04-31"));
+        assert!(r.is_match("2023-12-31"));
+    }
+}

@@ -1,0 +1,475 @@
+//! JSON Schema → NFA. Non-recursive parts are inlined (one flat automaton); `$ref` cycles,
+//! heavily reused definitions, long repetitions and "any JSON value" become rules (calls).
+//!
+//! Exactness: every keyword is either enforced exactly, made stricter (documented in
+//! `docs/grammar.md`: no exponent under numeric bounds, declared properties only unless
+//! allowed, fixed property order, no `\u` escapes in pattern strings), or refused with
+//! [`CompileError::Unsupported`] naming the keyword and its JSON pointer.
+
+mod formats;
+mod norm;
+mod types;
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use crate::nfa::{Builder, RuleId, StateId};
+use crate::{CompileError, CompileOptions, Whitespace};
+
+/// A schema body a rule will hold: either a `$ref` target or an inline schema.
+enum Pending {
+    Ref(String),
+    Schema(Value, String),
+    Any,
+}
+
+pub(crate) struct JsonCompiler<'a> {
+    pub b: &'a mut Builder,
+    pub root: &'a Value,
+    pub opts: &'a CompileOptions,
+    /// `$ref`s being expanded inline right now (a repeat means recursion).
+    inlining: Vec<String>,
+    ref_rules: HashMap<String, RuleId>,
+    inline_count: HashMap<String, u32>,
+    any_rule: Option<RuleId>,
+    pending: Vec<(RuleId, Pending)>,
+}
+
+/// Compiles `schema` into `b`; rule 0 is the root.
+pub(crate) fn compile(b: &mut Builder, schema: &Value, opts: &CompileOptions) -> Result<(), CompileError> {
+    let root_rule = b.new_rule()?;
+    let mut c = JsonCompiler {
+        b,
+        root: schema,
+        opts,
+        inlining: Vec::new(),
+        ref_rules: HashMap::new(),
+        inline_count: HashMap::new(),
+        any_rule: None,
+        pending: Vec::new(),
+    };
+    let r = c.b.rules[root_rule as usize];
+    c.inlining.push("#".to_string());
+    c.ref_rules.insert("#".to_string(), root_rule);
+    let e = c.value(r.start, schema, "#")?;
+    c.b.eps(e, r.end);
+    c.inlining.pop();
+    while let Some((rule, p)) = c.pending.pop() {
+        let r = c.b.rules[rule as usize];
+        let e = match p {
+            Pending::Ref(reference) => {
+                let target = c.resolve(&reference, "#")?.clone();
+                c.inlining.push(reference.clone());
+                let e = c.value(r.start, &target, &reference)?;
+                c.inlining.pop();
+                e
+            }
+            Pending::Schema(v, ptr) => c.value(r.start, &v, &ptr)?,
+            Pending::Any => c.any_value_body(r.start)?,
+        };
+        c.b.eps(e, r.end);
+    }
+    Ok(())
+}
+
+/// Keywords that carry no constraint.
+const ANNOTATIONS: &[&str] = &[
+    "$schema", "$id", "id", "title", "description", "default", "examples", "$comment",
+    "deprecated", "readOnly", "writeOnly", "definitions", "$defs", "contentMediaType",
+    "contentEncoding", "contentSchema", "$anchor", "$vocabulary", "example", "nullable",
+    "discriminator", "externalDocs", "xml", "markdownDescription", "enumDescriptions",
+];
+
+impl<'a> JsonCompiler<'a> {
+    pub fn unsupported(&self, keyword: &str, pointer: &str, reason: &str) -> Result<(), CompileError> {
+        if self.opts.lenient {
+            return Ok(());
+        }
+        Err(CompileError::Unsupported { keyword: keyword.into(), pointer: pointer.into(), reason: reason.into() })
+    }
+
+    pub fn invalid(&self, pointer: &str, reason: &str) -> CompileError {
+        CompileError::InvalidSchema { pointer: pointer.into(), reason: reason.into() }
+    }
+
+    /// Optional whitespace (flexible policy only).
+    pub fn ws(&mut self, from: StateId) -> Result<StateId, CompileError> {
+        if self.opts.whitespace == Whitespace::Compact {
+            return Ok(from);
+        }
+        let lp = self.b.state()?;
+        self.b.eps(from, lp);
+        for c in [b' ', b'\t', b'\n', b'\r'] {
+            self.b.range(lp, c, c, lp);
+        }
+        Ok(lp)
+    }
+
+    /// Literal punctuation with whitespace around it under the flexible policy.
+    pub fn punct(&mut self, from: StateId, c: u8) -> Result<StateId, CompileError> {
+        let a = self.ws(from)?;
+        let b = self.b.lit(a, &[c])?;
+        self.ws(b)
+    }
+
+    /// Resolves a local `$ref` ("#", "#/definitions/x", "#/$defs/x", any JSON pointer).
+    pub fn resolve(&self, reference: &str, pointer: &str) -> Result<&'a Value, CompileError> {
+        let Some(frag) = reference.strip_prefix('#') else {
+            return Err(CompileError::Unsupported {
+                keyword: "$ref".into(),
+                pointer: pointer.into(),
+                reason: format!("only local references are supported, got {reference:?}"),
+            });
+        };
+        let decoded = percent_decode(frag);
+        if decoded.is_empty() {
+            return Ok(self.root);
+        }
+        if !decoded.starts_with('/') {
+            return Err(CompileError::Unsupported {
+                keyword: "$ref".into(),
+                pointer: pointer.into(),
+                reason: format!("anchor references are not supported: {reference:?}"),
+            });
+        }
+        self.root.pointer(&decoded).ok_or_else(|| CompileError::InvalidSchema {
+            pointer: pointer.into(),
+            reason: format!("unresolvable $ref {reference:?}"),
+        })
+    }
+
+    /// A fragment that accepts nothing (its exit is unreachable, so it gets trimmed).
+    pub fn nothing(&mut self) -> Result<StateId, CompileError> {
+        self.b.state()
+    }
+
+    /// Any JSON value, as a call to the shared "any" rule.
+    pub fn any_value(&mut self, from: StateId) -> Result<StateId, CompileError> {
+        let r = match self.any_rule {
+            Some(r) => r,
+            None => {
+                let r = self.b.new_rule()?;
+                self.any_rule = Some(r);
+                self.pending.push((r, Pending::Any));
+                r
+            }
+        };
+        self.b.call(from, r)
+    }
+
+    fn any_value_body(&mut self, from: StateId) -> Result<StateId, CompileError> {
+        let exit = self.b.state()?;
+        for lit in ["null", "true", "false"] {
+            let e = self.b.lit(from, lit.as_bytes())?;
+            self.b.eps(e, exit);
+        }
+        let e = self.number_plain(from)?;
+        self.b.eps(e, exit);
+        let e = self.string_free(from, 0, None)?;
+        self.b.eps(e, exit);
+        // Array of any.
+        let a = self.b.lit(from, b"[")?;
+        let a = self.ws(a)?;
+        let close = self.b.state()?;
+        self.b.eps(a, close);
+        let first = self.any_value(a)?;
+        let lp = self.b.state()?;
+        self.b.eps(first, lp);
+        let comma = self.punct(lp, b',')?;
+        let nx = self.any_value(comma)?;
+        self.b.eps(nx, lp);
+        self.b.eps(lp, close);
+        let c2 = self.ws(close)?;
+        let e = self.b.lit(c2, b"]")?;
+        self.b.eps(e, exit);
+        // Object of any.
+        let o = self.b.lit(from, b"{")?;
+        let o = self.ws(o)?;
+        let close = self.b.state()?;
+        self.b.eps(o, close);
+        let kv = |c: &mut Self, s: StateId| -> Result<StateId, CompileError> {
+            let k = c.string_free(s, 0, None)?;
+            let col = c.punct(k, b':')?;
+            c.any_value(col)
+        };
+        let first = kv(self, o)?;
+        let lp = self.b.state()?;
+        self.b.eps(first, lp);
+        let comma = self.punct(lp, b',')?;
+        let nx = kv(self, comma)?;
+        self.b.eps(nx, lp);
+        self.b.eps(lp, close);
+        let c2 = self.ws(close)?;
+        let e = self.b.lit(c2, b"}")?;
+        self.b.eps(e, exit);
+        Ok(exit)
+    }
+
+    /// A schema as a rule call (for repetition of large bodies).
+    pub fn schema_call(&mut self, from: StateId, schema: &Value, ptr: &str) -> Result<StateId, CompileError> {
+        if let Some(r) = schema.as_object().and_then(|m| m.get("$ref")).and_then(|r| r.as_str()) {
+            if schema.as_object().is_some_and(|m| m.keys().all(|k| k == "$ref" || ANNOTATIONS.contains(&k.as_str()))) {
+                let rule = self.ref_rule(r);
+                return self.b.call(from, rule?);
+            }
+        }
+        let rule = self.b.new_rule()?;
+        self.pending.push((rule, Pending::Schema(schema.clone(), ptr.to_string())));
+        self.b.call(from, rule)
+    }
+
+    fn ref_rule(&mut self, reference: &str) -> Result<RuleId, CompileError> {
+        if let Some(&r) = self.ref_rules.get(reference) {
+            return Ok(r);
+        }
+        let r = self.b.new_rule()?;
+        self.ref_rules.insert(reference.to_string(), r);
+        self.pending.push((r, Pending::Ref(reference.to_string())));
+        Ok(r)
+    }
+
+    /// Any schema.
+    pub fn value(&mut self, from: StateId, schema: &Value, ptr: &str) -> Result<StateId, CompileError> {
+        let map = match schema {
+            Value::Bool(true) => return self.any_value(from),
+            Value::Bool(false) => return self.nothing(),
+            Value::Object(m) => m,
+            _ => return Err(self.invalid(ptr, "a schema must be an object or a boolean")),
+        };
+        // A bare `$ref`: inline, or call when recursive / reused a lot.
+        if let Some(reference) = map.get("$ref").and_then(|r| r.as_str()) {
+            let only_ref = map.keys().all(|k| k == "$ref" || ANNOTATIONS.contains(&k.as_str()))
+                || !self.is_modern_draft();
+            if only_ref {
+                let reference = reference.to_string();
+                let count = self.inline_count.entry(reference.clone()).or_insert(0);
+                *count += 1;
+                let many = *count > 8;
+                if self.inlining.contains(&reference) || many {
+                    let rule = self.ref_rule(&reference)?;
+                    return self.b.call(from, rule);
+                }
+                let target = self.resolve(&reference, ptr)?;
+                self.inlining.push(reference.clone());
+                let r = self.value(from, target, &reference);
+                self.inlining.pop();
+                return r;
+            }
+        }
+        let norm = self.normalize(map, ptr, 0)?;
+        self.normalized(from, &norm, ptr)
+    }
+
+    fn is_modern_draft(&self) -> bool {
+        match self.root.get("$schema").and_then(|s| s.as_str()) {
+            Some(s) => !(s.contains("draft-04") || s.contains("draft-06") || s.contains("draft-07") || s.contains("draft-03")),
+            None => true,
+        }
+    }
+
+    /// A schema without `allOf`/sibling `$ref` (already merged).
+    fn normalized(&mut self, from: StateId, s: &Map<String, Value>, ptr: &str) -> Result<StateId, CompileError> {
+        if s.get("__false").is_some() {
+            return self.nothing();
+        }
+        // anyOf / oneOf: distribute the rest of the schema over the branches.
+        for kw in ["anyOf", "oneOf"] {
+            if let Some(branches) = s.get(kw) {
+                let branches = branches.as_array().ok_or_else(|| self.invalid(ptr, &format!("{kw} must be an array")))?;
+                let mut rest = s.clone();
+                rest.remove(kw);
+                if kw == "oneOf" {
+                    self.check_one_of(branches, &rest, ptr)?;
+                }
+                let exit = self.b.state()?;
+                for (i, br) in branches.iter().enumerate() {
+                    let bptr = format!("{ptr}/{kw}/{i}");
+                    let e = if rest.keys().all(|k| ANNOTATIONS.contains(&k.as_str())) {
+                        self.value(from, br, &bptr)?
+                    } else {
+                        let merged = self.merge_schemas(&Value::Object(rest.clone()), br, &bptr, 0)?;
+                        match merged {
+                            Value::Object(m) => self.normalized(from, &m, &bptr)?,
+                            other => self.value(from, &other, &bptr)?,
+                        }
+                    };
+                    self.b.eps(e, exit);
+                }
+                return Ok(exit);
+            }
+        }
+        for kw in s.keys() {
+            match kw.as_str() {
+                "not" | "if" | "then" | "else" | "dependencies" | "dependentRequired" | "dependentSchemas"
+                | "unevaluatedProperties" | "unevaluatedItems" | "contains" | "minContains"
+                | "maxContains" | "$dynamicRef" | "$recursiveRef" | "propertyNames" => {
+                    if !(kw == "then" || kw == "else") || !s.contains_key("if") {
+                        self.unsupported(kw, ptr, "cannot be enforced exactly")?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(values) = s.get("enum").and_then(|e| e.as_array()).cloned() {
+            return self.enum_values(from, &values, s, ptr);
+        }
+        if let Some(c) = s.get("const").cloned() {
+            return self.enum_values(from, &[c], s, ptr);
+        }
+        let types = self.types_of(s, ptr)?;
+        let exit = self.b.state()?;
+        for t in types {
+            let e = match t {
+                "null" => self.b.lit(from, b"null")?,
+                "boolean" => {
+                    let x = self.b.state()?;
+                    let a = self.b.lit(from, b"true")?;
+                    let f = self.b.lit(from, b"false")?;
+                    self.b.eps(a, x);
+                    self.b.eps(f, x);
+                    x
+                }
+                "integer" => self.integer(from, s, ptr)?,
+                "number" => self.number(from, s, ptr)?,
+                "string" => self.string(from, s, ptr)?,
+                "array" => self.array(from, s, ptr)?,
+                "object" => self.object(from, s, ptr)?,
+                other => return Err(self.invalid(ptr, &format!("unknown type {other:?}"))),
+            };
+            self.b.eps(e, exit);
+        }
+        Ok(exit)
+    }
+
+    /// The types a schema admits, `number` absorbing `integer`.
+    fn types_of(&self, s: &Map<String, Value>, ptr: &str) -> Result<Vec<&'static str>, CompileError> {
+        const ALL: [&str; 6] = ["null", "boolean", "object", "array", "string", "number"];
+        let mut out: Vec<&'static str> = match s.get("type") {
+            None => ALL.to_vec(),
+            Some(Value::String(t)) => vec![static_type(t).ok_or_else(|| self.invalid(ptr, &format!("unknown type {t:?}")))?],
+            Some(Value::Array(ts)) => {
+                let mut v = Vec::new();
+                for t in ts {
+                    let t = t.as_str().and_then(static_type).ok_or_else(|| self.invalid(ptr, "bad type list"))?;
+                    if !v.contains(&t) {
+                        v.push(t);
+                    }
+                }
+                v
+            }
+            Some(_) => return Err(self.invalid(ptr, "bad type")),
+        };
+        if out.contains(&"number") {
+            out.retain(|t| *t != "integer");
+        }
+        Ok(out)
+    }
+
+    /// `enum`/`const`: the listed values that also satisfy the rest of the schema.
+    fn enum_values(&mut self, from: StateId, values: &[Value], s: &Map<String, Value>, ptr: &str) -> Result<StateId, CompileError> {
+        let exit = self.b.state()?;
+        for v in values {
+            if let Some(c) = s.get("const") {
+                if !json_eq(c, v) {
+                    continue;
+                }
+            }
+            if let Some(Value::Array(e)) = s.get("enum") {
+                if !e.iter().any(|x| json_eq(x, v)) {
+                    continue;
+                }
+            }
+            match norm::check_value(v, s) {
+                Some(true) => {}
+                Some(false) => continue,
+                None => {
+                    self.unsupported("enum", ptr, "enum/const combined with keywords the engine cannot check a value against")?;
+                }
+            }
+            let e = self.literal(from, v)?;
+            self.b.eps(e, exit);
+        }
+        Ok(exit)
+    }
+
+    /// A JSON value written out (whitespace per policy).
+    pub fn literal(&mut self, from: StateId, v: &Value) -> Result<StateId, CompileError> {
+        match v {
+            Value::Array(items) => {
+                let mut cur = self.b.lit(from, b"[")?;
+                cur = self.ws(cur)?;
+                for (i, x) in items.iter().enumerate() {
+                    if i > 0 {
+                        cur = self.punct(cur, b',')?;
+                    }
+                    cur = self.literal(cur, x)?;
+                }
+                cur = self.ws(cur)?;
+                self.b.lit(cur, b"]")
+            }
+            Value::Object(m) => {
+                let mut cur = self.b.lit(from, b"{")?;
+                cur = self.ws(cur)?;
+                for (i, (k, x)) in m.iter().enumerate() {
+                    if i > 0 {
+                        cur = self.punct(cur, b',')?;
+                    }
+                    let key = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
+                    cur = self.b.lit(cur, key.as_bytes())?;
+                    cur = self.punct(cur, b':')?;
+                    cur = self.literal(cur, x)?;
+                }
+                cur = self.ws(cur)?;
+                self.b.lit(cur, b"}")
+            }
+            other => {
+                let text = serde_json::to_string(other).map_err(|e| CompileError::Json(e.to_string()))?;
+                self.b.lit(from, text.as_bytes())
+            }
+        }
+    }
+}
+
+fn static_type(t: &str) -> Option<&'static str> {
+    Some(match t {
+        "null" => "null",
+        "boolean" => "boolean",
+        "object" => "object",
+        "array" => "array",
+        "string" => "string",
+        "number" => "number",
+        "integer" => "integer",
+        _ => return None,
+    })
+}
+
+/// JSON Schema equality (numbers by value).
+pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q)),
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() + 0 && i + 2 <= bytes.len() - 1 {
+            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_string())
+}

@@ -1,0 +1,368 @@
+//! Schema normalisation: `allOf` and sibling `$ref` are merged into one schema (exact
+//! intersection where the keywords allow it, an error otherwise), `oneOf` is checked for
+//! disjoint branches, and values are checked against simple schemas (for `enum`).
+
+use serde_json::{Map, Value};
+
+use super::{json_eq, JsonCompiler, ANNOTATIONS};
+use crate::regex::{parse, Flavor};
+use crate::CompileError;
+
+const MAX_MERGE_DEPTH: u32 = 24;
+
+impl JsonCompiler<'_> {
+    /// Merges `allOf` and a sibling `$ref` into the schema.
+    pub(super) fn normalize(&mut self, map: &Map<String, Value>, ptr: &str, depth: u32) -> Result<Map<String, Value>, CompileError> {
+        if depth > MAX_MERGE_DEPTH {
+            return Err(CompileError::Unsupported { keyword: "allOf".into(), pointer: ptr.into(), reason: "nesting too deep".into() });
+        }
+        if !map.contains_key("allOf") && !map.contains_key("$ref") {
+            return Ok(map.clone());
+        }
+        let mut out = map.clone();
+        let mut parts: Vec<(Value, String)> = Vec::new();
+        if let Some(r) = out.remove("$ref") {
+            let r = r.as_str().ok_or_else(|| self.invalid(ptr, "$ref must be a string"))?.to_string();
+            if self.inlining.contains(&r) {
+                return Err(CompileError::Unsupported { keyword: "$ref".into(), pointer: ptr.into(), reason: "recursive reference combined with other keywords".into() });
+            }
+            parts.push((self.resolve(&r, ptr)?.clone(), r));
+        }
+        if let Some(all) = out.remove("allOf") {
+            let all = all.as_array().ok_or_else(|| self.invalid(ptr, "allOf must be an array"))?;
+            for (i, s) in all.iter().enumerate() {
+                parts.push((s.clone(), format!("{ptr}/allOf/{i}")));
+            }
+        }
+        let mut acc = Value::Object(out);
+        for (p, pptr) in parts {
+            acc = self.merge_schemas(&acc, &p, &pptr, depth + 1)?;
+        }
+        match acc {
+            Value::Object(m) => Ok(m),
+            Value::Bool(true) => Ok(Map::new()),
+            _ => {
+                let mut m = Map::new();
+                m.insert("__false".into(), Value::Bool(true));
+                Ok(m)
+            }
+        }
+    }
+
+    /// The intersection of two schemas, as one schema.
+    pub(super) fn merge_schemas(&mut self, a: &Value, b: &Value, ptr: &str, depth: u32) -> Result<Value, CompileError> {
+        let (a, b) = match (a, b) {
+            (Value::Bool(true), x) | (x, Value::Bool(true)) => return Ok(x.clone()),
+            (Value::Bool(false), _) | (_, Value::Bool(false)) => return Ok(Value::Bool(false)),
+            (Value::Object(a), Value::Object(b)) => (a, b),
+            _ => return Err(self.invalid(ptr, "a schema must be an object or a boolean")),
+        };
+        let a = self.normalize(a, ptr, depth + 1)?;
+        let b = self.normalize(b, ptr, depth + 1)?;
+        let mut out = a.clone();
+        let unsat = |out: &mut Map<String, Value>| {
+            out.insert("__false".into(), Value::Bool(true));
+        };
+        for (k, bv) in &b {
+            let Some(av) = a.get(k) else {
+                out.insert(k.clone(), bv.clone());
+                continue;
+            };
+            if json_eq(av, bv) {
+                continue;
+            }
+            match k.as_str() {
+                "type" => {
+                    let ta = type_list(av);
+                    let tb = type_list(bv);
+                    let mut both: Vec<Value> = Vec::new();
+                    for t in &ta {
+                        for u in &tb {
+                            let r = match (t.as_str(), u.as_str()) {
+                                (x, y) if x == y => Some(x),
+                                ("integer", "number") | ("number", "integer") => Some("integer"),
+                                _ => None,
+                            };
+                            if let Some(r) = r {
+                                if !both.iter().any(|v| v == r) {
+                                    both.push(Value::String(r.into()));
+                                }
+                            }
+                        }
+                    }
+                    if both.is_empty() {
+                        unsat(&mut out);
+                    }
+                    out.insert(k.clone(), Value::Array(both));
+                }
+                "required" => {
+                    let mut r = av.as_array().cloned().unwrap_or_default();
+                    for x in bv.as_array().into_iter().flatten() {
+                        if !r.contains(x) {
+                            r.push(x.clone());
+                        }
+                    }
+                    out.insert(k.clone(), Value::Array(r));
+                }
+                "properties" | "patternProperties" | "$defs" | "definitions" => {
+                    let mut m = av.as_object().cloned().unwrap_or_default();
+                    for (pk, pv) in bv.as_object().into_iter().flatten() {
+                        let merged = match m.get(pk) {
+                            Some(x) => self.merge_schemas(x, pv, &format!("{ptr}/{k}/{pk}"), depth + 1)?,
+                            None => pv.clone(),
+                        };
+                        m.insert(pk.clone(), merged);
+                    }
+                    out.insert(k.clone(), Value::Object(m));
+                }
+                "enum" => {
+                    let ea = av.as_array().cloned().unwrap_or_default();
+                    let eb = bv.as_array().cloned().unwrap_or_default();
+                    let both: Vec<Value> = ea.into_iter().filter(|x| eb.iter().any(|y| json_eq(x, y))).collect();
+                    out.insert(k.clone(), Value::Array(both));
+                }
+                "const" => unsat(&mut out),
+                "minLength" | "minItems" | "minProperties" | "minimum" => {
+                    if num(bv) > num(av) {
+                        out.insert(k.clone(), bv.clone());
+                    }
+                }
+                "maxLength" | "maxItems" | "maxProperties" | "maximum" => {
+                    if num(bv) < num(av) {
+                        out.insert(k.clone(), bv.clone());
+                    }
+                }
+                "exclusiveMinimum" if av.is_number() && bv.is_number() => {
+                    if num(bv) > num(av) {
+                        out.insert(k.clone(), bv.clone());
+                    }
+                }
+                "exclusiveMaximum" if av.is_number() && bv.is_number() => {
+                    if num(bv) < num(av) {
+                        out.insert(k.clone(), bv.clone());
+                    }
+                }
+                "items" | "additionalProperties" | "additionalItems" | "not" if !av.is_array() && !bv.is_array() => {
+                    let m = self.merge_schemas(av, bv, &format!("{ptr}/{k}"), depth + 1)?;
+                    out.insert(k.clone(), m);
+                }
+                "anyOf" => {
+                    let xa = av.as_array().cloned().unwrap_or_default();
+                    let xb = bv.as_array().cloned().unwrap_or_default();
+                    if xa.len() * xb.len() > 64 {
+                        return Err(CompileError::Unsupported { keyword: "allOf".into(), pointer: ptr.into(), reason: "intersection of two large anyOf".into() });
+                    }
+                    let mut alts = Vec::new();
+                    for x in &xa {
+                        for y in &xb {
+                            alts.push(self.merge_schemas(x, y, ptr, depth + 1)?);
+                        }
+                    }
+                    out.insert(k.clone(), Value::Array(alts));
+                }
+                _ if ANNOTATIONS.contains(&k.as_str()) => {}
+                _ => {
+                    return Err(CompileError::Unsupported {
+                        keyword: "allOf".into(),
+                        pointer: ptr.into(),
+                        reason: format!("cannot intersect two different `{k}`"),
+                    })
+                }
+            }
+        }
+        // Properties one side adds must satisfy the other side's additionalProperties.
+        for (x, y) in [(&a, &b), (&b, &a)] {
+            let Some(yp) = y.get("properties").and_then(|p| p.as_object()) else { continue };
+            let xp = x.get("properties").and_then(|p| p.as_object());
+            let new_keys: Vec<&String> = yp.keys().filter(|k| xp.is_none_or(|xp| !xp.contains_key(*k))).collect();
+            if new_keys.is_empty() {
+                continue;
+            }
+            if x.contains_key("patternProperties") {
+                return Err(CompileError::Unsupported { keyword: "allOf".into(), pointer: ptr.into(), reason: "properties merged with patternProperties".into() });
+            }
+            if let Some(add) = x.get("additionalProperties") {
+                let props = out.get_mut("properties").and_then(|p| p.as_object_mut()).map(std::mem::take).unwrap_or_default();
+                let mut props = props;
+                for k in new_keys {
+                    let cur = props.get(k).cloned().unwrap_or(Value::Bool(true));
+                    let m = self.merge_schemas(&cur, add, ptr, depth + 1)?;
+                    props.insert(k.clone(), m);
+                }
+                out.insert("properties".into(), Value::Object(props));
+            }
+        }
+        Ok(Value::Object(out))
+    }
+
+    /// `oneOf` is exact as a union only when no value can match two branches.
+    pub(super) fn check_one_of(&mut self, branches: &[Value], rest: &Map<String, Value>, ptr: &str) -> Result<(), CompileError> {
+        let mut sigs = Vec::new();
+        for (i, br) in branches.iter().enumerate() {
+            let bptr = format!("{ptr}/oneOf/{i}");
+            let m = match self.merge_schemas(&Value::Object(rest.clone()), br, &bptr, 0) {
+                Ok(Value::Object(m)) => m,
+                Ok(Value::Bool(false)) => continue,
+                Ok(_) => Map::new(),
+                Err(e) => {
+                    if self.opts.lenient {
+                        return Ok(());
+                    }
+                    return Err(e);
+                }
+            };
+            sigs.push(m);
+        }
+        for i in 0..sigs.len() {
+            for j in i + 1..sigs.len() {
+                if !disjoint(&sigs[i], &sigs[j]) {
+                    return self.unsupported("oneOf", ptr, &format!("branches {i} and {j} may both match a value"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn type_list(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(String::from)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+/// Type bits: null 1, boolean 2, object 4, array 8, string 16, number 32 (integer 64).
+fn type_bits(s: &Map<String, Value>) -> u8 {
+    let of_value = |v: &Value| -> u8 {
+        match v {
+            Value::Null => 1,
+            Value::Bool(_) => 2,
+            Value::Object(_) => 4,
+            Value::Array(_) => 8,
+            Value::String(_) => 16,
+            Value::Number(n) => {
+                if n.is_i64() || n.is_u64() {
+                    64
+                } else {
+                    32
+                }
+            }
+        }
+    };
+    if s.contains_key("__false") {
+        return 0;
+    }
+    if let Some(c) = s.get("const") {
+        return of_value(c);
+    }
+    if let Some(Value::Array(e)) = s.get("enum") {
+        return e.iter().map(of_value).fold(0, |a, b| a | b);
+    }
+    match s.get("type") {
+        None => 127,
+        Some(t) => type_list(t)
+            .iter()
+            .map(|t| match t.as_str() {
+                "null" => 1,
+                "boolean" => 2,
+                "object" => 4,
+                "array" => 8,
+                "string" => 16,
+                "number" => 32 | 64,
+                "integer" => 64,
+                _ => 0,
+            })
+            .fold(0, |a, b| a | b),
+    }
+}
+
+fn value_set(s: &Map<String, Value>) -> Option<Vec<Value>> {
+    if let Some(c) = s.get("const") {
+        return Some(vec![c.clone()]);
+    }
+    s.get("enum").and_then(|e| e.as_array()).cloned()
+}
+
+/// True when no JSON value can satisfy both (conservative: false when unsure).
+fn disjoint(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
+    if type_bits(a) & type_bits(b) == 0 {
+        return true;
+    }
+    if let (Some(x), Some(y)) = (value_set(a), value_set(b)) {
+        if !x.iter().any(|p| y.iter().any(|q| json_eq(p, q))) {
+            return true;
+        }
+    }
+    // Both must be objects from here (non-object values could match both).
+    if type_bits(a) != 4 || type_bits(b) != 4 {
+        return false;
+    }
+    let req = |s: &Map<String, Value>| -> Vec<String> {
+        s.get("required").and_then(|r| r.as_array()).map(|r| r.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default()
+    };
+    let props = |s: &Map<String, Value>| s.get("properties").and_then(|p| p.as_object()).cloned().unwrap_or_default();
+    let (ra, rb, pa, pb) = (req(a), req(b), props(a), props(b));
+    // A discriminating property: required in both with disjoint value sets.
+    for k in ra.iter().filter(|k| rb.contains(k)) {
+        if let (Some(Value::Object(x)), Some(Value::Object(y))) = (pa.get(k), pb.get(k)) {
+            if disjoint(x, y) {
+                return true;
+            }
+        }
+    }
+    // A key one side requires and the other forbids.
+    let closed = |s: &Map<String, Value>| s.get("additionalProperties") == Some(&Value::Bool(false)) && !s.contains_key("patternProperties");
+    if (closed(b) && ra.iter().any(|k| !pb.contains_key(k))) || (closed(a) && rb.iter().any(|k| !pa.contains_key(k))) {
+        return true;
+    }
+    false
+}
+
+/// Checks a value against a schema's simple keywords: `Some(valid)`, or `None` when a
+/// keyword that applies to the value cannot be checked here.
+pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
+    for (k, x) in s {
+        let ok = match (k.as_str(), v) {
+            ("enum" | "const", _) => true,
+            ("__false", _) => false,
+            (kw, _) if ANNOTATIONS.contains(&kw) => true,
+            ("type", _) => {
+                let bits = type_bits(&Map::from_iter([("type".to_string(), x.clone())]));
+                let vb = match v {
+                    Value::Number(n) if n.as_f64().is_some_and(|f| f.fract() == 0.0) => 64 | 32,
+                    other => type_bits(&Map::from_iter([("const".to_string(), other.clone())])),
+                };
+                bits & vb != 0
+            }
+            ("minLength", Value::String(t)) => (t.chars().count() as f64) >= num(x),
+            ("maxLength", Value::String(t)) => (t.chars().count() as f64) <= num(x),
+            ("minimum", Value::Number(n)) => n.as_f64()? >= num(x),
+            ("maximum", Value::Number(n)) => n.as_f64()? <= num(x),
+            ("exclusiveMinimum", Value::Number(n)) if x.is_number() => n.as_f64()? > num(x),
+            ("exclusiveMaximum", Value::Number(n)) if x.is_number() => n.as_f64()? < num(x),
+            ("pattern", Value::String(t)) => {
+                let hir = parse(x.as_str()?, Flavor::EcmaSearch).ok()?;
+                let full = regex_syntax::hir::Hir::concat(vec![
+                    regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),
+                    hir,
+                    regex_syntax::hir::Hir::look(regex_syntax::hir::Look::End),
+                ]);
+                regex_automata::meta::Regex::builder().build_from_hir(&full).ok()?.is_match(t.as_str())
+            }
+            ("minLength" | "maxLength" | "pattern" | "format", _) if !v.is_string() => true,
+            ("minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" | "multipleOf", _) if !v.is_number() => true,
+            ("properties" | "required" | "additionalProperties" | "patternProperties" | "minProperties" | "maxProperties" | "propertyNames", _) if !v.is_object() => true,
+            ("items" | "prefixItems" | "additionalItems" | "minItems" | "maxItems" | "uniqueItems" | "contains", _) if !v.is_array() => true,
+            _ => return None,
+        };
+        if !ok {
+            return Some(false);
+        }
+    }
+    Some(true)
+}

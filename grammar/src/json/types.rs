@@ -1,0 +1,541 @@
+//! Per-type emitters: numbers, strings, arrays, objects, and the "any other key" automaton.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::formats::{format_regex, int_range, number_range};
+use super::JsonCompiler;
+use crate::nfa::StateId;
+use crate::regex::{emit_hir, parse, Escape, Flavor};
+use crate::CompileError;
+
+/// Bounded repetitions longer than this are refused (they would not be enforced cheaply).
+const MAX_COUNT: u64 = 4096;
+
+fn f(v: Option<&Value>) -> Option<f64> {
+    v.and_then(|x| x.as_f64())
+}
+
+impl JsonCompiler<'_> {
+    fn emit_regex(&mut self, from: StateId, re: &str, flavor: Flavor, esc: Escape, kw: &str, ptr: &str) -> Result<StateId, CompileError> {
+        let hir = match parse(re, flavor) {
+            Ok(h) => h,
+            Err(e) => {
+                return Err(CompileError::Unsupported { keyword: kw.into(), pointer: ptr.into(), reason: format!("{re:?}: {e}") })
+            }
+        };
+        emit_hir(self.b, from, &hir, esc).map_err(|e| {
+            if e.contains("too many states") {
+                CompileError::TooLarge { states: self.b.states.len() }
+            } else if e.contains("deadline") {
+                CompileError::Timeout
+            } else {
+                CompileError::Unsupported { keyword: kw.into(), pointer: ptr.into(), reason: format!("{re:?}: {e}") }
+            }
+        })
+    }
+
+    /// Numeric bounds as `(value, inclusive)`, handling draft-4 boolean exclusives.
+    fn bounds(s: &Map<String, Value>) -> (Option<(f64, bool)>, Option<(f64, bool)>) {
+        let mut lo = f(s.get("minimum")).map(|v| (v, s.get("exclusiveMinimum") != Some(&Value::Bool(true))));
+        let mut hi = f(s.get("maximum")).map(|v| (v, s.get("exclusiveMaximum") != Some(&Value::Bool(true))));
+        if let Some(x) = f(s.get("exclusiveMinimum")) {
+            if lo.is_none_or(|(l, _)| x >= l) {
+                lo = Some((x, false));
+            }
+        }
+        if let Some(x) = f(s.get("exclusiveMaximum")) {
+            if hi.is_none_or(|(h, _)| x <= h) {
+                hi = Some((x, false));
+            }
+        }
+        (lo, hi)
+    }
+
+    pub(super) fn integer(&mut self, from: StateId, s: &Map<String, Value>, ptr: &str) -> Result<StateId, CompileError> {
+        if let Some(m) = f(s.get("multipleOf")) {
+            if m != 1.0 {
+                self.unsupported("multipleOf", ptr, "only multipleOf 1 is enforced")?;
+            }
+        }
+        let (lo, hi) = Self::bounds(s);
+        const LIM: f64 = 1e15;
+        let lo_i = match lo {
+            None => None,
+            Some((v, _)) if v < -LIM => None,
+            Some((v, _)) if v > LIM => return self.nothing(),
+            Some((v, inc)) => Some(if inc { v.ceil() as i64 } else { v.floor() as i64 + 1 }),
+        };
+        let hi_i = match hi {
+            None => None,
+            Some((v, _)) if v > LIM => None,
+            Some((v, _)) if v < -LIM => return self.nothing(),
+            Some((v, inc)) => Some(if inc { v.floor() as i64 } else { v.ceil() as i64 - 1 }),
+        };
+        let re = int_range(lo_i, hi_i);
+        self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr)
+    }
+
+    pub(crate) fn number_plain(&mut self, from: StateId) -> Result<StateId, CompileError> {
+        self.emit_regex(from, r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?", Flavor::FullMatch, Escape::Raw, "type", "#")
+    }
+
+    pub(super) fn number(&mut self, from: StateId, s: &Map<String, Value>, ptr: &str) -> Result<StateId, CompileError> {
+        if s.contains_key("multipleOf") {
+            self.unsupported("multipleOf", ptr, "multipleOf on numbers is not enforced")?;
+        }
+        let (lo, hi) = Self::bounds(s);
+        if lo.is_none() && hi.is_none() {
+            return self.number_plain(from);
+        }
+        let as_int = |b: Option<(f64, bool)>, kw: &str| -> Result<Option<(i64, bool)>, String> {
+            match b {
+                None => Ok(None),
+                Some((v, inc)) if v.fract() == 0.0 && v.abs() < 1e15 => Ok(Some((v as i64, inc))),
+                Some(_) => Err(kw.to_string()),
+            }
+        };
+        match (as_int(lo, "minimum"), as_int(hi, "maximum")) {
+            (Ok(l), Ok(h)) => {
+                let re = number_range(l, h);
+                self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr)
+            }
+            (Err(kw), _) | (_, Err(kw)) => {
+                self.unsupported(&kw, ptr, "non-integer bounds on numbers are not enforced")?;
+                self.number_plain(from)
+            }
+        }
+    }
+
+    /// A string of `min..=max` characters, any content.
+    pub(crate) fn string_free(&mut self, from: StateId, min: u64, max: Option<u64>) -> Result<StateId, CompileError> {
+        let a = self.b.lit(from, b"\"")?;
+        let e = self.b.repeat(a, min, max, &mut json_char_into)?;
+        self.b.lit(e, b"\"")
+    }
+
+    pub(super) fn string(&mut self, from: StateId, s: &Map<String, Value>, ptr: &str) -> Result<StateId, CompileError> {
+        let min = f(s.get("minLength")).unwrap_or(0.0).max(0.0) as u64;
+        let max = f(s.get("maxLength")).map(|m| m.max(0.0) as u64);
+        if max.is_some_and(|m| m < min) {
+            return self.nothing();
+        }
+        let pattern = s.get("pattern").and_then(|p| p.as_str());
+        let mut format = s.get("format").and_then(|p| p.as_str()).map(|fm| (fm, format_regex(fm)));
+        if let Some((fm, None)) = format {
+            self.unsupported("format", ptr, &format!("format {fm:?} is not enforced"))?;
+            format = None;
+        }
+        let format_re = format.and_then(|(_, r)| r).filter(|r| !r.is_empty());
+        let lengths = min > 0 || max.is_some();
+        let res: Vec<(&str, String, Flavor)> = pattern
+            .map(|p| ("pattern", p.to_string(), Flavor::EcmaSearch))
+            .into_iter()
+            .chain(format_re.map(|r| ("format", r, Flavor::FullMatch)))
+            .collect();
+        if res.len() > 1 || (!res.is_empty() && lengths) {
+            let kw = if lengths { "maxLength" } else { "format" };
+            self.unsupported(kw, ptr, "only one of pattern / format / length bounds can be enforced on a string")?;
+        }
+        if let Some((kw, re, flavor)) = res.into_iter().next() {
+            let a = self.b.lit(from, b"\"")?;
+            let e = self.emit_regex(a, &re, flavor, Escape::JsonString, kw, ptr)?;
+            return self.b.lit(e, b"\"");
+        }
+        if min > MAX_COUNT || max.is_some_and(|m| m > MAX_COUNT) {
+            self.unsupported("maxLength", ptr, &format!("length bounds above {MAX_COUNT} are not enforced"))?;
+            return self.string_free(from, min.min(MAX_COUNT), None);
+        }
+        self.string_free(from, min, max)
+    }
+
+    pub(super) fn array(&mut self, from: StateId, s: &Map<String, Value>, ptr: &str) -> Result<StateId, CompileError> {
+        let min = f(s.get("minItems")).unwrap_or(0.0).max(0.0) as u64;
+        let max = f(s.get("maxItems")).map(|m| m.max(0.0) as u64);
+        if max.is_some_and(|m| m < min) {
+            return self.nothing();
+        }
+        if s.get("uniqueItems") == Some(&Value::Bool(true)) && max.is_none_or(|m| m > 1) {
+            self.unsupported("uniqueItems", ptr, "uniqueness of items is not enforced")?;
+        }
+        // Tuple part and the schema for the rest.
+        let (tuple, rest): (Vec<Value>, Value) = if let Some(Value::Array(p)) = s.get("prefixItems") {
+            (p.clone(), s.get("items").cloned().unwrap_or(Value::Bool(true)))
+        } else if let Some(Value::Array(p)) = s.get("items") {
+            (p.clone(), s.get("additionalItems").cloned().unwrap_or(Value::Bool(true)))
+        } else {
+            (Vec::new(), s.get("items").cloned().unwrap_or(Value::Bool(true)))
+        };
+        if min > MAX_COUNT || max.is_some_and(|m| m > MAX_COUNT) {
+            self.unsupported("maxItems", ptr, &format!("item counts above {MAX_COUNT} are not enforced"))?;
+        }
+        let rest_ok = rest != Value::Bool(false);
+        let open = self.b.lit(from, b"[")?;
+        let open = self.ws(open)?;
+        let close = self.b.state()?;
+        if min == 0 {
+            self.b.eps(open, close);
+        }
+        let mut cur = open;
+        let mut n = 0u64;
+        for (i, t) in tuple.iter().enumerate() {
+            if max.is_some_and(|m| n >= m) {
+                break;
+            }
+            if i > 0 {
+                cur = self.punct(cur, b',')?;
+            }
+            cur = self.value(cur, t, &format!("{ptr}/prefixItems/{i}"))?;
+            n += 1;
+            if n >= min {
+                self.b.eps(cur, close);
+            }
+        }
+        let rptr = format!("{ptr}/items");
+        if rest_ok && max.is_none_or(|m| n < m) {
+            // Required rest items, then optional ones (bounded) or a loop.
+            let req = min.saturating_sub(n).min(MAX_COUNT);
+            let opt = max.map(|m| m.min(MAX_COUNT).saturating_sub(n).saturating_sub(req));
+            let copies = req + opt.unwrap_or(0);
+            let use_call = copies > 2;
+            let item = |c: &mut Self, s: StateId, first: bool| -> Result<StateId, CompileError> {
+                let s = if first { s } else { c.punct(s, b',')? };
+                if use_call {
+                    c.schema_call(s, &rest, &rptr)
+                } else {
+                    c.value(s, &rest, &rptr)
+                }
+            };
+            for _ in 0..req {
+                cur = item(self, cur, n == 0)?;
+                n += 1;
+            }
+            if n >= min {
+                self.b.eps(cur, close);
+            }
+            match opt {
+                Some(k) => {
+                    for _ in 0..k {
+                        cur = item(self, cur, n == 0)?;
+                        n += 1;
+                        self.b.eps(cur, close);
+                    }
+                }
+                None => {
+                    if n == 0 {
+                        cur = item(self, cur, true)?;
+                        self.b.eps(cur, close);
+                    }
+                    let lp = self.b.state()?;
+                    self.b.eps(cur, lp);
+                    let e = item(self, lp, false)?;
+                    self.b.eps(e, lp);
+                    self.b.eps(lp, close);
+                }
+            }
+        }
+        let c = self.ws(close)?;
+        self.b.lit(c, b"]")
+    }
+
+    pub(super) fn object(&mut self, from: StateId, s: &Map<String, Value>, ptr: &str) -> Result<StateId, CompileError> {
+        let empty = Map::new();
+        let props = s.get("properties").and_then(|p| p.as_object()).unwrap_or(&empty);
+        let required: Vec<String> = s
+            .get("required")
+            .and_then(|r| r.as_array())
+            .map(|r| r.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+            .unwrap_or_default();
+        let additional = match s.get("additionalProperties") {
+            Some(Value::Bool(false)) => None,
+            Some(v) => Some(v.clone()),
+            None if self.opts.allow_undeclared_properties => Some(Value::Bool(true)),
+            None => None,
+        };
+        let pattern_props = s.get("patternProperties").and_then(|p| p.as_object()).filter(|p| !p.is_empty());
+        if let Some(pp) = pattern_props {
+            // Declared keys matching a pattern would need both schemas; extra keys would need
+            // the pattern's language. Supported: patterns no declared key matches, with extra
+            // keys not produced (stricter than the schema).
+            let mut clash = additional.is_some() && s.get("additionalProperties").is_some();
+            for p in pp.keys() {
+                let hir = parse(p, Flavor::EcmaSearch);
+                let Ok(hir) = hir else {
+                    clash = true;
+                    break;
+                };
+                let full = regex_syntax::hir::Hir::concat(vec![
+                    regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),
+                    hir,
+                    regex_syntax::hir::Hir::look(regex_syntax::hir::Look::End),
+                ]);
+                match regex_automata::meta::Regex::builder().build_from_hir(&full) {
+                    Ok(re) => {
+                        if props.keys().any(|k| re.is_match(k.as_str())) {
+                            clash = true;
+                        }
+                    }
+                    Err(_) => clash = true,
+                }
+            }
+            if clash {
+                self.unsupported("patternProperties", ptr, "pattern properties overlapping declared or additional properties")?;
+            }
+        }
+        let additional = if pattern_props.is_some() && s.get("additionalProperties").is_none() { None } else { additional };
+        let min_p = f(s.get("minProperties")).map(|x| x as usize);
+        let max_p = f(s.get("maxProperties")).map(|x| x as usize);
+        // Items in order: declared properties, then required keys not declared.
+        let mut items: Vec<(String, Value, bool)> = Vec::new();
+        for (k, v) in props {
+            items.push((k.clone(), v.clone(), required.contains(k)));
+        }
+        for r in &required {
+            if !props.contains_key(r) {
+                match &additional {
+                    Some(a) => items.push((r.clone(), a.clone(), true)),
+                    None if s.get("additionalProperties") == Some(&Value::Bool(false)) => return self.nothing(),
+                    None => items.push((r.clone(), Value::Bool(true), true)),
+                }
+            }
+        }
+        let n_req = items.iter().filter(|i| i.2).count();
+        if let Some(m) = min_p {
+            if m > n_req {
+                self.unsupported("minProperties", ptr, "more properties than the required ones")?;
+            }
+        }
+        if let Some(m) = max_p {
+            if m < items.len() || additional.is_some() {
+                self.unsupported("maxProperties", ptr, "fewer properties than could be produced")?;
+            }
+        }
+        for k in s.keys() {
+            if k == "propertyNames" && additional.is_some() {
+                self.unsupported(k, ptr, "property name constraints")?;
+            }
+        }
+        let open = self.b.lit(from, b"{")?;
+        let open = self.ws(open)?;
+        // Two tracks: `none` = nothing written yet, `some` = at least one property written.
+        let mut none = Some(open);
+        let mut some: Option<StateId> = None;
+        for (k, v, req) in &items {
+            let key = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
+            let vptr = format!("{ptr}/properties/{}", k.replace('~', "~0").replace('/', "~1"));
+            let kv = |c: &mut Self, s: StateId, comma: bool| -> Result<StateId, CompileError> {
+                let s = if comma { c.punct(s, b',')? } else { s };
+                let s = c.b.lit(s, key.as_bytes())?;
+                let s = c.punct(s, b':')?;
+                c.value(s, v, &vptr)
+            };
+            let mut new_some = None;
+            let join = |c: &mut Self, acc: &mut Option<StateId>, e: StateId| -> Result<(), CompileError> {
+                match acc {
+                    Some(a) => c.b.eps(e, *a),
+                    None => {
+                        let a = c.b.state()?;
+                        c.b.eps(e, a);
+                        *acc = Some(a);
+                    }
+                }
+                Ok(())
+            };
+            if let Some(n) = none {
+                let e = kv(self, n, false)?;
+                join(self, &mut new_some, e)?;
+            }
+            if let Some(sm) = some {
+                let e = kv(self, sm, true)?;
+                join(self, &mut new_some, e)?;
+            }
+            if !*req {
+                if let Some(sm) = some {
+                    join(self, &mut new_some, sm)?;
+                }
+            } else {
+                none = None;
+            }
+            some = new_some;
+        }
+        if let Some(add) = &additional {
+            let declared: Vec<String> = items.iter().map(|i| i.0.clone()).collect();
+            let aptr = format!("{ptr}/additionalProperties");
+            let lp = self.b.state()?;
+            let extra = |c: &mut Self, s: StateId, comma: bool| -> Result<StateId, CompileError> {
+                let s = if comma { c.punct(s, b',')? } else { s };
+                let s = c.other_key(s, &declared)?;
+                let s = c.punct(s, b':')?;
+                c.value(s, add, &aptr)
+            };
+            if let Some(n) = none {
+                let e = extra(self, n, false)?;
+                self.b.eps(e, lp);
+            }
+            if let Some(sm) = some {
+                self.b.eps(sm, lp);
+            }
+            let e = extra(self, lp, true)?;
+            self.b.eps(e, lp);
+            some = Some(lp);
+        }
+        let close = self.b.state()?;
+        for st in [none, some].into_iter().flatten() {
+            self.b.eps(st, close);
+        }
+        let c = self.ws(close)?;
+        self.b.lit(c, b"}")
+    }
+
+    /// A quoted key that is none of `declared`. Keys are written canonically (no `\u`, no
+    /// `\/`), so the written form decides the key and excluding declared spellings is exact.
+    fn other_key(&mut self, from: StateId, declared: &[String]) -> Result<StateId, CompileError> {
+        // Trie of canonical declared keys.
+        let mut trie_children: Vec<HashMap<u8, usize>> = vec![HashMap::new()];
+        let mut terminal = vec![false];
+        for k in declared {
+            let enc = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
+            let bytes = &enc.as_bytes()[1..enc.len() - 1];
+            let mut node = 0;
+            for &b in bytes {
+                node = match trie_children[node].get(&b) {
+                    Some(&c) => c,
+                    None => {
+                        trie_children.push(HashMap::new());
+                        terminal.push(false);
+                        let c = trie_children.len() - 1;
+                        trie_children[node].insert(b, c);
+                        c
+                    }
+                };
+            }
+            terminal[node] = true;
+        }
+        const OFF: usize = usize::MAX;
+        let start = self.b.lit(from, b"\"")?;
+        let exit = self.b.state()?;
+        let mut ids: HashMap<(u8, usize), StateId> = HashMap::new();
+        ids.insert((0, 0), start);
+        let mut work = vec![(0u8, 0usize)];
+        while let Some((d, t)) = work.pop() {
+            let me = ids[&(d, t)];
+            if d == 0 && (t == OFF || !terminal[t]) {
+                self.b.range(me, b'"', b'"', exit);
+            }
+            let mut run: Option<(u8, u8, StateId)> = None;
+            for byte in 0u8..=255 {
+                let target = match key_char_step(d, byte) {
+                    None => None,
+                    Some(d2) => {
+                        let t2 = if t == OFF { OFF } else { trie_children[t].get(&byte).copied().unwrap_or(OFF) };
+                        let id = match ids.get(&(d2, t2)) {
+                            Some(&id) => id,
+                            None => {
+                                let id = self.b.state()?;
+                                ids.insert((d2, t2), id);
+                                work.push((d2, t2));
+                                id
+                            }
+                        };
+                        Some(id)
+                    }
+                };
+                match (run, target) {
+                    (Some((lo, hi, id)), Some(t2)) if t2 == id && hi as u16 + 1 == byte as u16 => run = Some((lo, byte, id)),
+                    (r, t2) => {
+                        if let Some((lo, hi, id)) = r {
+                            self.b.range(me, lo, hi, id);
+                        }
+                        run = t2.map(|id| (byte, byte, id));
+                    }
+                }
+            }
+            if let Some((lo, hi, id)) = run {
+                self.b.range(me, lo, hi, id);
+            }
+        }
+        Ok(exit)
+    }
+}
+
+/// The canonical key-character automaton: 0 = between characters, 1 = after `\`,
+/// 2..=8 = inside a UTF-8 sequence.
+fn key_char_step(d: u8, b: u8) -> Option<u8> {
+    match d {
+        0 => match b {
+            0x20..=0x21 | 0x23..=0x5B | 0x5D..=0x7F => Some(0),
+            b'\\' => Some(1),
+            0xC2..=0xDF => Some(2),
+            0xE0 => Some(5),
+            0xE1..=0xEC | 0xEE..=0xEF => Some(3),
+            0xED => Some(6),
+            0xF0 => Some(7),
+            0xF1..=0xF3 => Some(4),
+            0xF4 => Some(8),
+            _ => None,
+        },
+        1 => matches!(b, b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't').then_some(0),
+        2 => (0x80..=0xBF).contains(&b).then_some(0),
+        3 => (0x80..=0xBF).contains(&b).then_some(2),
+        4 => (0x80..=0xBF).contains(&b).then_some(3),
+        5 => (0xA0..=0xBF).contains(&b).then_some(2),
+        6 => (0x80..=0x9F).contains(&b).then_some(2),
+        7 => (0x90..=0xBF).contains(&b).then_some(3),
+        8 => (0x80..=0x8F).contains(&b).then_some(3),
+        _ => None,
+    }
+}
+
+/// One JSON string character into a bare builder.
+fn json_char_into(b: &mut crate::nfa::Builder, from: StateId) -> Result<StateId, CompileError> {
+    let exit = b.state()?;
+    for (lo, hi) in [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7F)] {
+        b.range(from, lo, hi, exit);
+    }
+    let c1 = b.state()?;
+    b.range(c1, 0x80, 0xBF, exit);
+    let c2 = b.state()?;
+    b.range(c2, 0x80, 0xBF, c1);
+    let c3 = b.state()?;
+    b.range(c3, 0x80, 0xBF, c2);
+    b.range(from, 0xC2, 0xDF, c1);
+    let e0 = b.state()?;
+    b.range(from, 0xE0, 0xE0, e0);
+    b.range(e0, 0xA0, 0xBF, c1);
+    b.range(from, 0xE1, 0xEC, c2);
+    b.range(from, 0xEE, 0xEF, c2);
+    let ed = b.state()?;
+    b.range(from, 0xED, 0xED, ed);
+    b.range(ed, 0x80, 0x9F, c1);
+    let f0 = b.state()?;
+    b.range(from, 0xF0, 0xF0, f0);
+    b.range(f0, 0x90, 0xBF, c2);
+    b.range(from, 0xF1, 0xF3, c3);
+    let f4 = b.state()?;
+    b.range(from, 0xF4, 0xF4, f4);
+    b.range(f4, 0x80, 0x8F, c2);
+    let bs = b.state()?;
+    b.range(from, b'\\', b'\\', bs);
+    for c in [b'"', b'\\', b'/', b'b', b'f', b'n', b'r', b't'] {
+        b.range(bs, c, c, exit);
+    }
+    let u = b.state()?;
+    b.range(bs, b'u', b'u', u);
+    let h3 = b.state()?;
+    let h2 = b.state()?;
+    let h1 = b.state()?;
+    for (a, t) in [(h3, h2), (h2, h1), (h1, exit)] {
+        b.range(a, b'0', b'9', t);
+        b.range(a, b'a', b'f', t);
+        b.range(a, b'A', b'F', t);
+    }
+    for (lo, hi) in [(b'0', b'9'), (b'a', b'c'), (b'A', b'C'), (b'e', b'f'), (b'E', b'F')] {
+        b.range(u, lo, hi, h3);
+    }
+    let d = b.state()?;
+    b.range(u, b'd', b'd', d);
+    b.range(u, b'D', b'D', d);
+    b.range(d, b'0', b'7', h2);
+    Ok(exit)
+}

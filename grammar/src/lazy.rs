@@ -1,0 +1,241 @@
+//! A lazily built deterministic automaton over the NFA's *configurations*.
+//!
+//! A configuration is the set of live threads `(call stack, NFA state)` after an epsilon
+//! closure (only states with byte moves are kept) plus an "accepting" flag. Configurations
+//! are interned once per compiled grammar, so a byte step is a table lookup after warm-up and
+//! a token mask is a function of the configuration alone: it is cached per configuration.
+//! Stacks are hash-consed: a stack id names `(parent stack, return state)`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::nfa::{Nfa, StateId};
+use crate::vocab::TokenVocab;
+
+/// Configuration id. `DEAD` is the empty configuration.
+pub(crate) type ConfigId = u32;
+/// The empty, rejecting configuration.
+pub(crate) const DEAD: ConfigId = 0;
+const UNKNOWN: u32 = u32::MAX;
+
+/// Deepest call stack the matcher follows; deeper nesting is rejected.
+pub(crate) const MAX_STACK_DEPTH: u32 = 256;
+
+#[derive(Debug)]
+pub(crate) struct Config {
+    /// Sorted `(stack, state)` threads whose state has byte moves.
+    pub threads: Box<[(u32, StateId)]>,
+    /// An empty stack reached the root rule's end.
+    pub accept: bool,
+    /// Fewest bytes to reach an accepting configuration.
+    pub min_bytes: u32,
+}
+
+/// Lazily grown configuration automaton plus the per-configuration mask cache.
+#[derive(Debug)]
+pub(crate) struct Lazy {
+    /// `(parent, ret, depth)`; stack 0 is the empty stack.
+    stacks: Vec<(u32, StateId, u32)>,
+    stack_cost: Vec<u32>,
+    stack_map: HashMap<(u32, StateId), u32>,
+    pub configs: Vec<Config>,
+    config_map: HashMap<(Box<[(u32, StateId)]>, bool), ConfigId>,
+    trans: Vec<u32>,
+    masks: Vec<Option<Arc<[u32]>>>,
+    mask_bytes: usize,
+    mask_budget: usize,
+    max_configs: usize,
+}
+
+impl Lazy {
+    pub fn new(mask_budget: usize, max_configs: usize) -> Self {
+        let mut l = Lazy {
+            stacks: vec![(0, 0, 0)],
+            stack_cost: vec![0],
+            stack_map: HashMap::new(),
+            configs: Vec::new(),
+            config_map: HashMap::new(),
+            trans: Vec::new(),
+            masks: Vec::new(),
+            mask_bytes: 0,
+            mask_budget,
+            max_configs,
+        };
+        l.push_config(Box::new([]), false, u32::MAX);
+        l
+    }
+
+    fn push_config(&mut self, threads: Box<[(u32, StateId)]>, accept: bool, min_bytes: u32) -> ConfigId {
+        let id = self.configs.len() as ConfigId;
+        self.config_map.insert((threads.clone(), accept), id);
+        self.configs.push(Config { threads, accept, min_bytes });
+        self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
+        self.masks.push(None);
+        id
+    }
+
+    fn push_stack(&mut self, nfa: &Nfa, parent: u32, ret: StateId) -> Option<u32> {
+        if let Some(&id) = self.stack_map.get(&(parent, ret)) {
+            return Some(id);
+        }
+        let depth = self.stacks[parent as usize].2 + 1;
+        if depth > MAX_STACK_DEPTH {
+            return None;
+        }
+        let id = self.stacks.len() as u32;
+        self.stacks.push((parent, ret, depth));
+        let cost = self.stack_cost[parent as usize].saturating_add(nfa.dist[ret as usize]);
+        self.stack_cost.push(cost);
+        self.stack_map.insert((parent, ret), id);
+        Some(id)
+    }
+
+    /// Epsilon closure of `seeds`, interned.
+    pub fn closure(&mut self, nfa: &Nfa, seeds: Vec<(u32, StateId)>) -> ConfigId {
+        let mut visited: HashSet<(u32, StateId)> = HashSet::new();
+        let mut work = seeds;
+        let mut out: Vec<(u32, StateId)> = Vec::new();
+        let mut accept = false;
+        while let Some((stk, s)) = work.pop() {
+            if !visited.insert((stk, s)) {
+                continue;
+            }
+            let st = &nfa.states[s as usize];
+            if !st.bytes.is_empty() {
+                out.push((stk, s));
+            }
+            for &e in &st.eps {
+                work.push((stk, e));
+            }
+            for &(r, ret) in &st.calls {
+                if let Some(ns) = self.push_stack(nfa, stk, ret) {
+                    work.push((ns, nfa.rules[r as usize].start));
+                }
+            }
+            if st.end_of.is_some() {
+                if stk == 0 {
+                    if st.end_of == Some(0) {
+                        accept = true;
+                    }
+                } else {
+                    let (parent, ret, _) = self.stacks[stk as usize];
+                    work.push((parent, ret));
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        if out.is_empty() && !accept {
+            return DEAD;
+        }
+        let key = (out.into_boxed_slice(), accept);
+        if let Some(&id) = self.config_map.get(&key) {
+            return id;
+        }
+        let mut min_bytes = if accept { 0 } else { u32::MAX };
+        for &(stk, s) in key.0.iter() {
+            min_bytes = min_bytes.min(nfa.dist[s as usize].saturating_add(self.stack_cost[stk as usize]));
+        }
+        self.push_config(key.0, key.1, min_bytes)
+    }
+
+    /// The configuration at the start of the root rule.
+    pub fn start(&mut self, nfa: &Nfa) -> ConfigId {
+        self.closure(nfa, vec![(0, nfa.rules[0].start)])
+    }
+
+    /// One byte step.
+    #[inline]
+    pub fn step(&mut self, nfa: &Nfa, c: ConfigId, b: u8) -> ConfigId {
+        let t = self.trans[c as usize * 256 + b as usize];
+        if t != UNKNOWN {
+            return t;
+        }
+        self.step_slow(nfa, c, b)
+    }
+
+    #[cold]
+    fn step_slow(&mut self, nfa: &Nfa, c: ConfigId, b: u8) -> ConfigId {
+        let mut seeds = Vec::new();
+        for &(stk, s) in self.configs[c as usize].threads.iter() {
+            for &(lo, hi, t) in &nfa.states[s as usize].bytes {
+                if lo <= b && b <= hi {
+                    seeds.push((stk, t));
+                }
+            }
+        }
+        let n = if seeds.is_empty() { DEAD } else { self.closure(nfa, seeds) };
+        // Past the limit, configurations are still interned (matchers need ids) but the
+        // transitions into new ones are not remembered.
+        if self.configs.len() <= self.max_configs || (n as usize) < self.max_configs {
+            self.trans[c as usize * 256 + b as usize] = n;
+        }
+        n
+    }
+
+    /// Steps through `bytes`; stops early at `DEAD`.
+    pub fn step_bytes(&mut self, nfa: &Nfa, mut c: ConfigId, bytes: &[u8]) -> ConfigId {
+        for &b in bytes {
+            c = self.step(nfa, c, b);
+            if c == DEAD {
+                break;
+            }
+        }
+        c
+    }
+
+    /// Bytes with a move out of `c`, as a 256-bit set.
+    pub fn next_bytes(&self, nfa: &Nfa, c: ConfigId) -> [u64; 4] {
+        let mut set = [0u64; 4];
+        for &(_, s) in self.configs[c as usize].threads.iter() {
+            for &(lo, hi, _) in &nfa.states[s as usize].bytes {
+                for b in lo..=hi {
+                    set[(b >> 6) as usize] |= 1u64 << (b & 63);
+                }
+            }
+        }
+        set
+    }
+
+    /// Writes the token mask of `c` (special tokens and EOS excluded) into `out`.
+    pub fn fill_mask(&mut self, nfa: &Nfa, vocab: &TokenVocab, c: ConfigId, out: &mut [u32]) {
+        let words = vocab.mask_words();
+        if let Some(m) = &self.masks[c as usize] {
+            out[..words].copy_from_slice(m);
+            return;
+        }
+        out[..words].fill(0);
+        if c != DEAD {
+            let trie = vocab.trie();
+            let nodes = &trie.nodes;
+            let ids = &trie.ids;
+            let mut cfg_at = [DEAD; 1024];
+            cfg_at[0] = c;
+            let mut i = 0usize;
+            while i < nodes.len() {
+                let n = &nodes[i];
+                let d = n.depth as usize;
+                let nc = self.step(nfa, cfg_at[d - 1], n.byte);
+                if nc == DEAD {
+                    i = n.next as usize;
+                    continue;
+                }
+                cfg_at[d] = nc;
+                for &id in &ids[n.ids_start as usize..(n.ids_start + n.ids_len) as usize] {
+                    out[(id >> 5) as usize] |= 1u32 << (id & 31);
+                }
+                i += 1;
+            }
+        }
+        let size = words * 4;
+        if self.mask_bytes + size <= self.mask_budget {
+            self.mask_bytes += size;
+            self.masks[c as usize] = Some(Arc::from(&out[..words]));
+        }
+    }
+
+    /// Rough heap size in bytes (for cache limits and reports).
+    pub fn heap_bytes(&self) -> usize {
+        self.trans.len() * 4 + self.mask_bytes + self.configs.len() * 64 + self.stacks.len() * 24
+    }
+}

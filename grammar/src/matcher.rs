@@ -1,0 +1,278 @@
+//! The per-request matcher: follows accepted tokens and fills token masks.
+
+use std::sync::Arc;
+
+use crate::lazy::{ConfigId, DEAD};
+use crate::{CompiledGrammar, MatchError};
+
+/// Per-request state over a shared [`CompiledGrammar`]: cheap to create, owns its history.
+///
+/// Errors are sticky: after a rejected token every call reports the same error.
+#[derive(Debug, Clone)]
+pub struct Matcher {
+    grammar: Arc<CompiledGrammar>,
+    /// Configuration after each accepted token (index 0: the start).
+    history: Vec<ConfigId>,
+    /// EOS was accepted (it is the last history entry).
+    ended: bool,
+    error: Option<MatchError>,
+}
+
+impl Matcher {
+    /// A matcher at the start of the grammar.
+    pub fn new(grammar: Arc<CompiledGrammar>) -> Self {
+        let start = grammar.start_config();
+        Matcher { grammar, history: vec![start], ended: false, error: None }
+    }
+
+    /// The grammar this matcher follows.
+    pub fn grammar(&self) -> &Arc<CompiledGrammar> {
+        &self.grammar
+    }
+
+    fn current(&self) -> ConfigId {
+        *self.history.last().unwrap_or(&DEAD)
+    }
+
+    /// The sticky error, if any.
+    pub fn error(&self) -> Option<&MatchError> {
+        self.error.as_ref()
+    }
+
+    /// Fills `mask` (one bit per token id, `u32` words, at least
+    /// [`crate::TokenVocab::mask_words`] long): bit set = token allowed next. EOS is allowed
+    /// only where the text so far is complete; special tokens never. After an error or EOS
+    /// the mask is all zero.
+    pub fn fill_mask(&self, mask: &mut [u32]) -> Result<(), MatchError> {
+        let vocab = self.grammar.vocab();
+        let words = vocab.mask_words();
+        if mask.len() < words {
+            return Err(MatchError::MaskTooShort { got: mask.len(), need: words });
+        }
+        if self.error.is_some() || self.ended {
+            mask[..words].fill(0);
+            return Ok(());
+        }
+        let c = self.current();
+        let accept = self.grammar.with_lazy(|nfa, lazy| {
+            lazy.fill_mask(nfa, vocab, c, mask);
+            lazy.configs[c as usize].accept
+        });
+        if accept {
+            for &e in vocab.eos() {
+                mask[(e >> 5) as usize] |= 1u32 << (e & 31);
+            }
+        }
+        Ok(())
+    }
+
+    /// Would `token` be accepted now (same answer as the mask bit)?
+    pub fn is_allowed(&self, token: u32) -> bool {
+        if self.error.is_some() || self.ended {
+            return false;
+        }
+        let vocab = self.grammar.vocab();
+        let c = self.current();
+        if vocab.eos().contains(&token) {
+            return self.grammar.with_lazy(|_, lazy| lazy.configs[c as usize].accept);
+        }
+        if !vocab.is_usable(token) {
+            return false;
+        }
+        let bytes = vocab.token_bytes(token).unwrap_or(&[]);
+        self.grammar.with_lazy(|nfa, lazy| lazy.step_bytes(nfa, c, bytes) != DEAD)
+    }
+
+    /// Accepts one token. A token the grammar does not allow puts the matcher in its
+    /// (sticky) error state.
+    pub fn accept_token(&mut self, token: u32) -> Result<(), MatchError> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        if self.ended {
+            let e = MatchError::AfterEnd { token };
+            self.error = Some(e.clone());
+            return Err(e);
+        }
+        let vocab = self.grammar.vocab();
+        let c = self.current();
+        if vocab.eos().contains(&token) {
+            let accept = self.grammar.with_lazy(|_, lazy| lazy.configs[c as usize].accept);
+            if accept {
+                self.history.push(c);
+                self.ended = true;
+                return Ok(());
+            }
+            let e = MatchError::Rejected { token, position: self.history.len() - 1 };
+            self.error = Some(e.clone());
+            return Err(e);
+        }
+        let next = if vocab.is_usable(token) {
+            let bytes = vocab.token_bytes(token).unwrap_or(&[]);
+            self.grammar.with_lazy(|nfa, lazy| lazy.step_bytes(nfa, c, bytes))
+        } else {
+            DEAD
+        };
+        if next == DEAD {
+            let e = MatchError::Rejected { token, position: self.history.len() - 1 };
+            self.error = Some(e.clone());
+            return Err(e);
+        }
+        self.history.push(next);
+        Ok(())
+    }
+
+    /// Feeds raw bytes (e.g. forced bytes a runtime tokenizes itself, or text checks).
+    /// Returns false (and changes nothing) when the bytes cannot continue the text.
+    pub fn try_advance_bytes(&mut self, bytes: &[u8]) -> bool {
+        if self.error.is_some() || self.ended {
+            return false;
+        }
+        let c = self.current();
+        let n = self.grammar.with_lazy(|nfa, lazy| lazy.step_bytes(nfa, c, bytes));
+        if n == DEAD {
+            return false;
+        }
+        self.history.push(n);
+        true
+    }
+
+    /// Undoes the last `n` accepted tokens (or byte advances, EOS included). Errors are
+    /// sticky and survive a rollback.
+    pub fn rollback(&mut self, n: usize) -> Result<(), MatchError> {
+        if n + 1 > self.history.len() {
+            return Err(MatchError::RollbackTooFar { requested: n, available: self.history.len() - 1 });
+        }
+        for _ in 0..n {
+            self.history.pop();
+            self.ended = false;
+        }
+        Ok(())
+    }
+
+    /// Tokens accepted so far (including EOS).
+    pub fn num_tokens(&self) -> usize {
+        self.history.len() - 1
+    }
+
+    /// True when the text so far is complete (EOS would be allowed).
+    pub fn is_accepting(&self) -> bool {
+        if self.error.is_some() {
+            return false;
+        }
+        let c = self.current();
+        self.grammar.with_lazy(|_, lazy| lazy.configs[c as usize].accept)
+    }
+
+    /// True when EOS was accepted, or the text is complete and nothing can follow.
+    pub fn is_finished(&self) -> bool {
+        if self.error.is_some() {
+            return false;
+        }
+        if self.ended {
+            return true;
+        }
+        let c = self.current();
+        self.grammar.with_lazy(|_, lazy| {
+            let cfg = &lazy.configs[c as usize];
+            cfg.accept && cfg.threads.is_empty()
+        })
+    }
+
+    /// Bytes fully determined from here (jump-forward): the longest string every valid
+    /// continuation starts with, stopping where the text could also end.
+    pub fn forced_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if self.error.is_some() || self.ended {
+            return out;
+        }
+        let mut c = self.current();
+        self.grammar.with_lazy(|nfa, lazy| {
+            while out.len() < 4096 {
+                if lazy.configs[c as usize].accept {
+                    break;
+                }
+                let set = lazy.next_bytes(nfa, c);
+                let count: u32 = set.iter().map(|w| w.count_ones()).sum();
+                if count != 1 {
+                    break;
+                }
+                let b = set
+                    .iter()
+                    .enumerate()
+                    .find(|(_, w)| **w != 0)
+                    .map(|(i, w)| (i as u32 * 64 + w.trailing_zeros()) as u8)
+                    .unwrap_or(0);
+                out.push(b);
+                c = lazy.step(nfa, c, b);
+                if c == DEAD {
+                    break;
+                }
+            }
+        });
+        out
+    }
+
+    /// Lower bound on the bytes still needed before the text is complete (0 when accepting).
+    pub fn min_bytes_to_accept(&self) -> usize {
+        if self.ended {
+            return 0;
+        }
+        if self.error.is_some() {
+            return usize::MAX;
+        }
+        let c = self.current();
+        self.grammar.with_lazy(|_, lazy| lazy.configs[c as usize].min_bytes as usize)
+    }
+
+    /// Lower bound on the tokens still needed before EOS is allowed (0 when accepting):
+    /// `ceil(min_bytes / longest token)`. Cheap; for a tighter plan use
+    /// [`Matcher::closing_bytes`] and tokenize it.
+    pub fn min_tokens_to_accept(&self) -> usize {
+        let b = self.min_bytes_to_accept();
+        if b == usize::MAX {
+            return usize::MAX;
+        }
+        b.div_ceil(self.grammar.vocab().max_token_len().max(1))
+    }
+
+    /// The shortest byte string that completes the text from here (empty when accepting);
+    /// a runtime near `max_tokens` can force it to close the output validly.
+    pub fn closing_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if self.error.is_some() || self.ended {
+            return out;
+        }
+        let mut c = self.current();
+        self.grammar.with_lazy(|nfa, lazy| {
+            while out.len() < 1 << 16 {
+                let m = lazy.configs[c as usize].min_bytes;
+                if m == 0 || m == u32::MAX {
+                    break;
+                }
+                let set = lazy.next_bytes(nfa, c);
+                let mut found = None;
+                'outer: for (wi, &w) in set.iter().enumerate() {
+                    let mut w = w;
+                    while w != 0 {
+                        let b = (wi as u32 * 64 + w.trailing_zeros()) as u8;
+                        w &= w - 1;
+                        let n = lazy.step(nfa, c, b);
+                        if n != DEAD && lazy.configs[n as usize].min_bytes == m - 1 {
+                            found = Some((b, n));
+                            break 'outer;
+                        }
+                    }
+                }
+                match found {
+                    Some((b, n)) => {
+                        out.push(b);
+                        c = n;
+                    }
+                    None => break,
+                }
+            }
+        });
+        out
+    }
+}

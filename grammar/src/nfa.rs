@@ -1,0 +1,308 @@
+//! The one representation every input compiles to: a byte-level NFA whose states may also
+//! *call* a rule (a sub-NFA with its own start and end state) and resume at a return state.
+//! This is a recursive transition network: regular parts stay flat, recursion (JSON Schema
+//! `$ref` cycles, GBNF rules) uses the call stack.
+
+use crate::CompileError;
+
+/// Index of an NFA state.
+pub(crate) type StateId = u32;
+/// Index of a rule.
+pub(crate) type RuleId = u32;
+
+/// One NFA state: byte-range moves, epsilon moves and calls.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct State {
+    /// `(lo, hi, target)`: on any byte in `lo..=hi`, go to `target`.
+    pub bytes: Vec<(u8, u8, StateId)>,
+    /// Epsilon moves.
+    pub eps: Vec<StateId>,
+    /// `(rule, ret)`: run `rule` from its start; when it reaches its end, continue at `ret`.
+    pub calls: Vec<(RuleId, StateId)>,
+    /// `Some(rule)` when this state is the end state of `rule`.
+    pub end_of: Option<RuleId>,
+}
+
+/// A rule: start and end state.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rule {
+    pub start: StateId,
+    pub end: StateId,
+}
+
+/// Limits applied while building.
+#[derive(Clone, Debug)]
+pub(crate) struct Budget {
+    pub max_states: usize,
+    pub deadline: Option<std::time::Instant>,
+}
+
+/// Builds an NFA. Fragment helpers take an entry state and return the exit state.
+pub(crate) struct Builder {
+    pub states: Vec<State>,
+    pub rules: Vec<Rule>,
+    budget: Budget,
+    checks: u32,
+}
+
+impl Builder {
+    /// A builder with the root rule (rule 0) not yet defined.
+    pub fn new(budget: Budget) -> Self {
+        Builder { states: Vec::new(), rules: Vec::new(), budget, checks: 0 }
+    }
+
+    /// A fresh state.
+    pub fn state(&mut self) -> Result<StateId, CompileError> {
+        if self.states.len() >= self.budget.max_states {
+            return Err(CompileError::TooLarge { states: self.states.len() });
+        }
+        self.checks += 1;
+        if self.checks % 4096 == 0 {
+            if let Some(d) = self.budget.deadline {
+                if std::time::Instant::now() > d {
+                    return Err(CompileError::Timeout);
+                }
+            }
+        }
+        self.states.push(State::default());
+        Ok((self.states.len() - 1) as StateId)
+    }
+
+    /// Declares a rule with fresh start and end states; its body is built later.
+    pub fn new_rule(&mut self) -> Result<RuleId, CompileError> {
+        let start = self.state()?;
+        let end = self.state()?;
+        let id = self.rules.len() as RuleId;
+        self.states[end as usize].end_of = Some(id);
+        self.rules.push(Rule { start, end });
+        Ok(id)
+    }
+
+    /// Epsilon move.
+    pub fn eps(&mut self, a: StateId, b: StateId) {
+        self.states[a as usize].eps.push(b);
+    }
+
+    /// Byte-range move.
+    pub fn range(&mut self, a: StateId, lo: u8, hi: u8, b: StateId) {
+        self.states[a as usize].bytes.push((lo, hi, b));
+    }
+
+    /// Call `rule` from `a`; returns the state where the caller resumes.
+    pub fn call(&mut self, a: StateId, rule: RuleId) -> Result<StateId, CompileError> {
+        let ret = self.state()?;
+        self.states[a as usize].calls.push((rule, ret));
+        Ok(ret)
+    }
+
+    /// A literal byte string from `a`; returns the exit.
+    pub fn lit(&mut self, mut a: StateId, bytes: &[u8]) -> Result<StateId, CompileError> {
+        for &b in bytes {
+            let n = self.state()?;
+            self.range(a, b, b, n);
+            a = n;
+        }
+        Ok(a)
+    }
+
+    /// Counted repetition `body{min,max}` (`max == None`: unbounded).
+    pub fn repeat(
+        &mut self,
+        a: StateId,
+        min: u64,
+        max: Option<u64>,
+        body: &mut dyn FnMut(&mut Builder, StateId) -> Result<StateId, CompileError>,
+    ) -> Result<StateId, CompileError> {
+        let mut cur = a;
+        for _ in 0..min {
+            cur = body(self, cur)?;
+        }
+        match max {
+            None => {
+                let lp = self.state()?;
+                self.eps(cur, lp);
+                let e = body(self, lp)?;
+                self.eps(e, lp);
+                Ok(lp)
+            }
+            Some(max) => {
+                let exit = self.state()?;
+                self.eps(cur, exit);
+                for _ in min..max {
+                    cur = body(self, cur)?;
+                    self.eps(cur, exit);
+                }
+                Ok(exit)
+            }
+        }
+    }
+
+    /// Finishes: rule 0 is the root. Trims states that cannot reach their rule's end.
+    pub fn finish(self) -> Result<Nfa, CompileError> {
+        let mut nfa = Nfa { states: self.states, rules: self.rules, dist: Vec::new(), rule_min: Vec::new() };
+        nfa.trim()?;
+        nfa.compute_distances();
+        Ok(nfa)
+    }
+}
+
+/// The finished NFA. Every state with moves left after trimming can reach its rule's end.
+#[derive(Debug)]
+pub(crate) struct Nfa {
+    pub states: Vec<State>,
+    pub rules: Vec<Rule>,
+    /// Fewest bytes from a state to its rule's end (`u32::MAX`: unreachable).
+    pub dist: Vec<u32>,
+    /// Fewest bytes a rule can match.
+    pub rule_min: Vec<u32>,
+}
+
+impl Nfa {
+    /// Removes moves into states that cannot complete, and calls to empty rules.
+    fn trim(&mut self) -> Result<(), CompileError> {
+        let n = self.states.len();
+        let nr = self.rules.len();
+        if nr == 0 {
+            return Err(CompileError::Empty);
+        }
+        // Reverse edges: (target -> sources) for bytes/eps, and ret -> (caller, rule).
+        let mut rev: Vec<Vec<StateId>> = vec![Vec::new(); n];
+        let mut rev_call: Vec<Vec<(StateId, RuleId)>> = vec![Vec::new(); n];
+        let mut callers_by_rule: Vec<Vec<(StateId, StateId)>> = vec![Vec::new(); nr];
+        for (s, st) in self.states.iter().enumerate() {
+            for &(_, _, t) in &st.bytes {
+                rev[t as usize].push(s as StateId);
+            }
+            for &t in &st.eps {
+                rev[t as usize].push(s as StateId);
+            }
+            for &(r, ret) in &st.calls {
+                rev_call[ret as usize].push((s as StateId, r));
+                callers_by_rule[r as usize].push((s as StateId, ret));
+            }
+        }
+        // live[s]: s can reach its rule's end. A call edge counts once its rule is productive
+        // (its start is live).
+        let mut live = vec![false; n];
+        let mut productive = vec![false; nr];
+        let mut stack: Vec<StateId> = Vec::new();
+        for r in &self.rules {
+            live[r.end as usize] = true;
+            stack.push(r.end);
+        }
+        loop {
+            while let Some(t) = stack.pop() {
+                for &s in &rev[t as usize] {
+                    if !live[s as usize] {
+                        live[s as usize] = true;
+                        stack.push(s);
+                    }
+                }
+                for &(s, r) in &rev_call[t as usize] {
+                    if productive[r as usize] && !live[s as usize] {
+                        live[s as usize] = true;
+                        stack.push(s);
+                    }
+                }
+            }
+            let mut changed = false;
+            for (ri, r) in self.rules.iter().enumerate() {
+                if !productive[ri] && live[r.start as usize] {
+                    productive[ri] = true;
+                    changed = true;
+                    for &(caller, ret) in &callers_by_rule[ri] {
+                        if live[ret as usize] && !live[caller as usize] {
+                            live[caller as usize] = true;
+                            stack.push(caller);
+                        }
+                    }
+                }
+            }
+            if !changed && stack.is_empty() {
+                break;
+            }
+        }
+        if !productive[0] {
+            return Err(CompileError::Empty);
+        }
+        for st in &mut self.states {
+            st.bytes.retain(|&(_, _, t)| live[t as usize]);
+            st.eps.retain(|&t| live[t as usize]);
+            st.calls.retain(|&(r, ret)| productive[r as usize] && live[ret as usize]);
+        }
+        Ok(())
+    }
+
+    /// Fewest bytes from each state to its rule's end (a fixpoint over calls).
+    fn compute_distances(&mut self) {
+        let n = self.states.len();
+        let mut dist = vec![u32::MAX; n];
+        let mut rule_min = vec![u32::MAX; self.rules.len()];
+        for r in &self.rules {
+            dist[r.end as usize] = 0;
+        }
+        loop {
+            let mut changed = false;
+            for s in (0..n).rev() {
+                let st = &self.states[s];
+                let mut best = dist[s];
+                for &(_, _, t) in &st.bytes {
+                    best = best.min(dist[t as usize].saturating_add(1));
+                }
+                for &t in &st.eps {
+                    best = best.min(dist[t as usize]);
+                }
+                for &(r, ret) in &st.calls {
+                    best = best.min(rule_min[r as usize].saturating_add(dist[ret as usize]));
+                }
+                if best < dist[s] {
+                    dist[s] = best;
+                    changed = true;
+                }
+            }
+            for (ri, r) in self.rules.iter().enumerate() {
+                let d = dist[r.start as usize];
+                if d < rule_min[ri] {
+                    rule_min[ri] = d;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        self.dist = dist;
+        self.rule_min = rule_min;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget() -> Budget {
+        Budget { max_states: 1000, deadline: None }
+    }
+
+    #[test]
+    fn trim_removes_dead_branch() {
+        let mut b = Builder::new(budget());
+        let r = b.new_rule().unwrap();
+        let Rule { start, end } = b.rules[r as usize];
+        let x = b.lit(start, b"ab").unwrap();
+        b.eps(x, end);
+        let _dead = b.lit(start, b"zz").unwrap(); // never reaches the end
+        let nfa = b.finish().unwrap();
+        assert_eq!(nfa.states[start as usize].bytes.len(), 1);
+        assert_eq!(nfa.dist[start as usize], 2);
+    }
+
+    #[test]
+    fn empty_root_is_an_error() {
+        let mut b = Builder::new(budget());
+        let r = b.new_rule().unwrap();
+        let s = b.rules[r as usize].start;
+        b.lit(s, b"a").unwrap();
+        assert!(matches!(b.finish(), Err(CompileError::Empty)));
+    }
+}

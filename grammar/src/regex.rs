@@ -1,0 +1,287 @@
+//! Regular expressions → NFA fragments, via regex-syntax (parse) and regex-automata's
+//! Thompson compiler (UTF-8 byte automaton), copied into the grammar's NFA.
+
+use regex_automata::nfa::thompson::{self, State as TState, WhichCaptures};
+use regex_automata::util::primitives::StateID as TStateId;
+use regex_syntax::hir::{Dot, Hir, HirKind, Look, Repetition};
+
+use crate::nfa::{Builder, StateId};
+use crate::CompileError;
+
+/// How matched bytes are written into the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Escape {
+    /// The bytes themselves.
+    Raw,
+    /// As the contents of a JSON string: `"`, `\` and control bytes are written escaped.
+    JsonString,
+}
+
+/// Regex flavour of the source text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// Rust regex syntax, whole-text match (`^`/`$` at the ends are no-ops).
+    FullMatch,
+    /// ECMA-262 as JSON Schema's `pattern` uses it: a search (match anywhere) unless
+    /// anchored; `\d`/`\w` are ASCII.
+    EcmaSearch,
+}
+
+/// Parses `pattern` into the HIR of a whole-text match.
+pub(crate) fn parse(pattern: &str, flavor: Flavor) -> Result<Hir, String> {
+    let src = match flavor {
+        Flavor::FullMatch => pattern.to_string(),
+        Flavor::EcmaSearch => ecma_to_rust(pattern)?,
+    };
+    let hir = regex_syntax::ParserBuilder::new()
+        .utf8(true)
+        .unicode(true)
+        .build()
+        .parse(&src)
+        .map_err(|e| e.to_string().lines().last().unwrap_or("parse error").to_string())?;
+    let alts = split_anchors(hir);
+    let any_star = || {
+        Hir::repetition(Repetition {
+            min: 0,
+            max: None,
+            greedy: true,
+            sub: Box::new(Hir::dot(Dot::AnyChar)),
+        })
+    };
+    let mut out = Vec::new();
+    for (s, e, h) in alts {
+        let mut parts = Vec::new();
+        let search = flavor == Flavor::EcmaSearch;
+        if search && !s {
+            parts.push(any_star());
+        }
+        parts.push(h);
+        if search && !e {
+            parts.push(any_star());
+        }
+        out.push(Hir::concat(parts));
+    }
+    Ok(Hir::alternation(out))
+}
+
+/// Splits a top-level alternation into branches with their `^`/`$` anchors removed.
+fn split_anchors(h: Hir) -> Vec<(bool, bool, Hir)> {
+    match h.kind() {
+        HirKind::Alternation(alts) => alts.iter().cloned().flat_map(split_anchors).collect(),
+        HirKind::Capture(c) => split_anchors((*c.sub).clone()),
+        HirKind::Look(Look::Start) => vec![(true, false, Hir::empty())],
+        HirKind::Look(Look::End) => vec![(false, true, Hir::empty())],
+        HirKind::Concat(items) => {
+            let mut items: Vec<Hir> = items.clone();
+            let mut s = false;
+            let mut e = false;
+            while matches!(items.first().map(|h| h.kind()), Some(HirKind::Look(Look::Start))) {
+                items.remove(0);
+                s = true;
+            }
+            while matches!(items.last().map(|h| h.kind()), Some(HirKind::Look(Look::End))) {
+                items.pop();
+                e = true;
+            }
+            if items.len() == 1 && !s && !e {
+                if let HirKind::Capture(_) | HirKind::Alternation(_) = items[0].kind() {
+                    return split_anchors(items.remove(0));
+                }
+            }
+            vec![(s, e, Hir::concat(items))]
+        }
+        _ => vec![(false, false, h)],
+    }
+}
+
+/// Rewrites ECMA-only syntax: ASCII `\d`, `\w` (and negations) outside and inside classes.
+fn ecma_to_rust(p: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(p.len() + 8);
+    let mut in_class = false;
+    let mut chars = p.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                let Some(n) = chars.next() else { return Err("trailing backslash".into()) };
+                match (n, in_class) {
+                    ('d', false) => out.push_str("[0-9]"),
+                    ('d', true) => out.push_str("0-9"),
+                    ('D', false) => out.push_str("[^0-9]"),
+                    ('w', false) => out.push_str("[A-Za-z0-9_]"),
+                    ('w', true) => out.push_str("A-Za-z0-9_"),
+                    ('W', false) => out.push_str("[^A-Za-z0-9_]"),
+                    ('D' | 'W', true) => return Err(format!("\\{n} inside a class")),
+                    ('/', _) => out.push('/'),
+                    ('-', _) => out.push_str("\\-"),
+                    _ => {
+                        out.push('\\');
+                        out.push(n);
+                    }
+                }
+            }
+            '[' if !in_class => {
+                in_class = true;
+                out.push('[');
+                if chars.peek() == Some(&'^') {
+                    out.push('^');
+                    chars.next();
+                }
+                if chars.peek() == Some(&']') {
+                    return Err("empty class".into());
+                }
+            }
+            '[' if in_class => out.push_str("\\["),
+            ']' if in_class => {
+                in_class = false;
+                out.push(']');
+            }
+            _ => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+/// Compiles `hir` and copies it into `b` from `from`; returns the exit state.
+pub(crate) fn emit_hir(b: &mut Builder, from: StateId, hir: &Hir, esc: Escape) -> Result<StateId, String> {
+    let nfa = thompson::Compiler::new()
+        .configure(thompson::Config::new().which_captures(WhichCaptures::None).shrink(false))
+        .build_from_hir(hir)
+        .map_err(|e| e.to_string())?;
+    let exit = b.state().map_err(|e| e.to_string())?;
+    let n = nfa.states().len();
+    let mut map: Vec<Option<StateId>> = vec![None; n];
+    let start = nfa.start_anchored();
+    let mut work: Vec<TStateId> = vec![start];
+    let s0 = b.state().map_err(|e| e.to_string())?;
+    b.eps(from, s0);
+    map[start.as_usize()] = Some(s0);
+    let get = |b: &mut Builder, map: &mut Vec<Option<StateId>>, work: &mut Vec<TStateId>, id: TStateId| -> Result<StateId, String> {
+        if let Some(s) = map[id.as_usize()] {
+            return Ok(s);
+        }
+        let s = b.state().map_err(|e| e.to_string())?;
+        map[id.as_usize()] = Some(s);
+        work.push(id);
+        Ok(s)
+    };
+    while let Some(tid) = work.pop() {
+        let me = map[tid.as_usize()].ok_or("internal: unmapped state")?;
+        match nfa.state(tid) {
+            TState::ByteRange { trans } => {
+                let t = get(b, &mut map, &mut work, trans.next)?;
+                edge(b, me, trans.start, trans.end, t, esc)?;
+            }
+            TState::Sparse(sp) => {
+                for tr in sp.transitions.iter() {
+                    let t = get(b, &mut map, &mut work, tr.next)?;
+                    edge(b, me, tr.start, tr.end, t, esc)?;
+                }
+            }
+            TState::Dense(d) => {
+                for (byte, &nx) in d.transitions.iter().enumerate() {
+                    if nx != TStateId::ZERO {
+                        let t = get(b, &mut map, &mut work, nx)?;
+                        edge(b, me, byte as u8, byte as u8, t, esc)?;
+                    }
+                }
+            }
+            TState::Look { .. } => return Err("look-around assertion (only ^ and $ at the ends are supported)".into()),
+            TState::Union { alternates } => {
+                for &a in alternates.iter() {
+                    let t = get(b, &mut map, &mut work, a)?;
+                    b.eps(me, t);
+                }
+            }
+            TState::BinaryUnion { alt1, alt2 } => {
+                for a in [*alt1, *alt2] {
+                    let t = get(b, &mut map, &mut work, a)?;
+                    b.eps(me, t);
+                }
+            }
+            TState::Capture { next, .. } => {
+                let t = get(b, &mut map, &mut work, *next)?;
+                b.eps(me, t);
+            }
+            TState::Fail => {}
+            TState::Match { .. } => b.eps(me, exit),
+        }
+    }
+    Ok(exit)
+}
+
+/// A byte-range edge, with JSON-string escaping of special bytes when asked.
+fn edge(b: &mut Builder, a: StateId, lo: u8, hi: u8, t: StateId, esc: Escape) -> Result<(), String> {
+    if esc == Escape::Raw {
+        b.range(a, lo, hi, t);
+        return Ok(());
+    }
+    let mut plain_lo: Option<u8> = None;
+    for x in lo..=hi {
+        let special = x < 0x20 || x == b'"' || x == b'\\';
+        if special {
+            if let Some(pl) = plain_lo.take() {
+                b.range(a, pl, x - 1, t);
+            }
+            let seq = escape_seq(x);
+            let mut cur = a;
+            for (i, &(l, h)) in seq.iter().enumerate() {
+                let nx = if i + 1 == seq.len() { t } else { b.state().map_err(|e| e.to_string())? };
+                b.range(cur, l, h, nx);
+                if l.is_ascii_lowercase() && l == h && i >= 2 {
+                    b.range(cur, l.to_ascii_uppercase(), l.to_ascii_uppercase(), nx);
+                }
+                cur = nx;
+            }
+        } else if plain_lo.is_none() {
+            plain_lo = Some(x);
+        }
+    }
+    if let Some(pl) = plain_lo {
+        b.range(a, pl, hi, t);
+    }
+    Ok(())
+}
+
+/// The escape of a special byte inside a JSON string, as byte classes.
+fn escape_seq(x: u8) -> Vec<(u8, u8)> {
+    let one = |c: u8| (c, c);
+    match x {
+        b'"' => vec![one(b'\\'), one(b'"')],
+        b'\\' => vec![one(b'\\'), one(b'\\')],
+        0x08 => vec![one(b'\\'), one(b'b')],
+        0x09 => vec![one(b'\\'), one(b't')],
+        0x0A => vec![one(b'\\'), one(b'n')],
+        0x0C => vec![one(b'\\'), one(b'f')],
+        0x0D => vec![one(b'\\'), one(b'r')],
+        _ => {
+            let hex = b"0123456789abcdef";
+            vec![
+                one(b'\\'),
+                one(b'u'),
+                one(b'0'),
+                one(b'0'),
+                one(hex[(x >> 4) as usize]),
+                one(hex[(x & 15) as usize]),
+            ]
+        }
+    }
+}
+
+/// Compiles a whole-text regex into `b` from `from` (used by [`crate::CompiledGrammar::regex`]
+/// and GBNF); errors are reported as `CompileError::Regex`.
+pub(crate) fn emit_pattern(
+    b: &mut Builder,
+    from: StateId,
+    pattern: &str,
+    flavor: Flavor,
+    esc: Escape,
+) -> Result<StateId, CompileError> {
+    let hir = parse(pattern, flavor).map_err(|e| CompileError::Regex { pattern: pattern.into(), reason: e })?;
+    emit_hir(b, from, &hir, esc).map_err(|reason| {
+        if reason.contains("too many states") || reason.contains("deadline") {
+            CompileError::TooLarge { states: b.states.len() }
+        } else {
+            CompileError::Regex { pattern: pattern.into(), reason }
+        }
+    })
+}

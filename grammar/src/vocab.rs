@@ -1,0 +1,323 @@
+//! Token vocabulary (token id → bytes) and the token trie the mask walk follows.
+
+use crate::VocabError;
+
+/// Longest token (in bytes) the trie holds; longer tokens are never allowed.
+pub const MAX_TOKEN_BYTES: usize = 1000;
+
+/// One trie node, in depth-first preorder.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TrieNode {
+    /// The byte on the edge into this node.
+    pub byte: u8,
+    /// Depth (1 for children of the root).
+    pub depth: u16,
+    /// Index of the first node after this subtree.
+    pub next: u32,
+    /// Token ids ending here: `ids[ids_start .. ids_start + ids_len]`.
+    pub ids_start: u32,
+    pub ids_len: u32,
+}
+
+/// A trie over token bytes, stored in preorder so a walk can skip a subtree in one step.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TokenTrie {
+    pub nodes: Vec<TrieNode>,
+    pub ids: Vec<u32>,
+}
+
+impl TokenTrie {
+    fn build(tokens: &[Vec<u8>], usable: &[bool]) -> Self {
+        let mut order: Vec<u32> =
+            (0..tokens.len() as u32).filter(|&i| usable[i as usize]).collect();
+        order.sort_by(|&a, &b| tokens[a as usize].cmp(&tokens[b as usize]));
+        let mut nodes: Vec<TrieNode> = Vec::new();
+        let mut ids: Vec<u32> = Vec::new();
+        // path[d] = node index at depth d+1 on the current path.
+        let mut path: Vec<usize> = Vec::new();
+        let mut prev: &[u8] = &[];
+        for &id in &order {
+            let t = &tokens[id as usize][..];
+            let lcp = prev.iter().zip(t).take_while(|(a, b)| a == b).count();
+            while path.len() > lcp {
+                let n = path.pop().unwrap_or_default();
+                nodes[n].next = nodes.len() as u32;
+            }
+            for (k, &b) in t.iter().enumerate().skip(lcp) {
+                nodes.push(TrieNode { byte: b, depth: (k + 1) as u16, next: 0, ids_start: 0, ids_len: 0 });
+                path.push(nodes.len() - 1);
+            }
+            if let Some(&last) = path.last() {
+                let node = &mut nodes[last];
+                if node.ids_len == 0 {
+                    node.ids_start = ids.len() as u32;
+                }
+                node.ids_len += 1;
+                ids.push(id);
+            }
+            prev = t;
+        }
+        while let Some(n) = path.pop() {
+            nodes[n].next = nodes.len() as u32;
+        }
+        TokenTrie { nodes, ids }
+    }
+}
+
+/// How a tokenizer spells bytes in its vocabulary strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenEncoding {
+    /// Token strings are the bytes themselves (UTF-8).
+    Raw,
+    /// GPT-2 byte-level BPE: every byte is one printable char (`Ġ` = space).
+    ByteLevel,
+    /// SentencePiece with byte fallback: `▁` is a space and `<0xAB>` is byte 0xAB.
+    ByteFallback,
+}
+
+/// The token vocabulary: bytes of every token, which tokens are special, which end the text.
+#[derive(Clone, Debug)]
+pub struct TokenVocab {
+    tokens: Vec<Vec<u8>>,
+    usable: Vec<bool>,
+    eos: Vec<u32>,
+    trie: TokenTrie,
+    max_token_len: usize,
+}
+
+impl TokenVocab {
+    /// A vocabulary from raw token bytes. Tokens listed in `special` (and empty tokens) are
+    /// never allowed by a mask; `eos` tokens are allowed only where the grammar accepts.
+    pub fn new(tokens: Vec<Vec<u8>>, special: &[u32], eos: &[u32]) -> Result<Self, VocabError> {
+        let n = tokens.len();
+        for &id in special.iter().chain(eos) {
+            if id as usize >= n {
+                return Err(VocabError::BadTokenId { id, vocab_size: n });
+            }
+        }
+        if eos.is_empty() {
+            return Err(VocabError::NoEos);
+        }
+        let mut usable: Vec<bool> =
+            tokens.iter().map(|t| !t.is_empty() && t.len() <= MAX_TOKEN_BYTES).collect();
+        for &id in special.iter().chain(eos) {
+            usable[id as usize] = false;
+        }
+        let trie = TokenTrie::build(&tokens, &usable);
+        let max_token_len =
+            tokens.iter().zip(&usable).filter(|(_, u)| **u).map(|(t, _)| t.len()).max().unwrap_or(1);
+        Ok(TokenVocab { tokens, usable, eos: eos.to_vec(), trie, max_token_len })
+    }
+
+    /// A vocabulary from token strings as the tokenizer spells them.
+    pub fn from_token_strings(
+        strings: &[Option<String>],
+        encoding: TokenEncoding,
+        special: &[u32],
+        eos: &[u32],
+    ) -> Result<Self, VocabError> {
+        let table = byte_level_table();
+        let mut special = special.to_vec();
+        let mut tokens = Vec::with_capacity(strings.len());
+        for (id, s) in strings.iter().enumerate() {
+            let bytes = match s {
+                None => None,
+                Some(s) => match encoding {
+                    TokenEncoding::Raw => Some(s.as_bytes().to_vec()),
+                    TokenEncoding::ByteLevel => decode_byte_level(s, &table),
+                    TokenEncoding::ByteFallback => Some(decode_byte_fallback(s)),
+                },
+            };
+            match bytes {
+                Some(b) => tokens.push(b),
+                None => {
+                    special.push(id as u32);
+                    tokens.push(Vec::new());
+                }
+            }
+        }
+        Self::new(tokens, &special, eos)
+    }
+
+    /// The adapter from a Hugging Face tokenizer: detects byte-level vs byte-fallback
+    /// spelling from its decoder and model, marks special added tokens.
+    #[cfg(feature = "tokenizers")]
+    pub fn from_tokenizer(tok: &tokenizers::Tokenizer, eos: &[u32]) -> Result<Self, VocabError> {
+        let json: serde_json::Value = serde_json::from_str(
+            &tok.to_string(false).map_err(|e| VocabError::Tokenizer(e.to_string()))?,
+        )
+        .map_err(|e| VocabError::Tokenizer(e.to_string()))?;
+        let decoder = json.get("decoder").map(|d| d.to_string()).unwrap_or_default();
+        let byte_fallback =
+            json.pointer("/model/byte_fallback").and_then(|v| v.as_bool()).unwrap_or(false);
+        let encoding = if decoder.contains("ByteLevel") {
+            TokenEncoding::ByteLevel
+        } else if byte_fallback || decoder.contains("ByteFallback") {
+            TokenEncoding::ByteFallback
+        } else {
+            TokenEncoding::Raw
+        };
+        let n = tok.get_vocab_size(true);
+        let added = tok.get_added_tokens_decoder();
+        let mut strings = Vec::with_capacity(n);
+        let mut special = Vec::new();
+        for id in 0..n as u32 {
+            strings.push(tok.id_to_token(id));
+        }
+        let mut raw_added: Vec<(u32, Vec<u8>)> = Vec::new();
+        for (&id, at) in added.iter() {
+            if (id as usize) < n {
+                if at.special {
+                    special.push(id);
+                } else {
+                    raw_added.push((id, at.content.as_bytes().to_vec()));
+                }
+            }
+        }
+        let mut v = Self::from_token_strings(&strings, encoding, &special, eos)?;
+        if !raw_added.is_empty() {
+            let mut tokens = v.tokens.clone();
+            let mut special: Vec<u32> =
+                (0..n as u32).filter(|&i| !v.usable[i as usize] && !eos.contains(&i)).collect();
+            for (id, b) in raw_added {
+                special.retain(|&s| s != id);
+                tokens[id as usize] = b;
+            }
+            v = Self::new(tokens, &special, eos)?;
+        }
+        Ok(v)
+    }
+
+    /// Number of token ids (mask length in bits).
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// True when there are no tokens.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// `u32` words a bitmask over this vocabulary needs.
+    pub fn mask_words(&self) -> usize {
+        self.tokens.len().div_ceil(32)
+    }
+
+    /// Bytes of a token (empty for special tokens).
+    pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
+        self.tokens.get(id as usize).map(|t| &t[..])
+    }
+
+    /// True when a mask may allow this token (not special, not EOS, not empty).
+    pub fn is_usable(&self, id: u32) -> bool {
+        self.usable.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// The end-of-sequence tokens.
+    pub fn eos(&self) -> &[u32] {
+        &self.eos
+    }
+
+    /// Longest usable token, in bytes.
+    pub fn max_token_len(&self) -> usize {
+        self.max_token_len
+    }
+
+    pub(crate) fn trie(&self) -> &TokenTrie {
+        &self.trie
+    }
+
+    /// Greedy longest-match tokenization of `bytes` over usable tokens (for tests and for
+    /// turning forced bytes into tokens). `None` when some byte has no token.
+    pub fn greedy_tokenize(&self, bytes: &[u8]) -> Option<Vec<u32>> {
+        let nodes = &self.trie.nodes;
+        let mut out = Vec::new();
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let mut best: Option<(usize, u32)> = None;
+            let mut i = 0usize;
+            let mut depth = 1u16;
+            let mut k = pos;
+            while i < nodes.len() && k < bytes.len() {
+                let n = &nodes[i];
+                if n.depth < depth {
+                    break;
+                }
+                if n.depth == depth && n.byte == bytes[k] {
+                    if n.ids_len > 0 {
+                        best = Some((k + 1 - pos, self.trie.ids[n.ids_start as usize]));
+                    }
+                    depth += 1;
+                    k += 1;
+                    i += 1;
+                } else if n.depth == depth {
+                    i = n.next as usize;
+                } else {
+                    i += 1;
+                }
+            }
+            let (len, id) = best?;
+            out.push(id);
+            pos += len;
+        }
+        Some(out)
+    }
+}
+
+/// GPT-2's byte → char table, inverted: char → byte.
+fn byte_level_table() -> std::collections::HashMap<char, u8> {
+    let mut map = std::collections::HashMap::new();
+    let mut n = 0u32;
+    for b in 0u32..256 {
+        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        let c = if printable {
+            b
+        } else {
+            n += 1;
+            255 + n
+        };
+        if let Some(ch) = char::from_u32(c) {
+            map.insert(ch, b as u8);
+        }
+    }
+    map
+}
+
+fn decode_byte_level(s: &str, table: &std::collections::HashMap<char, u8>) -> Option<Vec<u8>> {
+    s.chars().map(|c| table.get(&c).copied()).collect()
+}
+
+fn decode_byte_fallback(s: &str) -> Vec<u8> {
+    if s.len() == 6 && s.starts_with("<0x") && s.ends_with('>') {
+        if let Ok(b) = u8::from_str_radix(&s[3..5], 16) {
+            return vec![b];
+        }
+    }
+    s.replace('\u{2581}', " ").into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trie_preorder_and_greedy() {
+        let toks: Vec<Vec<u8>> = ["a", "ab", "abc", "b", "", "ab"].iter().map(|s| s.as_bytes().to_vec()).collect();
+        let v = TokenVocab::new(toks, &[], &[4]).unwrap();
+        let t = v.trie();
+        assert_eq!(t.nodes.len(), 4); // a, b(ab), c(abc), b
+        assert_eq!(t.nodes[0].next, 3);
+        assert_eq!(t.nodes[1].ids_len, 2); // "ab" twice
+        assert_eq!(v.greedy_tokenize(b"abcab").map(|x| x.len()), Some(2));
+        assert_eq!(v.greedy_tokenize(b"zz"), None);
+    }
+
+    #[test]
+    fn byte_level_and_fallback() {
+        let t = byte_level_table();
+        assert_eq!(decode_byte_level("\u{120}hi", &t), Some(b" hi".to_vec()));
+        assert_eq!(decode_byte_level("\u{10a}", &t), Some(b"\n".to_vec()));
+        assert_eq!(decode_byte_fallback("<0x0A>"), b"\n".to_vec());
+        assert_eq!(decode_byte_fallback("\u{2581}the"), b" the".to_vec());
+    }
+}

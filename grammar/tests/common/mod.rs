@@ -1,0 +1,110 @@
+//! Helpers shared by the integration tests: shared data paths, tokenizers, serialisation.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use serde_json::Value;
+use sglrs_grammar::TokenVocab;
+
+/// `$SGLRS_SHARED` or `<workspace>/../shared`.
+pub fn shared_dir() -> PathBuf {
+    if let Ok(p) = std::env::var("SGLRS_SHARED") {
+        return PathBuf::from(p);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared")
+}
+
+/// A loaded tokenizer and its vocabulary.
+pub struct Tok {
+    pub tokenizer: tokenizers::Tokenizer,
+    pub vocab: Arc<TokenVocab>,
+}
+
+fn load(name: &str) -> Option<Tok> {
+    let dir = shared_dir().join("tokenizers").join(name);
+    let file = dir.join("tokenizer.json");
+    if !file.exists() {
+        eprintln!("SKIP: {} not found", file.display());
+        return None;
+    }
+    let tokenizer = tokenizers::Tokenizer::from_file(&file).expect("tokenizer loads");
+    let cfg: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer_config.json")).expect("config")).expect("json");
+    let eos_str = match &cfg["eos_token"] {
+        Value::String(s) => s.clone(),
+        v => v["content"].as_str().expect("eos content").to_string(),
+    };
+    let eos = tokenizer.token_to_id(&eos_str).expect("eos id");
+    let vocab = Arc::new(TokenVocab::from_tokenizer(&tokenizer, &[eos]).expect("vocab"));
+    Some(Tok { tokenizer, vocab })
+}
+
+/// The Llama-3 128k tokenizer (byte-level BPE), if present.
+pub fn llama3() -> Option<&'static Tok> {
+    static T: OnceLock<Option<Tok>> = OnceLock::new();
+    T.get_or_init(|| load("llama3-128k")).as_ref()
+}
+
+/// The Mistral 32k tokenizer (byte-fallback), if present.
+pub fn mistral() -> Option<&'static Tok> {
+    static T: OnceLock<Option<Tok>> = OnceLock::new();
+    T.get_or_init(|| load("mistral-32k")).as_ref()
+}
+
+impl Tok {
+    /// Token ids whose bytes concatenate to `text`: the tokenizer's own encoding when it
+    /// round-trips (no added leading `▁`), else greedy longest match.
+    pub fn tokenize(&self, text: &str) -> Vec<u32> {
+        if let Ok(enc) = self.tokenizer.encode(text, false) {
+            let ids = enc.get_ids().to_vec();
+            let mut bytes = Vec::new();
+            for &id in &ids {
+                bytes.extend_from_slice(self.vocab.token_bytes(id).unwrap_or(&[]));
+            }
+            if bytes == text.as_bytes() && ids.iter().all(|&i| self.vocab.is_usable(i)) {
+                return ids;
+            }
+        }
+        self.vocab.greedy_tokenize(text.as_bytes()).expect("every byte has a token")
+    }
+}
+
+/// Compact JSON (serde's escaping, keys in document order).
+pub fn compact(v: &Value) -> String {
+    serde_json::to_string(v).expect("serialise")
+}
+
+/// JSON as Python's `json.dumps(v, ensure_ascii=False)`: `", "` and `": "`.
+pub fn dumps(v: &Value) -> String {
+    let mut s = String::new();
+    dumps_into(v, &mut s);
+    s
+}
+
+fn dumps_into(v: &Value, out: &mut String) {
+    match v {
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                dumps_into(x, out);
+            }
+            out.push(']');
+        }
+        Value::Object(m) => {
+            out.push('{');
+            for (i, (k, x)) in m.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                out.push_str(&serde_json::to_string(k).expect("key"));
+                out.push_str(": ");
+                dumps_into(x, out);
+            }
+            out.push('}');
+        }
+        other => out.push_str(&serde_json::to_string(other).expect("scalar")),
+    }
+}
