@@ -36,7 +36,8 @@
 //! tokens.push(b"\"name\":".to_vec());
 //! let vocab = Arc::new(TokenVocab::new(tokens, &[], &[0]).unwrap());
 //!
-//! let schema = r#"{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}"#;
+//! let schema = r#"{"type":"object","properties":{"name":{"type":"string"}},"required":["name"],
+//!                  "additionalProperties":false}"#;
 //! let g = CompiledGrammar::json_schema(schema, vocab.clone(), &CompileOptions::default()).unwrap();
 //! let mut m = Matcher::new(g);
 //! assert_eq!(m.forced_bytes(), b"{\"name\":\"");
@@ -199,9 +200,10 @@ pub struct CompileOptions {
     /// Lenient mode: ignore JSON Schema keywords that cannot be enforced exactly instead of
     /// failing (the result may then accept text the schema rejects).
     pub lenient: bool,
-    /// When a schema does not say `additionalProperties`, allow undeclared properties
-    /// (after the declared ones). Default `false`: only declared properties are produced,
-    /// which is stricter than the schema (never looser).
+    /// When a schema does not say `additionalProperties`, allow undeclared properties (any
+    /// value, between the declared ones) as JSON Schema does. Default `true`; `false` is a
+    /// strict mode producing only declared properties (stricter than the schema, never
+    /// looser).
     pub allow_undeclared_properties: bool,
     /// Most NFA states a grammar may have.
     pub max_states: usize,
@@ -218,7 +220,7 @@ impl Default for CompileOptions {
         CompileOptions {
             whitespace: Whitespace::Compact,
             lenient: false,
-            allow_undeclared_properties: false,
+            allow_undeclared_properties: true,
             max_states: 2_000_000,
             timeout: Some(Duration::from_secs(1)),
             mask_cache_bytes: 64 << 20,

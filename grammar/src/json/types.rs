@@ -318,10 +318,57 @@ impl JsonCompiler<'_> {
         }
         let open = self.b.lit(from, b"{")?;
         let open = self.ws(open)?;
+        // Undeclared properties: one rule (`"other key": value`), called from every gap
+        // between declared properties.
+        let extra_rule = match &additional {
+            None => None,
+            Some(add) => {
+                let declared: Vec<String> = items.iter().map(|i| i.0.clone()).collect();
+                let aptr = format!("{ptr}/additionalProperties");
+                let r = self.b.new_rule()?;
+                let rr = self.b.rules[r as usize];
+                let k = self.other_key(rr.start, &declared)?;
+                let k = self.punct(k, b':')?;
+                let e = self.value(k, add, &aptr)?;
+                self.b.eps(e, rr.end);
+                Some(r)
+            }
+        };
+        let join = |c: &mut Self, acc: &mut Option<StateId>, e: StateId| -> Result<(), CompileError> {
+            match acc {
+                Some(a) => c.b.eps(e, *a),
+                None => {
+                    let a = c.b.state()?;
+                    c.b.eps(e, a);
+                    *acc = Some(a);
+                }
+            }
+            Ok(())
+        };
         // Two tracks: `none` = nothing written yet, `some` = at least one property written.
         let mut none = Some(open);
         let mut some: Option<StateId> = None;
+        let gap = |c: &mut Self, none: Option<StateId>, some: &mut Option<StateId>| -> Result<(), CompileError> {
+            let Some(r) = extra_rule else { return Ok(()) };
+            let lp = c.b.state()?;
+            if let Some(n) = none {
+                let e = c.b.call(n, r)?;
+                c.b.eps(e, lp);
+            }
+            if let Some(sm) = *some {
+                c.b.eps(sm, lp);
+                let cm = c.punct(sm, b',')?;
+                let e = c.b.call(cm, r)?;
+                c.b.eps(e, lp);
+            }
+            let cm = c.punct(lp, b',')?;
+            let e = c.b.call(cm, r)?;
+            c.b.eps(e, lp);
+            *some = Some(lp);
+            Ok(())
+        };
         for (k, v, req) in &items {
+            gap(self, none, &mut some)?;
             let key = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
             let vptr = format!("{ptr}/properties/{}", k.replace('~', "~0").replace('/', "~1"));
             let kv = |c: &mut Self, s: StateId, comma: bool| -> Result<StateId, CompileError> {
@@ -331,17 +378,6 @@ impl JsonCompiler<'_> {
                 c.value(s, v, &vptr)
             };
             let mut new_some = None;
-            let join = |c: &mut Self, acc: &mut Option<StateId>, e: StateId| -> Result<(), CompileError> {
-                match acc {
-                    Some(a) => c.b.eps(e, *a),
-                    None => {
-                        let a = c.b.state()?;
-                        c.b.eps(e, a);
-                        *acc = Some(a);
-                    }
-                }
-                Ok(())
-            };
             if let Some(n) = none {
                 let e = kv(self, n, false)?;
                 join(self, &mut new_some, e)?;
@@ -359,27 +395,7 @@ impl JsonCompiler<'_> {
             }
             some = new_some;
         }
-        if let Some(add) = &additional {
-            let declared: Vec<String> = items.iter().map(|i| i.0.clone()).collect();
-            let aptr = format!("{ptr}/additionalProperties");
-            let lp = self.b.state()?;
-            let extra = |c: &mut Self, s: StateId, comma: bool| -> Result<StateId, CompileError> {
-                let s = if comma { c.punct(s, b',')? } else { s };
-                let s = c.other_key(s, &declared)?;
-                let s = c.punct(s, b':')?;
-                c.value(s, add, &aptr)
-            };
-            if let Some(n) = none {
-                let e = extra(self, n, false)?;
-                self.b.eps(e, lp);
-            }
-            if let Some(sm) = some {
-                self.b.eps(sm, lp);
-            }
-            let e = extra(self, lp, true)?;
-            self.b.eps(e, lp);
-            some = Some(lp);
-        }
+        gap(self, none, &mut some)?;
         let close = self.b.state()?;
         for st in [none, some].into_iter().flatten() {
             self.b.eps(st, close);
