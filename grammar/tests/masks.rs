@@ -1,0 +1,140 @@
+//! Masks are exact: on random walks, `fill_mask` allows a token iff feeding its bytes one by
+//! one keeps the matcher alive, for both real tokenizers. Also jump-forward, rollback,
+//! closing bytes, GBNF, choices and the background cache.
+
+mod common;
+
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use sglrs_grammar::{CacheConfig, CompileOptions, CompiledGrammar, GrammarCache, GrammarSpec, Matcher};
+
+const SCHEMAS: &[&str] = &[
+    r#"{"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer","minimum":0,"maximum":150},"tags":{"type":"array","items":{"enum":["a","b","ccc"]},"maxItems":3},"email":{"type":"string","format":"email"}},"required":["name","age"]}"#,
+    r##"{"$defs":{"node":{"type":"object","properties":{"v":{"type":"number"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v"],"additionalProperties":false}},"$ref":"#/$defs/node"}"##,
+    r#"{"anyOf":[{"type":"string","pattern":"^[a-z]+-[0-9]{2}$"},{"type":"boolean"},{"type":"null"}]}"#,
+];
+
+fn check_walks(tok: &common::Tok, g: &Arc<CompiledGrammar>, seed: u64, walks: usize, steps: usize) {
+    let vocab = &tok.vocab;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut mask = vec![0u32; vocab.mask_words()];
+    for _ in 0..walks {
+        let mut m = Matcher::new(g.clone());
+        for _ in 0..steps {
+            m.fill_mask(&mut mask).unwrap();
+            let mut allowed = Vec::new();
+            for id in 0..vocab.len() as u32 {
+                let bit = mask[(id / 32) as usize] >> (id % 32) & 1 == 1;
+                // Slow reference: feed the token's bytes one at a time.
+                let want = if vocab.eos().contains(&id) {
+                    m.is_accepting()
+                } else if !vocab.is_usable(id) {
+                    false
+                } else {
+                    let mut r = m.clone();
+                    vocab.token_bytes(id).unwrap().iter().all(|&b| r.try_advance_bytes(&[b]))
+                };
+                assert_eq!(bit, want, "token {id} {:?}", String::from_utf8_lossy(vocab.token_bytes(id).unwrap()));
+                if bit {
+                    allowed.push(id);
+                }
+            }
+            assert!(!allowed.is_empty(), "a live matcher always allows something");
+            let id = allowed[rng.random_range(0..allowed.len())];
+            m.accept_token(id).unwrap();
+            if m.is_finished() {
+                break;
+            }
+        }
+    }
+}
+
+#[test]
+fn masks_exact_llama3() {
+    let Some(tok) = common::llama3() else { return };
+    for (i, s) in SCHEMAS.iter().enumerate() {
+        let g = CompiledGrammar::json_schema(s, tok.vocab.clone(), &CompileOptions::default()).unwrap();
+        check_walks(tok, &g, i as u64, 2, 12);
+    }
+    let g = CompiledGrammar::regex(r"[0-9]{3}-(ab|cd)+x?", tok.vocab.clone(), &CompileOptions::default()).unwrap();
+    check_walks(tok, &g, 9, 2, 8);
+}
+
+#[test]
+fn masks_exact_mistral() {
+    let Some(tok) = common::mistral() else { return };
+    for (i, s) in SCHEMAS.iter().enumerate() {
+        let g = CompiledGrammar::json_schema(s, tok.vocab.clone(), &CompileOptions::flexible()).unwrap();
+        check_walks(tok, &g, 100 + i as u64, 2, 12);
+    }
+}
+
+#[test]
+fn jump_forward_returns_required_keys() {
+    let Some(tok) = common::llama3() else { return };
+    let s = r#"{"type":"object","properties":{"city":{"type":"string"},"zip":{"type":"integer"}},"required":["city","zip"],"additionalProperties":false}"#;
+    let g = CompiledGrammar::json_schema(s, tok.vocab.clone(), &CompileOptions::default()).unwrap();
+    let mut m = Matcher::new(g);
+    assert_eq!(m.forced_bytes(), br#"{"city":""#.to_vec());
+    assert!(m.try_advance_bytes(br#"{"city":"Paris""#));
+    assert_eq!(m.forced_bytes(), br#","zip":"#.to_vec());
+    assert!(m.min_tokens_to_accept() >= 1);
+    let close = m.closing_bytes();
+    assert!(m.try_advance_bytes(&close));
+    assert!(m.is_accepting(), "closing bytes {:?} complete the text", String::from_utf8_lossy(&close));
+}
+
+#[test]
+fn rollback_and_sticky_errors() {
+    let Some(tok) = common::llama3() else { return };
+    let g = CompiledGrammar::regex(r"(yes|no)!", tok.vocab.clone(), &CompileOptions::default()).unwrap();
+    let mut m = Matcher::new(g);
+    let ids = tok.tokenize("yes!");
+    for &id in &ids {
+        m.accept_token(id).unwrap();
+    }
+    assert!(m.is_accepting());
+    m.rollback(ids.len()).unwrap();
+    assert!(!m.is_accepting());
+    let bad = tok.tokenize("maybe")[0];
+    assert!(m.accept_token(bad).is_err());
+    assert!(m.accept_token(ids[0]).is_err(), "errors are sticky");
+    assert!(m.rollback(100).is_err());
+}
+
+#[test]
+fn gbnf_and_choices() {
+    let Some(tok) = common::llama3() else { return };
+    let gbnf = r#"
+root ::= "[" ws item ("," ws item)* "]"   # a list
+item ::= [a-z]+ | num
+num  ::= "-"? [0-9]{1,3}
+ws   ::= " "?
+"#;
+    let g = CompiledGrammar::ebnf(gbnf, tok.vocab.clone(), &CompileOptions::default()).unwrap();
+    for (text, ok) in [("[abc, 12,-7]", true), ("[]", false), ("[1234]", false), ("[x,y]", true)] {
+        let mut m = Matcher::new(g.clone());
+        let acc = m.try_advance_bytes(text.as_bytes()) && m.is_accepting();
+        assert_eq!(acc, ok, "{text}");
+    }
+    assert!(CompiledGrammar::ebnf("root ::= foo", tok.vocab.clone(), &CompileOptions::default()).is_err());
+    let c = CompiledGrammar::choices(&["red".into(), "green".into()], tok.vocab.clone(), &CompileOptions::default()).unwrap();
+    let mut m = Matcher::new(c);
+    assert!(m.try_advance_bytes(b"gr"));
+    assert_eq!(m.forced_bytes(), b"een");
+}
+
+#[test]
+fn cache_compiles_in_background() {
+    let Some(tok) = common::llama3() else { return };
+    let cache = GrammarCache::new(tok.vocab.clone(), CacheConfig::default());
+    let spec = GrammarSpec::JsonSchema(SCHEMAS[0].into());
+    let h = cache.get_or_compile(spec.clone(), CompileOptions::default());
+    let g = h.wait().unwrap();
+    let h2 = cache.get_or_compile(spec, CompileOptions::default());
+    assert!(Arc::ptr_eq(&g, &h2.try_get().unwrap().unwrap()), "second lookup hits the cache");
+    let bad = cache.get_or_compile(GrammarSpec::JsonSchema("{\"not\":{}}".into()), CompileOptions::default());
+    assert!(matches!(bad.wait(), Err(sglrs_grammar::CompileError::Unsupported { .. })));
+    assert_eq!(cache.len(), 2);
+}
