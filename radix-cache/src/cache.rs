@@ -205,14 +205,19 @@ pub struct RadixCache {
     path: Vec<NodeId>,
 }
 
-/// Length of the common prefix of `a` and `b`, compared 16 tokens at a time.
+/// Length of the common prefix of `a` and `b`: equal blocks are skipped with the C library's
+/// vectorised `memcmp`, the block that differs is searched 16 tokens at a time.
 #[inline]
 pub(crate) fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
+    const BLOCK: usize = 256;
     const W: usize = 16;
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let mut i = 0;
-    for (ca, cb) in a.chunks_exact(W).zip(b.chunks_exact(W)) {
+    while i + BLOCK <= n && a[i..i + BLOCK] == b[i..i + BLOCK] {
+        i += BLOCK;
+    }
+    for (ca, cb) in a[i..].chunks_exact(W).zip(b[i..].chunks_exact(W)) {
         let mut d = 0;
         for j in 0..W {
             d |= ca[j] ^ cb[j];
@@ -519,7 +524,8 @@ impl RadixCache {
             returned.extend_from_slice(&kpages[pos / ps..]);
         }
         returned.extend_from_slice(tail);
-        if let Err(e) = self.pool.check_held_lists(&[&returned[start..], new_pages]) {
+        // Validates every page and moves the new ones to the tree in one pass.
+        if let Err(e) = self.pool.take_for_tree(new_pages, &returned[start..]) {
             returned.truncate(start);
             self.path = path;
             return Err(e.into());
@@ -604,7 +610,6 @@ impl RadixCache {
         priority: i32,
     ) -> NodeId {
         let ps = self.cfg.page_size;
-        self.pool.give_to_tree(pages);
         let id = self.new_node_id();
         let node = Node {
             tokens: tokens.to_vec(),

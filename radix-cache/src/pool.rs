@@ -225,14 +225,61 @@ impl PagePool {
         bad.map_or(Ok(()), Err)
     }
 
-    /// Moves caller-held pages into the tree. The caller has checked them with
-    /// [`PagePool::check_held`].
-    pub(crate) fn give_to_tree(&mut self, pages: &[PageId]) {
-        for p in pages {
-            debug_assert_eq!(self.state[p.index()], PageState::Caller as u8);
-            self.state[p.index()] = PageState::Tree as u8;
+    /// Moves `new` (caller-held) into the tree after checking that `also` (pages about to be
+    /// handed back) are caller-held too and that no id appears twice in either list; on error
+    /// nothing changes.
+    pub(crate) fn take_for_tree(
+        &mut self,
+        new: &[PageId],
+        also: &[PageId],
+    ) -> Result<(), PoolError> {
+        let mut taken = 0;
+        let mut bad = None;
+        for p in new {
+            match self.state.get(p.index()) {
+                Some(&s) if s == PageState::Caller as u8 => {
+                    self.state[p.index()] = PageState::Tree as u8;
+                    taken += 1;
+                }
+                Some(&s) => {
+                    // A page already marked `Tree` by this loop is listed twice.
+                    let listed_twice = new[..taken].contains(p);
+                    let state = if listed_twice {
+                        "listed twice"
+                    } else {
+                        PageState::from_u8(s).name()
+                    };
+                    bad = Some(PoolError::NotHeld { page: p.0, state });
+                    break;
+                }
+                None => {
+                    bad = Some(PoolError::UnknownPage(p.0));
+                    break;
+                }
+            }
         }
-        self.caller -= pages.len();
+        if bad.is_none() {
+            if let Err(e) = self.check_held_lists(&[also]) {
+                bad = Some(match e {
+                    // A handed-back page that is also a new one shows up as a tree page.
+                    PoolError::NotHeld { page, .. } if new.contains(&PageId(page)) => {
+                        PoolError::NotHeld {
+                            page,
+                            state: "listed twice",
+                        }
+                    }
+                    e => e,
+                });
+            }
+        }
+        if let Some(e) = bad {
+            for p in &new[..taken] {
+                self.state[p.index()] = PageState::Caller as u8;
+            }
+            return Err(e);
+        }
+        self.caller -= new.len();
+        Ok(())
     }
 
     /// Takes a removed node's pages back onto the free list without copying them.
