@@ -36,6 +36,10 @@ pub struct CacheConfig {
     pub policy: EvictionPolicy,
     /// Emit [`KvEvent`]s (and compute page hashes eagerly on insert to fill them).
     pub events: bool,
+    /// Record every page's owner in the pool, so that misuse (a double free, inserting a
+    /// page the caller does not hold) is an error instead of corruption. Default: on in
+    /// debug builds, off in release builds, where it costs a byte write per page moved.
+    pub track_pages: bool,
 }
 
 impl CacheConfig {
@@ -46,12 +50,19 @@ impl CacheConfig {
             page_size,
             policy: EvictionPolicy::Lru,
             events: false,
+            track_pages: cfg!(debug_assertions),
         }
     }
 
     /// The same config with another eviction policy.
     pub fn with_policy(mut self, policy: EvictionPolicy) -> CacheConfig {
         self.policy = policy;
+        self
+    }
+
+    /// The same config with per-page owner tracking on or off.
+    pub fn with_page_tracking(mut self, track: bool) -> CacheConfig {
+        self.track_pages = track;
         self
     }
 
@@ -236,7 +247,7 @@ pub(crate) fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
 impl RadixCache {
     /// An empty cache over a fresh pool.
     pub fn new(cfg: CacheConfig) -> Result<RadixCache, CacheError> {
-        let pool = PagePool::new(cfg.num_pages, cfg.page_size)?;
+        let pool = PagePool::with_tracking(cfg.num_pages, cfg.page_size, cfg.track_pages)?;
         Ok(RadixCache {
             cfg,
             pool,

@@ -28,6 +28,7 @@ impl RadixCache {
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let ps = self.cfg.page_size;
         let total = self.pool.total_pages();
+        let tracked = self.pool.tracks_pages();
         let mut seen = vec![0u8; total];
         let (mut evictable, mut protected, mut leaves, mut root_locks) = (0, 0, 0, 0usize);
         for (i, n) in self.nodes.iter().enumerate() {
@@ -72,7 +73,7 @@ impl RadixCache {
                     ensure!(seen[pg.index()] == 0, "page {} is in the tree twice", pg.0);
                     seen[pg.index()] = 1;
                     ensure!(
-                        self.pool.state(*pg) == Some(PageState::Tree),
+                        !tracked || self.pool.state(*pg) == Some(PageState::Tree),
                         "tree page {} is not marked as the tree's",
                         pg.0
                     );
@@ -174,6 +175,15 @@ impl RadixCache {
             "free count {} != {free}",
             self.pool.free_pages()
         );
+        let tree = seen.iter().filter(|&&s| s == 1).count();
+        ensure!(
+            tree == self.pool.tree_pages(),
+            "tree holds {tree} pages, pool counts {}",
+            self.pool.tree_pages()
+        );
+        if !tracked {
+            return Ok(());
+        }
         let mut caller = 0;
         for (i, s) in seen.iter().enumerate() {
             let state = self.pool.state(crate::types::PageId(i as u32));

@@ -5,6 +5,11 @@
 //! and the pool records that state per page, so a double free, a free of a tree page or an
 //! insert of a page the caller does not hold is an error, not silent corruption.
 //!
+//! The per-page state costs a byte write per page on every alloc, free, insert and eviction
+//! (at page size 1 that is most of the cost of evicting millions of tokens), so it is on by
+//! default in debug builds and a choice in release builds ([`PagePool::with_tracking`],
+//! [`crate::CacheConfig::track_pages`]); without it the pool still checks ids and counts.
+//!
 //! Free pages are kept as a stack of chunks: eviction hands a node's whole page vector over
 //! without copying it, and never-used ids are handed out from a counter, so a pool of
 //! millions of pages costs nothing until it is used.
@@ -28,6 +33,14 @@ pub enum PoolError {
     /// A page id outside the pool.
     #[error("page {0} is not in the pool")]
     UnknownPage(u32),
+    /// More pages given back than callers hold (found without per-page tracking).
+    #[error("{given} pages given back, but callers hold only {held}")]
+    TooMany {
+        /// Pages given.
+        given: usize,
+        /// Pages callers hold.
+        held: usize,
+    },
     /// A page the caller does not hold (it is free, or owned by the tree, or listed twice).
     #[error("page {page} is not held by the caller (it is {state})")]
     NotHeld {
@@ -81,13 +94,25 @@ pub struct PagePool {
     free: usize,
     /// Pages held by callers.
     caller: usize,
-    /// Per-page [`PageState`] as `u8`.
+    /// Per-page [`PageState`] as `u8`; empty when tracking is off.
     state: Vec<u8>,
+    track: bool,
 }
 
 impl PagePool {
-    /// A pool of `num_pages` pages of `page_size` tokens each.
+    /// A pool of `num_pages` pages of `page_size` tokens each, tracking every page's owner in
+    /// debug builds.
     pub fn new(num_pages: usize, page_size: usize) -> Result<PagePool, PoolError> {
+        PagePool::with_tracking(num_pages, page_size, cfg!(debug_assertions))
+    }
+
+    /// A pool that tracks every page's owner (`track`), so that a double free or an insert
+    /// of a page the caller does not hold is an error, or only checks ids and counts.
+    pub fn with_tracking(
+        num_pages: usize,
+        page_size: usize,
+        track: bool,
+    ) -> Result<PagePool, PoolError> {
         if page_size == 0 {
             return Err(PoolError::InvalidConfig(
                 "page_size must be at least 1".into(),
@@ -103,7 +128,12 @@ impl PagePool {
             chunks: Vec::new(),
             free: num_pages,
             caller: 0,
-            state: vec![PageState::Free as u8; num_pages],
+            state: if track {
+                vec![PageState::Free as u8; num_pages]
+            } else {
+                Vec::new()
+            },
+            track,
         })
     }
 
@@ -132,7 +162,12 @@ impl PagePool {
         self.num_pages as usize - self.free - self.caller
     }
 
-    /// Who owns `page`, or `None` for an id outside the pool.
+    /// Whether the pool records every page's owner.
+    pub fn tracks_pages(&self) -> bool {
+        self.track
+    }
+
+    /// Who owns `page`, or `None` for an id outside the pool or when tracking is off.
     pub fn state(&self, page: PageId) -> Option<PageState> {
         self.state.get(page.index()).map(|&s| PageState::from_u8(s))
     }
@@ -165,8 +200,10 @@ impl PagePool {
             self.next_fresh += need as u32;
             out.extend((first..self.next_fresh).map(PageId));
         }
-        for p in &out[start..] {
-            self.state[p.index()] = PageState::Caller as u8;
+        if self.track {
+            for p in &out[start..] {
+                self.state[p.index()] = PageState::Caller as u8;
+            }
         }
         self.free -= n;
         self.caller += n;
@@ -176,8 +213,10 @@ impl PagePool {
     /// Returns pages the caller holds to the free list; all or nothing.
     pub fn free(&mut self, pages: &[PageId]) -> Result<(), PoolError> {
         self.check_held(pages)?;
-        for p in pages {
-            self.state[p.index()] = PageState::Free as u8;
+        if self.track {
+            for p in pages {
+                self.state[p.index()] = PageState::Free as u8;
+            }
         }
         match self.chunks.last_mut() {
             Some(last) if last.len() < 4096 => last.extend_from_slice(pages),
@@ -188,13 +227,17 @@ impl PagePool {
         Ok(())
     }
 
-    /// Checks that every page in `pages` is held by the caller, once; changes nothing.
+    /// Checks that every page in `pages` is held by the caller, once (without tracking: that
+    /// the ids are in the pool and no more than callers hold); changes nothing.
     pub fn check_held(&mut self, pages: &[PageId]) -> Result<(), PoolError> {
         self.check_held_lists(&[pages])
     }
 
     /// [`PagePool::check_held`] over several lists at once: an id in two lists is an error.
     pub(crate) fn check_held_lists(&mut self, lists: &[&[PageId]]) -> Result<(), PoolError> {
+        if !self.track {
+            return self.check_counts(lists.iter().map(|l| l.len()).sum(), lists);
+        }
         // Mark as we go to catch ids listed twice, then restore.
         let mut bad = None;
         let mut marked = 0;
@@ -233,6 +276,11 @@ impl PagePool {
         new: &[PageId],
         also: &[PageId],
     ) -> Result<(), PoolError> {
+        if !self.track {
+            self.check_counts(new.len() + also.len(), &[new, also])?;
+            self.caller -= new.len();
+            return Ok(());
+        }
         let mut taken = 0;
         let mut bad = None;
         for p in new {
@@ -282,11 +330,30 @@ impl PagePool {
         Ok(())
     }
 
+    /// The checks possible without tracking: ids in range, no more pages than callers hold.
+    fn check_counts(&self, given: usize, lists: &[&[PageId]]) -> Result<(), PoolError> {
+        let n = self.num_pages;
+        for l in lists {
+            if let Some(p) = l.iter().find(|p| p.0 >= n) {
+                return Err(PoolError::UnknownPage(p.0));
+            }
+        }
+        if given > self.caller {
+            return Err(PoolError::TooMany {
+                given,
+                held: self.caller,
+            });
+        }
+        Ok(())
+    }
+
     /// Takes a removed node's pages back onto the free list without copying them.
     pub(crate) fn release_from_tree(&mut self, pages: Vec<PageId>) {
-        for p in &pages {
-            debug_assert_eq!(self.state[p.index()], PageState::Tree as u8);
-            self.state[p.index()] = PageState::Free as u8;
+        if self.track {
+            for p in &pages {
+                debug_assert_eq!(self.state[p.index()], PageState::Tree as u8);
+                self.state[p.index()] = PageState::Free as u8;
+            }
         }
         self.free += pages.len();
         if !pages.is_empty() {
@@ -312,7 +379,7 @@ mod tests {
 
     #[test]
     fn alloc_free_round_trip_and_double_free() {
-        let mut pool = PagePool::new(8, 4).unwrap();
+        let mut pool = PagePool::with_tracking(8, 4, true).unwrap();
         let mut got = Vec::new();
         pool.alloc(5, &mut got).unwrap();
         assert_eq!(got.len(), 5);
@@ -346,6 +413,24 @@ mod tests {
         all.sort_unstable();
         assert_eq!(all, (0..8).collect::<Vec<_>>());
         assert_eq!(pool.free_pages(), 0);
+    }
+
+    #[test]
+    fn untracked_pool_still_checks_ids_and_counts() {
+        let mut pool = PagePool::with_tracking(8, 1, false).unwrap();
+        let mut got = Vec::new();
+        pool.alloc(2, &mut got).unwrap();
+        assert_eq!(pool.state(got[0]), None);
+        assert!(matches!(
+            pool.free(&[PageId(8)]),
+            Err(PoolError::UnknownPage(8))
+        ));
+        assert!(matches!(
+            pool.free(&[got[0], got[1], got[0]]),
+            Err(PoolError::TooMany { given: 3, held: 2 })
+        ));
+        pool.free(&got).unwrap();
+        assert_eq!(pool.free_pages(), 8);
     }
 
     #[test]

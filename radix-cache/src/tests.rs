@@ -5,7 +5,7 @@ use crate::*;
 const NS: Namespace = Namespace::DEFAULT;
 
 fn cache(pages: usize, ps: usize) -> RadixCache {
-    RadixCache::new(CacheConfig::new(pages, ps)).unwrap()
+    RadixCache::new(CacheConfig::new(pages, ps).with_page_tracking(true)).unwrap()
 }
 
 /// Allocates pages for `tokens` (full pages only), inserts, frees what comes back.
@@ -199,7 +199,12 @@ fn page_hashes_chain_and_survive_splits() {
 
 #[test]
 fn events_report_stores_removals_and_clears() {
-    let mut c = RadixCache::new(CacheConfig::new(64, 2).with_events(true)).unwrap();
+    let mut c = RadixCache::new(
+        CacheConfig::new(64, 2)
+            .with_events(true)
+            .with_page_tracking(true),
+    )
+    .unwrap();
     put(&mut c, NS, &[1, 2, 3, 4]);
     put(&mut c, NS, &[1, 2, 5, 6]);
     let ev: Vec<_> = c.drain_events().collect();

@@ -127,7 +127,8 @@ fn run(
     let mut cache = RadixCache::new(
         CacheConfig::new(pool_pages, ps)
             .with_policy(policy)
-            .with_events(ps == 2),
+            .with_events(ps == 2)
+            .with_page_tracking(true),
     )
     .map_err(|e| TestCaseError::fail(e.to_string()))?;
     let mut model = Model::default();
