@@ -10,4 +10,5 @@
 
 pub mod grammar;
 pub mod radix;
+pub mod serving;
 pub mod transfer;

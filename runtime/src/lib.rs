@@ -4,3 +4,9 @@
 
 pub mod executor;
 pub mod model;
+pub mod detok;
+pub mod sampler;
+pub mod scheduler;
+pub mod metrics;
+pub mod server;
+pub mod cli;

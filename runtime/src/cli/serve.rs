@@ -1,0 +1,170 @@
+//! `sglrs serve`: load a model, start the scheduler thread and the HTTP server.
+
+use crate::executor::cpu::{CpuExecutor, ExecConfig, KvCapacity};
+use crate::executor::{Executor, KvDtype};
+use crate::model::{self, LoadOptions};
+use crate::scheduler::{self, SchedulePolicy, SchedulerConfig, SchedulerCore};
+use crate::server::{self, AppState, GrammarCompiler, ServerInfo};
+use anyhow::Context;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Options of `sglrs serve`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Model: a `.gguf` file or an HF folder (default: the bundled SmolLM2-135M-Instruct).
+    #[arg(long, alias = "model-path")]
+    pub model: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on.
+    #[arg(long, default_value_t = 30000)]
+    pub port: u16,
+    /// Tokens per KV page.
+    #[arg(long, default_value_t = 16)]
+    pub page_size: usize,
+    /// KV cache memory in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub kv_memory_mb: usize,
+    /// Waiting-queue order: lpm, fcfs or dfs-weight.
+    #[arg(long, default_value = "lpm")]
+    pub schedule_policy: SchedulePolicy,
+    /// Most prompt tokens one request prefills per step.
+    #[arg(long, default_value_t = 512)]
+    pub chunked_prefill_size: usize,
+    /// Token budget of one forward pass (decode tokens plus prefill chunks).
+    #[arg(long, default_value_t = 576)]
+    pub max_batch_tokens: usize,
+    /// Most requests running at once.
+    #[arg(long, default_value_t = 32)]
+    pub max_running_requests: usize,
+    /// Require `Authorization: Bearer KEY` (also read from `SGLRS_API_KEY`).
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Kernel threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Model name reported by `/v1/models` (default: the model file's stem).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Cap the context length below the model's.
+    #[arg(long)]
+    pub context_length: Option<usize>,
+    /// Turn off jump-forward over grammar-forced text.
+    #[arg(long)]
+    pub disable_jump_forward: bool,
+}
+
+/// Runs the server until ctrl-c.
+pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
+    let path = args.model.clone().unwrap_or_else(model::default_model_path);
+    let loaded = model::load(&path, &LoadOptions::default())
+        .with_context(|| format!("loading {}", path.display()))?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let exec = CpuExecutor::new(
+        &loaded.config,
+        &loaded.weights,
+        &ExecConfig {
+            page_size: args.page_size,
+            kv: KvCapacity::Bytes(args.kv_memory_mb << 20),
+            kv_dtype: KvDtype::F16,
+            threads,
+        },
+    )
+    .context("building the CPU executor")?;
+    let max_context = args
+        .context_length
+        .map_or(exec.max_context(), |c| c.min(exec.max_context()));
+    let vocab_size = exec.vocab_size();
+    let tokenizer = Arc::new(loaded.tokenizer);
+    let mut eos: Vec<u32> = tokenizer.eog_ids().to_vec();
+    if let Some(e) = tokenizer.eos_id() {
+        if !eos.contains(&e) {
+            eos.push(e);
+        }
+    }
+    let cfg = SchedulerConfig {
+        page_size: args.page_size,
+        num_pages: exec.num_pages(),
+        max_running: args.max_running_requests,
+        max_batch_tokens: args.max_batch_tokens.max(args.max_running_requests),
+        chunked_prefill_size: args.chunked_prefill_size,
+        policy: args.schedule_policy,
+        eos_tokens: eos.clone(),
+        max_context,
+        vocab_size,
+        jump_forward: !args.disable_jump_forward,
+    };
+    let num_pages = cfg.num_pages;
+    let core = SchedulerCore::new(cfg, tokenizer.clone()).context("configuring the scheduler")?;
+    let (handle, _join) =
+        scheduler::spawn(core, Box::new(exec)).context("starting the scheduler")?;
+    let vocab = sglrs_grammar::TokenVocab::from_tokenizer(tokenizer.inner(), &eos)
+        .map_err(|e| anyhow::anyhow!("building the grammar vocabulary: {e}"))?;
+    let grammars = Arc::new(GrammarCompiler::new(Arc::new(vocab)));
+    let name = args.served_model_name.clone().unwrap_or_else(|| {
+        path.file_stem().map_or_else(
+            || "default".to_string(),
+            |s| s.to_string_lossy().into_owned(),
+        )
+    });
+    let info = ServerInfo {
+        model_path: path.display().to_string(),
+        served_model_name: name,
+        max_context,
+        vocab_size,
+        args: serde_json::json!({
+            "host": args.host,
+            "port": args.port,
+            "page_size": args.page_size,
+            "kv_memory_mb": args.kv_memory_mb,
+            "num_pages": num_pages,
+            "schedule_policy": args.schedule_policy.to_string(),
+            "chunked_prefill_size": args.chunked_prefill_size,
+            "max_batch_tokens": args.max_batch_tokens,
+            "max_running_requests": args.max_running_requests,
+            "threads": threads,
+            "api_key_required": args.api_key.is_some(),
+            "jump_forward": !args.disable_jump_forward,
+        }),
+    };
+    let chat_template = loaded.chat_template.map(Arc::new);
+    let api_key = args.api_key.clone().or_else(|| {
+        std::env::var("SGLRS_API_KEY")
+            .ok()
+            .filter(|k| !k.is_empty())
+    });
+    let state = Arc::new(AppState::new(
+        handle,
+        tokenizer,
+        chat_template,
+        grammars,
+        info,
+        api_key,
+    ));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
+    rt.block_on(async {
+        let addr = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        eprintln!(
+            "sglrs: serving {} on http://{} ({} KV pages of {} tokens, context {})",
+            path.display(),
+            listener
+                .local_addr()
+                .map_or(addr.clone(), |a| a.to_string()),
+            num_pages,
+            args.page_size,
+            max_context
+        );
+        server::serve(state, listener).await.context("serving")
+    })
+}

@@ -1,0 +1,328 @@
+//! Incremental detokenization with stop strings.
+//!
+//! Byte-level BPE tokens do not align with UTF-8 characters: one emoji may span three tokens,
+//! and decoding a prefix of them yields U+FFFD. [`IncrementalDecoder`] uses the prefix-offset /
+//! read-offset scheme of TGI and SGLang: it re-decodes a short window of recent tokens and only
+//! emits text once the window no longer ends in an incomplete character. Decoding a window (not
+//! single tokens) also keeps SentencePiece's leading-space handling right.
+//!
+//! [`DetokStream`] adds stop strings on top: it holds back any tail of the text that could
+//! still grow into a stop string, trims the match (unless `no_stop_trim`), and reports it.
+
+/// Turns token ids into text; implemented for `tokenizers::Tokenizer` and the runtime's
+/// tokenizer wrapper.
+pub trait TokenDecoder {
+    /// Decodes `ids` to text, dropping special tokens when `skip_special` is set.
+    fn decode_ids(&self, ids: &[u32], skip_special: bool) -> Result<String, DetokError>;
+}
+
+impl TokenDecoder for tokenizers::Tokenizer {
+    fn decode_ids(&self, ids: &[u32], skip_special: bool) -> Result<String, DetokError> {
+        self.decode(ids, skip_special)
+            .map_err(|e| DetokError::Decode(e.to_string()))
+    }
+}
+
+impl TokenDecoder for crate::tokenizer::Tokenizer {
+    fn decode_ids(&self, ids: &[u32], skip_special: bool) -> Result<String, DetokError> {
+        self.decode(ids, skip_special)
+            .map_err(|e| DetokError::Decode(e.to_string()))
+    }
+}
+
+/// Why decoding failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DetokError {
+    /// The tokenizer rejected the ids.
+    #[error("detokenize: {0}")]
+    Decode(String),
+}
+
+/// How many tokens before the read offset are re-decoded for context.
+const CONTEXT_TOKENS: usize = 5;
+
+/// Incremental decoder over a growing list of token ids.
+#[derive(Clone, Debug, Default)]
+pub struct IncrementalDecoder {
+    ids: Vec<u32>,
+    prefix_offset: usize,
+    read_offset: usize,
+    skip_special: bool,
+}
+
+impl IncrementalDecoder {
+    /// A decoder for output that continues after `context` (the last few prompt tokens, so the
+    /// first output token decodes with the right leading space).
+    pub fn new(context: &[u32], skip_special: bool) -> Self {
+        let ctx = &context[context.len().saturating_sub(CONTEXT_TOKENS)..];
+        Self {
+            ids: ctx.to_vec(),
+            prefix_offset: 0,
+            read_offset: ctx.len(),
+            skip_special,
+        }
+    }
+
+    /// Appends a token and returns the text it completes (possibly empty while a character is
+    /// incomplete).
+    pub fn push(&mut self, dec: &dyn TokenDecoder, token: u32) -> Result<String, DetokError> {
+        self.ids.push(token);
+        self.step(dec, false)
+    }
+
+    /// Returns whatever is still held back (an incomplete character decodes as U+FFFD).
+    pub fn flush(&mut self, dec: &dyn TokenDecoder) -> Result<String, DetokError> {
+        self.step(dec, true)
+    }
+
+    fn step(&mut self, dec: &dyn TokenDecoder, force: bool) -> Result<String, DetokError> {
+        if self.read_offset >= self.ids.len() {
+            return Ok(String::new());
+        }
+        let prefix = dec.decode_ids(
+            &self.ids[self.prefix_offset..self.read_offset],
+            self.skip_special,
+        )?;
+        let full = dec.decode_ids(&self.ids[self.prefix_offset..], self.skip_special)?;
+        if !force && full.ends_with('\u{FFFD}') {
+            return Ok(String::new());
+        }
+        let out = if full.len() >= prefix.len()
+            && full.is_char_boundary(prefix.len())
+            && full.starts_with(&prefix)
+        {
+            full[prefix.len()..].to_string()
+        } else {
+            // The window re-segmented (rare with byte-level BPE); fall back to the tail.
+            full.chars().skip(prefix.chars().count()).collect()
+        };
+        self.prefix_offset = self.read_offset;
+        self.read_offset = self.ids.len();
+        // Keep the window short.
+        if self.prefix_offset > 64 {
+            let cut = self.prefix_offset - CONTEXT_TOKENS.min(self.prefix_offset);
+            self.ids.drain(..cut);
+            self.prefix_offset -= cut;
+            self.read_offset -= cut;
+        }
+        Ok(out)
+    }
+}
+
+/// Output text of one sample with stop-string handling and streaming hold-back.
+#[derive(Clone, Debug)]
+pub struct DetokStream {
+    decoder: IncrementalDecoder,
+    text: String,
+    sent: usize,
+    stops: Vec<String>,
+    max_stop_len: usize,
+    no_stop_trim: bool,
+    matched: Option<String>,
+}
+
+impl DetokStream {
+    /// A stream continuing after `context` with these stop strings.
+    pub fn new(
+        context: &[u32],
+        skip_special: bool,
+        stops: Vec<String>,
+        no_stop_trim: bool,
+    ) -> Self {
+        let stops: Vec<String> = stops.into_iter().filter(|s| !s.is_empty()).collect();
+        let max_stop_len = stops.iter().map(String::len).max().unwrap_or(0);
+        Self {
+            decoder: IncrementalDecoder::new(context, skip_special),
+            text: String::new(),
+            sent: 0,
+            stops,
+            max_stop_len,
+            no_stop_trim,
+            matched: None,
+        }
+    }
+
+    /// Appends a token. Returns the stop string it completed, if any (the stream is then
+    /// finished and further tokens are ignored).
+    pub fn push(
+        &mut self,
+        dec: &dyn TokenDecoder,
+        token: u32,
+    ) -> Result<Option<String>, DetokError> {
+        if self.matched.is_some() {
+            return Ok(None);
+        }
+        let piece = self.decoder.push(dec, token)?;
+        Ok(self.append(piece))
+    }
+
+    /// Decodes whatever the decoder still holds (end of generation).
+    pub fn finish(&mut self, dec: &dyn TokenDecoder) -> Result<Option<String>, DetokError> {
+        if self.matched.is_some() {
+            return Ok(None);
+        }
+        let piece = self.decoder.flush(dec)?;
+        Ok(self.append(piece))
+    }
+
+    fn append(&mut self, piece: String) -> Option<String> {
+        if piece.is_empty() {
+            return None;
+        }
+        let search_from = self
+            .text
+            .len()
+            .saturating_sub(self.max_stop_len.saturating_sub(1));
+        self.text.push_str(&piece);
+        let mut best: Option<(usize, &String)> = None;
+        for s in &self.stops {
+            let mut from = search_from;
+            while !self.text.is_char_boundary(from) {
+                from -= 1;
+            }
+            if let Some(pos) = self.text[from..].find(s.as_str()) {
+                let at = from + pos;
+                if best.is_none_or(|(b, _)| at < b) {
+                    best = Some((at, s));
+                }
+            }
+        }
+        let (at, s) = best?;
+        let s = s.clone();
+        let end = if self.no_stop_trim { at + s.len() } else { at };
+        self.text.truncate(end);
+        self.sent = self.sent.min(end);
+        self.matched = Some(s.clone());
+        Some(s)
+    }
+
+    /// The stop string that ended the stream, if any.
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
+    }
+
+    /// The full output text so far (stop string trimmed unless `no_stop_trim`).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Text not yet taken, minus any tail that might still become a stop string (all of it
+    /// when `finished` or once a stop matched).
+    pub fn take_delta(&mut self, finished: bool) -> String {
+        let mut end = self.text.len();
+        if !finished && self.matched.is_none() && self.max_stop_len > 0 {
+            end = self.safe_end();
+        }
+        if end <= self.sent {
+            return String::new();
+        }
+        let out = self.text[self.sent..end].to_string();
+        self.sent = end;
+        out
+    }
+
+    /// End of the prefix of `text` that no stop string could start in.
+    fn safe_end(&self) -> usize {
+        let t = self.text.as_bytes();
+        let mut hold = 0;
+        for s in &self.stops {
+            let s = s.as_bytes();
+            for k in (1..s.len().min(t.len() + 1)).rev() {
+                if t.ends_with(&s[..k]) {
+                    hold = hold.max(k);
+                    break;
+                }
+            }
+        }
+        let mut end = self.text.len() - hold;
+        while !self.text.is_char_boundary(end) {
+            end -= 1;
+        }
+        end.max(self.sent.min(end))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A byte-level decoder: each token is one byte; invalid UTF-8 decodes lossily (U+FFFD),
+    /// as byte-level BPE tokenizers do.
+    struct Bytes;
+    impl TokenDecoder for Bytes {
+        fn decode_ids(&self, ids: &[u32], _skip: bool) -> Result<String, DetokError> {
+            let b: Vec<u8> = ids.iter().map(|&i| i as u8).collect();
+            Ok(String::from_utf8_lossy(&b).into_owned())
+        }
+    }
+
+    fn toks(s: &str) -> Vec<u32> {
+        s.bytes().map(u32::from).collect()
+    }
+
+    #[test]
+    fn multibyte_characters_are_held_until_complete() {
+        let mut d = IncrementalDecoder::new(&[], false);
+        let mut out = Vec::new();
+        for t in toks("a😀b€") {
+            out.push(d.push(&Bytes, t).unwrap());
+        }
+        // 'a', then 3 empty pieces, then the emoji, 'b', 2 empty, then '€'
+        assert_eq!(out.concat(), "a😀b€");
+        assert!(out.iter().all(|p| !p.contains('\u{FFFD}')));
+        assert_eq!(out[1], "");
+        assert_eq!(out[4], "😀");
+    }
+
+    #[test]
+    fn long_streams_decode_exactly() {
+        let s = "héllo wörld — ünïcödé ".repeat(20);
+        let mut d = IncrementalDecoder::new(&toks("ctx"), false);
+        let mut out = String::new();
+        for t in toks(&s) {
+            out.push_str(&d.push(&Bytes, t).unwrap());
+        }
+        out.push_str(&d.flush(&Bytes).unwrap());
+        assert_eq!(out, s);
+    }
+
+    #[test]
+    fn stop_string_is_trimmed_and_never_streamed() {
+        let mut st = DetokStream::new(&[], false, vec!["END".into()], false);
+        let mut streamed = String::new();
+        let mut matched = None;
+        for t in toks("hello ENxEND tail") {
+            if let Some(m) = st.push(&Bytes, t).unwrap() {
+                matched = Some(m);
+                break;
+            }
+            streamed.push_str(&st.take_delta(false));
+        }
+        streamed.push_str(&st.take_delta(true));
+        assert_eq!(matched.as_deref(), Some("END"));
+        assert_eq!(streamed, "hello ENx");
+        assert_eq!(st.text(), "hello ENx");
+    }
+
+    #[test]
+    fn no_stop_trim_keeps_the_stop_string() {
+        let mut st = DetokStream::new(&[], false, vec!["\n\n".into(), "x".into()], true);
+        for t in toks("ab\n\ncd") {
+            if st.push(&Bytes, t).unwrap().is_some() {
+                break;
+            }
+        }
+        assert_eq!(st.text(), "ab\n\n");
+        assert_eq!(st.take_delta(false), "ab\n\n");
+    }
+
+    #[test]
+    fn hold_back_releases_at_finish() {
+        let mut st = DetokStream::new(&[], false, vec!["STOP".into()], false);
+        for t in toks("go ST") {
+            st.push(&Bytes, t).unwrap();
+        }
+        assert_eq!(st.take_delta(false), "go ");
+        assert_eq!(st.take_delta(true), "ST");
+    }
+}

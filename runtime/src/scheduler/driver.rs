@@ -1,0 +1,250 @@
+//! The scheduler thread: owns the executor and a [`SchedulerCore`], takes commands over a
+//! crossbeam channel and sends each request's events to its own tokio channel.
+
+use super::cache::CacheStats;
+use super::core::{CoreStats, SchedulerCore};
+use super::request::{RequestId, SchedEvent, SchedRequest};
+use super::SchedError;
+use crate::executor::Executor;
+use crossbeam::channel::{Receiver, Sender};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// A message to the scheduler thread.
+pub enum Command {
+    /// Queue a request; its events go to the sender.
+    Submit(SchedRequest, mpsc::UnboundedSender<SchedEvent>),
+    /// Abort a request.
+    Abort(RequestId),
+    /// Drop the cache if idle; answers whether it did.
+    Flush(oneshot::Sender<bool>),
+}
+
+/// A snapshot of the scheduler for `/metrics` and `/get_server_info`, refreshed every step.
+#[derive(Clone, Debug, Default)]
+pub struct DriverStats {
+    /// Sequences waiting.
+    pub waiting: usize,
+    /// Sequences running.
+    pub running: usize,
+    /// Core counters.
+    pub core: CoreStats,
+    /// Page accounting.
+    pub cache: CacheStats,
+    /// Forward passes run.
+    pub steps: u64,
+    /// Tokens run through the model.
+    pub forward_tokens: u64,
+    /// Seconds spent in forward passes.
+    pub forward_seconds: f64,
+}
+
+/// The server's handle on the scheduler thread.
+#[derive(Clone)]
+pub struct SchedulerHandle {
+    tx: Sender<Command>,
+    stats: Arc<Mutex<DriverStats>>,
+}
+
+impl SchedulerHandle {
+    /// Queues a request; events arrive on the returned receiver until `Finished` for every
+    /// sample. Dropping the receiver aborts the request.
+    pub fn submit(
+        &self,
+        req: SchedRequest,
+    ) -> Result<mpsc::UnboundedReceiver<SchedEvent>, SchedError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.tx
+            .send(Command::Submit(req, tx))
+            .map_err(|_| SchedError::Shutdown)?;
+        Ok(rx)
+    }
+
+    /// Aborts a request (no error if it already finished).
+    pub fn abort(&self, id: RequestId) -> Result<(), SchedError> {
+        self.tx
+            .send(Command::Abort(id))
+            .map_err(|_| SchedError::Shutdown)
+    }
+
+    /// Flushes the cache; `Ok(false)` when requests are in flight.
+    pub async fn flush(&self) -> Result<bool, SchedError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Flush(tx))
+            .map_err(|_| SchedError::Shutdown)?;
+        rx.await.map_err(|_| SchedError::Shutdown)
+    }
+
+    /// The latest snapshot.
+    pub fn stats(&self) -> DriverStats {
+        match self.stats.lock() {
+            Ok(s) => s.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+/// Starts the scheduler thread.
+pub fn spawn(
+    core: SchedulerCore,
+    exec: Box<dyn Executor>,
+) -> Result<(SchedulerHandle, std::thread::JoinHandle<()>), SchedError> {
+    let (tx, rx) = crossbeam::channel::unbounded();
+    let stats = Arc::new(Mutex::new(DriverStats::default()));
+    let st = stats.clone();
+    let join = std::thread::Builder::new()
+        .name("sglrs-scheduler".into())
+        .spawn(move || {
+            Driver {
+                core,
+                exec,
+                rx,
+                senders: HashMap::new(),
+                stats: st,
+                totals: Totals::default(),
+            }
+            .run()
+        })
+        .map_err(|e| SchedError::Config(format!("cannot start the scheduler thread: {e}")))?;
+    Ok((SchedulerHandle { tx, stats }, join))
+}
+
+#[derive(Default)]
+struct Totals {
+    steps: u64,
+    tokens: u64,
+    seconds: f64,
+}
+
+struct Driver {
+    core: SchedulerCore,
+    exec: Box<dyn Executor>,
+    rx: Receiver<Command>,
+    /// Per request: its event channel and the samples not yet finished.
+    senders: HashMap<RequestId, (mpsc::UnboundedSender<SchedEvent>, usize)>,
+    stats: Arc<Mutex<DriverStats>>,
+    totals: Totals,
+}
+
+impl Driver {
+    fn run(mut self) {
+        loop {
+            if self.core.is_idle() {
+                self.publish();
+                match self.rx.recv() {
+                    Ok(cmd) => self.command(cmd),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match self.rx.try_recv() {
+                    Ok(cmd) => self.command(cmd),
+                    Err(crossbeam::channel::TryRecvError::Empty) => break,
+                    Err(crossbeam::channel::TryRecvError::Disconnected) => {
+                        if self.core.is_idle() {
+                            return;
+                        }
+                        break;
+                    }
+                }
+            }
+            self.reap_disconnected();
+            let now = Instant::now();
+            match self.core.poll_batch(now) {
+                Some(plan) => {
+                    let t = Instant::now();
+                    let result = self.exec.forward(&plan.batch());
+                    self.totals.seconds += t.elapsed().as_secs_f64();
+                    self.totals.steps += 1;
+                    self.totals.tokens += plan.num_tokens() as u64;
+                    match result {
+                        Ok(logits) => self.core.handle_forward(plan, &logits, Instant::now()),
+                        Err(e) => self.core.handle_forward_error(plan, &e.to_string()),
+                    }
+                }
+                None => {
+                    // Waiting requests that cannot be admitted yet (memory); do not spin.
+                    if !self.core.is_idle() && self.core.num_running() == 0 {
+                        if let Ok(cmd) = self.rx.recv_timeout(Duration::from_millis(5)) {
+                            self.command(cmd);
+                        }
+                    }
+                }
+            }
+            self.route_events();
+            self.publish();
+        }
+    }
+
+    fn command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit(req, tx) => {
+                let n = req.n.max(1);
+                self.senders.insert(req.id, (tx, n));
+                self.core.handle_request(req, Instant::now());
+            }
+            Command::Abort(id) => {
+                self.core.handle_abort(id, "aborted by request");
+                self.route_events();
+            }
+            Command::Flush(reply) => {
+                let _ = reply.send(self.core.handle_flush());
+            }
+        }
+    }
+
+    /// Aborts requests whose receiver is gone (the client disconnected).
+    fn reap_disconnected(&mut self) {
+        let gone: Vec<RequestId> = self
+            .senders
+            .iter()
+            .filter(|(_, (tx, _))| tx.is_closed())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.core.handle_abort(id, "client disconnected");
+        }
+        if !self.senders.is_empty() {
+            self.route_events();
+        }
+    }
+
+    fn route_events(&mut self) {
+        while let Some(ev) = self.core.poll_event() {
+            let id = ev.id();
+            let finished = matches!(ev, SchedEvent::Finished { .. });
+            let Some((tx, left)) = self.senders.get_mut(&id) else {
+                continue;
+            };
+            let closed = tx.send(ev).is_err();
+            if finished {
+                *left -= 1;
+                if *left == 0 {
+                    self.senders.remove(&id);
+                    continue;
+                }
+            }
+            if closed {
+                self.core.handle_abort(id, "client disconnected");
+            }
+        }
+    }
+
+    fn publish(&self) {
+        let snap = DriverStats {
+            waiting: self.core.num_waiting(),
+            running: self.core.num_running(),
+            core: self.core.stats().clone(),
+            cache: self.core.cache_stats(),
+            steps: self.totals.steps,
+            forward_tokens: self.totals.tokens,
+            forward_seconds: self.totals.seconds,
+        };
+        if let Ok(mut s) = self.stats.lock() {
+            *s = snap;
+        }
+    }
+}

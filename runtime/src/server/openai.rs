@@ -1,0 +1,968 @@
+//! The OpenAI-compatible routes: `/v1/completions` and `/v1/chat/completions`.
+
+use super::engine::{self, Job, SampleResult, Timing};
+use super::error::{parse_json, ApiError};
+use super::sse;
+use super::validate::{self, GrammarSpec, OneOrMany, RawSamplingParams};
+use super::AppState;
+use crate::chat::RenderOptions;
+use crate::scheduler::{FinishReason, SchedEvent, TokenLogprob};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct StreamOptions {
+    include_usage: Option<bool>,
+    continuous_usage_stats: Option<bool>,
+}
+
+/// `prompt` of `/v1/completions`.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(untagged)]
+enum Prompt {
+    Text(String),
+    Texts(Vec<String>),
+    Ids(Vec<i64>),
+    IdBatch(Vec<Vec<i64>>),
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawCompletion {
+    model: Option<String>,
+    prompt: Prompt,
+    max_tokens: Option<i64>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    n: Option<i64>,
+    stop: Option<OneOrMany<String>>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    logprobs: Option<i64>,
+    echo: Option<bool>,
+    seed: Option<u64>,
+    presence_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
+    repetition_penalty: Option<f64>,
+    logit_bias: Option<HashMap<String, f64>>,
+    user: Option<String>,
+    top_k: Option<i64>,
+    min_p: Option<f64>,
+    min_tokens: Option<i64>,
+    ignore_eos: Option<bool>,
+    stop_token_ids: Option<Vec<i64>>,
+    regex: Option<String>,
+    ebnf: Option<String>,
+    json_schema: Option<String>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct ContentPart {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+    image_url: Option<Value>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawMessage {
+    role: String,
+    content: Option<Content>,
+    name: Option<String>,
+    tool_calls: Option<Value>,
+    tool_call_id: Option<String>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawJsonSchemaFormat {
+    name: Option<String>,
+    description: Option<String>,
+    schema: Option<Value>,
+    strict: Option<bool>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct ResponseFormat {
+    #[serde(rename = "type")]
+    kind: String,
+    json_schema: Option<RawJsonSchemaFormat>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct FunctionDef {
+    name: String,
+    description: Option<String>,
+    parameters: Option<Value>,
+    strict: Option<bool>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct Tool {
+    #[serde(rename = "type")]
+    kind: String,
+    function: FunctionDef,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawChat {
+    model: Option<String>,
+    messages: Vec<RawMessage>,
+    max_tokens: Option<i64>,
+    max_completion_tokens: Option<i64>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    n: Option<i64>,
+    stop: Option<OneOrMany<String>>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    logprobs: Option<bool>,
+    top_logprobs: Option<i64>,
+    seed: Option<u64>,
+    response_format: Option<ResponseFormat>,
+    tools: Option<Vec<Tool>>,
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<bool>,
+    presence_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
+    repetition_penalty: Option<f64>,
+    logit_bias: Option<HashMap<String, f64>>,
+    user: Option<String>,
+    top_k: Option<i64>,
+    min_p: Option<f64>,
+    min_tokens: Option<i64>,
+    ignore_eos: Option<bool>,
+    stop_token_ids: Option<Vec<i64>>,
+    regex: Option<String>,
+    ebnf: Option<String>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn check_model(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
+    match model {
+        None => Ok(()),
+        Some(m)
+            if m == state.info.served_model_name
+                || m == state.info.model_path
+                || m == "default" =>
+        {
+            Ok(())
+        }
+        Some(m) => Err(ApiError::NotFound(format!(
+            "model {m:?} is not served here (serving {:?})",
+            state.info.served_model_name
+        ))),
+    }
+}
+
+/// OpenAI `finish_reason`.
+fn finish_str(r: Option<&FinishReason>) -> Value {
+    match r {
+        None => Value::Null,
+        Some(FinishReason::Length(_)) => json!("length"),
+        Some(FinishReason::Abort(_)) => json!("abort"),
+        Some(_) => json!("stop"),
+    }
+}
+
+fn matched_stop(r: Option<&FinishReason>) -> Value {
+    match r {
+        Some(FinishReason::StopToken(t)) => json!(t),
+        Some(FinishReason::StopString(s)) => json!(s),
+        _ => Value::Null,
+    }
+}
+
+fn usage(results: &[SampleResult]) -> Value {
+    let prompt = results.first().map_or(0, |r| r.prompt_tokens);
+    let cached = results.first().map_or(0, |r| r.cached_tokens);
+    let completion: usize = results.iter().map(|r| r.completion_tokens).sum();
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    })
+}
+
+fn usage_sum(all: &[Vec<SampleResult>]) -> Value {
+    let mut p = 0;
+    let mut c = 0;
+    let mut k = 0;
+    for rs in all {
+        let u = usage(rs);
+        p += u["prompt_tokens"].as_u64().unwrap_or(0);
+        c += u["completion_tokens"].as_u64().unwrap_or(0);
+        k += u["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0);
+    }
+    json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+           "prompt_tokens_details": {"cached_tokens": k}})
+}
+
+/// Internal failures surface as HTTP 500 for non-streaming requests.
+fn fail_on_abort(all: &[Vec<SampleResult>]) -> Result<(), ApiError> {
+    for r in all.iter().flatten() {
+        if let Some(FinishReason::Abort(m)) = &r.finish {
+            return Err(ApiError::Internal(format!("generation aborted: {m}")));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- /v1/completions
+
+fn completion_logprobs(state: &AppState, entries: &[TokenLogprob], offset0: usize) -> Value {
+    let mut offset = offset0;
+    let mut tokens = Vec::new();
+    let mut lps = Vec::new();
+    let mut tops = Vec::new();
+    let mut offsets = Vec::new();
+    for e in entries {
+        let t = state.token_text(e.token);
+        offsets.push(offset);
+        offset += t.len();
+        tokens.push(t);
+        lps.push(e.logprob);
+        tops.push(if e.logprob.is_none() {
+            Value::Null
+        } else {
+            let m: serde_json::Map<String, Value> = e
+                .top
+                .iter()
+                .map(|&(id, l)| (state.token_text(id), json!(l)))
+                .collect();
+            Value::Object(m)
+        });
+    }
+    json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
+}
+
+/// `POST /v1/completions`.
+pub async fn completions(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let start = Instant::now();
+    state
+        .metrics
+        .requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let raw: RawCompletion = parse_json(&body)?;
+    check_model(&state, raw.model.as_deref())?;
+    let _ = &raw.user;
+    let limits = state.limits();
+    let prompts: Vec<Vec<u32>> = match &raw.prompt {
+        Prompt::Text(t) => vec![state.encode(t)?],
+        Prompt::Texts(ts) => ts
+            .iter()
+            .map(|t| state.encode(t))
+            .collect::<Result<_, _>>()?,
+        Prompt::Ids(ids) => vec![validate::check_input_ids(ids, limits)?],
+        Prompt::IdBatch(b) => b
+            .iter()
+            .map(|ids| validate::check_input_ids(ids, limits))
+            .collect::<Result<_, _>>()?,
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::bad("prompt", "is empty"));
+    }
+    let sp = RawSamplingParams {
+        max_new_tokens: Some(raw.max_tokens.unwrap_or(16)),
+        min_new_tokens: raw.min_tokens,
+        temperature: raw.temperature,
+        top_p: raw.top_p,
+        top_k: raw.top_k,
+        min_p: raw.min_p,
+        frequency_penalty: raw.frequency_penalty,
+        presence_penalty: raw.presence_penalty,
+        repetition_penalty: raw.repetition_penalty,
+        stop: raw.stop.clone(),
+        stop_token_ids: raw.stop_token_ids.clone(),
+        ignore_eos: raw.ignore_eos,
+        n: raw.n,
+        regex: raw.regex.clone(),
+        json_schema: raw.json_schema.clone(),
+        ebnf: raw.ebnf.clone(),
+        logit_bias: raw.logit_bias.clone(),
+        sampling_seed: raw.seed,
+        ..Default::default()
+    };
+    let echo = raw.echo.unwrap_or(false);
+    let top = match raw.logprobs {
+        None => None,
+        Some(v) if (0..=5).contains(&v) => Some(v),
+        Some(v) => return Err(ApiError::bad("logprobs", format!("{v} is outside 0..=5"))),
+    };
+    let mut jobs = Vec::new();
+    let mut prompt_texts = Vec::new();
+    for ids in prompts {
+        let max_name = if raw.max_tokens.is_some() {
+            "max_tokens"
+        } else {
+            "max_tokens (default 16)"
+        };
+        let params = validate::check_params(&sp, ids.len(), limits, max_name)?;
+        let logprobs = validate::check_logprobs(
+            top.is_some(),
+            if echo { Some(0) } else { None },
+            top,
+            None,
+            ids.len(),
+            limits,
+        )?;
+        prompt_texts.push(if echo {
+            state.tokenizer.decode(&ids, false).unwrap_or_default()
+        } else {
+            String::new()
+        });
+        jobs.push(Job {
+            input_ids: ids,
+            params,
+            logprobs,
+            priority: 0,
+            namespace: validate::namespace(None),
+        });
+    }
+    for j in &jobs {
+        if let Some(g) = &j.params.grammar {
+            state.grammars.get(g).await?;
+        }
+    }
+    let mut running = Vec::new();
+    for job in jobs {
+        running.push(engine::submit(&state, job).await?);
+    }
+    let id = format!("cmpl-{:016x}", running.first().map_or(0, |r| r.id));
+    let model = state.info.served_model_name.clone();
+    let created = now_secs();
+    if raw.stream.unwrap_or(false) {
+        let include_usage = raw
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false);
+        let _ = raw
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.continuous_usage_stats);
+        let (tx, resp) = sse::channel();
+        tokio::spawn(async move {
+            let mut all = Vec::new();
+            for (pi, mut job) in running.into_iter().enumerate() {
+                let mut results = vec![SampleResult::default(); job.n];
+                let mut timing = Timing::new(start);
+                if echo {
+                    for s in 0..job.n {
+                        let c = json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                            "choices": [{"index": pi * job.n + s, "text": prompt_texts[pi], "logprobs": null, "finish_reason": null}]});
+                        if tx.send(c.to_string()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                while results.iter().any(|r| r.finish.is_none()) {
+                    let Some(ev) = job.rx.recv().await else { break };
+                    let (text, finished) = match &ev {
+                        SchedEvent::Delta { text, tokens, .. } => {
+                            if !tokens.is_empty() {
+                                timing.on_tokens(&state);
+                            }
+                            (text.clone(), false)
+                        }
+                        SchedEvent::Finished { .. } => (String::new(), true),
+                        SchedEvent::InputLogprobs { .. } => continue,
+                    };
+                    let Some(s) = engine::apply(&mut results, ev) else {
+                        continue;
+                    };
+                    if text.is_empty() && !finished {
+                        continue;
+                    }
+                    let c = json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                        "choices": [{"index": pi * job.n + s, "text": text, "logprobs": null,
+                                     "finish_reason": if finished { finish_str(results[s].finish.as_ref()) } else { Value::Null },
+                                     "matched_stop": if finished { matched_stop(results[s].finish.as_ref()) } else { Value::Null }}]});
+                    if tx.send(c.to_string()).await.is_err() {
+                        return;
+                    }
+                }
+                state.metrics.e2e.observe(timing.elapsed());
+                all.push(results);
+            }
+            if include_usage {
+                let c = json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                    "choices": [], "usage": usage_sum(&all)});
+                let _ = tx.send(c.to_string()).await;
+            }
+            let _ = tx.send("[DONE]".to_string()).await;
+        });
+        return Ok(resp);
+    }
+    let all = engine::collect_all(&state, running, start).await;
+    fail_on_abort(&all)?;
+    let mut choices = Vec::new();
+    for (pi, results) in all.iter().enumerate() {
+        for (s, r) in results.iter().enumerate() {
+            let mut text = r.text.clone();
+            let mut lp = Value::Null;
+            if top.is_some() {
+                let mut entries = Vec::new();
+                if echo {
+                    entries.extend(r.input_logprobs.iter().cloned());
+                }
+                entries.extend(r.logprobs.iter().cloned());
+                lp = completion_logprobs(&state, &entries, 0);
+            }
+            if echo {
+                text = format!("{}{}", prompt_texts[pi], text);
+            }
+            choices.push(json!({"index": pi * results.len() + s, "text": text, "logprobs": lp,
+                "finish_reason": finish_str(r.finish.as_ref()), "matched_stop": matched_stop(r.finish.as_ref())}));
+        }
+    }
+    Ok(Json(
+        json!({"id": id, "object": "text_completion", "created": created, "model": model,
+        "choices": choices, "usage": usage_sum(&all)}),
+    )
+    .into_response())
+}
+
+// ---------------------------------------------------------------- /v1/chat/completions
+
+/// How tools shape the output.
+#[derive(Clone, Debug, PartialEq)]
+enum ToolMode {
+    /// No tools (or `tool_choice: "none"`).
+    None,
+    /// The model may answer or call a tool (detected in the output).
+    Auto(Vec<String>),
+    /// The model must call one of the tools: output `{"name", "arguments"}`.
+    Required(Vec<String>),
+    /// The model calls this function; the output is its arguments.
+    Named(String),
+}
+
+fn message_json(m: &RawMessage) -> Result<Value, ApiError> {
+    if !["system", "user", "assistant", "tool", "developer"].contains(&m.role.as_str()) {
+        return Err(ApiError::bad(
+            "messages",
+            format!("unknown role {:?}", m.role),
+        ));
+    }
+    let content = match &m.content {
+        None => Value::Null,
+        Some(Content::Text(t)) => json!(t),
+        Some(Content::Parts(parts)) => {
+            let mut s = String::new();
+            for p in parts {
+                match (p.kind.as_str(), &p.text) {
+                    ("text", Some(t)) => s.push_str(t),
+                    _ if p.image_url.is_some() || p.kind == "image_url" => {
+                        return Err(ApiError::bad(
+                            "messages",
+                            "image content is not supported by this model",
+                        ))
+                    }
+                    (k, _) => {
+                        return Err(ApiError::bad(
+                            "messages",
+                            format!("unsupported content part type {k:?}"),
+                        ))
+                    }
+                }
+            }
+            json!(s)
+        }
+    };
+    let role = if m.role == "developer" {
+        "system"
+    } else {
+        m.role.as_str()
+    };
+    let mut v = json!({"role": role, "content": content});
+    if let Some(n) = &m.name {
+        v["name"] = json!(n);
+    }
+    if let Some(tc) = &m.tool_calls {
+        v["tool_calls"] = tc.clone();
+    }
+    if let Some(id) = &m.tool_call_id {
+        v["tool_call_id"] = json!(id);
+    }
+    Ok(v)
+}
+
+fn render_prompt(
+    state: &AppState,
+    messages: &[Value],
+    tools: Option<Value>,
+) -> Result<String, ApiError> {
+    match &state.chat_template {
+        Some(t) => t
+            .render(
+                messages,
+                &RenderOptions {
+                    add_generation_prompt: true,
+                    tools,
+                    extra: Default::default(),
+                },
+            )
+            .map_err(|e| ApiError::bad("messages", e.to_string())),
+        None => {
+            let mut s = String::new();
+            for m in messages {
+                s.push_str(&format!(
+                    "{}: {}\n",
+                    m["role"].as_str().unwrap_or(""),
+                    m["content"].as_str().unwrap_or("")
+                ));
+            }
+            s.push_str("assistant:");
+            Ok(s)
+        }
+    }
+}
+
+/// Parses a tool call out of free or `{"name", "arguments"}` output.
+fn parse_tool_call(text: &str, names: &[String]) -> Option<(String, String)> {
+    let t = text.trim();
+    let t = t
+        .strip_prefix("<tool_call>")
+        .map_or(t, |x| x.trim_end().trim_end_matches("</tool_call>"))
+        .trim();
+    let v: Value = serde_json::from_str(t).ok()?;
+    let v = if let Value::Array(a) = &v {
+        a.first()?.clone()
+    } else {
+        v
+    };
+    let name = v.get("name")?.as_str()?.to_string();
+    if !names.contains(&name) {
+        return None;
+    }
+    let args = v
+        .get("arguments")
+        .or_else(|| v.get("parameters"))
+        .cloned()
+        .unwrap_or(json!({}));
+    let args = match args {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    Some((name, args))
+}
+
+fn chat_logprobs(state: &AppState, entries: &[TokenLogprob]) -> Value {
+    let item = |id: u32, lp: f32| {
+        let t = state.token_text(id);
+        json!({"token": t, "logprob": lp, "bytes": t.as_bytes()})
+    };
+    let content: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            let mut v = item(e.token, e.logprob.unwrap_or(0.0));
+            v["top_logprobs"] = Value::Array(e.top.iter().map(|&(id, l)| item(id, l)).collect());
+            v
+        })
+        .collect();
+    json!({"content": content})
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let start = Instant::now();
+    state
+        .metrics
+        .requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let raw: RawChat = parse_json(&body)?;
+    check_model(&state, raw.model.as_deref())?;
+    let _ = (&raw.user, raw.parallel_tool_calls);
+    if raw.messages.is_empty() {
+        return Err(ApiError::bad("messages", "is empty"));
+    }
+    let messages: Vec<Value> = raw
+        .messages
+        .iter()
+        .map(message_json)
+        .collect::<Result<_, _>>()?;
+    let tools = raw.tools.clone().unwrap_or_default();
+    for t in &tools {
+        if t.kind != "function" {
+            return Err(ApiError::bad(
+                "tools",
+                format!(
+                    "tool type {:?} is not supported (only \"function\")",
+                    t.kind
+                ),
+            ));
+        }
+        let _ = (&t.function.description, t.function.strict);
+    }
+    let names: Vec<String> = tools.iter().map(|t| t.function.name.clone()).collect();
+    let mode = match (&raw.tool_choice, tools.is_empty()) {
+        (None, true) | (Some(Value::Null), true) => ToolMode::None,
+        (Some(Value::String(s)), _) if s == "none" => ToolMode::None,
+        (None, false) | (Some(Value::Null), false) => ToolMode::Auto(names.clone()),
+        (Some(Value::String(s)), false) if s == "auto" => ToolMode::Auto(names.clone()),
+        (Some(Value::String(s)), false) if s == "required" => ToolMode::Required(names.clone()),
+        (Some(Value::Object(o)), false) => {
+            let name = o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    ApiError::bad(
+                        "tool_choice",
+                        "expected {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                    )
+                })?;
+            if !names.iter().any(|n| n == name) {
+                return Err(ApiError::bad(
+                    "tool_choice",
+                    format!("no tool named {name:?} in tools"),
+                ));
+            }
+            ToolMode::Named(name.to_string())
+        }
+        (Some(other), true) if !other.is_null() => {
+            return Err(ApiError::bad("tool_choice", "given without tools"));
+        }
+        (Some(other), _) => {
+            return Err(ApiError::bad(
+                "tool_choice",
+                format!("unsupported value {other}"),
+            ))
+        }
+    };
+    let tools_json = (mode != ToolMode::None).then(|| json!(tools.iter().map(|t| json!({"type": "function", "function": {
+        "name": t.function.name, "description": t.function.description, "parameters": t.function.parameters}})).collect::<Vec<_>>()));
+    let prompt = render_prompt(&state, &messages, tools_json)?;
+    let input_ids = state.encode(&prompt)?;
+    // The output constraint: response_format, a tool choice, or the regex / ebnf extensions.
+    let mut grammar: Option<GrammarSpec> = None;
+    if let Some(rf) = &raw.response_format {
+        grammar = match rf.kind.as_str() {
+            "text" => None,
+            "json_object" => Some(GrammarSpec::JsonObject),
+            "json_schema" => {
+                let js = rf
+                    .json_schema
+                    .as_ref()
+                    .ok_or_else(|| ApiError::bad("response_format", "json_schema is missing"))?;
+                let _ = (&js.name, &js.description, js.strict);
+                let schema = js.schema.as_ref().ok_or_else(|| {
+                    ApiError::bad("response_format", "json_schema.schema is missing")
+                })?;
+                Some(GrammarSpec::JsonSchema(schema.to_string()))
+            }
+            other => {
+                return Err(ApiError::bad(
+                    "response_format",
+                    format!("type {other:?} is not supported"),
+                ))
+            }
+        };
+    }
+    match &mode {
+        ToolMode::Named(name) => {
+            let params = tools
+                .iter()
+                .find(|t| &t.function.name == name)
+                .and_then(|t| t.function.parameters.clone())
+                .unwrap_or(json!({"type": "object"}));
+            if grammar.is_some() {
+                return Err(ApiError::bad(
+                    "response_format",
+                    "cannot be combined with a named tool_choice",
+                ));
+            }
+            grammar = Some(GrammarSpec::JsonSchema(params.to_string()));
+        }
+        ToolMode::Required(names) => {
+            let alts: Vec<Value> = tools
+                .iter()
+                .filter(|t| names.contains(&t.function.name))
+                .map(|t| json!({"type": "object", "properties": {"name": {"const": t.function.name},
+                    "arguments": t.function.parameters.clone().unwrap_or(json!({"type": "object"}))},
+                    "required": ["name", "arguments"]}))
+                .collect();
+            if grammar.is_some() {
+                return Err(ApiError::bad(
+                    "response_format",
+                    "cannot be combined with tool_choice \"required\"",
+                ));
+            }
+            grammar = Some(GrammarSpec::JsonSchema(json!({"anyOf": alts}).to_string()));
+        }
+        _ => {}
+    }
+    let max_name = if raw.max_completion_tokens.is_some() {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
+    let sp = RawSamplingParams {
+        max_new_tokens: raw.max_completion_tokens.or(raw.max_tokens),
+        min_new_tokens: raw.min_tokens,
+        temperature: raw.temperature,
+        top_p: raw.top_p,
+        top_k: raw.top_k,
+        min_p: raw.min_p,
+        frequency_penalty: raw.frequency_penalty,
+        presence_penalty: raw.presence_penalty,
+        repetition_penalty: raw.repetition_penalty,
+        stop: raw.stop.clone(),
+        stop_token_ids: raw.stop_token_ids.clone(),
+        ignore_eos: raw.ignore_eos,
+        n: raw.n,
+        regex: raw.regex.clone(),
+        ebnf: raw.ebnf.clone(),
+        logit_bias: raw.logit_bias.clone(),
+        sampling_seed: raw.seed,
+        ..Default::default()
+    };
+    let mut params = validate::check_params(&sp, input_ids.len(), state.limits(), max_name)?;
+    if let Some(g) = grammar {
+        if params.grammar.is_some() {
+            return Err(ApiError::invalid(
+                "give only one of response_format / tool_choice, regex and ebnf",
+            ));
+        }
+        params.grammar = Some(g);
+    }
+    let want_lp = raw.logprobs.unwrap_or(false);
+    if raw.top_logprobs.is_some() && !want_lp {
+        return Err(ApiError::bad("top_logprobs", "requires logprobs: true"));
+    }
+    let logprobs = validate::check_logprobs(
+        want_lp,
+        None,
+        raw.top_logprobs,
+        None,
+        input_ids.len(),
+        state.limits(),
+    )?;
+    let job = Job {
+        input_ids,
+        params,
+        logprobs,
+        priority: 0,
+        namespace: validate::namespace(None),
+    };
+    let running = engine::submit(&state, job).await?;
+    let id = format!("chatcmpl-{:016x}", running.id);
+    let model = state.info.served_model_name.clone();
+    let created = now_secs();
+    if raw.stream.unwrap_or(false) {
+        let include_usage = raw
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false);
+        return Ok(stream_chat(
+            state,
+            running,
+            id,
+            model,
+            created,
+            mode,
+            include_usage,
+            want_lp,
+            start,
+        ));
+    }
+    let all = engine::collect_all(&state, vec![running], start).await;
+    fail_on_abort(&all)?;
+    let results = &all[0];
+    let mut choices = Vec::new();
+    for (i, r) in results.iter().enumerate() {
+        let call = match &mode {
+            ToolMode::Named(name) => Some((name.clone(), r.text.clone())),
+            ToolMode::Required(names) | ToolMode::Auto(names) => parse_tool_call(&r.text, names),
+            ToolMode::None => None,
+        };
+        let (message, finish) = match call {
+            Some((name, args)) => (
+                json!({"role": "assistant", "content": null, "tool_calls": [{
+                    "id": format!("call_{:08x}{:02x}", results.len() * 7919 + i, i),
+                    "type": "function", "function": {"name": name, "arguments": args}}]}),
+                json!("tool_calls"),
+            ),
+            None => (
+                json!({"role": "assistant", "content": r.text}),
+                finish_str(r.finish.as_ref()),
+            ),
+        };
+        choices.push(json!({"index": i, "message": message,
+            "logprobs": if want_lp { chat_logprobs(&state, &r.logprobs) } else { Value::Null },
+            "finish_reason": finish, "matched_stop": matched_stop(r.finish.as_ref())}));
+    }
+    Ok(Json(
+        json!({"id": id, "object": "chat.completion", "created": created, "model": model,
+        "choices": choices, "usage": usage(results)}),
+    )
+    .into_response())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn stream_chat(
+    state: Arc<AppState>,
+    mut job: engine::Running,
+    id: String,
+    model: String,
+    created: u64,
+    mode: ToolMode,
+    include_usage: bool,
+    want_lp: bool,
+    start: Instant,
+) -> Response {
+    let (tx, resp) = sse::channel();
+    tokio::spawn(async move {
+        let chunk = |index: usize, delta: Value, finish: Value, lp: Value| {
+            json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [{"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}]})
+            .to_string()
+        };
+        let named = if let ToolMode::Named(n) = &mode {
+            Some(n.clone())
+        } else {
+            None
+        };
+        for i in 0..job.n {
+            let mut delta = json!({"role": "assistant", "content": ""});
+            if let Some(name) = &named {
+                delta = json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0,
+                    "id": format!("call_{:016x}{i:02x}", job.id), "type": "function",
+                    "function": {"name": name, "arguments": ""}}]});
+            }
+            if tx
+                .send(chunk(i, delta, Value::Null, Value::Null))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        let mut results = vec![SampleResult::default(); job.n];
+        let mut timing = Timing::new(start);
+        while results.iter().any(|r| r.finish.is_none()) {
+            let Some(ev) = job.rx.recv().await else { break };
+            let msg = match &ev {
+                SchedEvent::Delta {
+                    sample,
+                    text,
+                    tokens,
+                    logprobs,
+                    ..
+                } => {
+                    if !tokens.is_empty() {
+                        timing.on_tokens(&state);
+                    }
+                    if text.is_empty() && logprobs.is_empty() {
+                        None
+                    } else {
+                        let delta = match &named {
+                            Some(_) => {
+                                json!({"tool_calls": [{"index": 0, "function": {"arguments": text}}]})
+                            }
+                            None => json!({"content": text}),
+                        };
+                        let lp = if want_lp {
+                            chat_logprobs(&state, logprobs)
+                        } else {
+                            Value::Null
+                        };
+                        Some(chunk(*sample, delta, Value::Null, lp))
+                    }
+                }
+                SchedEvent::Finished { sample, reason, .. } => {
+                    let f = if named.is_some() {
+                        json!("tool_calls")
+                    } else {
+                        finish_str(Some(reason))
+                    };
+                    Some(chunk(*sample, json!({}), f, Value::Null))
+                }
+                SchedEvent::InputLogprobs { .. } => None,
+            };
+            engine::apply(&mut results, ev);
+            if let Some(m) = msg {
+                if tx.send(m).await.is_err() {
+                    return;
+                }
+            }
+        }
+        state.metrics.e2e.observe(timing.elapsed());
+        if include_usage {
+            let c = json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [], "usage": usage(&results)});
+            let _ = tx.send(c.to_string()).await;
+        }
+        let _ = tx.send("[DONE]".to_string()).await;
+    });
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_calls_parse_from_output() {
+        let names = vec!["get_weather".to_string()];
+        let (n, a) = parse_tool_call(
+            r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#,
+            &names,
+        )
+        .unwrap();
+        assert_eq!(n, "get_weather");
+        assert_eq!(serde_json::from_str::<Value>(&a).unwrap()["city"], "Paris");
+        assert!(parse_tool_call(
+            r#"<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>"#,
+            &names
+        )
+        .is_some());
+        assert!(parse_tool_call(r#"{"name": "other", "arguments": {}}"#, &names).is_none());
+        assert!(parse_tool_call("It is sunny.", &names).is_none());
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let e = parse_json::<RawChat>(br#"{"messages": [], "frobnicate": 1}"#).unwrap_err();
+        assert!(e.to_string().contains("frobnicate"));
+        let ok = parse_json::<RawChat>(br#"{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}"#);
+        assert!(ok.is_ok());
+    }
+}

@@ -1,0 +1,198 @@
+"""End-to-end test of sglrs with the official `openai` Python client.
+
+Run:  pip install openai jsonschema
+      cargo build --release -p sglrs-runtime --bin sglrs
+      python3 tests/python/test_openai.py            # starts target/release/sglrs itself
+  or  SGLRS_BASE_URL=http://127.0.0.1:30000 python3 tests/python/test_openai.py
+
+Checks chat, streaming, response_format json_schema (every output parses and validates with
+jsonschema, at temperature 0 and 0.7), and tools with a named tool_choice. Works under
+pytest as well (each check is a test_* function).
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import jsonschema
+import openai
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_server = None
+_client = None
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "address": {
+            "type": "object",
+            "properties": {
+                "street": {"type": "string"},
+                "city": {"type": "string"},
+                "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+            },
+            "required": ["street", "city", "zip"],
+        },
+        "emails": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["name", "age", "address", "emails"],
+}
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+        },
+    },
+}
+
+
+def client():
+    global _server, _client
+    if _client is not None:
+        return _client
+    base = os.environ.get("SGLRS_BASE_URL")
+    if not base:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        binary = os.environ.get("SGLRS_BIN") or os.path.join(
+            os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "sglrs"
+        )
+        _server = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", str(port)])
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 300
+        while True:
+            try:
+                urllib.request.urlopen(base + "/health", timeout=2)
+                break
+            except Exception:
+                if _server.poll() is not None or time.time() > deadline:
+                    raise RuntimeError("sglrs serve did not come up")
+                time.sleep(0.3)
+    _client = openai.OpenAI(base_url=base + "/v1", api_key=os.environ.get("SGLRS_API_KEY", "none"))
+    return _client
+
+
+def model():
+    return client().models.list().data[0].id
+
+
+def test_chat():
+    r = client().chat.completions.create(
+        model=model(),
+        messages=[{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a color."}],
+        max_tokens=16,
+        temperature=0,
+    )
+    assert r.choices[0].message.role == "assistant"
+    assert isinstance(r.choices[0].message.content, str) and r.choices[0].message.content
+    assert r.usage.prompt_tokens > 0 and r.usage.completion_tokens > 0
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_streaming():
+    stream = client().chat.completions.create(
+        model=model(),
+        messages=[{"role": "user", "content": "Count from one to five."}],
+        max_tokens=24,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    pieces, finish, usage = [], None, None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            if c.delta.content:
+                pieces.append(c.delta.content)
+            if c.finish_reason:
+                finish = c.finish_reason
+    text = "".join(pieces)
+    assert text, "no streamed text"
+    assert finish in ("stop", "length")
+    assert usage is not None and usage.completion_tokens > 0
+    # The stream carries the same text as the non-streaming answer.
+    r = client().chat.completions.create(
+        model=model(), messages=[{"role": "user", "content": "Count from one to five."}], max_tokens=24, temperature=0
+    )
+    assert r.choices[0].message.content == text, (r.choices[0].message.content, text)
+
+
+def test_json_schema():
+    for temperature in (0.0, 0.7):
+        for i in range(3):
+            r = client().chat.completions.create(
+                model=model(),
+                messages=[{"role": "user", "content": f"Invent person number {i} as JSON."}],
+                max_tokens=200,
+                temperature=temperature,
+                response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}},
+            )
+            out = json.loads(r.choices[0].message.content)
+            jsonschema.validate(out, PERSON)
+
+
+def test_named_tool_choice():
+    r = client().chat.completions.create(
+        model=model(),
+        messages=[{"role": "user", "content": "What's the weather in Paris?"}],
+        tools=[WEATHER_TOOL],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=60,
+        temperature=0.7,
+    )
+    calls = r.choices[0].message.tool_calls
+    assert calls and calls[0].function.name == "get_weather", r
+    args = json.loads(calls[0].function.arguments)
+    jsonschema.validate(args, WEATHER_TOOL["function"]["parameters"])
+    assert r.choices[0].finish_reason == "tool_calls"
+
+
+def test_bad_request_names_the_field():
+    try:
+        client().chat.completions.create(
+            model=model(), messages=[{"role": "user", "content": "hi"}], max_tokens=-3
+        )
+    except openai.BadRequestError as e:
+        assert "max_tokens" in str(e)
+    else:
+        raise AssertionError("expected HTTP 400")
+
+
+def main():
+    failed = 0
+    try:
+        for name, fn in list(globals().items()):
+            if name.startswith("test_") and callable(fn):
+                t = time.time()
+                try:
+                    fn()
+                    print(f"ok   {name} ({time.time() - t:.1f}s)")
+                except Exception as e:  # report every failure, then exit non-zero
+                    failed += 1
+                    print(f"FAIL {name}: {e!r}")
+    finally:
+        if _server is not None:
+            _server.terminate()
+            _server.wait()
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,316 @@
+//! End-to-end tests of `sglrs serve` with the real default model over HTTP.
+//!
+//! One server process is shared by the tests of this binary; a mutex runs them one at a
+//! time so that page accounting and latency checks are not disturbed by each other.
+
+use serde_json::{json, Value};
+use sglrs_tests::Server;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+fn server() -> (&'static Server, MutexGuard<'static, ()>) {
+    static SERVER: OnceLock<Server> = OnceLock::new();
+    static LOCK: Mutex<()> = Mutex::new(());
+    let guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    (SERVER.get_or_init(|| Server::start(&[])), guard)
+}
+
+fn message(v: &Value) -> String {
+    v["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn assert_400(s: &Server, path: &str, body: &str, needle: &str) {
+    let (status, v) = s.post_raw(path, body);
+    assert_eq!(status, 400, "{body} → {v}");
+    let m = message(&v);
+    assert!(
+        m.contains(needle),
+        "message {m:?} should name {needle:?} (body {body})"
+    );
+    assert!(
+        v["error"]["type"].is_string() && v["error"]["code"].is_number(),
+        "{v}"
+    );
+}
+
+#[test]
+fn bad_input_gets_400_naming_the_problem_and_the_server_keeps_serving() {
+    let (s, _g) = server();
+    assert_400(s, "/generate", "{\"text\": \"hi\"", "invalid request body");
+    assert_400(
+        s,
+        "/generate",
+        r#"{"text": "hi", "bogus_field": 1}"#,
+        "bogus_field",
+    );
+    assert_400(
+        s,
+        "/generate",
+        r#"{"text": "hi", "sampling_params": {"top_q": 1}}"#,
+        "top_q",
+    );
+    assert_400(
+        s,
+        "/generate",
+        r#"{"text": "hi", "sampling_params": {"max_new_tokens": -5}}"#,
+        "max_new_tokens",
+    );
+    assert_400(
+        s,
+        "/generate",
+        r#"{"text": "hi", "sampling_params": {"max_new_tokens": 1000000000}}"#,
+        "max_new_tokens",
+    );
+    let long = "hello ".repeat(20_000);
+    assert_400(
+        s,
+        "/generate",
+        &json!({"text": long}).to_string(),
+        "context length",
+    );
+    assert_400(
+        s,
+        "/generate",
+        r#"{"text": "hi", "sampling_params": {"regex": "(("}}"#,
+        "regex",
+    );
+    assert_400(
+        s,
+        "/generate",
+        r#"{"text": "hi", "sampling_params": {"json_schema": "{not json"}}"#,
+        "json_schema",
+    );
+    assert_400(
+        s,
+        "/generate",
+        r#"{"text": "hi", "sampling_params": {"json_schema": "{\"type\": \"number\", \"multipleOf\": 0.5}"}}"#,
+        "multipleOf",
+    );
+    assert_400(
+        s,
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "hi"}], "functions": []}"#,
+        "functions",
+    );
+    assert_400(
+        s,
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}"#,
+        "max_tokens",
+    );
+    assert_400(
+        s,
+        "/v1/completions",
+        r#"{"prompt": "hi", "max_tokens": 99999999}"#,
+        "max_tokens",
+    );
+    // Still serving.
+    let (status, v) = s.post("/generate", &json!({"text": "The capital of France is", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["meta_info"]["completion_tokens"], 4);
+    let (status, _) = s.get("/health");
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn generate_is_deterministic_and_reports_meta_info() {
+    let (s, _g) = server();
+    let body = json!({"text": "Once upon a time", "sampling_params": {"max_new_tokens": 12, "temperature": 0}});
+    let (_, a) = s.post("/generate", &body);
+    let (_, b) = s.post("/generate", &body);
+    assert_eq!(a["text"], b["text"]);
+    assert_eq!(a["output_ids"].as_array().map(Vec::len), Some(12));
+    assert_eq!(a["meta_info"]["finish_reason"]["type"], "length");
+    assert!(a["meta_info"]["prompt_tokens"].as_u64().unwrap() > 0);
+    // Seeded sampling repeats; n samples come back as a list.
+    let body = json!({"text": "Once upon a time", "sampling_params": {"max_new_tokens": 12, "temperature": 1.0, "sampling_seed": 7, "n": 2}});
+    let (_, a) = s.post("/generate", &body);
+    let (_, b) = s.post("/generate", &body);
+    assert_eq!(a.as_array().map(Vec::len), Some(2), "{a}");
+    assert_eq!(a, strip_latency(b.clone(), &a));
+    // A stop string ends the text before it.
+    let (_, v) = s.post("/generate", &json!({"text": "Count: 1, 2, 3,", "sampling_params": {"max_new_tokens": 30, "temperature": 0, "stop": [","]}}));
+    assert_eq!(v["meta_info"]["finish_reason"]["type"], "stop", "{v}");
+    assert!(!v["text"].as_str().unwrap().contains(','), "{v}");
+}
+
+/// `b` with the latency fields of `a` (everything else must match exactly).
+fn strip_latency(mut b: Value, a: &Value) -> Value {
+    if let (Some(bs), Some(as_)) = (b.as_array_mut(), a.as_array()) {
+        for (x, y) in bs.iter_mut().zip(as_) {
+            x["meta_info"]["e2e_latency"] = y["meta_info"]["e2e_latency"].clone();
+            x["meta_info"]["cached_tokens"] = y["meta_info"]["cached_tokens"].clone();
+            x["meta_info"]["id"] = y["meta_info"]["id"].clone();
+        }
+    }
+    b
+}
+
+#[test]
+fn constrained_generation_is_valid() {
+    let (s, _g) = server();
+    let (_, v) = s.post("/generate", &json!({"text": "My phone number is", "sampling_params": {"max_new_tokens": 20, "temperature": 0.8, "regex": "[0-9]{3}-[0-9]{4}"}}));
+    let t = v["text"].as_str().unwrap();
+    assert_eq!(t.len(), 8, "{v}");
+    assert!(
+        t.chars()
+            .enumerate()
+            .all(|(i, c)| if i == 3 { c == '-' } else { c.is_ascii_digit() }),
+        "{t}"
+    );
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name", "age"]});
+    for temp in [0.0, 0.9] {
+        let (_, v) = s.post("/generate", &json!({"text": "A person as JSON:", "sampling_params": {"max_new_tokens": 40, "temperature": temp, "json_schema": schema.to_string()}}));
+        let out: Value = serde_json::from_str(v["text"].as_str().unwrap())
+            .unwrap_or_else(|e| panic!("{e}: {v}"));
+        assert!(out["name"].is_string() && out["age"].is_i64(), "{out}");
+    }
+}
+
+#[test]
+fn select_style_scoring_returns_input_logprobs() {
+    let (s, _g) = server();
+    let prefix = "The color of the sky is";
+    let (_, v) = s.post(
+        "/generate",
+        &json!({"text": prefix, "sampling_params": {"max_new_tokens": 0}}),
+    );
+    let plen = v["meta_info"]["prompt_tokens"].as_u64().unwrap();
+    let (status, v) = s.post(
+        "/generate",
+        &json!({
+            "text": [format!("{prefix} blue"), format!("{prefix} green")],
+            "sampling_params": {"max_new_tokens": 0, "temperature": 0},
+            "return_logprob": true, "logprob_start_len": plen - 2, "top_logprobs_num": 2,
+        }),
+    );
+    assert_eq!(status, 200, "{v}");
+    let arr = v.as_array().unwrap();
+    assert_eq!(arr.len(), 2);
+    for item in arr {
+        let lps = item["meta_info"]["input_token_logprobs"]
+            .as_array()
+            .unwrap();
+        assert!(lps.len() >= 2, "{item}");
+        for e in lps.iter().skip(1) {
+            assert!(e[0].as_f64().unwrap() <= 0.0 && e[1].is_u64(), "{e}");
+        }
+    }
+}
+
+#[test]
+fn openai_routes_answer() {
+    let (s, _g) = server();
+    let (status, v) = s.post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8, "temperature": 0}));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    assert!(v["choices"][0]["message"]["content"].is_string());
+    assert!(v["usage"]["prompt_tokens_details"]["cached_tokens"].is_u64());
+    let (status, v) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "1, 2, 3,", "max_tokens": 5, "temperature": 0, "logprobs": 2}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["choices"][0]["logprobs"]["tokens"]
+            .as_array()
+            .map(Vec::len),
+        Some(5),
+        "{v}"
+    );
+    let (status, models) = s.get("/v1/models");
+    assert_eq!(status, 200);
+    assert!(models.contains("\"object\":\"list\""));
+    let (status, metrics) = s.get("/metrics");
+    assert_eq!(status, 200);
+    for name in [
+        "sglrs_num_queue_reqs",
+        "sglrs_num_running_reqs",
+        "sglrs_cache_hit_rate",
+        "sglrs_gen_throughput",
+        "sglrs_time_to_first_token_seconds_bucket",
+        "sglrs_inter_token_latency_seconds_bucket",
+    ] {
+        assert!(metrics.contains(name), "missing {name}");
+    }
+    let (status, _) = s.get("/health_generate");
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn shared_prefix_is_cached_and_much_faster() {
+    let (s, _g) = server();
+    let (status, _) = s.post("/flush_cache", &json!({}));
+    assert_eq!(status, 200);
+    // ~1,000 tokens of prefix.
+    let mut prefix = String::new();
+    for i in 0..110 {
+        prefix.push_str(&format!(
+            "Fact {i}: the number {i} is {}. ",
+            if i % 2 == 0 { "even" } else { "odd" }
+        ));
+    }
+    let ask = |q: &str| {
+        let t = Instant::now();
+        let (status, v) = s.post("/generate", &json!({"text": format!("{prefix}\nQuestion: {q}\nAnswer:"), "sampling_params": {"max_new_tokens": 1, "temperature": 0}}));
+        assert_eq!(status, 200, "{v}");
+        (t.elapsed().as_secs_f64(), v)
+    };
+    let (t1, v1) = ask("is 7 odd?");
+    let (t2, v2) = ask("is 12 even?");
+    let p1 = v1["meta_info"]["prompt_tokens"].as_u64().unwrap();
+    let cached = v2["meta_info"]["cached_tokens"].as_u64().unwrap();
+    eprintln!("prefix test: prompt {p1} tokens, first {t1:.3}s, second {t2:.3}s, cached {cached}");
+    assert!(p1 >= 1000, "prefix too short: {p1}");
+    assert!(cached >= 992, "cached_tokens {cached}");
+    assert!(t2 <= 0.2 * t1, "second TTFT {t2:.3}s vs first {t1:.3}s");
+}
+
+#[test]
+fn pages_return_to_the_free_list_after_load_and_flush() {
+    let (s, _g) = server();
+    let bodies = vec![
+        json!({"text": "Write a poem about the sea.", "sampling_params": {"max_new_tokens": 24, "temperature": 0.7, "n": 3}}),
+        json!({"text": ["Tell me a story.", "List three fruits:"], "sampling_params": {"max_new_tokens": 16}}),
+        json!({"text": "A JSON person:", "sampling_params": {"max_new_tokens": 30, "json_schema": "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"}},\"required\":[\"name\"]}"}}),
+        json!({"text": "Stream this", "stream": true, "sampling_params": {"max_new_tokens": 16}}),
+        json!({"text": "The quick brown fox", "return_logprob": true, "logprob_start_len": 0, "sampling_params": {"max_new_tokens": 8}}),
+    ];
+    std::thread::scope(|sc| {
+        for b in &bodies {
+            sc.spawn(move || {
+                let (status, v) = s.post("/generate", b);
+                assert_eq!(status, 200, "{b} → {v}");
+            });
+        }
+        // A client that goes away mid-request.
+        sc.spawn(|| {
+            let agent = ureq::AgentBuilder::new().timeout(std::time::Duration::from_millis(300)).build();
+            let _ = agent
+                .post(&format!("{}/generate", s.base_url))
+                .send_json(json!({"text": "Never mind", "sampling_params": {"max_new_tokens": 400, "ignore_eos": true}}));
+        });
+    });
+    // The abandoned request is aborted within a step or two.
+    let t = Instant::now();
+    loop {
+        let (status, _) = s.post("/flush_cache", &json!({}));
+        if status == 200 {
+            break;
+        }
+        assert!(
+            t.elapsed().as_secs() < 30,
+            "flush kept failing: requests still running"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (_, info) = s.get("/get_server_info");
+    let info: Value = serde_json::from_str(&info).unwrap();
+    let cache = &info["internal_states"][0]["cache"];
+    assert_eq!(cache["free_pages"], cache["total_pages"], "{cache}");
+    assert_eq!(cache["held_locks"], 0, "{cache}");
+    assert_eq!(cache["internal_errors"], 0, "{cache}");
+}
