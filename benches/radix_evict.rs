@@ -11,7 +11,9 @@ fn filled(requests: &[Vec<u32>], ps: usize) -> RadixCache {
     for r in requests {
         let mut pages = Vec::new();
         cache.alloc(r.len() / ps, &mut pages).unwrap();
-        cache.insert(Namespace::DEFAULT, r, &pages, &mut back).unwrap();
+        cache
+            .insert(Namespace::DEFAULT, r, &pages, &mut back)
+            .unwrap();
     }
     cache.free(&back).unwrap();
     cache
@@ -23,16 +25,24 @@ fn bench(c: &mut Criterion) {
         let mut g = c.benchmark_group(format!("radix_evict/page_{ps}"));
         g.sample_size(20);
         g.bench_function("evict_all", |b| {
-            b.iter_batched(|| filled(&requests, ps), |mut cache| {
-                cache.evict(usize::MAX);
-                cache
-            }, BatchSize::LargeInput)
+            b.iter_batched(
+                || filled(&requests, ps),
+                |mut cache| {
+                    cache.evict(usize::MAX);
+                    cache
+                },
+                BatchSize::LargeInput,
+            )
         });
         g.bench_function("evict_in_steps_of_256_pages", |b| {
-            b.iter_batched(|| filled(&requests, ps), |mut cache| {
-                while cache.evict(256) > 0 {}
-                cache
-            }, BatchSize::LargeInput)
+            b.iter_batched(
+                || filled(&requests, ps),
+                |mut cache| {
+                    while cache.evict(256) > 0 {}
+                    cache
+                },
+                BatchSize::LargeInput,
+            )
         });
         g.finish();
     }

@@ -14,7 +14,9 @@ fn bench(c: &mut Criterion) {
         for r in &requests {
             let mut pages = Vec::new();
             cache.alloc(r.len() / ps, &mut pages).unwrap();
-            cache.insert(Namespace::DEFAULT, r, &pages, &mut back).unwrap();
+            cache
+                .insert(Namespace::DEFAULT, r, &pages, &mut back)
+                .unwrap();
         }
         let mut g = c.benchmark_group(format!("radix_match_prefix/page_{ps}"));
         let mut out = Vec::with_capacity(4096);
@@ -26,7 +28,9 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| {
                     i = (i + 1) % keys.len();
                     out.clear();
-                    cache.match_prefix(Namespace::DEFAULT, &keys[i], &mut out).len
+                    cache
+                        .match_prefix(Namespace::DEFAULT, &keys[i], &mut out)
+                        .len
                 })
             });
         }

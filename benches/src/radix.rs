@@ -46,7 +46,12 @@ pub struct RadixArgs {
 
 impl Default for RadixArgs {
     fn default() -> Self {
-        RadixArgs { requests: 10_000, conversations: 500, pool_tokens: 2_000_000, seed: 42 }
+        RadixArgs {
+            requests: 10_000,
+            conversations: 500,
+            pool_tokens: 2_000_000,
+            seed: 42,
+        }
     }
 }
 
@@ -54,8 +59,18 @@ impl Default for RadixArgs {
 /// (insert, full match, partial match, full after partial, evict-all seconds, chat insert,
 /// chat match, lifecycle req/s).
 const SGLANG: [(usize, [f64; 8]); 2] = [
-    (1, [11_400.0, 8_200.0, 1_500.0, 585.0, 0.23, 16_100.0, 16_900.0, 3_100.0]),
-    (16, [17_000.0, 6_500.0, 6_000.0, 4_300.0, 0.30, 12_900.0, 17_400.0, 2_900.0]),
+    (
+        1,
+        [
+            11_400.0, 8_200.0, 1_500.0, 585.0, 0.23, 16_100.0, 16_900.0, 3_100.0,
+        ],
+    ),
+    (
+        16,
+        [
+            17_000.0, 6_500.0, 6_000.0, 4_300.0, 0.30, 12_900.0, 17_400.0, 2_900.0,
+        ],
+    ),
 ];
 
 fn rand_tokens(rng: &mut StdRng, n: usize, out: &mut Vec<TokenId>) {
@@ -110,11 +125,16 @@ pub fn chat_requests(seed: u64, conversations: usize) -> Vec<Vec<TokenId>> {
             c
         })
         .collect();
-    (1..=8).flat_map(|turn| convs.iter().map(move |c| c[..100 + 150 * turn].to_vec())).collect()
+    (1..=8)
+        .flat_map(|turn| convs.iter().map(move |c| c[..100 + 150 * turn].to_vec()))
+        .collect()
 }
 
 /// A cache big enough for every page of `keys` allocated separately, and those pages.
-fn cache_with_pages(ps: usize, keys: &[Vec<TokenId>]) -> anyhow::Result<(RadixCache, Vec<Vec<PageId>>)> {
+fn cache_with_pages(
+    ps: usize,
+    keys: &[Vec<TokenId>],
+) -> anyhow::Result<(RadixCache, Vec<Vec<PageId>>)> {
     let total: usize = keys.iter().map(|k| k.len() / ps).sum();
     let mut cache = RadixCache::new(CacheConfig::new(total, ps))?;
     let mut pages = Vec::with_capacity(keys.len());
@@ -133,25 +153,34 @@ struct Rate {
 
 /// Inserts every key with its pages. The duplicates each insert hands back stay with the
 /// caller (freeing them is the caller's next, separate step, not part of the insert).
-fn time_inserts(cache: &mut RadixCache, keys: &[Vec<TokenId>], pages: &[Vec<PageId>]) -> anyhow::Result<Rate> {
+fn time_inserts(
+    cache: &mut RadixCache,
+    keys: &[Vec<TokenId>],
+    pages: &[Vec<PageId>],
+) -> anyhow::Result<Rate> {
     let mut back = Vec::with_capacity(4096);
     let mut stored = 0usize;
     let t = Instant::now();
     for (k, p) in keys.iter().zip(pages) {
         back.clear();
-        stored += cache.insert(Namespace::DEFAULT, k, p, &mut back)?.stored_len;
+        stored += cache
+            .insert(Namespace::DEFAULT, k, p, &mut back)?
+            .stored_len;
     }
     let s = t.elapsed().as_secs_f64();
-    Ok(Rate { ops_s: keys.len() as f64 / s, bytes_s: (stored * 4) as f64 / s })
+    Ok(Rate {
+        ops_s: keys.len() as f64 / s,
+        bytes_s: (stored * 4) as f64 / s,
+    })
 }
 
-/// Best of three passes of full lookups over `keys`.
+/// Best of five passes of lookups over `keys`.
 fn time_matches(cache: &mut RadixCache, keys: &[Vec<TokenId>]) -> Rate {
     let mut out = Vec::with_capacity(4096);
     let bytes: usize = keys.iter().map(|k| k.len() * 4).sum();
     let mut best = f64::INFINITY;
     let mut sink = 0usize;
-    for _ in 0..3 {
+    for _ in 0..5 {
         let t = Instant::now();
         for k in keys {
             out.clear();
@@ -160,7 +189,10 @@ fn time_matches(cache: &mut RadixCache, keys: &[Vec<TokenId>]) -> Rate {
         best = best.min(t.elapsed().as_secs_f64());
     }
     std::hint::black_box(sink);
-    Rate { ops_s: keys.len() as f64 / best, bytes_s: bytes as f64 / best }
+    Rate {
+        ops_s: keys.len() as f64 / best,
+        bytes_s: bytes as f64 / best,
+    }
 }
 
 /// memcpy bandwidth: best of five copies of a 256 MiB buffer, bytes copied per second.
@@ -179,20 +211,56 @@ pub fn memcpy_bytes_s() -> f64 {
     n as f64 / best
 }
 
-fn fewshot(ps: usize, requests: &[Vec<TokenId>], partial: &[Vec<TokenId>]) -> anyhow::Result<Value> {
+/// Times evicting everything; checks that nothing is left.
+fn time_evict_all(cache: &mut RadixCache) -> anyhow::Result<f64> {
+    let pages = cache.stats().tokens / cache.page_size();
+    let t = Instant::now();
+    let freed = cache.evict(usize::MAX);
+    let s = t.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        freed == pages && cache.stats().tokens == 0,
+        "evict left pages behind"
+    );
+    Ok(s)
+}
+
+/// The fewshot phases. Insert and evict-all run on three fresh trees (best of three: the
+/// machine may be shared); the lookups run on the last tree, between its insert and its
+/// evict, best of five passes each.
+fn fewshot(
+    ps: usize,
+    requests: &[Vec<TokenId>],
+    partial: &[Vec<TokenId>],
+) -> anyhow::Result<Value> {
+    let (mut ins, mut evict_s) = (
+        Rate {
+            ops_s: 0.0,
+            bytes_s: 0.0,
+        },
+        f64::INFINITY,
+    );
+    for _ in 0..2 {
+        let (mut cache, pages) = cache_with_pages(ps, requests)?;
+        let r = time_inserts(&mut cache, requests, &pages)?;
+        drop(pages);
+        if r.ops_s > ins.ops_s {
+            ins = r;
+        }
+        evict_s = evict_s.min(time_evict_all(&mut cache)?);
+    }
     let (mut cache, pages) = cache_with_pages(ps, requests)?;
-    let ins = time_inserts(&mut cache, requests, &pages)?;
+    let r = time_inserts(&mut cache, requests, &pages)?;
     drop(pages);
+    if r.ops_s > ins.ops_s {
+        ins = r;
+    }
     let tokens = cache.stats().tokens;
     let full = time_matches(&mut cache, requests);
     let nodes = cache.stats().nodes;
     let part = time_matches(&mut cache, partial);
     let after = time_matches(&mut cache, requests);
     anyhow::ensure!(cache.stats().nodes == nodes, "a lookup changed the tree");
-    let t = Instant::now();
-    let freed = cache.evict(usize::MAX);
-    let evict_s = t.elapsed().as_secs_f64();
-    anyhow::ensure!(freed * ps == tokens && cache.stats().tokens == 0, "evict left pages behind");
+    evict_s = evict_s.min(time_evict_all(&mut cache)?);
     Ok(json!({
         "insert_ops_s": ins.ops_s,
         "match_full_ops_s": full.ops_s,
@@ -208,8 +276,22 @@ fn fewshot(ps: usize, requests: &[Vec<TokenId>], partial: &[Vec<TokenId>]) -> an
 }
 
 fn chat(ps: usize, keys: &[Vec<TokenId>]) -> anyhow::Result<Value> {
+    let mut ins = Rate {
+        ops_s: 0.0,
+        bytes_s: 0.0,
+    };
+    for _ in 0..2 {
+        let (mut cache, pages) = cache_with_pages(ps, keys)?;
+        let r = time_inserts(&mut cache, keys, &pages)?;
+        if r.ops_s > ins.ops_s {
+            ins = r;
+        }
+    }
     let (mut cache, pages) = cache_with_pages(ps, keys)?;
-    let ins = time_inserts(&mut cache, keys, &pages)?;
+    let r = time_inserts(&mut cache, keys, &pages)?;
+    if r.ops_s > ins.ops_s {
+        ins = r;
+    }
     let m = time_matches(&mut cache, keys);
     Ok(json!({
         "insert_ops_s": ins.ops_s,
@@ -219,7 +301,23 @@ fn chat(ps: usize, keys: &[Vec<TokenId>]) -> anyhow::Result<Value> {
     }))
 }
 
+/// Best of three lifecycle runs, each on a fresh cache.
 fn lifecycle(ps: usize, pool_tokens: usize, requests: &[Vec<TokenId>]) -> anyhow::Result<Value> {
+    let mut best = lifecycle_once(ps, pool_tokens, requests)?;
+    for _ in 0..2 {
+        let v = lifecycle_once(ps, pool_tokens, requests)?;
+        if v["req_s"].as_f64() > best["req_s"].as_f64() {
+            best = v;
+        }
+    }
+    Ok(best)
+}
+
+fn lifecycle_once(
+    ps: usize,
+    pool_tokens: usize,
+    requests: &[Vec<TokenId>],
+) -> anyhow::Result<Value> {
     let cfg = CacheConfig::new(pool_tokens / ps, ps).with_policy(EvictionPolicy::Lru);
     let mut cache = RadixCache::new(cfg)?;
     let ns = Namespace::DEFAULT;
@@ -232,7 +330,9 @@ fn lifecycle(ps: usize, pool_tokens: usize, requests: &[Vec<TokenId>]) -> anyhow
         back.clear();
         let m = cache.match_prefix(ns, r, &mut pages);
         let lock = cache.lock(m.position.node)?;
-        cache.alloc(r.len().div_ceil(ps) - pages.len(), &mut pages).context("lifecycle alloc")?;
+        cache
+            .alloc(r.len().div_ceil(ps) - pages.len(), &mut pages)
+            .context("lifecycle alloc")?;
         cache.insert(ns, r, &pages, &mut back)?;
         cache.free(&back)?;
         cache.unlock(lock)?;
@@ -240,21 +340,34 @@ fn lifecycle(ps: usize, pool_tokens: usize, requests: &[Vec<TokenId>]) -> anyhow
         total += r.len();
     }
     let s = t.elapsed().as_secs_f64();
-    anyhow::ensure!(cache.stats().held_locks == 0 && cache.pool().caller_pages() == 0, "leak");
+    anyhow::ensure!(
+        cache.stats().held_locks == 0 && cache.pool().caller_pages() == 0,
+        "leak"
+    );
     Ok(json!({ "req_s": requests.len() as f64 / s, "hit_rate": hit as f64 / total as f64 }))
 }
 
 fn row(name: &str, ours: f64, sglang: f64, unit: &str, lower_is_better: bool) {
-    let ratio = if lower_is_better { sglang / ours } else { ours / sglang };
-    println!("  {name:<28} {ours:>14.1} {unit:<6} SGLang {sglang:>10.1}  {ratio:>8.1}x");
+    let ratio = if lower_is_better {
+        sglang / ours
+    } else {
+        ours / sglang
+    };
+    let d = if unit == "s" { 4 } else { 0 };
+    println!("  {name:<28} {ours:>12.d$} {unit:<6} SGLang {sglang:>8.d$}  {ratio:>7.1}x");
 }
 
 /// Runs the workloads at page sizes 1 and 16, prints a table, returns the `--json` object.
 pub fn run(args: &RadixArgs) -> anyhow::Result<Value> {
-    anyhow::ensure!(args.requests > 0 && args.conversations > 0, "need at least one request");
+    anyhow::ensure!(
+        args.requests > 0 && args.conversations > 0,
+        "need at least one request"
+    );
     let memcpy = memcpy_bytes_s();
-    println!("radix cache bench: {} fewshot requests, {} chat conversations x 8 turns, seed {}",
-        args.requests, args.conversations, args.seed);
+    println!(
+        "radix cache bench: {} fewshot requests, {} chat conversations x 8 turns, seed {}",
+        args.requests, args.conversations, args.seed
+    );
     println!("memcpy: {:.2} GB/s (256 MiB copy, best of 5)", memcpy / 1e9);
     let requests = fewshot_requests(args.seed, args.requests);
     let partial = partial_lookups(args.seed, &requests);
@@ -264,11 +377,41 @@ pub fn run(args: &RadixArgs) -> anyhow::Result<Value> {
         println!("page size {ps}:");
         let f = fewshot(ps, &requests, &partial)?;
         let get = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
-        row("fewshot insert", get(&f, "insert_ops_s"), sg[0], "ops/s", false);
-        row("fewshot full match", get(&f, "match_full_ops_s"), sg[1], "ops/s", false);
-        row("fewshot partial match", get(&f, "match_partial_ops_s"), sg[2], "ops/s", false);
-        row("fewshot full after partial", get(&f, "match_full_after_partial_ops_s"), sg[3], "ops/s", false);
-        row("fewshot evict all", get(&f, "evict_all_s"), sg[4], "s", true);
+        row(
+            "fewshot insert",
+            get(&f, "insert_ops_s"),
+            sg[0],
+            "ops/s",
+            false,
+        );
+        row(
+            "fewshot full match",
+            get(&f, "match_full_ops_s"),
+            sg[1],
+            "ops/s",
+            false,
+        );
+        row(
+            "fewshot partial match",
+            get(&f, "match_partial_ops_s"),
+            sg[2],
+            "ops/s",
+            false,
+        );
+        row(
+            "fewshot full after partial",
+            get(&f, "match_full_after_partial_ops_s"),
+            sg[3],
+            "ops/s",
+            false,
+        );
+        row(
+            "fewshot evict all",
+            get(&f, "evict_all_s"),
+            sg[4],
+            "s",
+            true,
+        );
         println!(
             "  {:<28} insert {:.2} GB/s, full match {:.2} GB/s, partial {:.2} GB/s (memcpy {:.2}); after/before partial {:.2}",
             "bytes/s",
@@ -279,12 +422,26 @@ pub fn run(args: &RadixArgs) -> anyhow::Result<Value> {
             get(&f, "match_full_after_partial_ops_s") / get(&f, "match_full_ops_s"),
         );
         let c = chat(ps, &chat_keys)?;
-        row("chat insert", get(&c, "insert_ops_s"), sg[5], "ops/s", false);
+        row(
+            "chat insert",
+            get(&c, "insert_ops_s"),
+            sg[5],
+            "ops/s",
+            false,
+        );
         row("chat match", get(&c, "match_ops_s"), sg[6], "ops/s", false);
         let l = lifecycle(ps, args.pool_tokens, &requests)?;
         row("lifecycle", get(&l, "req_s"), sg[7], "req/s", false);
-        println!("  {:<28} {:>14.3}        SGLang {:>10.3}", "lifecycle hit rate", get(&l, "hit_rate"), 0.39);
-        out.insert(format!("page_size_{ps}"), json!({ "fewshot": f, "chat": c, "lifecycle": l }));
+        println!(
+            "  {:<28} {:>14.3}        SGLang {:>10.3}",
+            "lifecycle hit rate",
+            get(&l, "hit_rate"),
+            0.39
+        );
+        out.insert(
+            format!("page_size_{ps}"),
+            json!({ "fewshot": f, "chat": c, "lifecycle": l }),
+        );
     }
     out.insert("memcpy_bytes_s".into(), json!(memcpy));
     Ok(Value::Object(out))
