@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod executor;
+pub mod kernels;
 pub mod model;
 pub mod detok;
 pub mod sampler;

@@ -165,3 +165,9 @@ pub trait Executor: Send {
     /// Copies pages into the pool (from a transfer or a lower cache tier).
     fn write_pages(&mut self, pages: &[u32], data: &[u8]) -> Result<(), ExecError>;
 }
+
+pub mod cpu;
+pub mod kv;
+pub mod rope;
+
+pub use cpu::{BuildError, CpuExecutor, ExecConfig, KvCapacity};

@@ -1,0 +1,167 @@
+//! `sglrs bench executor`: prefill and decode throughput of the CPU executor.
+//!
+//! Prefill: one forward pass over a 1,500-token prompt. Decode: sequences of a 64-token prompt
+//! each, then greedy steps for all of them in one batch per step, at batch 1, 8 and 32.
+//! With `--json` the last line is
+//! `{"prefill_tok_s": …, "decode_tok_s": {"1": …, "8": …, "32": …}}`.
+
+use crate::executor::{Batch, CpuExecutor, ExecConfig, Executor, KvCapacity, LogitsWanted, SeqChunk};
+use crate::model::{self, LoadOptions};
+use anyhow::Context;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Options of `sglrs bench executor`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchExecutorArgs {
+    /// Model: a `.gguf` file or an HF folder (default: `$SGLRS_MODEL` or the bundled model).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Kernel threads (default: available cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Prompt length of the prefill measurement.
+    #[arg(long, default_value_t = 1500)]
+    pub prefill_tokens: usize,
+    /// Decode steps per batch size.
+    #[arg(long, default_value_t = 32)]
+    pub decode_steps: usize,
+    /// Batch sizes of the decode measurement.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 8, 32])]
+    pub batch: Vec<usize>,
+    /// Repetitions (the best one is reported).
+    #[arg(long, default_value_t = 2)]
+    pub repeat: usize,
+    /// Print a JSON object on the last line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Measured throughput.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecutorBench {
+    /// Prefill tokens per second.
+    pub prefill_tok_s: f64,
+    /// (batch size, aggregate decode tokens per second).
+    pub decode_tok_s: Vec<(usize, f64)>,
+}
+
+/// Deterministic pseudo-random token ids below `vocab` (avoiding the first 100 ids, which
+/// hold special tokens in most vocabularies).
+fn synthetic_tokens(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
+    let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (100 + s % (vocab.saturating_sub(100).max(1)) as u64) as u32
+        })
+        .collect()
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Runs the benchmark on an executor.
+pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result<ExecutorBench> {
+    let ps = exec.kv_layout().page_size;
+    let vocab = exec.vocab_size();
+    let pages: Vec<u32> = (0..exec.num_pages() as u32).collect();
+    // Prefill.
+    let prompt = synthetic_tokens(args.prefill_tokens, 1, vocab);
+    let need = args.prefill_tokens.div_ceil(ps);
+    anyhow::ensure!(need <= pages.len(), "KV pool too small for the prefill prompt");
+    let mut best_prefill = f64::INFINITY;
+    for _ in 0..args.repeat.max(1) {
+        let t = Instant::now();
+        let batch = Batch {
+            seqs: vec![SeqChunk { tokens: &prompt, start_pos: 0, pages: &pages[..need], logits: LogitsWanted::Last }],
+        };
+        exec.forward(&batch)?;
+        best_prefill = best_prefill.min(t.elapsed().as_secs_f64());
+    }
+    let prefill_tok_s = args.prefill_tokens as f64 / best_prefill;
+    eprintln!("prefill {} tokens: {:.3} s, {prefill_tok_s:.1} tok/s", args.prefill_tokens, best_prefill);
+
+    let mut decode = Vec::new();
+    const PROMPT: usize = 64;
+    for &b in &args.batch {
+        let per = (PROMPT + args.decode_steps).div_ceil(ps);
+        anyhow::ensure!(b * per <= pages.len(), "KV pool too small for decode batch {b}");
+        let tables: Vec<&[u32]> = (0..b).map(|i| &pages[i * per..(i + 1) * per]).collect();
+        let mut best = f64::INFINITY;
+        for _ in 0..args.repeat.max(1) {
+            let prompts: Vec<Vec<u32>> = (0..b).map(|i| synthetic_tokens(PROMPT, 100 + i as u64, vocab)).collect();
+            let batch = Batch {
+                seqs: (0..b)
+                    .map(|i| SeqChunk { tokens: &prompts[i], start_pos: 0, pages: tables[i], logits: LogitsWanted::Last })
+                    .collect(),
+            };
+            let l = exec.forward(&batch)?;
+            let mut last: Vec<[u32; 1]> = (0..b).map(|r| [argmax(l.row(r))]).collect();
+            let t = Instant::now();
+            for step in 0..args.decode_steps {
+                let batch = Batch {
+                    seqs: (0..b)
+                        .map(|i| SeqChunk { tokens: &last[i], start_pos: PROMPT + step, pages: tables[i], logits: LogitsWanted::Last })
+                        .collect(),
+                };
+                let l = exec.forward(&batch)?;
+                for (r, tok) in last.iter_mut().enumerate() {
+                    tok[0] = argmax(l.row(r));
+                }
+            }
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let tok_s = (b * args.decode_steps) as f64 / best;
+        eprintln!("decode batch {b}: {} steps in {best:.3} s, {tok_s:.1} tok/s", args.decode_steps);
+        decode.push((b, tok_s));
+    }
+    Ok(ExecutorBench { prefill_tok_s, decode_tok_s: decode })
+}
+
+/// Entry point of `sglrs bench executor`.
+pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
+    let path = args.model.clone().unwrap_or_else(model::default_model_path);
+    let loaded = model::load(&path, &LoadOptions::default()).with_context(|| format!("loading {}", path.display()))?;
+    let mut cfg = ExecConfig::default();
+    if let Some(t) = args.threads {
+        cfg.threads = t;
+    }
+    let ps = cfg.page_size;
+    let per_seq = (64 + args.decode_steps).div_ceil(ps);
+    let max_b = args.batch.iter().copied().max().unwrap_or(1);
+    cfg.kv = KvCapacity::Pages((max_b * per_seq).max(args.prefill_tokens.div_ceil(ps)));
+    let mut exec = CpuExecutor::new(&loaded.config, &loaded.weights, &cfg)?;
+    eprintln!(
+        "model {}: {} threads, kernels {:?}",
+        path.display(),
+        exec.threads(),
+        exec.isa()
+    );
+    let r = bench(&mut exec, args)?;
+    println!("| measurement | tokens/s |");
+    println!("|---|---|");
+    println!("| prefill ({} tokens) | {:.1} |", args.prefill_tokens, r.prefill_tok_s);
+    for (b, t) in &r.decode_tok_s {
+        println!("| decode, batch {b} (aggregate) | {t:.1} |");
+    }
+    if args.json {
+        let decode: serde_json::Map<String, serde_json::Value> =
+            r.decode_tok_s.iter().map(|(b, t)| (b.to_string(), serde_json::json!(round1(*t)))).collect();
+        println!("{}", serde_json::json!({ "prefill_tok_s": round1(r.prefill_tok_s), "decode_tok_s": decode }));
+    }
+    Ok(())
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}

@@ -1,0 +1,518 @@
+//! The CPU executor: a Llama-family forward pass over the paged KV pool.
+
+use super::kv::KvPool;
+use super::rope::Rope;
+use super::{Batch, ExecError, Executor, KvDtype, KvLayout, Logits, LogitsWanted};
+use crate::kernels::attention::{attend, AttnTile, KvGather};
+use crate::kernels::elementwise::{rms_norm, silu_mul};
+use crate::kernels::packed::{OutPtr, PackedMatrix};
+use crate::kernels::pool::ThreadPool;
+use crate::kernels::quant::{dequantize_row_bytes, row_bytes, DequantError, QuantActs};
+use crate::kernels::Isa;
+use crate::model::{ModelConfig, ModelWeights, Weight};
+use std::cell::RefCell;
+
+/// How much KV memory to allocate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvCapacity {
+    /// Exactly this many pages.
+    Pages(usize),
+    /// As many pages as fit in this many bytes.
+    Bytes(usize),
+}
+
+/// Options of [`CpuExecutor::new`].
+#[derive(Clone, Debug)]
+pub struct ExecConfig {
+    /// Tokens per KV page.
+    pub page_size: usize,
+    /// Size of the KV pool.
+    pub kv: KvCapacity,
+    /// Element type of the stored K and V.
+    pub kv_dtype: KvDtype,
+    /// Threads for the kernels (the calling thread included).
+    pub threads: usize,
+}
+
+impl Default for ExecConfig {
+    /// Pages of 16 tokens, 512 MiB of f16 KV, one thread per available core.
+    fn default() -> Self {
+        ExecConfig {
+            page_size: 16,
+            kv: KvCapacity::Bytes(512 << 20),
+            kv_dtype: KvDtype::F16,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// Why an executor cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A weight cannot be repacked or dequantized.
+    #[error("weight {name}: {source}")]
+    Weight {
+        /// Which weight.
+        name: String,
+        /// The underlying error.
+        source: DequantError,
+    },
+    /// A weight's shape does not match the configuration.
+    #[error("weight {name} is [{rows}, {cols}], expected [{want_rows}, {want_cols}]")]
+    Shape {
+        /// Which weight.
+        name: String,
+        /// Its rows.
+        rows: usize,
+        /// Its columns.
+        cols: usize,
+        /// Rows the config implies.
+        want_rows: usize,
+        /// Columns the config implies.
+        want_cols: usize,
+    },
+    /// The configuration is unusable (zero sizes, head counts that do not divide).
+    #[error("bad configuration: {0}")]
+    Config(String),
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    /// Q, K and V stacked.
+    qkv: PackedMatrix,
+    qkv_bias: Option<Vec<f32>>,
+    wo: PackedMatrix,
+    ffn_norm: Vec<f32>,
+    /// Gate and up stacked.
+    gate_up: PackedMatrix,
+    down: PackedMatrix,
+}
+
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f32>,
+    h: Vec<f32>,
+    qkv: Vec<f32>,
+    attn: Vec<f32>,
+    o: Vec<f32>,
+    gu: Vec<f32>,
+    act: Vec<f32>,
+    acts: QuantActs,
+    rope: Vec<(f32, f32)>,
+}
+
+/// The CPU executor (see the module docs and [`Executor`]).
+pub struct CpuExecutor {
+    cfg: ModelConfig,
+    layers: Vec<Layer>,
+    embed: Weight,
+    embed_row_bytes: usize,
+    final_norm: Vec<f32>,
+    lm_head: PackedMatrix,
+    kv: KvPool,
+    rope: Rope,
+    pool: ThreadPool,
+    isa: Isa,
+    s: Scratch,
+}
+
+impl std::fmt::Debug for CpuExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuExecutor")
+            .field("layers", &self.layers.len())
+            .field("kv_layout", &self.kv.layout())
+            .field("num_pages", &self.kv.num_pages())
+            .field("isa", &self.isa)
+            .field("threads", &self.pool.threads())
+            .finish()
+    }
+}
+
+fn check_shape(name: &str, w: &Weight, rows: usize, cols: usize) -> Result<(), BuildError> {
+    if w.rows != rows || w.cols != cols {
+        return Err(BuildError::Shape {
+            name: name.to_string(),
+            rows: w.rows,
+            cols: w.cols,
+            want_rows: rows,
+            want_cols: cols,
+        });
+    }
+    Ok(())
+}
+
+fn pack(name: &str, ws: &[&Weight]) -> Result<PackedMatrix, BuildError> {
+    PackedMatrix::pack(ws).map_err(|source| BuildError::Weight {
+        name: name.to_string(),
+        source,
+    })
+}
+
+/// Attention work item: a block of one sequence's query tokens against one KV head.
+struct AttnTask {
+    seq: usize,
+    kv_head: usize,
+    /// Global token indices `t0..t1`.
+    t0: usize,
+    t1: usize,
+    /// Position of token `t0`.
+    pos0: usize,
+}
+
+/// Query tokens per attention task.
+const ATTN_BLOCK: usize = 32;
+
+thread_local! {
+    static ATTN_SCRATCH: RefCell<(KvGather, Vec<f32>)> = RefCell::new(Default::default());
+}
+
+impl CpuExecutor {
+    /// Repacks the weights for the kernels and allocates the KV pool.
+    pub fn new(cfg: &ModelConfig, w: &ModelWeights, ec: &ExecConfig) -> Result<CpuExecutor, BuildError> {
+        let (h, hd, nh, nkv) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
+        if h == 0 || hd == 0 || nh == 0 || nkv == 0 || nh % nkv != 0 || hd % 2 != 0 {
+            return Err(BuildError::Config(format!(
+                "hidden {h}, head_dim {hd}, heads {nh}, kv heads {nkv}"
+            )));
+        }
+        if ec.page_size == 0 {
+            return Err(BuildError::Config("page_size must be at least 1".into()));
+        }
+        if w.layers.len() != cfg.num_layers {
+            return Err(BuildError::Config(format!(
+                "{} layers of weights for {} layers",
+                w.layers.len(),
+                cfg.num_layers
+            )));
+        }
+        let (qd, kvd, inter) = (nh * hd, nkv * hd, cfg.intermediate_size);
+        check_shape("token_embd", &w.embed, cfg.vocab_size, h)?;
+        let embed_row_bytes = row_bytes(&w.embed).map_err(|source| BuildError::Weight {
+            name: "token_embd".into(),
+            source,
+        })?;
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for (i, l) in w.layers.iter().enumerate() {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            check_shape(&n("attn_q"), &l.wq, qd, h)?;
+            check_shape(&n("attn_k"), &l.wk, kvd, h)?;
+            check_shape(&n("attn_v"), &l.wv, kvd, h)?;
+            check_shape(&n("attn_output"), &l.wo, h, qd)?;
+            check_shape(&n("ffn_gate"), &l.w_gate, inter, h)?;
+            check_shape(&n("ffn_up"), &l.w_up, inter, h)?;
+            check_shape(&n("ffn_down"), &l.w_down, h, inter)?;
+            let qkv_bias = if l.bq.is_some() || l.bk.is_some() || l.bv.is_some() {
+                let mut b = vec![0.0f32; qd + 2 * kvd];
+                for (src, off, len) in [(&l.bq, 0, qd), (&l.bk, qd, kvd), (&l.bv, qd + kvd, kvd)] {
+                    if let Some(v) = src {
+                        if v.len() != len {
+                            return Err(BuildError::Config(format!("{}: bias of {} values, {len} expected", n("attn"), v.len())));
+                        }
+                        b[off..off + len].copy_from_slice(v);
+                    }
+                }
+                Some(b)
+            } else {
+                None
+            };
+            layers.push(Layer {
+                attn_norm: l.attn_norm.clone(),
+                qkv: pack(&n("attn_qkv"), &[&l.wq, &l.wk, &l.wv])?,
+                qkv_bias,
+                wo: pack(&n("attn_output"), &[&l.wo])?,
+                ffn_norm: l.ffn_norm.clone(),
+                gate_up: pack(&n("ffn_gate_up"), &[&l.w_gate, &l.w_up])?,
+                down: pack(&n("ffn_down"), &[&l.w_down])?,
+            });
+        }
+        let lm_head = match &w.lm_head {
+            Some(head) => {
+                check_shape("output", head, cfg.vocab_size, h)?;
+                pack("output", &[head])?
+            }
+            None => pack("token_embd", &[&w.embed])?,
+        };
+        let layout = KvLayout {
+            num_layers: cfg.num_layers,
+            num_kv_heads: nkv,
+            head_dim: hd,
+            page_size: ec.page_size,
+            dtype: ec.kv_dtype,
+        };
+        let num_pages = match ec.kv {
+            KvCapacity::Pages(n) => n,
+            KvCapacity::Bytes(b) => b / layout.page_bytes(),
+        };
+        Ok(CpuExecutor {
+            cfg: cfg.clone(),
+            layers,
+            embed: w.embed.clone(),
+            embed_row_bytes,
+            final_norm: w.final_norm.clone(),
+            lm_head,
+            kv: KvPool::new(layout, num_pages),
+            rope: Rope::new(cfg),
+            pool: ThreadPool::new(ec.threads.max(1)),
+            isa: Isa::detect(),
+            s: Scratch::default(),
+        })
+    }
+
+    /// The model configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Instruction set the kernels use.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Threads the kernels use.
+    pub fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+
+    fn validate(&self, batch: &Batch<'_>) -> Result<(), ExecError> {
+        let ps = self.kv.layout().page_size;
+        for (i, s) in batch.seqs.iter().enumerate() {
+            let end = s.start_pos + s.tokens.len();
+            if end > self.cfg.max_context {
+                return Err(ExecError::ContextOverflow {
+                    pos: end,
+                    max: self.cfg.max_context,
+                });
+            }
+            if s.pages.len() * ps < end {
+                return Err(ExecError::PagesTooShort {
+                    seq: i,
+                    covered: s.pages.len() * ps,
+                    needed: end,
+                });
+            }
+            if let Some(&p) = s.pages[..end.div_ceil(ps)]
+                .iter()
+                .find(|&&p| p as usize >= self.kv.num_pages())
+            {
+                return Err(ExecError::BadPage(p));
+            }
+            if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+                return Err(ExecError::BadToken(t));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Executor for CpuExecutor {
+    fn kv_layout(&self) -> KvLayout {
+        self.kv.layout()
+    }
+
+    fn num_pages(&self) -> usize {
+        self.kv.num_pages()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn max_context(&self) -> usize {
+        self.cfg.max_context
+    }
+
+    fn forward(&mut self, batch: &Batch<'_>) -> Result<Logits, ExecError> {
+        self.validate(batch)?;
+        let CpuExecutor {
+            cfg,
+            layers,
+            embed,
+            embed_row_bytes,
+            final_norm,
+            lm_head,
+            kv,
+            rope,
+            pool,
+            isa,
+            s,
+        } = self;
+        let isa = *isa;
+        let (h, hd, nh, nkv) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
+        let (qd, kvd, inter) = (nh * hd, nkv * hd, cfg.intermediate_size);
+        let qkv_w = qd + 2 * kvd;
+        let ps = kv.layout().page_size;
+        let eps = cfg.rms_norm_eps;
+
+        // Flatten the batch: global token t belongs to seq_of[t] at position pos_of[t].
+        let n: usize = batch.seqs.iter().map(|q| q.tokens.len()).sum();
+        let mut seq_of = Vec::with_capacity(n);
+        let mut pos_of = Vec::with_capacity(n);
+        let mut first = Vec::with_capacity(batch.seqs.len());
+        for (i, q) in batch.seqs.iter().enumerate() {
+            first.push(seq_of.len());
+            for j in 0..q.tokens.len() {
+                seq_of.push(i);
+                pos_of.push(q.start_pos + j);
+            }
+        }
+        let mut logits = Logits {
+            vocab_size: cfg.vocab_size,
+            data: Vec::new(),
+            rows: Vec::new(),
+        };
+        if n == 0 {
+            return Ok(logits);
+        }
+
+        // Embeddings and the RoPE table of every token.
+        s.x.resize(n * h, 0.0);
+        let mut t = 0;
+        for q in &batch.seqs {
+            for &tok in q.tokens {
+                let rb = *embed_row_bytes;
+                let row = &embed.data[tok as usize * rb..(tok as usize + 1) * rb];
+                dequantize_row_bytes(embed.dtype, row, &mut s.x[t * h..(t + 1) * h]);
+                t += 1;
+            }
+        }
+        s.rope.clear();
+        for &p in &pos_of {
+            rope.push_table(p, &mut s.rope);
+        }
+        let half = hd / 2;
+
+        // Attention work: blocks of query tokens × KV heads.
+        let mut tasks = Vec::new();
+        for (i, q) in batch.seqs.iter().enumerate() {
+            let mut j = 0;
+            while j < q.tokens.len() {
+                let j1 = (j + ATTN_BLOCK).min(q.tokens.len());
+                for g in 0..nkv {
+                    tasks.push(AttnTask {
+                        seq: i,
+                        kv_head: g,
+                        t0: first[i] + j,
+                        t1: first[i] + j1,
+                        pos0: q.start_pos + j,
+                    });
+                }
+                j = j1;
+            }
+        }
+        let scale = 1.0 / (hd as f32).sqrt();
+        let group = nh / nkv;
+
+        for (li, layer) in layers.iter().enumerate() {
+            // Attention block.
+            s.h.resize(n * h, 0.0);
+            for t in 0..n {
+                rms_norm(&s.x[t * h..(t + 1) * h], &layer.attn_norm, eps, &mut s.h[t * h..(t + 1) * h]);
+            }
+            s.acts.quantize(&s.h, n, h);
+            s.qkv.resize(n * qkv_w, 0.0);
+            layer.qkv.matmul(pool, isa, &s.h, &s.acts, n, &mut s.qkv);
+            for t in 0..n {
+                let row = &mut s.qkv[t * qkv_w..(t + 1) * qkv_w];
+                if let Some(b) = &layer.qkv_bias {
+                    row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+                }
+                let table = &s.rope[t * half..(t + 1) * half];
+                Rope::apply(table, &mut row[..qd + kvd]);
+                let q = &batch.seqs[seq_of[t]];
+                let p = pos_of[t];
+                kv.write_token(li, q.pages[p / ps] as usize, p % ps, &row[qd..qd + kvd], &row[qd + kvd..]);
+            }
+            s.attn.resize(n * qd, 0.0);
+            {
+                let out = OutPtr(s.attn.as_mut_ptr());
+                let (kv, qkv, seqs) = (&*kv, &s.qkv, &batch.seqs);
+                pool.run(tasks.len(), &|ti| {
+                    let task = &tasks[ti];
+                    let out = &out;
+                    ATTN_SCRATCH.with(|c| {
+                        let (g, scores) = &mut *c.borrow_mut();
+                        let last_pos = task.pos0 + (task.t1 - task.t0);
+                        kv.gather(li, seqs[task.seq].pages, task.kv_head, last_pos, g);
+                        let rows: Vec<(usize, usize)> = (task.t0..task.t1)
+                            .flat_map(|t| (0..group).map(move |k| (t, task.kv_head * group + k)))
+                            .collect();
+                        for chunk in rows.chunks(4) {
+                            let qs: Vec<&[f32]> = chunk
+                                .iter()
+                                .map(|&(t, hh)| &qkv[t * qkv_w + hh * hd..t * qkv_w + (hh + 1) * hd])
+                                .collect();
+                            let lens: Vec<usize> =
+                                chunk.iter().map(|&(t, _)| task.pos0 + (t - task.t0) + 1).collect();
+                            // SAFETY: each (token, head) output slice is written by one task only.
+                            let mut outs: Vec<&mut [f32]> = chunk
+                                .iter()
+                                .map(|&(t, hh)| unsafe {
+                                    std::slice::from_raw_parts_mut(out.0.add(t * qd + hh * hd), hd)
+                                })
+                                .collect();
+                            attend(isa, &AttnTile { q: &qs, lens: &lens }, g, scale, scores, &mut outs);
+                        }
+                    });
+                });
+            }
+            s.acts.quantize(&s.attn, n, qd);
+            s.o.resize(n * h, 0.0);
+            layer.wo.matmul(pool, isa, &s.attn, &s.acts, n, &mut s.o);
+            s.x.iter_mut().zip(&s.o).for_each(|(x, o)| *x += o);
+
+            // MLP block.
+            for t in 0..n {
+                rms_norm(&s.x[t * h..(t + 1) * h], &layer.ffn_norm, eps, &mut s.h[t * h..(t + 1) * h]);
+            }
+            s.acts.quantize(&s.h, n, h);
+            s.gu.resize(n * 2 * inter, 0.0);
+            layer.gate_up.matmul(pool, isa, &s.h, &s.acts, n, &mut s.gu);
+            s.act.resize(n * inter, 0.0);
+            for t in 0..n {
+                let gu = &s.gu[t * 2 * inter..(t + 1) * 2 * inter];
+                silu_mul(&gu[..inter], &gu[inter..], &mut s.act[t * inter..(t + 1) * inter]);
+            }
+            s.acts.quantize(&s.act, n, inter);
+            layer.down.matmul(pool, isa, &s.act, &s.acts, n, &mut s.o);
+            s.x.iter_mut().zip(&s.o).for_each(|(x, o)| *x += o);
+        }
+
+        // Logits for the rows asked for.
+        for (i, q) in batch.seqs.iter().enumerate() {
+            let len = q.tokens.len();
+            match &q.logits {
+                LogitsWanted::None => {}
+                LogitsWanted::Last => {
+                    if len > 0 {
+                        logits.rows.push((i, len - 1));
+                    }
+                }
+                LogitsWanted::All => logits.rows.extend((0..len).map(|j| (i, j))),
+                LogitsWanted::Offsets(offs) => {
+                    logits.rows.extend(offs.iter().filter(|&&j| j < len).map(|&j| (i, j)))
+                }
+            }
+        }
+        let m = logits.rows.len();
+        if m == 0 {
+            return Ok(logits);
+        }
+        s.h.resize(m * h, 0.0);
+        for (r, &(i, j)) in logits.rows.iter().enumerate() {
+            let t = first[i] + j;
+            rms_norm(&s.x[t * h..(t + 1) * h], final_norm, eps, &mut s.h[r * h..(r + 1) * h]);
+        }
+        s.acts.quantize(&s.h[..m * h], m, h);
+        logits.data = vec![0.0; m * cfg.vocab_size];
+        lm_head.matmul(pool, isa, &s.h[..m * h], &s.acts, m, &mut logits.data);
+        Ok(logits)
+    }
+
+    fn read_pages(&self, pages: &[u32], out: &mut [u8]) -> Result<(), ExecError> {
+        self.kv.read_pages(pages, out)
+    }
+
+    fn write_pages(&mut self, pages: &[u32], data: &[u8]) -> Result<(), ExecError> {
+        self.kv.write_pages(pages, data)
+    }
+}

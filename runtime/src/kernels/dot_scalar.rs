@@ -1,0 +1,43 @@
+//! Portable quantized matmul (the reference the SIMD kernels are tested against).
+
+use super::packed::QuantMatrix;
+use super::quant::{QuantActs, QK};
+
+/// Computes rows `r0..r1` of `out[t * rows + r]` for every activation row.
+///
+/// # Safety
+/// `out` must point to `a.n * w.rows` writable floats; no other thread writes these rows.
+pub(super) unsafe fn matmul_rows(
+    w: &QuantMatrix,
+    r0: usize,
+    r1: usize,
+    a: &QuantActs,
+    out: *mut f32,
+) {
+    let (nbp, rq) = (w.nbp, w.row_qs());
+    for t in 0..a.n {
+        for r in r0..r1 {
+            let mut s = 0.0f32;
+            for b in 0..nbp {
+                let ai = t * nbp + b;
+                let aq = &a.qs[ai * QK..(ai + 1) * QK];
+                let mut isum = 0i32;
+                if w.nibble {
+                    let pair = &w.qs[r * rq + (b / 2) * QK..][..QK];
+                    let sh = (b % 2) * 4;
+                    for j in 0..QK {
+                        isum += ((pair[j] >> sh) & 0x0F) as i32 * aq[j] as i32;
+                    }
+                } else {
+                    let q = &w.qs[r * rq + b * QK..][..QK];
+                    for j in 0..QK {
+                        isum += q[j] as i32 * aq[j] as i32;
+                    }
+                }
+                let wi = r * nbp + b;
+                s += w.d[wi] * a.d[ai] * isum as f32 + w.m[wi] * a.s[ai];
+            }
+            *out.add(t * w.rows + r) = s;
+        }
+    }
+}

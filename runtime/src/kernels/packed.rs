@@ -1,0 +1,343 @@
+//! Weights repacked for the matmul kernels, and the matmul itself.
+//!
+//! Q4_0, Q4_1 and Q8_0 become one "unsigned 8-bit blocks" form: each block of 32 holds
+//! unsigned values `u` with a scale `d` and an offset `m`, the weight being `d * u + m`
+//! (Q4_1: as stored; Q4_0: `m = -8d`; Q8_0: `u = q + 128`, `m = -128d`). A dot product with an
+//! 8-bit activation block `(d_a, q_a, s_a = d_a Σq_a)` is then `d d_a Σ u q_a + m s_a`: one
+//! unsigned × signed integer dot per block, which is exactly what VNNI's `vpdpbusd` computes.
+//! Four-bit rows store two blocks per 32 bytes: byte `j` holds element `j` of the even block
+//! in its low nibble and element `j` of the odd block in its high nibble, so one 256-bit load
+//! unpacks into 64 values in activation order. Other types are dequantized to f32.
+
+use super::pool::ThreadPool;
+use super::quant::{dequantize, padded_blocks, row_bytes, DequantError, QuantActs, QK};
+use super::{dot_avx2, dot_avx512, dot_scalar, Isa};
+use crate::model::{Weight, WeightType};
+use half::f16;
+
+/// A weight in unsigned 8-bit block form (see the module docs).
+#[derive(Clone, Debug)]
+pub struct QuantMatrix {
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    /// Blocks per row, padded to even.
+    pub nbp: usize,
+    /// Four-bit values, two blocks per 32 bytes; otherwise one byte per value.
+    pub nibble: bool,
+    /// Packed values, `rows * nbp * (16 | 32)` bytes.
+    pub qs: Vec<u8>,
+    /// Block scales, `rows * nbp`.
+    pub d: Vec<f32>,
+    /// Block offsets, `rows * nbp`.
+    pub m: Vec<f32>,
+}
+
+impl QuantMatrix {
+    /// Bytes of packed values per row.
+    pub fn row_qs(&self) -> usize {
+        self.nbp * if self.nibble { QK / 2 } else { QK }
+    }
+}
+
+/// A weight matrix ready for [`PackedMatrix::matmul`].
+#[derive(Clone, Debug)]
+pub enum PackedMatrix {
+    /// Unsigned 8-bit blocks (from Q4_0, Q4_1, Q8_0).
+    Quant(QuantMatrix),
+    /// Row-major f32 (everything else, dequantized).
+    F32 {
+        /// Output features.
+        rows: usize,
+        /// Input features.
+        cols: usize,
+        /// Values, `rows * cols`.
+        data: Vec<f32>,
+    },
+}
+
+fn rd_f16(b: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+impl PackedMatrix {
+    /// Repacks weights; several weights with the same input width may be stacked into one
+    /// matrix (their rows concatenated), so that e.g. Q, K and V run as one matmul.
+    pub fn pack(ws: &[&Weight]) -> Result<PackedMatrix, DequantError> {
+        let cols = ws[0].cols;
+        let rows: usize = ws.iter().map(|w| w.rows).sum();
+        let all_q4 = ws
+            .iter()
+            .all(|w| matches!(w.dtype, WeightType::Q4_0 | WeightType::Q4_1));
+        let all_q8 = ws.iter().all(|w| w.dtype == WeightType::Q8_0);
+        if ws.iter().any(|w| w.cols != cols) || !(all_q4 || all_q8) {
+            let mut data = Vec::with_capacity(rows * cols);
+            for w in ws {
+                if w.cols != cols {
+                    return Err(DequantError::Block {
+                        dtype: w.dtype,
+                        cols: w.cols,
+                        block: cols,
+                    });
+                }
+                data.extend(dequantize(w)?);
+            }
+            return Ok(PackedMatrix::F32 { rows, cols, data });
+        }
+        let nbp = padded_blocks(cols);
+        let nb = cols / QK;
+        let row_qs = nbp * if all_q4 { QK / 2 } else { QK };
+        let mut qs = vec![0u8; rows * row_qs];
+        let mut d = vec![0.0f32; rows * nbp];
+        let mut m = vec![0.0f32; rows * nbp];
+        let mut r_out = 0;
+        for w in ws {
+            let rb = row_bytes(w)?;
+            for r in 0..w.rows {
+                let src = &w.data[r * rb..(r + 1) * rb];
+                let dst = &mut qs[r_out * row_qs..(r_out + 1) * row_qs];
+                let (dd, mm) = (&mut d[r_out * nbp..], &mut m[r_out * nbp..]);
+                match w.dtype {
+                    WeightType::Q8_0 => {
+                        for b in 0..nb {
+                            let blk = &src[b * 34..(b + 1) * 34];
+                            dd[b] = rd_f16(blk, 0);
+                            mm[b] = -128.0 * dd[b];
+                            for j in 0..QK {
+                                dst[b * QK + j] = (blk[2 + j] as i8 as i16 + 128) as u8;
+                            }
+                        }
+                    }
+                    _ => {
+                        let q40 = w.dtype == WeightType::Q4_0;
+                        let (bb, off) = if q40 { (18, 2) } else { (20, 4) };
+                        for b in 0..nb {
+                            let blk = &src[b * bb..(b + 1) * bb];
+                            dd[b] = rd_f16(blk, 0);
+                            mm[b] = if q40 { -8.0 * dd[b] } else { rd_f16(blk, 2) };
+                            let shift = if b % 2 == 0 { 0 } else { 4 };
+                            let pair = &mut dst[(b / 2) * QK..(b / 2 + 1) * QK];
+                            for j in 0..16 {
+                                pair[j] |= (blk[off + j] & 0x0F) << shift;
+                                pair[j + 16] |= (blk[off + j] >> 4) << shift;
+                            }
+                        }
+                    }
+                }
+                r_out += 1;
+            }
+        }
+        Ok(PackedMatrix::Quant(QuantMatrix {
+            rows,
+            cols,
+            nbp,
+            nibble: all_q4,
+            qs,
+            d,
+            m,
+        }))
+    }
+
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        match self {
+            PackedMatrix::Quant(q) => q.rows,
+            PackedMatrix::F32 { rows, .. } => *rows,
+        }
+    }
+
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        match self {
+            PackedMatrix::Quant(q) => q.cols,
+            PackedMatrix::F32 { cols, .. } => *cols,
+        }
+    }
+
+    /// `out[t * rows + r] = Σ_c W[r, c] x[t, c]` for the `n` rows of `x` (f32, used by the
+    /// f32 form) and `acts` (the same rows quantized, used by the quantized form).
+    pub fn matmul(
+        &self,
+        pool: &ThreadPool,
+        isa: Isa,
+        x: &[f32],
+        acts: &QuantActs,
+        n: usize,
+        out: &mut [f32],
+    ) {
+        let rows = self.rows();
+        debug_assert!(out.len() >= n * rows);
+        let ptr = OutPtr(out.as_mut_ptr());
+        // Row chunks of a multiple of 16, about four per thread so a slow thread is helped.
+        let per = rows.div_ceil(pool.threads() * 4).div_ceil(16) * 16;
+        let tasks = rows.div_ceil(per);
+        match self {
+            PackedMatrix::Quant(w) => {
+                debug_assert_eq!(acts.n, n);
+                debug_assert_eq!(acts.nbp, w.nbp);
+                pool.run(tasks, &|i| {
+                    let (r0, r1) = (i * per, ((i + 1) * per).min(rows));
+                    let out = &ptr;
+                    // SAFETY: tasks write disjoint row ranges of `out`, which outlives `run`;
+                    // the ISA was detected on this CPU.
+                    unsafe {
+                        match isa {
+                            Isa::Avx512Vnni => dot_avx512::matmul_rows(w, r0, r1, acts, out.0),
+                            Isa::Avx2 => dot_avx2::matmul_rows(w, r0, r1, acts, out.0),
+                            Isa::Scalar => dot_scalar::matmul_rows(w, r0, r1, acts, out.0),
+                        }
+                    }
+                });
+            }
+            PackedMatrix::F32 { cols, data, .. } => {
+                let cols = *cols;
+                pool.run(tasks, &|i| {
+                    let (r0, r1) = (i * per, ((i + 1) * per).min(rows));
+                    let out = &ptr;
+                    for t in 0..n {
+                        let xr = &x[t * cols..(t + 1) * cols];
+                        for r in r0..r1 {
+                            let v = dot_f32(&data[r * cols..(r + 1) * cols], xr);
+                            // SAFETY: as above, disjoint rows.
+                            unsafe { *out.0.add(t * rows + r) = v };
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// An output pointer shared by tasks that write disjoint parts.
+pub(crate) struct OutPtr(pub(crate) *mut f32);
+// SAFETY: only used for disjoint writes while the owning slice is borrowed by `matmul`.
+unsafe impl Sync for OutPtr {}
+unsafe impl Send for OutPtr {}
+
+/// f32 dot product written so that the compiler vectorizes it (16 independent lanes).
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let (ac, bc) = (a.chunks_exact(16), b.chunks_exact(16));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for i in 0..16 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ar.iter().zip(br) {
+        s += x * y;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::quant::dequantize_row_bytes;
+    use bytes::Bytes;
+    use candle_core::quantized::{k_quants, GgmlType};
+
+    fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_add(0x9E3779B97F4A7C15);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn quantized<T: GgmlType>(x: &[f32], rows: usize, cols: usize, dtype: WeightType) -> Weight {
+        let mut blocks = vec![T::zeros(); x.len() / T::BLCK_SIZE];
+        T::from_float(x, &mut blocks);
+        // SAFETY: plain repr(C) blocks.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(blocks.as_ptr() as *const u8, std::mem::size_of_val(&blocks[..]))
+        }
+        .to_vec();
+        Weight { dtype, rows, cols, data: Bytes::from(bytes) }
+    }
+
+    /// Naive reference: dequantize the weight and the quantized activations, dot in f64.
+    fn reference(w: &Weight, acts: &QuantActs) -> Vec<f32> {
+        let rb = row_bytes(w).unwrap();
+        let mut out = vec![0.0; acts.n * w.rows];
+        let mut wr = vec![0.0f32; w.cols];
+        for r in 0..w.rows {
+            dequantize_row_bytes(w.dtype, &w.data[r * rb..(r + 1) * rb], &mut wr);
+            for t in 0..acts.n {
+                let mut s = 0.0f64;
+                for c in 0..w.cols {
+                    let (b, j) = (c / QK, c % QK);
+                    let i = t * acts.nbp + b;
+                    s += wr[c] as f64 * (acts.d[i] * acts.qs[i * QK + j] as f32) as f64;
+                }
+                out[t * w.rows + r] = s as f32;
+            }
+        }
+        out
+    }
+
+    fn check(w: &Weight, n: usize) {
+        let x = rand_vec(n * w.cols, 99);
+        let mut acts = QuantActs::default();
+        acts.quantize(&x, n, w.cols);
+        let want = reference(w, &acts);
+        let p = PackedMatrix::pack(&[w]).unwrap();
+        for threads in [1, 3] {
+            let pool = ThreadPool::new(threads);
+            for isa in Isa::all_supported() {
+                let mut got = vec![0.0; n * w.rows];
+                p.matmul(&pool, isa, &x, &acts, n, &mut got);
+                for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - e).abs() <= 1e-3 * (1.0 + e.abs()),
+                        "{:?} {isa:?} n={n} [{i}]: {g} vs {e}",
+                        w.dtype
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn quantized_matmuls_match_naive_reference() {
+        // 3 blocks per row (odd: exercises the padding block), 37 rows, 1..9 tokens.
+        for (rows, cols) in [(37, 96), (64, 576)] {
+            let x = rand_vec(rows * cols, 5);
+            for n in [1, 2, 3, 4, 5, 9] {
+                check(&quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1), n);
+                check(&quantized::<k_quants::BlockQ4_0>(&x, rows, cols, WeightType::Q4_0), n);
+                check(&quantized::<k_quants::BlockQ8_0>(&x, rows, cols, WeightType::Q8_0), n);
+            }
+        }
+    }
+
+    #[test]
+    fn stacked_and_f32_matmuls_match() {
+        let (rows, cols) = (20, 256);
+        let a = quantized::<k_quants::BlockQ4_1>(&rand_vec(rows * cols, 1), rows, cols, WeightType::Q4_1);
+        let b = quantized::<k_quants::BlockQ4K>(&rand_vec(rows * cols, 2), rows, cols, WeightType::Q4K);
+        let x = rand_vec(3 * cols, 4);
+        let mut acts = QuantActs::default();
+        acts.quantize(&x, 3, cols);
+        let pool = ThreadPool::new(2);
+        let isa = Isa::detect();
+        let stacked = PackedMatrix::pack(&[&a, &b]).unwrap();
+        assert!(matches!(stacked, PackedMatrix::F32 { .. }));
+        let mut got = vec![0.0; 3 * 2 * rows];
+        stacked.matmul(&pool, isa, &x, &acts, 3, &mut got);
+        let (wa, wb) = (dequantize(&a).unwrap(), dequantize(&b).unwrap());
+        for t in 0..3 {
+            for r in 0..2 * rows {
+                let w = if r < rows { &wa[r * cols..(r + 1) * cols] } else { &wb[(r - rows) * cols..(r - rows + 1) * cols] };
+                let e: f32 = w.iter().zip(&x[t * cols..(t + 1) * cols]).map(|(p, q)| p * q).sum();
+                assert!((got[t * 2 * rows + r] - e).abs() < 1e-3 * (1.0 + e.abs()));
+            }
+        }
+    }
+}

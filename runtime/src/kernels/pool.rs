@@ -1,0 +1,233 @@
+//! A small persistent thread pool for data-parallel kernels.
+//!
+//! [`ThreadPool::run`] splits `n` tasks over the workers and the calling thread, which claim
+//! task indices from a shared counter (so a worker slowed by another process simply takes
+//! fewer). Between jobs a worker spins only briefly, yielding its time slice, and then parks on
+//! a condition variable: an idle or contended pool costs no CPU and no barrier ever spins
+//! while waiting for a descheduled thread.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a worker (or the caller waiting for workers) polls before parking.
+const SPIN: Duration = Duration::from_micros(50);
+
+type Job = *const (dyn Fn(usize) + Sync);
+
+struct Shared {
+    /// Bumped to publish a job; workers compare it with the last one they ran.
+    generation: AtomicU64,
+    job: UnsafeCell<Option<Job>>,
+    tasks: AtomicUsize,
+    next: AtomicUsize,
+    /// Workers that have not finished the current job.
+    pending: AtomicUsize,
+    panicked: AtomicBool,
+    shutdown: AtomicBool,
+    lock: Mutex<()>,
+    wake: Condvar,
+    done: Condvar,
+}
+
+// SAFETY: `job` is written only by the thread in `run` while no worker is active (pending == 0)
+// and read by workers only between seeing a new generation (Acquire) and decrementing
+// `pending` (Release).
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
+
+/// A fixed set of worker threads (see the module docs).
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    /// Serializes callers of `run` (the pool runs one job at a time).
+    run_lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for ThreadPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadPool").field("threads", &self.threads()).finish()
+    }
+}
+
+impl ThreadPool {
+    /// A pool running jobs on `threads` threads in all (the caller plus `threads - 1` workers).
+    pub fn new(threads: usize) -> ThreadPool {
+        let shared = Arc::new(Shared {
+            generation: AtomicU64::new(0),
+            job: UnsafeCell::new(None),
+            tasks: AtomicUsize::new(0),
+            next: AtomicUsize::new(0),
+            pending: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let workers = (1..threads.max(1))
+            .map(|i| {
+                let s = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("sglrs-exec-{i}"))
+                    .spawn(move || worker(&s))
+                    .expect("spawning an executor thread")
+            })
+            .collect();
+        ThreadPool {
+            shared,
+            workers,
+            run_lock: Mutex::new(()),
+        }
+    }
+
+    /// Threads that run a job (workers + the caller).
+    pub fn threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Runs `f(i)` for every `i in 0..n`, spread over the pool; returns when all are done.
+    /// A panic in a task is re-raised here.
+    pub fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        if n == 0 {
+            return;
+        }
+        if self.workers.is_empty() || n == 1 {
+            (0..n).for_each(f);
+            return;
+        }
+        let _guard = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &*self.shared;
+        // SAFETY: no worker is active (the previous `run` waited for pending == 0); the
+        // lifetime is erased but the job is only used until this call returns.
+        unsafe {
+            let job: Job = std::mem::transmute::<&(dyn Fn(usize) + Sync), Job>(f);
+            *s.job.get() = Some(job);
+        }
+        s.tasks.store(n, Ordering::Relaxed);
+        s.next.store(0, Ordering::Relaxed);
+        s.pending.store(self.workers.len(), Ordering::Relaxed);
+        {
+            let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.generation.fetch_add(1, Ordering::Release);
+            s.wake.notify_all();
+        }
+        claim_tasks(s, f);
+        // Wait for the workers: poll briefly, then park.
+        let start = Instant::now();
+        while s.pending.load(Ordering::Acquire) != 0 {
+            if start.elapsed() < SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            let l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _l = s
+                .done
+                .wait_while(l, |_| s.pending.load(Ordering::Acquire) != 0)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        // SAFETY: all workers are done with the job.
+        unsafe { *s.job.get() = None };
+        if s.panicked.swap(false, Ordering::AcqRel) {
+            panic!("an executor worker task panicked");
+        }
+    }
+}
+
+fn claim_tasks(s: &Shared, f: &(dyn Fn(usize) + Sync)) {
+    let n = s.tasks.load(Ordering::Relaxed);
+    loop {
+        let i = s.next.fetch_add(1, Ordering::Relaxed);
+        if i >= n {
+            break;
+        }
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(i))).is_err() {
+            s.panicked.store(true, Ordering::Release);
+        }
+    }
+}
+
+fn worker(s: &Shared) {
+    let mut seen = 0u64;
+    loop {
+        // Poll for the next job briefly (yielding), then park.
+        let start = Instant::now();
+        let mut gen = s.generation.load(Ordering::Acquire);
+        while gen == seen && start.elapsed() < SPIN && !s.shutdown.load(Ordering::Acquire) {
+            std::thread::yield_now();
+            gen = s.generation.load(Ordering::Acquire);
+        }
+        if gen == seen {
+            let l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _l = s
+                .wake
+                .wait_while(l, |_| {
+                    s.generation.load(Ordering::Acquire) == seen
+                        && !s.shutdown.load(Ordering::Acquire)
+                })
+                .unwrap_or_else(|e| e.into_inner());
+            gen = s.generation.load(Ordering::Acquire);
+        }
+        if s.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        seen = gen;
+        // SAFETY: published before the generation bump we observed with Acquire.
+        if let Some(job) = unsafe { *s.job.get() } {
+            // SAFETY: the caller of `run` keeps the job alive until `pending` reaches 0.
+            claim_tasks(s, unsafe { &*job });
+        }
+        if s.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.done.notify_all();
+        }
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        {
+            let _l = self.shared.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.shutdown.store(true, Ordering::Release);
+            self.shared.wake.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_task_runs_exactly_once() {
+        let pool = ThreadPool::new(3);
+        for n in [0, 1, 2, 7, 100] {
+            let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            for _ in 0..50 {
+                pool.run(n, &|i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+            }
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 50));
+        }
+    }
+
+    #[test]
+    fn a_panicking_task_is_reported_and_the_pool_survives() {
+        let pool = ThreadPool::new(2);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.run(4, &|i| assert!(i != 2, "task 2 fails"))
+        }));
+        assert!(r.is_err());
+        let count = AtomicUsize::new(0);
+        pool.run(10, &|_| {
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(count.load(Ordering::Relaxed), 10);
+    }
+}
