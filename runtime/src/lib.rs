@@ -5,6 +5,8 @@
 pub mod executor;
 pub mod kernels;
 pub mod model;
+pub mod chat;
+pub mod tokenizer;
 pub mod detok;
 pub mod sampler;
 pub mod scheduler;

@@ -12,6 +12,18 @@
 
 use bytes::Bytes;
 
+mod error;
+pub mod gguf;
+pub mod hf;
+pub mod hf_write;
+mod loaded;
+pub mod permute;
+mod progress;
+
+pub use error::LoadError;
+pub use loaded::{default_model_path, load, LoadOptions, LoadedModel, DEFAULT_MODEL_FILE};
+pub use progress::ShowProgress;
+
 /// Model family; decides small architectural details (biases, defaults).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
