@@ -20,7 +20,11 @@ pub struct CacheConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { workers: 1, max_entries: 512, max_bytes: 1 << 30 }
+        CacheConfig {
+            workers: 1,
+            max_entries: 512,
+            max_bytes: 1 << 30,
+        }
     }
 }
 
@@ -50,7 +54,11 @@ pub struct Handle {
 impl Handle {
     /// The current state (never blocks beyond a short lock).
     pub fn poll(&self) -> HandleState {
-        self.slot.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.slot
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// `None` while compiling, else the result.
@@ -67,7 +75,9 @@ impl Handle {
         let mut st = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             match &*st {
-                HandleState::Pending => st = self.slot.cv.wait(st).unwrap_or_else(|e| e.into_inner()),
+                HandleState::Pending => {
+                    st = self.slot.cv.wait(st).unwrap_or_else(|e| e.into_inner())
+                }
                 HandleState::Ready(g) => return Ok(g.clone()),
                 HandleState::Failed(e) => return Err(e.clone()),
             }
@@ -136,7 +146,10 @@ impl GrammarCache {
             }));
         }
         GrammarCache {
-            inner: Arc::new(Mutex::new(Inner { map: HashMap::new(), lru: VecDeque::new() })),
+            inner: Arc::new(Mutex::new(Inner {
+                map: HashMap::new(),
+                lru: VecDeque::new(),
+            })),
             tx: Mutex::new(Some(tx)),
             workers,
             cfg,
@@ -154,7 +167,10 @@ impl GrammarCache {
             }
             return Handle { slot };
         }
-        let slot = Arc::new(Slot { state: Mutex::new(HandleState::Pending), cv: Condvar::new() });
+        let slot = Arc::new(Slot {
+            state: Mutex::new(HandleState::Pending),
+            cv: Condvar::new(),
+        });
         inner.map.insert(key.clone(), slot.clone());
         inner.lru.push_back(key.clone());
         self.evict(&mut inner);
@@ -167,14 +183,19 @@ impl GrammarCache {
             .map(|tx| tx.send((key, slot.clone())).is_ok())
             .unwrap_or(false);
         if !sent {
-            *slot.state.lock().unwrap_or_else(|e| e.into_inner()) = HandleState::Failed(CompileError::Timeout);
+            *slot.state.lock().unwrap_or_else(|e| e.into_inner()) =
+                HandleState::Failed(CompileError::Timeout);
         }
         Handle { slot }
     }
 
     /// Entries now cached (compiled, failed or pending).
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).map.len()
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map
+            .len()
     }
 
     /// True when nothing is cached.
@@ -187,15 +208,19 @@ impl GrammarCache {
             let bytes: usize = inner
                 .map
                 .values()
-                .map(|s| match &*s.state.lock().unwrap_or_else(|e| e.into_inner()) {
-                    HandleState::Ready(g) => g.heap_bytes(),
-                    _ => 0,
-                })
+                .map(
+                    |s| match &*s.state.lock().unwrap_or_else(|e| e.into_inner()) {
+                        HandleState::Ready(g) => g.heap_bytes(),
+                        _ => 0,
+                    },
+                )
                 .sum();
             if inner.map.len() <= self.cfg.max_entries && bytes <= self.cfg.max_bytes {
                 return;
             }
-            let Some(k) = inner.lru.pop_front() else { return };
+            let Some(k) = inner.lru.pop_front() else {
+                return;
+            };
             inner.map.remove(&k);
         }
     }

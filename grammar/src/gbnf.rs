@@ -28,11 +28,18 @@ struct Parser<'a> {
 
 impl<'a> Parser<'a> {
     fn line(&self) -> usize {
-        self.s[..self.pos.min(self.s.len())].iter().filter(|&&c| c == b'\n').count() + 1
+        self.s[..self.pos.min(self.s.len())]
+            .iter()
+            .filter(|&&c| c == b'\n')
+            .count()
+            + 1
     }
 
     fn err(&self, msg: impl Into<String>) -> CompileError {
-        CompileError::Gbnf { line: self.line(), message: msg.into() }
+        CompileError::Gbnf {
+            line: self.line(),
+            message: msg.into(),
+        }
     }
 
     /// Skips spaces, tabs, comments and (when `nl`) newlines.
@@ -53,7 +60,11 @@ impl<'a> Parser<'a> {
 
     fn ident(&mut self) -> Option<String> {
         let st = self.pos;
-        while self.pos < self.s.len() && (self.s[self.pos].is_ascii_alphanumeric() || self.s[self.pos] == b'-' || self.s[self.pos] == b'_') {
+        while self.pos < self.s.len()
+            && (self.s[self.pos].is_ascii_alphanumeric()
+                || self.s[self.pos] == b'-'
+                || self.s[self.pos] == b'_')
+        {
             self.pos += 1;
         }
         (self.pos > st).then(|| String::from_utf8_lossy(&self.s[st..self.pos]).into_owned())
@@ -73,12 +84,18 @@ impl<'a> Parser<'a> {
 
     fn char_escape(&mut self) -> Result<u32, CompileError> {
         // At the byte after `\`.
-        let c = *self.s.get(self.pos).ok_or_else(|| self.err("dangling escape"))?;
+        let c = *self
+            .s
+            .get(self.pos)
+            .ok_or_else(|| self.err("dangling escape"))?;
         self.pos += 1;
         let hex = |p: &mut Self, n: usize| -> Result<u32, CompileError> {
-            let t = p.s.get(p.pos..p.pos + n).ok_or_else(|| p.err("short hex escape"))?;
+            let t =
+                p.s.get(p.pos..p.pos + n)
+                    .ok_or_else(|| p.err("short hex escape"))?;
             p.pos += n;
-            u32::from_str_radix(std::str::from_utf8(t).unwrap_or("x"), 16).map_err(|_| p.err("bad hex escape"))
+            u32::from_str_radix(std::str::from_utf8(t).unwrap_or("x"), 16)
+                .map_err(|_| p.err("bad hex escape"))
         };
         Ok(match c {
             b'n' => 10,
@@ -97,8 +114,12 @@ impl<'a> Parser<'a> {
             self.pos += 1;
             return self.char_escape();
         }
-        let rest = std::str::from_utf8(&self.s[self.pos..]).map_err(|_| self.err("invalid UTF-8"))?;
-        let ch = rest.chars().next().ok_or_else(|| self.err("unexpected end"))?;
+        let rest =
+            std::str::from_utf8(&self.s[self.pos..]).map_err(|_| self.err("invalid UTF-8"))?;
+        let ch = rest
+            .chars()
+            .next()
+            .ok_or_else(|| self.err("unexpected end"))?;
         self.pos += ch.len_utf8();
         Ok(ch as u32)
     }
@@ -111,7 +132,9 @@ impl<'a> Parser<'a> {
                 break;
             }
             if !in_group && self.s[self.pos] == b'\n' {
-                if self.at_rule_start() || self.s[self.pos..].iter().all(|c| c.is_ascii_whitespace()) {
+                if self.at_rule_start()
+                    || self.s[self.pos..].iter().all(|c| c.is_ascii_whitespace())
+                {
                     break;
                 }
                 self.pos += 1;
@@ -129,7 +152,9 @@ impl<'a> Parser<'a> {
                     self.pos += 1;
                     let mut bytes = Vec::new();
                     loop {
-                        let Some(&c) = self.s.get(self.pos) else { return Err(self.err("unterminated string")) };
+                        let Some(&c) = self.s.get(self.pos) else {
+                            return Err(self.err("unterminated string"));
+                        };
                         if c == b'"' {
                             self.pos += 1;
                             break;
@@ -149,20 +174,26 @@ impl<'a> Parser<'a> {
                     }
                     let mut ranges = Vec::new();
                     loop {
-                        let Some(&c) = self.s.get(self.pos) else { return Err(self.err("unterminated class")) };
+                        let Some(&c) = self.s.get(self.pos) else {
+                            return Err(self.err("unterminated class"));
+                        };
                         if c == b']' {
                             self.pos += 1;
                             break;
                         }
                         let lo = self.char_at()?;
                         let mut hi = lo;
-                        if self.s.get(self.pos) == Some(&b'-') && self.s.get(self.pos + 1) != Some(&b']') {
+                        if self.s.get(self.pos) == Some(&b'-')
+                            && self.s.get(self.pos + 1) != Some(&b']')
+                        {
                             self.pos += 1;
                             hi = self.char_at()?;
                         }
                         let (l, h) = (char::from_u32(lo), char::from_u32(hi));
                         match (l, h) {
-                            (Some(l), Some(h)) if l <= h => ranges.push(ClassUnicodeRange::new(l, h)),
+                            (Some(l), Some(h)) if l <= h => {
+                                ranges.push(ClassUnicodeRange::new(l, h))
+                            }
                             _ => return Err(self.err("bad class range")),
                         }
                     }
@@ -210,8 +241,12 @@ impl<'a> Parser<'a> {
                     (min, max) = (0, Some(1));
                 }
                 Some(b'{') => {
-                    let end = self.s[self.pos..].iter().position(|&c| c == b'}').ok_or_else(|| self.err("missing }"))?;
-                    let body = String::from_utf8_lossy(&self.s[self.pos + 1..self.pos + end]).replace(' ', "");
+                    let end = self.s[self.pos..]
+                        .iter()
+                        .position(|&c| c == b'}')
+                        .ok_or_else(|| self.err("missing }"))?;
+                    let body = String::from_utf8_lossy(&self.s[self.pos + 1..self.pos + end])
+                        .replace(' ', "");
                     self.pos += end + 1;
                     let parse = |t: &str| t.parse::<u64>().map_err(|_| self.err("bad repetition"));
                     match body.split_once(',') {
@@ -241,7 +276,10 @@ impl<'a> Parser<'a> {
 
 /// Compiles GBNF text into `b` (rule 0 = `root`).
 pub(crate) fn compile(b: &mut Builder, text: &str) -> Result<(), CompileError> {
-    let mut p = Parser { s: text.as_bytes(), pos: 0 };
+    let mut p = Parser {
+        s: text.as_bytes(),
+        pos: 0,
+    };
     let mut defs: Vec<(String, Alts)> = Vec::new();
     loop {
         p.skip(true);
@@ -260,7 +298,13 @@ pub(crate) fn compile(b: &mut Builder, text: &str) -> Result<(), CompileError> {
         }
         defs.push((name, alts));
     }
-    let root = defs.iter().position(|(n, _)| n == "root").ok_or(CompileError::Gbnf { line: 1, message: "no root rule".into() })?;
+    let root = defs
+        .iter()
+        .position(|(n, _)| n == "root")
+        .ok_or(CompileError::Gbnf {
+            line: 1,
+            message: "no root rule".into(),
+        })?;
     defs.swap(0, root);
     let mut ids: HashMap<String, RuleId> = HashMap::new();
     for (n, _) in &defs {
@@ -274,7 +318,12 @@ pub(crate) fn compile(b: &mut Builder, text: &str) -> Result<(), CompileError> {
     Ok(())
 }
 
-fn emit_alts(b: &mut Builder, from: StateId, alts: &Alts, ids: &HashMap<String, RuleId>) -> Result<StateId, CompileError> {
+fn emit_alts(
+    b: &mut Builder,
+    from: StateId,
+    alts: &Alts,
+    ids: &HashMap<String, RuleId>,
+) -> Result<StateId, CompileError> {
     let exit = b.state()?;
     for seq in alts {
         let mut cur = b.state()?;
@@ -287,12 +336,23 @@ fn emit_alts(b: &mut Builder, from: StateId, alts: &Alts, ids: &HashMap<String, 
     Ok(exit)
 }
 
-fn emit_atom(b: &mut Builder, from: StateId, atom: &Atom, ids: &HashMap<String, RuleId>) -> Result<StateId, CompileError> {
+fn emit_atom(
+    b: &mut Builder,
+    from: StateId,
+    atom: &Atom,
+    ids: &HashMap<String, RuleId>,
+) -> Result<StateId, CompileError> {
     match atom {
         Atom::Lit(bytes) => b.lit(from, bytes),
-        Atom::Class(h) => emit_hir(b, from, h, Escape::Raw).map_err(|m| CompileError::Gbnf { line: 0, message: m }),
+        Atom::Class(h) => emit_hir(b, from, h, Escape::Raw).map_err(|m| CompileError::Gbnf {
+            line: 0,
+            message: m,
+        }),
         Atom::Ref(name, line) => {
-            let r = *ids.get(name).ok_or_else(|| CompileError::Gbnf { line: *line, message: format!("undefined rule {name}") })?;
+            let r = *ids.get(name).ok_or_else(|| CompileError::Gbnf {
+                line: *line,
+                message: format!("undefined rule {name}"),
+            })?;
             b.call(from, r)
         }
         Atom::Group(g) => emit_alts(b, from, g, ids),

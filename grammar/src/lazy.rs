@@ -21,6 +21,9 @@ const UNKNOWN: u32 = u32::MAX;
 /// Deepest call stack the matcher follows; deeper nesting is rejected.
 pub(crate) const MAX_STACK_DEPTH: u32 = 256;
 
+/// Interning key of a configuration: its threads and accepting flag.
+type ConfigKey = (Box<[(u32, StateId)]>, bool);
+
 #[derive(Debug)]
 pub(crate) struct Config {
     /// Sorted `(stack, state)` threads whose state has byte moves.
@@ -39,7 +42,7 @@ pub(crate) struct Lazy {
     stack_cost: Vec<u32>,
     stack_map: HashMap<(u32, StateId), u32>,
     pub configs: Vec<Config>,
-    config_map: HashMap<(Box<[(u32, StateId)]>, bool), ConfigId>,
+    config_map: HashMap<ConfigKey, ConfigId>,
     trans: Vec<u32>,
     masks: Vec<Option<Arc<[u32]>>>,
     mask_bytes: usize,
@@ -65,10 +68,19 @@ impl Lazy {
         l
     }
 
-    fn push_config(&mut self, threads: Box<[(u32, StateId)]>, accept: bool, min_bytes: u32) -> ConfigId {
+    fn push_config(
+        &mut self,
+        threads: Box<[(u32, StateId)]>,
+        accept: bool,
+        min_bytes: u32,
+    ) -> ConfigId {
         let id = self.configs.len() as ConfigId;
         self.config_map.insert((threads.clone(), accept), id);
-        self.configs.push(Config { threads, accept, min_bytes });
+        self.configs.push(Config {
+            threads,
+            accept,
+            min_bytes,
+        });
         self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
         self.masks.push(None);
         id
@@ -134,7 +146,8 @@ impl Lazy {
         }
         let mut min_bytes = if accept { 0 } else { u32::MAX };
         for &(stk, s) in key.0.iter() {
-            min_bytes = min_bytes.min(nfa.dist[s as usize].saturating_add(self.stack_cost[stk as usize]));
+            min_bytes =
+                min_bytes.min(nfa.dist[s as usize].saturating_add(self.stack_cost[stk as usize]));
         }
         self.push_config(key.0, key.1, min_bytes)
     }
@@ -154,21 +167,36 @@ impl Lazy {
         self.step_slow(nfa, c, b)
     }
 
+    /// Computes the move of `c` on `b` and stores it for every byte of the interval around
+    /// `b` on which `c`'s set of moves is the same (one closure serves the whole interval).
     #[cold]
     fn step_slow(&mut self, nfa: &Nfa, c: ConfigId, b: u8) -> ConfigId {
+        let mut lo_cut = 0u8;
+        let mut hi_cut = 255u8;
         let mut seeds = Vec::new();
         for &(stk, s) in self.configs[c as usize].threads.iter() {
             for &(lo, hi, t) in &nfa.states[s as usize].bytes {
                 if lo <= b && b <= hi {
                     seeds.push((stk, t));
+                    lo_cut = lo_cut.max(lo);
+                    hi_cut = hi_cut.min(hi);
+                } else if hi < b {
+                    lo_cut = lo_cut.max(hi + 1);
+                } else {
+                    hi_cut = hi_cut.min(lo - 1);
                 }
             }
         }
-        let n = if seeds.is_empty() { DEAD } else { self.closure(nfa, seeds) };
-        // Past the limit, configurations are still interned (matchers need ids) but the
-        // transitions into new ones are not remembered.
-        if self.configs.len() <= self.max_configs || (n as usize) < self.max_configs {
-            self.trans[c as usize * 256 + b as usize] = n;
+        let n = if seeds.is_empty() {
+            DEAD
+        } else {
+            self.closure(nfa, seeds)
+        };
+        // Past the limit, configurations are still interned (matchers need ids) but rows
+        // of new ones are not remembered.
+        if (c as usize) < self.max_configs {
+            let base = c as usize * 256;
+            self.trans[base + lo_cut as usize..=base + hi_cut as usize].fill(n);
         }
         n
     }

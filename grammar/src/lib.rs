@@ -232,7 +232,10 @@ impl Default for CompileOptions {
 impl CompileOptions {
     /// Default options with the flexible whitespace policy.
     pub fn flexible() -> Self {
-        CompileOptions { whitespace: Whitespace::Flexible, ..Self::default() }
+        CompileOptions {
+            whitespace: Whitespace::Flexible,
+            ..Self::default()
+        }
     }
 }
 
@@ -280,29 +283,53 @@ impl CompiledGrammar {
         })
     }
 
-    fn finish(b: Builder, vocab: Arc<TokenVocab>, opts: &CompileOptions) -> Result<Arc<Self>, CompileError> {
+    fn finish(
+        b: Builder,
+        vocab: Arc<TokenVocab>,
+        opts: &CompileOptions,
+    ) -> Result<Arc<Self>, CompileError> {
         let nfa = b.finish()?;
         let mut lazy = Lazy::new(opts.mask_cache_bytes, opts.max_configs);
         let start = lazy.start(&nfa);
         if start == lazy::DEAD {
             return Err(CompileError::Empty);
         }
-        Ok(Arc::new(CompiledGrammar { nfa, vocab, lazy: Mutex::new(lazy), start }))
+        Ok(Arc::new(CompiledGrammar {
+            nfa,
+            vocab,
+            lazy: Mutex::new(lazy),
+            start,
+        }))
     }
 
     /// A regex the whole output must match (Rust `regex` syntax).
-    pub fn regex(pattern: &str, vocab: Arc<TokenVocab>, opts: &CompileOptions) -> Result<Arc<Self>, CompileError> {
+    pub fn regex(
+        pattern: &str,
+        vocab: Arc<TokenVocab>,
+        opts: &CompileOptions,
+    ) -> Result<Arc<Self>, CompileError> {
         let mut b = Self::builder(opts);
         let r = b.new_rule()?;
         let nfa::Rule { start, end } = b.rules[r as usize];
-        let e = regex::emit_pattern(&mut b, start, pattern, regex::Flavor::FullMatch, regex::Escape::Raw)?;
+        let e = regex::emit_pattern(
+            &mut b,
+            start,
+            pattern,
+            regex::Flavor::FullMatch,
+            regex::Escape::Raw,
+        )?;
         b.eps(e, end);
         Self::finish(b, vocab, opts)
     }
 
     /// A JSON Schema given as JSON text.
-    pub fn json_schema(schema: &str, vocab: Arc<TokenVocab>, opts: &CompileOptions) -> Result<Arc<Self>, CompileError> {
-        let v: serde_json::Value = serde_json::from_str(schema).map_err(|e| CompileError::Json(e.to_string()))?;
+    pub fn json_schema(
+        schema: &str,
+        vocab: Arc<TokenVocab>,
+        opts: &CompileOptions,
+    ) -> Result<Arc<Self>, CompileError> {
+        let v: serde_json::Value =
+            serde_json::from_str(schema).map_err(|e| CompileError::Json(e.to_string()))?;
         Self::json_schema_value(&v, vocab, opts)
     }
 
@@ -318,14 +345,22 @@ impl CompiledGrammar {
     }
 
     /// A llama.cpp GBNF grammar (start rule `root`).
-    pub fn ebnf(grammar: &str, vocab: Arc<TokenVocab>, opts: &CompileOptions) -> Result<Arc<Self>, CompileError> {
+    pub fn ebnf(
+        grammar: &str,
+        vocab: Arc<TokenVocab>,
+        opts: &CompileOptions,
+    ) -> Result<Arc<Self>, CompileError> {
         let mut b = Self::builder(opts);
         gbnf::compile(&mut b, grammar)?;
         Self::finish(b, vocab, opts)
     }
 
     /// Exactly one of `choices`.
-    pub fn choices(choices: &[String], vocab: Arc<TokenVocab>, opts: &CompileOptions) -> Result<Arc<Self>, CompileError> {
+    pub fn choices(
+        choices: &[String],
+        vocab: Arc<TokenVocab>,
+        opts: &CompileOptions,
+    ) -> Result<Arc<Self>, CompileError> {
         let mut b = Self::builder(opts);
         let r = b.new_rule()?;
         let nfa::Rule { start, end } = b.rules[r as usize];
@@ -355,6 +390,11 @@ impl CompiledGrammar {
             .map(|s| 64 + s.bytes.len() * 8 + s.eps.len() * 4 + s.calls.len() * 8)
             .sum();
         nfa + self.with_lazy(|_, l| l.heap_bytes())
+    }
+
+    /// Configurations interned so far (the size of the lazily built automaton).
+    pub fn num_configs(&self) -> usize {
+        self.with_lazy(|_, l| l.configs.len())
     }
 
     pub(crate) fn start_config(&self) -> ConfigId {

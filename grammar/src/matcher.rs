@@ -22,7 +22,12 @@ impl Matcher {
     /// A matcher at the start of the grammar.
     pub fn new(grammar: Arc<CompiledGrammar>) -> Self {
         let start = grammar.start_config();
-        Matcher { grammar, history: vec![start], ended: false, error: None }
+        Matcher {
+            grammar,
+            history: vec![start],
+            ended: false,
+            error: None,
+        }
     }
 
     /// The grammar this matcher follows.
@@ -47,7 +52,10 @@ impl Matcher {
         let vocab = self.grammar.vocab();
         let words = vocab.mask_words();
         if mask.len() < words {
-            return Err(MatchError::MaskTooShort { got: mask.len(), need: words });
+            return Err(MatchError::MaskTooShort {
+                got: mask.len(),
+                need: words,
+            });
         }
         if self.error.is_some() || self.ended {
             mask[..words].fill(0);
@@ -74,13 +82,16 @@ impl Matcher {
         let vocab = self.grammar.vocab();
         let c = self.current();
         if vocab.eos().contains(&token) {
-            return self.grammar.with_lazy(|_, lazy| lazy.configs[c as usize].accept);
+            return self
+                .grammar
+                .with_lazy(|_, lazy| lazy.configs[c as usize].accept);
         }
         if !vocab.is_usable(token) {
             return false;
         }
         let bytes = vocab.token_bytes(token).unwrap_or(&[]);
-        self.grammar.with_lazy(|nfa, lazy| lazy.step_bytes(nfa, c, bytes) != DEAD)
+        self.grammar
+            .with_lazy(|nfa, lazy| lazy.step_bytes(nfa, c, bytes) != DEAD)
     }
 
     /// Accepts one token. A token the grammar does not allow puts the matcher in its
@@ -97,24 +108,33 @@ impl Matcher {
         let vocab = self.grammar.vocab();
         let c = self.current();
         if vocab.eos().contains(&token) {
-            let accept = self.grammar.with_lazy(|_, lazy| lazy.configs[c as usize].accept);
+            let accept = self
+                .grammar
+                .with_lazy(|_, lazy| lazy.configs[c as usize].accept);
             if accept {
                 self.history.push(c);
                 self.ended = true;
                 return Ok(());
             }
-            let e = MatchError::Rejected { token, position: self.history.len() - 1 };
+            let e = MatchError::Rejected {
+                token,
+                position: self.history.len() - 1,
+            };
             self.error = Some(e.clone());
             return Err(e);
         }
         let next = if vocab.is_usable(token) {
             let bytes = vocab.token_bytes(token).unwrap_or(&[]);
-            self.grammar.with_lazy(|nfa, lazy| lazy.step_bytes(nfa, c, bytes))
+            self.grammar
+                .with_lazy(|nfa, lazy| lazy.step_bytes(nfa, c, bytes))
         } else {
             DEAD
         };
         if next == DEAD {
-            let e = MatchError::Rejected { token, position: self.history.len() - 1 };
+            let e = MatchError::Rejected {
+                token,
+                position: self.history.len() - 1,
+            };
             self.error = Some(e.clone());
             return Err(e);
         }
@@ -129,7 +149,9 @@ impl Matcher {
             return false;
         }
         let c = self.current();
-        let n = self.grammar.with_lazy(|nfa, lazy| lazy.step_bytes(nfa, c, bytes));
+        let n = self
+            .grammar
+            .with_lazy(|nfa, lazy| lazy.step_bytes(nfa, c, bytes));
         if n == DEAD {
             return false;
         }
@@ -141,7 +163,10 @@ impl Matcher {
     /// sticky and survive a rollback.
     pub fn rollback(&mut self, n: usize) -> Result<(), MatchError> {
         if n + 1 > self.history.len() {
-            return Err(MatchError::RollbackTooFar { requested: n, available: self.history.len() - 1 });
+            return Err(MatchError::RollbackTooFar {
+                requested: n,
+                available: self.history.len() - 1,
+            });
         }
         for _ in 0..n {
             self.history.pop();
@@ -161,7 +186,8 @@ impl Matcher {
             return false;
         }
         let c = self.current();
-        self.grammar.with_lazy(|_, lazy| lazy.configs[c as usize].accept)
+        self.grammar
+            .with_lazy(|_, lazy| lazy.configs[c as usize].accept)
     }
 
     /// True when EOS was accepted, or the text is complete and nothing can follow.
@@ -222,7 +248,8 @@ impl Matcher {
             return usize::MAX;
         }
         let c = self.current();
-        self.grammar.with_lazy(|_, lazy| lazy.configs[c as usize].min_bytes as usize)
+        self.grammar
+            .with_lazy(|_, lazy| lazy.configs[c as usize].min_bytes as usize)
     }
 
     /// Lower bound on the tokens still needed before EOS is allowed (0 when accepting):

@@ -48,13 +48,20 @@ pub(crate) struct Builder {
 impl Builder {
     /// A builder with the root rule (rule 0) not yet defined.
     pub fn new(budget: Budget) -> Self {
-        Builder { states: Vec::new(), rules: Vec::new(), budget, checks: 0 }
+        Builder {
+            states: Vec::new(),
+            rules: Vec::new(),
+            budget,
+            checks: 0,
+        }
     }
 
     /// A fresh state.
     pub fn state(&mut self) -> Result<StateId, CompileError> {
         if self.states.len() >= self.budget.max_states {
-            return Err(CompileError::TooLarge { states: self.states.len() });
+            return Err(CompileError::TooLarge {
+                states: self.states.len(),
+            });
         }
         self.checks += 1;
         if self.checks % 4096 == 0 {
@@ -139,7 +146,12 @@ impl Builder {
 
     /// Finishes: rule 0 is the root. Trims states that cannot reach their rule's end.
     pub fn finish(self) -> Result<Nfa, CompileError> {
-        let mut nfa = Nfa { states: self.states, rules: self.rules, dist: Vec::new(), rule_min: Vec::new() };
+        let mut nfa = Nfa {
+            states: self.states,
+            rules: self.rules,
+            dist: Vec::new(),
+            rule_min: Vec::new(),
+        };
         nfa.trim()?;
         nfa.compute_distances();
         Ok(nfa)
@@ -228,7 +240,8 @@ impl Nfa {
         for st in &mut self.states {
             st.bytes.retain(|&(_, _, t)| live[t as usize]);
             st.eps.retain(|&t| live[t as usize]);
-            st.calls.retain(|&(r, ret)| productive[r as usize] && live[ret as usize]);
+            st.calls
+                .retain(|&(r, ret)| productive[r as usize] && live[ret as usize]);
         }
         Ok(())
     }
@@ -281,7 +294,10 @@ mod tests {
     use super::*;
 
     fn budget() -> Budget {
-        Budget { max_states: 1000, deadline: None }
+        Budget {
+            max_states: 1000,
+            deadline: None,
+        }
     }
 
     #[test]

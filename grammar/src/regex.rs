@@ -38,7 +38,13 @@ pub(crate) fn parse(pattern: &str, flavor: Flavor) -> Result<Hir, String> {
         .unicode(true)
         .build()
         .parse(&src)
-        .map_err(|e| e.to_string().lines().last().unwrap_or("parse error").to_string())?;
+        .map_err(|e| {
+            e.to_string()
+                .lines()
+                .last()
+                .unwrap_or("parse error")
+                .to_string()
+        })?;
     let alts = split_anchors(hir);
     let any_star = || {
         Hir::repetition(Repetition {
@@ -75,11 +81,17 @@ fn split_anchors(h: Hir) -> Vec<(bool, bool, Hir)> {
             let mut items: Vec<Hir> = items.clone();
             let mut s = false;
             let mut e = false;
-            while matches!(items.first().map(|h| h.kind()), Some(HirKind::Look(Look::Start))) {
+            while matches!(
+                items.first().map(|h| h.kind()),
+                Some(HirKind::Look(Look::Start))
+            ) {
                 items.remove(0);
                 s = true;
             }
-            while matches!(items.last().map(|h| h.kind()), Some(HirKind::Look(Look::End))) {
+            while matches!(
+                items.last().map(|h| h.kind()),
+                Some(HirKind::Look(Look::End))
+            ) {
                 items.pop();
                 e = true;
             }
@@ -102,7 +114,9 @@ fn ecma_to_rust(p: &str) -> Result<String, String> {
     while let Some(c) = chars.next() {
         match c {
             '\\' => {
-                let Some(n) = chars.next() else { return Err("trailing backslash".into()) };
+                let Some(n) = chars.next() else {
+                    return Err("trailing backslash".into());
+                };
                 match (n, in_class) {
                     ('d', false) => out.push_str("[0-9]"),
                     ('d', true) => out.push_str("0-9"),
@@ -142,9 +156,18 @@ fn ecma_to_rust(p: &str) -> Result<String, String> {
 }
 
 /// Compiles `hir` and copies it into `b` from `from`; returns the exit state.
-pub(crate) fn emit_hir(b: &mut Builder, from: StateId, hir: &Hir, esc: Escape) -> Result<StateId, String> {
+pub(crate) fn emit_hir(
+    b: &mut Builder,
+    from: StateId,
+    hir: &Hir,
+    esc: Escape,
+) -> Result<StateId, String> {
     let nfa = thompson::Compiler::new()
-        .configure(thompson::Config::new().which_captures(WhichCaptures::None).shrink(false))
+        .configure(
+            thompson::Config::new()
+                .which_captures(WhichCaptures::None)
+                .shrink(false),
+        )
         .build_from_hir(hir)
         .map_err(|e| e.to_string())?;
     let exit = b.state().map_err(|e| e.to_string())?;
@@ -155,7 +178,11 @@ pub(crate) fn emit_hir(b: &mut Builder, from: StateId, hir: &Hir, esc: Escape) -
     let s0 = b.state().map_err(|e| e.to_string())?;
     b.eps(from, s0);
     map[start.as_usize()] = Some(s0);
-    let get = |b: &mut Builder, map: &mut Vec<Option<StateId>>, work: &mut Vec<TStateId>, id: TStateId| -> Result<StateId, String> {
+    let get = |b: &mut Builder,
+               map: &mut Vec<Option<StateId>>,
+               work: &mut Vec<TStateId>,
+               id: TStateId|
+     -> Result<StateId, String> {
         if let Some(s) = map[id.as_usize()] {
             return Ok(s);
         }
@@ -185,7 +212,9 @@ pub(crate) fn emit_hir(b: &mut Builder, from: StateId, hir: &Hir, esc: Escape) -
                     }
                 }
             }
-            TState::Look { .. } => return Err("look-around assertion (only ^ and $ at the ends are supported)".into()),
+            TState::Look { .. } => {
+                return Err("look-around assertion (only ^ and $ at the ends are supported)".into())
+            }
             TState::Union { alternates } => {
                 for &a in alternates.iter() {
                     let t = get(b, &mut map, &mut work, a)?;
@@ -210,7 +239,14 @@ pub(crate) fn emit_hir(b: &mut Builder, from: StateId, hir: &Hir, esc: Escape) -
 }
 
 /// A byte-range edge, with JSON-string escaping of special bytes when asked.
-fn edge(b: &mut Builder, a: StateId, lo: u8, hi: u8, t: StateId, esc: Escape) -> Result<(), String> {
+fn edge(
+    b: &mut Builder,
+    a: StateId,
+    lo: u8,
+    hi: u8,
+    t: StateId,
+    esc: Escape,
+) -> Result<(), String> {
     if esc == Escape::Raw {
         b.range(a, lo, hi, t);
         return Ok(());
@@ -225,7 +261,11 @@ fn edge(b: &mut Builder, a: StateId, lo: u8, hi: u8, t: StateId, esc: Escape) ->
             let seq = escape_seq(x);
             let mut cur = a;
             for (i, &(l, h)) in seq.iter().enumerate() {
-                let nx = if i + 1 == seq.len() { t } else { b.state().map_err(|e| e.to_string())? };
+                let nx = if i + 1 == seq.len() {
+                    t
+                } else {
+                    b.state().map_err(|e| e.to_string())?
+                };
                 b.range(cur, l, h, nx);
                 if l.is_ascii_lowercase() && l == h && i >= 2 {
                     b.range(cur, l.to_ascii_uppercase(), l.to_ascii_uppercase(), nx);
@@ -276,12 +316,20 @@ pub(crate) fn emit_pattern(
     flavor: Flavor,
     esc: Escape,
 ) -> Result<StateId, CompileError> {
-    let hir = parse(pattern, flavor).map_err(|e| CompileError::Regex { pattern: pattern.into(), reason: e })?;
+    let hir = parse(pattern, flavor).map_err(|e| CompileError::Regex {
+        pattern: pattern.into(),
+        reason: e,
+    })?;
     emit_hir(b, from, &hir, esc).map_err(|reason| {
         if reason.contains("too many states") || reason.contains("deadline") {
-            CompileError::TooLarge { states: b.states.len() }
+            CompileError::TooLarge {
+                states: b.states.len(),
+            }
         } else {
-            CompileError::Regex { pattern: pattern.into(), reason }
+            CompileError::Regex {
+                pattern: pattern.into(),
+                reason,
+            }
         }
     })
 }

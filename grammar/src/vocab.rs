@@ -28,8 +28,9 @@ pub(crate) struct TokenTrie {
 
 impl TokenTrie {
     fn build(tokens: &[Vec<u8>], usable: &[bool]) -> Self {
-        let mut order: Vec<u32> =
-            (0..tokens.len() as u32).filter(|&i| usable[i as usize]).collect();
+        let mut order: Vec<u32> = (0..tokens.len() as u32)
+            .filter(|&i| usable[i as usize])
+            .collect();
         order.sort_by(|&a, &b| tokens[a as usize].cmp(&tokens[b as usize]));
         let mut nodes: Vec<TrieNode> = Vec::new();
         let mut ids: Vec<u32> = Vec::new();
@@ -44,7 +45,13 @@ impl TokenTrie {
                 nodes[n].next = nodes.len() as u32;
             }
             for (k, &b) in t.iter().enumerate().skip(lcp) {
-                nodes.push(TrieNode { byte: b, depth: (k + 1) as u16, next: 0, ids_start: 0, ids_len: 0 });
+                nodes.push(TrieNode {
+                    byte: b,
+                    depth: (k + 1) as u16,
+                    next: 0,
+                    ids_start: 0,
+                    ids_len: 0,
+                });
                 path.push(nodes.len() - 1);
             }
             if let Some(&last) = path.last() {
@@ -98,15 +105,28 @@ impl TokenVocab {
         if eos.is_empty() {
             return Err(VocabError::NoEos);
         }
-        let mut usable: Vec<bool> =
-            tokens.iter().map(|t| !t.is_empty() && t.len() <= MAX_TOKEN_BYTES).collect();
+        let mut usable: Vec<bool> = tokens
+            .iter()
+            .map(|t| !t.is_empty() && t.len() <= MAX_TOKEN_BYTES)
+            .collect();
         for &id in special.iter().chain(eos) {
             usable[id as usize] = false;
         }
         let trie = TokenTrie::build(&tokens, &usable);
-        let max_token_len =
-            tokens.iter().zip(&usable).filter(|(_, u)| **u).map(|(t, _)| t.len()).max().unwrap_or(1);
-        Ok(TokenVocab { tokens, usable, eos: eos.to_vec(), trie, max_token_len })
+        let max_token_len = tokens
+            .iter()
+            .zip(&usable)
+            .filter(|(_, u)| **u)
+            .map(|(t, _)| t.len())
+            .max()
+            .unwrap_or(1);
+        Ok(TokenVocab {
+            tokens,
+            usable,
+            eos: eos.to_vec(),
+            trie,
+            max_token_len,
+        })
     }
 
     /// A vocabulary from token strings as the tokenizer spells them.
@@ -144,12 +164,18 @@ impl TokenVocab {
     #[cfg(feature = "tokenizers")]
     pub fn from_tokenizer(tok: &tokenizers::Tokenizer, eos: &[u32]) -> Result<Self, VocabError> {
         let json: serde_json::Value = serde_json::from_str(
-            &tok.to_string(false).map_err(|e| VocabError::Tokenizer(e.to_string()))?,
+            &tok.to_string(false)
+                .map_err(|e| VocabError::Tokenizer(e.to_string()))?,
         )
         .map_err(|e| VocabError::Tokenizer(e.to_string()))?;
-        let decoder = json.get("decoder").map(|d| d.to_string()).unwrap_or_default();
-        let byte_fallback =
-            json.pointer("/model/byte_fallback").and_then(|v| v.as_bool()).unwrap_or(false);
+        let decoder = json
+            .get("decoder")
+            .map(|d| d.to_string())
+            .unwrap_or_default();
+        let byte_fallback = json
+            .pointer("/model/byte_fallback")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false);
         let encoding = if decoder.contains("ByteLevel") {
             TokenEncoding::ByteLevel
         } else if byte_fallback || decoder.contains("ByteFallback") {
@@ -177,8 +203,9 @@ impl TokenVocab {
         let mut v = Self::from_token_strings(&strings, encoding, &special, eos)?;
         if !raw_added.is_empty() {
             let mut tokens = v.tokens.clone();
-            let mut special: Vec<u32> =
-                (0..n as u32).filter(|&i| !v.usable[i as usize] && !eos.contains(&i)).collect();
+            let mut special: Vec<u32> = (0..n as u32)
+                .filter(|&i| !v.usable[i as usize] && !eos.contains(&i))
+                .collect();
             for (id, b) in raw_added {
                 special.retain(|&s| s != id);
                 tokens[id as usize] = b;
@@ -269,7 +296,8 @@ fn byte_level_table() -> std::collections::HashMap<char, u8> {
     let mut map = std::collections::HashMap::new();
     let mut n = 0u32;
     for b in 0u32..256 {
-        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        let printable =
+            (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
         let c = if printable {
             b
         } else {
@@ -302,7 +330,10 @@ mod tests {
 
     #[test]
     fn trie_preorder_and_greedy() {
-        let toks: Vec<Vec<u8>> = ["a", "ab", "abc", "b", "", "ab"].iter().map(|s| s.as_bytes().to_vec()).collect();
+        let toks: Vec<Vec<u8>> = ["a", "ab", "abc", "b", "", "ab"]
+            .iter()
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
         let v = TokenVocab::new(toks, &[], &[4]).unwrap();
         let t = v.trie();
         assert_eq!(t.nodes.len(), 4); // a, b(ab), c(abc), b

@@ -34,9 +34,17 @@ fn read_subset(path: &std::path::Path) -> Vec<Entry> {
         let v: Value = serde_json::from_str(&s).expect("json");
         let tests = v["tests"]
             .as_array()
-            .map(|t| t.iter().map(|x| (x["valid"].as_bool().unwrap_or(false), x["data"].clone())).collect())
+            .map(|t| {
+                t.iter()
+                    .map(|x| (x["valid"].as_bool().unwrap_or(false), x["data"].clone()))
+                    .collect()
+            })
             .unwrap_or_default();
-        out.push(Entry { name, schema: v["schema"].clone(), tests });
+        out.push(Entry {
+            name,
+            schema: v["schema"].clone(),
+            tests,
+        });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
@@ -55,7 +63,9 @@ fn accepts(g: &Arc<CompiledGrammar>, tok: &common::Tok, text: &str) -> bool {
 
 fn e_name(e: &sglrs_grammar::CompileError) -> String {
     match e {
-        sglrs_grammar::CompileError::Unsupported { keyword, .. } => format!("unsupported {keyword}"),
+        sglrs_grammar::CompileError::Unsupported { keyword, .. } => {
+            format!("unsupported {keyword}")
+        }
         other => format!("{other:?}").chars().take(40).collect(),
     }
 }
@@ -67,18 +77,35 @@ fn run(per_subset: usize) {
         return;
     }
     let Some(tok) = common::llama3() else { return };
-    let mut files: Vec<_> = std::fs::read_dir(&dir).expect("dir").filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .collect();
     files.sort();
     let mut failures = Vec::new();
     let (mut all, mut compiled_all, mut covered_all) = (0, 0, 0);
     for f in files {
-        let subset = f.file_name().unwrap().to_string_lossy().trim_end_matches(".tar.gz").to_string();
+        let subset = f
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .trim_end_matches(".tar.gz")
+            .to_string();
         let entries = read_subset(&f);
         let (mut n, mut compiled, mut covered) = (0, 0, 0);
         for e in entries.iter().take(per_subset) {
             n += 1;
-            let gc = CompiledGrammar::json_schema_value(&e.schema, tok.vocab.clone(), &CompileOptions::default());
-            let gf = CompiledGrammar::json_schema_value(&e.schema, tok.vocab.clone(), &CompileOptions::flexible());
+            let gc = CompiledGrammar::json_schema_value(
+                &e.schema,
+                tok.vocab.clone(),
+                &CompileOptions::default(),
+            );
+            let gf = CompiledGrammar::json_schema_value(
+                &e.schema,
+                tok.vocab.clone(),
+                &CompileOptions::flexible(),
+            );
             let (gc, gf) = match (gc, gf) {
                 (Ok(a), Ok(b)) => (a, b),
                 (Err(e), _) | (_, Err(e)) => {
@@ -95,7 +122,17 @@ fn run(per_subset: usize) {
                     let acc = accepts(g, tok, &text);
                     if acc != *valid {
                         ok = false;
-                        failures.push(format!("{} {}: {} {}", subset, e.name, if *valid { "valid rejected" } else { "INVALID ACCEPTED" }, text.chars().take(300).collect::<String>()));
+                        failures.push(format!(
+                            "{} {}: {} {}",
+                            subset,
+                            e.name,
+                            if *valid {
+                                "valid rejected"
+                            } else {
+                                "INVALID ACCEPTED"
+                            },
+                            text.chars().take(300).collect::<String>()
+                        ));
                     }
                 }
             }
@@ -106,16 +143,26 @@ fn run(per_subset: usize) {
         compiled_all += compiled;
         covered_all += covered;
     }
-    println!("{:28} schemas {all:4} compiled {compiled_all:4} covered {covered_all:4}", "overall");
+    println!(
+        "{:28} schemas {all:4} compiled {compiled_all:4} covered {covered_all:4}",
+        "overall"
+    );
     for f in &failures {
         println!("{f}");
     }
-    assert!(failures.is_empty(), "{} instance failures on compiled schemas", failures.len());
+    assert!(
+        failures.is_empty(),
+        "{} instance failures on compiled schemas",
+        failures.len()
+    );
 }
 
 #[test]
 fn jsonschemabench_sample() {
-    let n = std::env::var("SGLRS_JSB_PER_SUBSET").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
+    let n = std::env::var("SGLRS_JSB_PER_SUBSET")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
     run(n);
 }
 

@@ -7,7 +7,9 @@ mod common;
 use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
-use sglrs_grammar::{CacheConfig, CompileOptions, CompiledGrammar, GrammarCache, GrammarSpec, Matcher};
+use sglrs_grammar::{
+    CacheConfig, CompileOptions, CompiledGrammar, GrammarCache, GrammarSpec, Matcher,
+};
 
 const SCHEMAS: &[&str] = &[
     r#"{"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer","minimum":0,"maximum":150},"tags":{"type":"array","items":{"enum":["a","b","ccc"]},"maxItems":3},"email":{"type":"string","format":"email"}},"required":["name","age"]}"#,
@@ -33,14 +35,26 @@ fn check_walks(tok: &common::Tok, g: &Arc<CompiledGrammar>, seed: u64, walks: us
                     false
                 } else {
                     let mut r = m.clone();
-                    vocab.token_bytes(id).unwrap().iter().all(|&b| r.try_advance_bytes(&[b]))
+                    vocab
+                        .token_bytes(id)
+                        .unwrap()
+                        .iter()
+                        .all(|&b| r.try_advance_bytes(&[b]))
                 };
-                assert_eq!(bit, want, "token {id} {:?}", String::from_utf8_lossy(vocab.token_bytes(id).unwrap()));
+                assert_eq!(
+                    bit,
+                    want,
+                    "token {id} {:?}",
+                    String::from_utf8_lossy(vocab.token_bytes(id).unwrap())
+                );
                 if bit {
                     allowed.push(id);
                 }
             }
-            assert!(!allowed.is_empty(), "a live matcher always allows something");
+            assert!(
+                !allowed.is_empty(),
+                "a live matcher always allows something"
+            );
             let id = allowed[rng.random_range(0..allowed.len())];
             m.accept_token(id).unwrap();
             if m.is_finished() {
@@ -54,10 +68,16 @@ fn check_walks(tok: &common::Tok, g: &Arc<CompiledGrammar>, seed: u64, walks: us
 fn masks_exact_llama3() {
     let Some(tok) = common::llama3() else { return };
     for (i, s) in SCHEMAS.iter().enumerate() {
-        let g = CompiledGrammar::json_schema(s, tok.vocab.clone(), &CompileOptions::default()).unwrap();
+        let g =
+            CompiledGrammar::json_schema(s, tok.vocab.clone(), &CompileOptions::default()).unwrap();
         check_walks(tok, &g, i as u64, 2, 12);
     }
-    let g = CompiledGrammar::regex(r"[0-9]{3}-(ab|cd)+x?", tok.vocab.clone(), &CompileOptions::default()).unwrap();
+    let g = CompiledGrammar::regex(
+        r"[0-9]{3}-(ab|cd)+x?",
+        tok.vocab.clone(),
+        &CompileOptions::default(),
+    )
+    .unwrap();
     check_walks(tok, &g, 9, 2, 8);
 }
 
@@ -65,7 +85,8 @@ fn masks_exact_llama3() {
 fn masks_exact_mistral() {
     let Some(tok) = common::mistral() else { return };
     for (i, s) in SCHEMAS.iter().enumerate() {
-        let g = CompiledGrammar::json_schema(s, tok.vocab.clone(), &CompileOptions::flexible()).unwrap();
+        let g = CompiledGrammar::json_schema(s, tok.vocab.clone(), &CompileOptions::flexible())
+            .unwrap();
         check_walks(tok, &g, 100 + i as u64, 2, 12);
     }
 }
@@ -82,13 +103,18 @@ fn jump_forward_returns_required_keys() {
     assert!(m.min_tokens_to_accept() >= 1);
     let close = m.closing_bytes();
     assert!(m.try_advance_bytes(&close));
-    assert!(m.is_accepting(), "closing bytes {:?} complete the text", String::from_utf8_lossy(&close));
+    assert!(
+        m.is_accepting(),
+        "closing bytes {:?} complete the text",
+        String::from_utf8_lossy(&close)
+    );
 }
 
 #[test]
 fn rollback_and_sticky_errors() {
     let Some(tok) = common::llama3() else { return };
-    let g = CompiledGrammar::regex(r"(yes|no)!", tok.vocab.clone(), &CompileOptions::default()).unwrap();
+    let g = CompiledGrammar::regex(r"(yes|no)!", tok.vocab.clone(), &CompileOptions::default())
+        .unwrap();
     let mut m = Matcher::new(g);
     let ids = tok.tokenize("yes!");
     for &id in &ids {
@@ -113,13 +139,28 @@ num  ::= "-"? [0-9]{1,3}
 ws   ::= " "?
 "#;
     let g = CompiledGrammar::ebnf(gbnf, tok.vocab.clone(), &CompileOptions::default()).unwrap();
-    for (text, ok) in [("[abc, 12,-7]", true), ("[]", false), ("[1234]", false), ("[x,y]", true)] {
+    for (text, ok) in [
+        ("[abc, 12,-7]", true),
+        ("[]", false),
+        ("[1234]", false),
+        ("[x,y]", true),
+    ] {
         let mut m = Matcher::new(g.clone());
         let acc = m.try_advance_bytes(text.as_bytes()) && m.is_accepting();
         assert_eq!(acc, ok, "{text}");
     }
-    assert!(CompiledGrammar::ebnf("root ::= foo", tok.vocab.clone(), &CompileOptions::default()).is_err());
-    let c = CompiledGrammar::choices(&["red".into(), "green".into()], tok.vocab.clone(), &CompileOptions::default()).unwrap();
+    assert!(CompiledGrammar::ebnf(
+        "root ::= foo",
+        tok.vocab.clone(),
+        &CompileOptions::default()
+    )
+    .is_err());
+    let c = CompiledGrammar::choices(
+        &["red".into(), "green".into()],
+        tok.vocab.clone(),
+        &CompileOptions::default(),
+    )
+    .unwrap();
     let mut m = Matcher::new(c);
     assert!(m.try_advance_bytes(b"gr"));
     assert_eq!(m.forced_bytes(), b"een");
@@ -133,8 +174,17 @@ fn cache_compiles_in_background() {
     let h = cache.get_or_compile(spec.clone(), CompileOptions::default());
     let g = h.wait().unwrap();
     let h2 = cache.get_or_compile(spec, CompileOptions::default());
-    assert!(Arc::ptr_eq(&g, &h2.try_get().unwrap().unwrap()), "second lookup hits the cache");
-    let bad = cache.get_or_compile(GrammarSpec::JsonSchema("{\"not\":{}}".into()), CompileOptions::default());
-    assert!(matches!(bad.wait(), Err(sglrs_grammar::CompileError::Unsupported { .. })));
+    assert!(
+        Arc::ptr_eq(&g, &h2.try_get().unwrap().unwrap()),
+        "second lookup hits the cache"
+    );
+    let bad = cache.get_or_compile(
+        GrammarSpec::JsonSchema("{\"not\":{}}".into()),
+        CompileOptions::default(),
+    );
+    assert!(matches!(
+        bad.wait(),
+        Err(sglrs_grammar::CompileError::Unsupported { .. })
+    ));
     assert_eq!(cache.len(), 2);
 }

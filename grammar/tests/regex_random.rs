@@ -27,7 +27,10 @@ fn regex_matches_regex_automata_on_random_strings() {
         r"^ab*c$",
         r"",
     ];
-    let alphabet: Vec<&str> = vec!["a", "b", "c", "d", "x", "y", "z", "q", "h", "é", "e", "l", "o", "w", "ö", "r", ".", "1", "9", "2"];
+    let alphabet: Vec<&str> = vec![
+        "a", "b", "c", "d", "x", "y", "z", "q", "h", "é", "e", "l", "o", "w", "ö", "r", ".", "1",
+        "9", "2",
+    ];
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     for p in patterns {
         let g = CompiledGrammar::regex(p, vocab.clone(), &CompileOptions::default()).unwrap();
@@ -35,13 +38,18 @@ fn regex_matches_regex_automata_on_random_strings() {
         let mut agree = 0;
         for _ in 0..3000 {
             let len = rng.random_range(0..8);
-            let s: String = (0..len).map(|_| alphabet[rng.random_range(0..alphabet.len())]).collect();
+            let s: String = (0..len)
+                .map(|_| alphabet[rng.random_range(0..alphabet.len())])
+                .collect();
             let mut m = Matcher::new(g.clone());
             let ours = s.bytes().all(|b| m.accept_token(b as u32 + 1).is_ok()) && m.is_accepting();
             assert_eq!(ours, re.is_match(&s), "pattern {p:?} on {s:?}");
             agree += ours as usize;
         }
-        assert!(agree > 0 || p.contains("{3}") || p == r"[^ab]{2}", "pattern {p:?} matched nothing in the sample");
+        assert!(
+            agree > 0 || p.contains("{3}") || p == r"[^ab]{2}",
+            "pattern {p:?} matched nothing in the sample"
+        );
     }
 }
 
@@ -71,7 +79,9 @@ fn regex_prefix_liveness_is_exact() {
     for s in &all {
         let mut m = Matcher::new(g.clone());
         let alive = s.iter().all(|&b| m.accept_token(b as u32 + 1).is_ok());
-        let completable = all.iter().any(|t| t.starts_with(s) && re.is_match(std::str::from_utf8(t).unwrap()));
+        let completable = all
+            .iter()
+            .any(|t| t.starts_with(s) && re.is_match(std::str::from_utf8(t).unwrap()));
         assert_eq!(alive, completable, "{:?}", String::from_utf8_lossy(s));
     }
 }

@@ -38,9 +38,8 @@ pub(crate) fn format_regex(format: &str) -> Option<String> {
         "[A-Za-z][A-Za-z0-9+.\\-]*:(//{authority}{path_abempty}|/({path_rootless})?|{path_rootless}|){query}"
     );
     let seg_nc = format!("([{unreserved}{sub_delims}@]|{pct})+");
-    let relative = format!(
-        "(//{authority}{path_abempty}|/({path_rootless})?|{seg_nc}(/{pchar}*)*|){query}"
-    );
+    let relative =
+        format!("(//{authority}{path_abempty}|/({path_rootless})?|{seg_nc}(/{pchar}*)*|){query}");
     Some(match format {
         "date-time" => format!("{date}[Tt]{time}"),
         "date" => date,
@@ -83,12 +82,19 @@ pub(crate) fn uint_range(lo: u64, hi: Option<u64>) -> String {
             }
             for len in lo_len..=digits(hi) {
                 let a = if len == lo_len { lo } else { pow10(len - 1) };
-                let b = if len == digits(hi) { hi } else { pow10(len) - 1 };
+                let b = if len == digits(hi) {
+                    hi
+                } else {
+                    pow10(len) - 1
+                };
                 alts.push(same_len(a.to_string().as_bytes(), b.to_string().as_bytes()));
             }
         }
         None => {
-            alts.push(same_len(lo.to_string().as_bytes(), (pow10(lo_len) - 1).to_string().as_bytes()));
+            alts.push(same_len(
+                lo.to_string().as_bytes(),
+                (pow10(lo_len) - 1).to_string().as_bytes(),
+            ));
             alts.push(format!("[1-9][0-9]{{{},}}", lo_len));
         }
     }
@@ -121,7 +127,12 @@ fn same_len(lo: &[u8], hi: &[u8]) -> String {
     }
     alts.push(format!("{}{}", l0 as char, same_len(&lo[1..], &nines)));
     if h0 - l0 > 1 {
-        alts.push(format!("[{}-{}][0-9]{{{}}}", (l0 + 1) as char, (h0 - 1) as char, n));
+        alts.push(format!(
+            "[{}-{}][0-9]{{{}}}",
+            (l0 + 1) as char,
+            (h0 - 1) as char,
+            n
+        ));
     }
     alts.push(format!("{}{}", h0 as char, same_len(&zeros, &hi[1..])));
     format!("({})", alts.join("|"))
@@ -181,7 +192,7 @@ pub(crate) fn number_range(lo: Option<(i64, bool)>, hi: Option<(i64, bool)>) -> 
     }
     let mut alts = Vec::new();
     // Non-negative values written without a sign.
-    let pos_hi = hi.map(|(h, inc)| (h, inc));
+    let pos_hi = hi;
     if pos_hi.is_none_or(|(h, inc)| h > 0 || (h == 0 && inc)) {
         let (a, a_inc) = match lo {
             Some((l, inc)) if l >= 0 => (l as u64, inc),
@@ -218,7 +229,14 @@ mod tests {
 
     #[test]
     fn int_ranges_are_exact() {
-        for (lo, hi) in [(Some(0), Some(0)), (Some(-13), Some(250)), (Some(7), None), (None, Some(-3)), (Some(100), Some(999)), (Some(5), Some(4))] {
+        for (lo, hi) in [
+            (Some(0), Some(0)),
+            (Some(-13), Some(250)),
+            (Some(7), None),
+            (None, Some(-3)),
+            (Some(100), Some(999)),
+            (Some(5), Some(4)),
+        ] {
             let r = full(&int_range(lo, hi));
             for x in -400i64..1200 {
                 let want = lo.is_none_or(|l| x >= l) && hi.is_none_or(|h| x <= h);
@@ -240,9 +258,14 @@ mod tests {
         for (lo, hi) in cases {
             let r = full(&number_range(lo, hi));
             for x in -700i64..1200 {
-                for s in [format!("{}", x as f64 / 7.0), format!("{}", x / 7), format!("{}.0", x / 7)] {
+                for s in [
+                    format!("{}", x as f64 / 7.0),
+                    format!("{}", x / 7),
+                    format!("{}.0", x / 7),
+                ] {
                     let v: f64 = s.parse().unwrap();
-                    let want = lo.is_none_or(|(l, inc)| if inc { v >= l as f64 } else { v > l as f64 })
+                    let want = lo
+                        .is_none_or(|(l, inc)| if inc { v >= l as f64 } else { v > l as f64 })
                         && hi.is_none_or(|(h, inc)| if inc { v <= h as f64 } else { v < h as f64 });
                     if s == "-0" || s == "-0.0" {
                         continue;

@@ -37,7 +37,11 @@ pub(crate) struct JsonCompiler<'a> {
 }
 
 /// Compiles `schema` into `b`; rule 0 is the root.
-pub(crate) fn compile(b: &mut Builder, schema: &Value, opts: &CompileOptions) -> Result<(), CompileError> {
+pub(crate) fn compile(
+    b: &mut Builder,
+    schema: &Value,
+    opts: &CompileOptions,
+) -> Result<(), CompileError> {
     let root_rule = b.new_rule()?;
     let mut c = JsonCompiler {
         b,
@@ -75,22 +79,55 @@ pub(crate) fn compile(b: &mut Builder, schema: &Value, opts: &CompileOptions) ->
 
 /// Keywords that carry no constraint.
 const ANNOTATIONS: &[&str] = &[
-    "$schema", "$id", "id", "title", "description", "default", "examples", "$comment",
-    "deprecated", "readOnly", "writeOnly", "definitions", "$defs", "contentMediaType",
-    "contentEncoding", "contentSchema", "$anchor", "$vocabulary", "example", "nullable",
-    "discriminator", "externalDocs", "xml", "markdownDescription", "enumDescriptions",
+    "$schema",
+    "$id",
+    "id",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "$comment",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "definitions",
+    "$defs",
+    "contentMediaType",
+    "contentEncoding",
+    "contentSchema",
+    "$anchor",
+    "$vocabulary",
+    "example",
+    "nullable",
+    "discriminator",
+    "externalDocs",
+    "xml",
+    "markdownDescription",
+    "enumDescriptions",
 ];
 
 impl<'a> JsonCompiler<'a> {
-    pub fn unsupported(&self, keyword: &str, pointer: &str, reason: &str) -> Result<(), CompileError> {
+    pub fn unsupported(
+        &self,
+        keyword: &str,
+        pointer: &str,
+        reason: &str,
+    ) -> Result<(), CompileError> {
         if self.opts.lenient {
             return Ok(());
         }
-        Err(CompileError::Unsupported { keyword: keyword.into(), pointer: pointer.into(), reason: reason.into() })
+        Err(CompileError::Unsupported {
+            keyword: keyword.into(),
+            pointer: pointer.into(),
+            reason: reason.into(),
+        })
     }
 
     pub fn invalid(&self, pointer: &str, reason: &str) -> CompileError {
-        CompileError::InvalidSchema { pointer: pointer.into(), reason: reason.into() }
+        CompileError::InvalidSchema {
+            pointer: pointer.into(),
+            reason: reason.into(),
+        }
     }
 
     /// Optional whitespace (flexible policy only).
@@ -133,10 +170,12 @@ impl<'a> JsonCompiler<'a> {
                 reason: format!("anchor references are not supported: {reference:?}"),
             });
         }
-        self.root.pointer(&decoded).ok_or_else(|| CompileError::InvalidSchema {
-            pointer: pointer.into(),
-            reason: format!("unresolvable $ref {reference:?}"),
-        })
+        self.root
+            .pointer(&decoded)
+            .ok_or_else(|| CompileError::InvalidSchema {
+                pointer: pointer.into(),
+                reason: format!("unresolvable $ref {reference:?}"),
+            })
     }
 
     /// A fragment that accepts nothing (its exit is unreachable, so it gets trimmed).
@@ -207,15 +246,28 @@ impl<'a> JsonCompiler<'a> {
     }
 
     /// A schema as a rule call (for repetition of large bodies).
-    pub fn schema_call(&mut self, from: StateId, schema: &Value, ptr: &str) -> Result<StateId, CompileError> {
-        if let Some(r) = schema.as_object().and_then(|m| m.get("$ref")).and_then(|r| r.as_str()) {
-            if schema.as_object().is_some_and(|m| m.keys().all(|k| k == "$ref" || ANNOTATIONS.contains(&k.as_str()))) {
+    pub fn schema_call(
+        &mut self,
+        from: StateId,
+        schema: &Value,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
+        if let Some(r) = schema
+            .as_object()
+            .and_then(|m| m.get("$ref"))
+            .and_then(|r| r.as_str())
+        {
+            if schema.as_object().is_some_and(|m| {
+                m.keys()
+                    .all(|k| k == "$ref" || ANNOTATIONS.contains(&k.as_str()))
+            }) {
                 let rule = self.ref_rule(r);
                 return self.b.call(from, rule?);
             }
         }
         let rule = self.b.new_rule()?;
-        self.pending.push((rule, Pending::Schema(schema.clone(), ptr.to_string())));
+        self.pending
+            .push((rule, Pending::Schema(schema.clone(), ptr.to_string())));
         self.b.call(from, rule)
     }
 
@@ -230,7 +282,12 @@ impl<'a> JsonCompiler<'a> {
     }
 
     /// Any schema.
-    pub fn value(&mut self, from: StateId, schema: &Value, ptr: &str) -> Result<StateId, CompileError> {
+    pub fn value(
+        &mut self,
+        from: StateId,
+        schema: &Value,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
         let map = match schema {
             Value::Bool(true) => return self.any_value(from),
             Value::Bool(false) => return self.nothing(),
@@ -239,7 +296,9 @@ impl<'a> JsonCompiler<'a> {
         };
         // A bare `$ref`: inline, or call when recursive / reused a lot.
         if let Some(reference) = map.get("$ref").and_then(|r| r.as_str()) {
-            let only_ref = map.keys().all(|k| k == "$ref" || ANNOTATIONS.contains(&k.as_str()))
+            let only_ref = map
+                .keys()
+                .all(|k| k == "$ref" || ANNOTATIONS.contains(&k.as_str()))
                 || !self.is_modern_draft();
             if only_ref {
                 let reference = reference.to_string();
@@ -263,20 +322,32 @@ impl<'a> JsonCompiler<'a> {
 
     fn is_modern_draft(&self) -> bool {
         match self.root.get("$schema").and_then(|s| s.as_str()) {
-            Some(s) => !(s.contains("draft-04") || s.contains("draft-06") || s.contains("draft-07") || s.contains("draft-03")),
+            Some(s) => {
+                !(s.contains("draft-04")
+                    || s.contains("draft-06")
+                    || s.contains("draft-07")
+                    || s.contains("draft-03"))
+            }
             None => true,
         }
     }
 
     /// A schema without `allOf`/sibling `$ref` (already merged).
-    fn normalized(&mut self, from: StateId, s: &Map<String, Value>, ptr: &str) -> Result<StateId, CompileError> {
+    fn normalized(
+        &mut self,
+        from: StateId,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
         if s.get("__false").is_some() {
             return self.nothing();
         }
         // anyOf / oneOf: distribute the rest of the schema over the branches.
         for kw in ["anyOf", "oneOf"] {
             if let Some(branches) = s.get(kw) {
-                let branches = branches.as_array().ok_or_else(|| self.invalid(ptr, &format!("{kw} must be an array")))?;
+                let branches = branches
+                    .as_array()
+                    .ok_or_else(|| self.invalid(ptr, &format!("{kw} must be an array")))?;
                 let mut rest = s.clone();
                 rest.remove(kw);
                 if kw == "oneOf" {
@@ -288,7 +359,8 @@ impl<'a> JsonCompiler<'a> {
                     let e = if rest.keys().all(|k| ANNOTATIONS.contains(&k.as_str())) {
                         self.value(from, br, &bptr)?
                     } else {
-                        let merged = self.merge_schemas(&Value::Object(rest.clone()), br, &bptr, 0)?;
+                        let merged =
+                            self.merge_schemas(&Value::Object(rest.clone()), br, &bptr, 0)?;
                         match merged {
                             Value::Object(m) => self.normalized(from, &m, &bptr)?,
                             other => self.value(from, &other, &bptr)?,
@@ -301,12 +373,20 @@ impl<'a> JsonCompiler<'a> {
         }
         for kw in s.keys() {
             match kw.as_str() {
-                "not" | "if" | "then" | "else" | "dependencies" | "dependentRequired" | "dependentSchemas"
-                | "unevaluatedProperties" | "unevaluatedItems" | "contains" | "minContains"
-                | "maxContains" | "$dynamicRef" | "$recursiveRef" | "propertyNames" => {
-                    if !(kw == "then" || kw == "else") || !s.contains_key("if") {
-                        self.unsupported(kw, ptr, "cannot be enforced exactly")?;
-                    }
+                "not"
+                | "if"
+                | "dependencies"
+                | "dependentRequired"
+                | "dependentSchemas"
+                | "unevaluatedProperties"
+                | "unevaluatedItems"
+                | "contains"
+                | "minContains"
+                | "maxContains"
+                | "$dynamicRef"
+                | "$recursiveRef"
+                | "propertyNames" => {
+                    self.unsupported(kw, ptr, "cannot be enforced exactly")?;
                 }
                 _ => {}
             }
@@ -343,23 +423,32 @@ impl<'a> JsonCompiler<'a> {
     }
 
     /// The types a schema admits, `number` absorbing `integer`.
-    fn types_of(&self, s: &Map<String, Value>, ptr: &str) -> Result<Vec<&'static str>, CompileError> {
+    fn types_of(
+        &self,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<Vec<&'static str>, CompileError> {
         const ALL: [&str; 6] = ["null", "boolean", "object", "array", "string", "number"];
-        let mut out: Vec<&'static str> = match s.get("type") {
-            None => ALL.to_vec(),
-            Some(Value::String(t)) => vec![static_type(t).ok_or_else(|| self.invalid(ptr, &format!("unknown type {t:?}")))?],
-            Some(Value::Array(ts)) => {
-                let mut v = Vec::new();
-                for t in ts {
-                    let t = t.as_str().and_then(static_type).ok_or_else(|| self.invalid(ptr, "bad type list"))?;
-                    if !v.contains(&t) {
-                        v.push(t);
+        let mut out: Vec<&'static str> =
+            match s.get("type") {
+                None => ALL.to_vec(),
+                Some(Value::String(t)) => vec![static_type(t)
+                    .ok_or_else(|| self.invalid(ptr, &format!("unknown type {t:?}")))?],
+                Some(Value::Array(ts)) => {
+                    let mut v = Vec::new();
+                    for t in ts {
+                        let t = t
+                            .as_str()
+                            .and_then(static_type)
+                            .ok_or_else(|| self.invalid(ptr, "bad type list"))?;
+                        if !v.contains(&t) {
+                            v.push(t);
+                        }
                     }
+                    v
                 }
-                v
-            }
-            Some(_) => return Err(self.invalid(ptr, "bad type")),
-        };
+                Some(_) => return Err(self.invalid(ptr, "bad type")),
+            };
         if out.contains(&"number") {
             out.retain(|t| *t != "integer");
         }
@@ -367,7 +456,13 @@ impl<'a> JsonCompiler<'a> {
     }
 
     /// `enum`/`const`: the listed values that also satisfy the rest of the schema.
-    fn enum_values(&mut self, from: StateId, values: &[Value], s: &Map<String, Value>, ptr: &str) -> Result<StateId, CompileError> {
+    fn enum_values(
+        &mut self,
+        from: StateId,
+        values: &[Value],
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
         let exit = self.b.state()?;
         for v in values {
             if let Some(c) = s.get("const") {
@@ -384,7 +479,11 @@ impl<'a> JsonCompiler<'a> {
                 Some(true) => {}
                 Some(false) => continue,
                 None => {
-                    self.unsupported("enum", ptr, "enum/const combined with keywords the engine cannot check a value against")?;
+                    self.unsupported(
+                        "enum",
+                        ptr,
+                        "enum/const combined with keywords the engine cannot check a value against",
+                    )?;
                 }
             }
             let e = self.literal(from, v)?;
@@ -415,7 +514,8 @@ impl<'a> JsonCompiler<'a> {
                     if i > 0 {
                         cur = self.punct(cur, b',')?;
                     }
-                    let key = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
+                    let key =
+                        serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
                     cur = self.b.lit(cur, key.as_bytes())?;
                     cur = self.punct(cur, b':')?;
                     cur = self.literal(cur, x)?;
@@ -424,7 +524,8 @@ impl<'a> JsonCompiler<'a> {
                 self.b.lit(cur, b"}")
             }
             other => {
-                let text = serde_json::to_string(other).map_err(|e| CompileError::Json(e.to_string()))?;
+                let text =
+                    serde_json::to_string(other).map_err(|e| CompileError::Json(e.to_string()))?;
                 self.b.lit(from, text.as_bytes())
             }
         }
@@ -448,9 +549,13 @@ fn static_type(t: &str) -> Option<&'static str> {
 pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q)),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q))
+        }
         (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
         }
         _ => a == b,
     }
@@ -461,7 +566,7 @@ fn percent_decode(s: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() + 0 && i + 2 <= bytes.len() - 1 {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
             if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
                 out.push(b);
                 i += 3;

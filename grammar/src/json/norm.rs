@@ -12,9 +12,18 @@ const MAX_MERGE_DEPTH: u32 = 24;
 
 impl JsonCompiler<'_> {
     /// Merges `allOf` and a sibling `$ref` into the schema.
-    pub(super) fn normalize(&mut self, map: &Map<String, Value>, ptr: &str, depth: u32) -> Result<Map<String, Value>, CompileError> {
+    pub(super) fn normalize(
+        &mut self,
+        map: &Map<String, Value>,
+        ptr: &str,
+        depth: u32,
+    ) -> Result<Map<String, Value>, CompileError> {
         if depth > MAX_MERGE_DEPTH {
-            return Err(CompileError::Unsupported { keyword: "allOf".into(), pointer: ptr.into(), reason: "nesting too deep".into() });
+            return Err(CompileError::Unsupported {
+                keyword: "allOf".into(),
+                pointer: ptr.into(),
+                reason: "nesting too deep".into(),
+            });
         }
         if !map.contains_key("allOf") && !map.contains_key("$ref") {
             return Ok(map.clone());
@@ -22,14 +31,23 @@ impl JsonCompiler<'_> {
         let mut out = map.clone();
         let mut parts: Vec<(Value, String)> = Vec::new();
         if let Some(r) = out.remove("$ref") {
-            let r = r.as_str().ok_or_else(|| self.invalid(ptr, "$ref must be a string"))?.to_string();
+            let r = r
+                .as_str()
+                .ok_or_else(|| self.invalid(ptr, "$ref must be a string"))?
+                .to_string();
             if self.inlining.contains(&r) {
-                return Err(CompileError::Unsupported { keyword: "$ref".into(), pointer: ptr.into(), reason: "recursive reference combined with other keywords".into() });
+                return Err(CompileError::Unsupported {
+                    keyword: "$ref".into(),
+                    pointer: ptr.into(),
+                    reason: "recursive reference combined with other keywords".into(),
+                });
             }
             parts.push((self.resolve(&r, ptr)?.clone(), r));
         }
         if let Some(all) = out.remove("allOf") {
-            let all = all.as_array().ok_or_else(|| self.invalid(ptr, "allOf must be an array"))?;
+            let all = all
+                .as_array()
+                .ok_or_else(|| self.invalid(ptr, "allOf must be an array"))?;
             for (i, s) in all.iter().enumerate() {
                 parts.push((s.clone(), format!("{ptr}/allOf/{i}")));
             }
@@ -50,7 +68,13 @@ impl JsonCompiler<'_> {
     }
 
     /// The intersection of two schemas, as one schema.
-    pub(super) fn merge_schemas(&mut self, a: &Value, b: &Value, ptr: &str, depth: u32) -> Result<Value, CompileError> {
+    pub(super) fn merge_schemas(
+        &mut self,
+        a: &Value,
+        b: &Value,
+        ptr: &str,
+        depth: u32,
+    ) -> Result<Value, CompileError> {
         let (a, b) = match (a, b) {
             (Value::Bool(true), x) | (x, Value::Bool(true)) => return Ok(x.clone()),
             (Value::Bool(false), _) | (_, Value::Bool(false)) => return Ok(Value::Bool(false)),
@@ -108,7 +132,9 @@ impl JsonCompiler<'_> {
                     let mut m = av.as_object().cloned().unwrap_or_default();
                     for (pk, pv) in bv.as_object().into_iter().flatten() {
                         let merged = match m.get(pk) {
-                            Some(x) => self.merge_schemas(x, pv, &format!("{ptr}/{k}/{pk}"), depth + 1)?,
+                            Some(x) => {
+                                self.merge_schemas(x, pv, &format!("{ptr}/{k}/{pk}"), depth + 1)?
+                            }
                             None => pv.clone(),
                         };
                         m.insert(pk.clone(), merged);
@@ -118,7 +144,10 @@ impl JsonCompiler<'_> {
                 "enum" => {
                     let ea = av.as_array().cloned().unwrap_or_default();
                     let eb = bv.as_array().cloned().unwrap_or_default();
-                    let both: Vec<Value> = ea.into_iter().filter(|x| eb.iter().any(|y| json_eq(x, y))).collect();
+                    let both: Vec<Value> = ea
+                        .into_iter()
+                        .filter(|x| eb.iter().any(|y| json_eq(x, y)))
+                        .collect();
                     out.insert(k.clone(), Value::Array(both));
                 }
                 "const" => unsat(&mut out),
@@ -142,7 +171,9 @@ impl JsonCompiler<'_> {
                         out.insert(k.clone(), bv.clone());
                     }
                 }
-                "items" | "additionalProperties" | "additionalItems" | "not" if !av.is_array() && !bv.is_array() => {
+                "items" | "additionalProperties" | "additionalItems" | "not"
+                    if !av.is_array() && !bv.is_array() =>
+                {
                     let m = self.merge_schemas(av, bv, &format!("{ptr}/{k}"), depth + 1)?;
                     out.insert(k.clone(), m);
                 }
@@ -150,7 +181,11 @@ impl JsonCompiler<'_> {
                     let xa = av.as_array().cloned().unwrap_or_default();
                     let xb = bv.as_array().cloned().unwrap_or_default();
                     if xa.len() * xb.len() > 64 {
-                        return Err(CompileError::Unsupported { keyword: "allOf".into(), pointer: ptr.into(), reason: "intersection of two large anyOf".into() });
+                        return Err(CompileError::Unsupported {
+                            keyword: "allOf".into(),
+                            pointer: ptr.into(),
+                            reason: "intersection of two large anyOf".into(),
+                        });
                     }
                     let mut alts = Vec::new();
                     for x in &xa {
@@ -172,17 +207,30 @@ impl JsonCompiler<'_> {
         }
         // Properties one side adds must satisfy the other side's additionalProperties.
         for (x, y) in [(&a, &b), (&b, &a)] {
-            let Some(yp) = y.get("properties").and_then(|p| p.as_object()) else { continue };
+            let Some(yp) = y.get("properties").and_then(|p| p.as_object()) else {
+                continue;
+            };
             let xp = x.get("properties").and_then(|p| p.as_object());
-            let new_keys: Vec<&String> = yp.keys().filter(|k| xp.is_none_or(|xp| !xp.contains_key(*k))).collect();
+            let new_keys: Vec<&String> = yp
+                .keys()
+                .filter(|k| xp.is_none_or(|xp| !xp.contains_key(*k)))
+                .collect();
             if new_keys.is_empty() {
                 continue;
             }
             if x.contains_key("patternProperties") {
-                return Err(CompileError::Unsupported { keyword: "allOf".into(), pointer: ptr.into(), reason: "properties merged with patternProperties".into() });
+                return Err(CompileError::Unsupported {
+                    keyword: "allOf".into(),
+                    pointer: ptr.into(),
+                    reason: "properties merged with patternProperties".into(),
+                });
             }
             if let Some(add) = x.get("additionalProperties") {
-                let props = out.get_mut("properties").and_then(|p| p.as_object_mut()).map(std::mem::take).unwrap_or_default();
+                let props = out
+                    .get_mut("properties")
+                    .and_then(|p| p.as_object_mut())
+                    .map(std::mem::take)
+                    .unwrap_or_default();
                 let mut props = props;
                 for k in new_keys {
                     let cur = props.get(k).cloned().unwrap_or(Value::Bool(true));
@@ -196,7 +244,12 @@ impl JsonCompiler<'_> {
     }
 
     /// `oneOf` is exact as a union only when no value can match two branches.
-    pub(super) fn check_one_of(&mut self, branches: &[Value], rest: &Map<String, Value>, ptr: &str) -> Result<(), CompileError> {
+    pub(super) fn check_one_of(
+        &mut self,
+        branches: &[Value],
+        rest: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<(), CompileError> {
         let mut sigs = Vec::new();
         for (i, br) in branches.iter().enumerate() {
             let bptr = format!("{ptr}/oneOf/{i}");
@@ -216,7 +269,11 @@ impl JsonCompiler<'_> {
         for i in 0..sigs.len() {
             for j in i + 1..sigs.len() {
                 if !disjoint(&sigs[i], &sigs[j]) {
-                    return self.unsupported("oneOf", ptr, &format!("branches {i} and {j} may both match a value"));
+                    return self.unsupported(
+                        "oneOf",
+                        ptr,
+                        &format!("branches {i} and {j} may both match a value"),
+                    );
                 }
             }
         }
@@ -227,7 +284,10 @@ impl JsonCompiler<'_> {
 fn type_list(v: &Value) -> Vec<String> {
     match v {
         Value::String(s) => vec![s.clone()],
-        Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(String::from)).collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|x| x.as_str().map(String::from))
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -303,9 +363,21 @@ fn disjoint(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
         return false;
     }
     let req = |s: &Map<String, Value>| -> Vec<String> {
-        s.get("required").and_then(|r| r.as_array()).map(|r| r.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default()
+        s.get("required")
+            .and_then(|r| r.as_array())
+            .map(|r| {
+                r.iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
     };
-    let props = |s: &Map<String, Value>| s.get("properties").and_then(|p| p.as_object()).cloned().unwrap_or_default();
+    let props = |s: &Map<String, Value>| {
+        s.get("properties")
+            .and_then(|p| p.as_object())
+            .cloned()
+            .unwrap_or_default()
+    };
     let (ra, rb, pa, pb) = (req(a), req(b), props(a), props(b));
     // A discriminating property: required in both with disjoint value sets.
     for k in ra.iter().filter(|k| rb.contains(k)) {
@@ -316,8 +388,13 @@ fn disjoint(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
         }
     }
     // A key one side requires and the other forbids.
-    let closed = |s: &Map<String, Value>| s.get("additionalProperties") == Some(&Value::Bool(false)) && !s.contains_key("patternProperties");
-    if (closed(b) && ra.iter().any(|k| !pb.contains_key(k))) || (closed(a) && rb.iter().any(|k| !pa.contains_key(k))) {
+    let closed = |s: &Map<String, Value>| {
+        s.get("additionalProperties") == Some(&Value::Bool(false))
+            && !s.contains_key("patternProperties")
+    };
+    if (closed(b) && ra.iter().any(|k| !pb.contains_key(k)))
+        || (closed(a) && rb.iter().any(|k| !pa.contains_key(k)))
+    {
         return true;
     }
     false
@@ -352,12 +429,32 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                     hir,
                     regex_syntax::hir::Hir::look(regex_syntax::hir::Look::End),
                 ]);
-                regex_automata::meta::Regex::builder().build_from_hir(&full).ok()?.is_match(t.as_str())
+                regex_automata::meta::Regex::builder()
+                    .build_from_hir(&full)
+                    .ok()?
+                    .is_match(t.as_str())
             }
             ("minLength" | "maxLength" | "pattern" | "format", _) if !v.is_string() => true,
-            ("minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" | "multipleOf", _) if !v.is_number() => true,
-            ("properties" | "required" | "additionalProperties" | "patternProperties" | "minProperties" | "maxProperties" | "propertyNames", _) if !v.is_object() => true,
-            ("items" | "prefixItems" | "additionalItems" | "minItems" | "maxItems" | "uniqueItems" | "contains", _) if !v.is_array() => true,
+            ("minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" | "multipleOf", _)
+                if !v.is_number() =>
+            {
+                true
+            }
+            (
+                "properties"
+                | "required"
+                | "additionalProperties"
+                | "patternProperties"
+                | "minProperties"
+                | "maxProperties"
+                | "propertyNames",
+                _,
+            ) if !v.is_object() => true,
+            (
+                "items" | "prefixItems" | "additionalItems" | "minItems" | "maxItems"
+                | "uniqueItems" | "contains",
+                _,
+            ) if !v.is_array() => true,
             _ => return None,
         };
         if !ok {

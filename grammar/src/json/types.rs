@@ -13,33 +13,56 @@ use crate::CompileError;
 /// Bounded repetitions longer than this are refused (they would not be enforced cheaply).
 const MAX_COUNT: u64 = 4096;
 
+/// A numeric bound: `(value, inclusive)`.
+type Bound = Option<(f64, bool)>;
+
 fn f(v: Option<&Value>) -> Option<f64> {
     v.and_then(|x| x.as_f64())
 }
 
 impl JsonCompiler<'_> {
-    fn emit_regex(&mut self, from: StateId, re: &str, flavor: Flavor, esc: Escape, kw: &str, ptr: &str) -> Result<StateId, CompileError> {
+    fn emit_regex(
+        &mut self,
+        from: StateId,
+        re: &str,
+        flavor: Flavor,
+        esc: Escape,
+        kw: &str,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
         let hir = match parse(re, flavor) {
             Ok(h) => h,
             Err(e) => {
-                return Err(CompileError::Unsupported { keyword: kw.into(), pointer: ptr.into(), reason: format!("{re:?}: {e}") })
+                return Err(CompileError::Unsupported {
+                    keyword: kw.into(),
+                    pointer: ptr.into(),
+                    reason: format!("{re:?}: {e}"),
+                })
             }
         };
         emit_hir(self.b, from, &hir, esc).map_err(|e| {
             if e.contains("too many states") {
-                CompileError::TooLarge { states: self.b.states.len() }
+                CompileError::TooLarge {
+                    states: self.b.states.len(),
+                }
             } else if e.contains("deadline") {
                 CompileError::Timeout
             } else {
-                CompileError::Unsupported { keyword: kw.into(), pointer: ptr.into(), reason: format!("{re:?}: {e}") }
+                CompileError::Unsupported {
+                    keyword: kw.into(),
+                    pointer: ptr.into(),
+                    reason: format!("{re:?}: {e}"),
+                }
             }
         })
     }
 
     /// Numeric bounds as `(value, inclusive)`, handling draft-4 boolean exclusives.
-    fn bounds(s: &Map<String, Value>) -> (Option<(f64, bool)>, Option<(f64, bool)>) {
-        let mut lo = f(s.get("minimum")).map(|v| (v, s.get("exclusiveMinimum") != Some(&Value::Bool(true))));
-        let mut hi = f(s.get("maximum")).map(|v| (v, s.get("exclusiveMaximum") != Some(&Value::Bool(true))));
+    fn bounds(s: &Map<String, Value>) -> (Bound, Bound) {
+        let mut lo =
+            f(s.get("minimum")).map(|v| (v, s.get("exclusiveMinimum") != Some(&Value::Bool(true))));
+        let mut hi =
+            f(s.get("maximum")).map(|v| (v, s.get("exclusiveMaximum") != Some(&Value::Bool(true))));
         if let Some(x) = f(s.get("exclusiveMinimum")) {
             if lo.is_none_or(|(l, _)| x >= l) {
                 lo = Some((x, false));
@@ -53,7 +76,12 @@ impl JsonCompiler<'_> {
         (lo, hi)
     }
 
-    pub(super) fn integer(&mut self, from: StateId, s: &Map<String, Value>, ptr: &str) -> Result<StateId, CompileError> {
+    pub(super) fn integer(
+        &mut self,
+        from: StateId,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
         if let Some(m) = f(s.get("multipleOf")) {
             if m != 1.0 {
                 self.unsupported("multipleOf", ptr, "only multipleOf 1 is enforced")?;
@@ -65,23 +93,43 @@ impl JsonCompiler<'_> {
             None => None,
             Some((v, _)) if v < -LIM => None,
             Some((v, _)) if v > LIM => return self.nothing(),
-            Some((v, inc)) => Some(if inc { v.ceil() as i64 } else { v.floor() as i64 + 1 }),
+            Some((v, inc)) => Some(if inc {
+                v.ceil() as i64
+            } else {
+                v.floor() as i64 + 1
+            }),
         };
         let hi_i = match hi {
             None => None,
             Some((v, _)) if v > LIM => None,
             Some((v, _)) if v < -LIM => return self.nothing(),
-            Some((v, inc)) => Some(if inc { v.floor() as i64 } else { v.ceil() as i64 - 1 }),
+            Some((v, inc)) => Some(if inc {
+                v.floor() as i64
+            } else {
+                v.ceil() as i64 - 1
+            }),
         };
         let re = int_range(lo_i, hi_i);
         self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr)
     }
 
     pub(crate) fn number_plain(&mut self, from: StateId) -> Result<StateId, CompileError> {
-        self.emit_regex(from, r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?", Flavor::FullMatch, Escape::Raw, "type", "#")
+        self.emit_regex(
+            from,
+            r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?",
+            Flavor::FullMatch,
+            Escape::Raw,
+            "type",
+            "#",
+        )
     }
 
-    pub(super) fn number(&mut self, from: StateId, s: &Map<String, Value>, ptr: &str) -> Result<StateId, CompileError> {
+    pub(super) fn number(
+        &mut self,
+        from: StateId,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
         if s.contains_key("multipleOf") {
             self.unsupported("multipleOf", ptr, "multipleOf on numbers is not enforced")?;
         }
@@ -109,20 +157,33 @@ impl JsonCompiler<'_> {
     }
 
     /// A string of `min..=max` characters, any content.
-    pub(crate) fn string_free(&mut self, from: StateId, min: u64, max: Option<u64>) -> Result<StateId, CompileError> {
+    pub(crate) fn string_free(
+        &mut self,
+        from: StateId,
+        min: u64,
+        max: Option<u64>,
+    ) -> Result<StateId, CompileError> {
         let a = self.b.lit(from, b"\"")?;
         let e = self.b.repeat(a, min, max, &mut json_char_into)?;
         self.b.lit(e, b"\"")
     }
 
-    pub(super) fn string(&mut self, from: StateId, s: &Map<String, Value>, ptr: &str) -> Result<StateId, CompileError> {
+    pub(super) fn string(
+        &mut self,
+        from: StateId,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
         let min = f(s.get("minLength")).unwrap_or(0.0).max(0.0) as u64;
         let max = f(s.get("maxLength")).map(|m| m.max(0.0) as u64);
         if max.is_some_and(|m| m < min) {
             return self.nothing();
         }
         let pattern = s.get("pattern").and_then(|p| p.as_str());
-        let mut format = s.get("format").and_then(|p| p.as_str()).map(|fm| (fm, format_regex(fm)));
+        let mut format = s
+            .get("format")
+            .and_then(|p| p.as_str())
+            .map(|fm| (fm, format_regex(fm)));
         if let Some((fm, None)) = format {
             self.unsupported("format", ptr, &format!("format {fm:?} is not enforced"))?;
             format = None;
@@ -136,7 +197,11 @@ impl JsonCompiler<'_> {
             .collect();
         if res.len() > 1 || (!res.is_empty() && lengths) {
             let kw = if lengths { "maxLength" } else { "format" };
-            self.unsupported(kw, ptr, "only one of pattern / format / length bounds can be enforced on a string")?;
+            self.unsupported(
+                kw,
+                ptr,
+                "only one of pattern / format / length bounds can be enforced on a string",
+            )?;
         }
         if let Some((kw, re, flavor)) = res.into_iter().next() {
             let a = self.b.lit(from, b"\"")?;
@@ -144,13 +209,22 @@ impl JsonCompiler<'_> {
             return self.b.lit(e, b"\"");
         }
         if min > MAX_COUNT || max.is_some_and(|m| m > MAX_COUNT) {
-            self.unsupported("maxLength", ptr, &format!("length bounds above {MAX_COUNT} are not enforced"))?;
+            self.unsupported(
+                "maxLength",
+                ptr,
+                &format!("length bounds above {MAX_COUNT} are not enforced"),
+            )?;
             return self.string_free(from, min.min(MAX_COUNT), None);
         }
         self.string_free(from, min, max)
     }
 
-    pub(super) fn array(&mut self, from: StateId, s: &Map<String, Value>, ptr: &str) -> Result<StateId, CompileError> {
+    pub(super) fn array(
+        &mut self,
+        from: StateId,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
         let min = f(s.get("minItems")).unwrap_or(0.0).max(0.0) as u64;
         let max = f(s.get("maxItems")).map(|m| m.max(0.0) as u64);
         if max.is_some_and(|m| m < min) {
@@ -160,15 +234,31 @@ impl JsonCompiler<'_> {
             self.unsupported("uniqueItems", ptr, "uniqueness of items is not enforced")?;
         }
         // Tuple part and the schema for the rest.
-        let (tuple, rest): (Vec<Value>, Value) = if let Some(Value::Array(p)) = s.get("prefixItems") {
-            (p.clone(), s.get("items").cloned().unwrap_or(Value::Bool(true)))
+        let (tuple, rest): (Vec<Value>, Value) = if let Some(Value::Array(p)) = s.get("prefixItems")
+        {
+            (
+                p.clone(),
+                s.get("items").cloned().unwrap_or(Value::Bool(true)),
+            )
         } else if let Some(Value::Array(p)) = s.get("items") {
-            (p.clone(), s.get("additionalItems").cloned().unwrap_or(Value::Bool(true)))
+            (
+                p.clone(),
+                s.get("additionalItems")
+                    .cloned()
+                    .unwrap_or(Value::Bool(true)),
+            )
         } else {
-            (Vec::new(), s.get("items").cloned().unwrap_or(Value::Bool(true)))
+            (
+                Vec::new(),
+                s.get("items").cloned().unwrap_or(Value::Bool(true)),
+            )
         };
         if min > MAX_COUNT || max.is_some_and(|m| m > MAX_COUNT) {
-            self.unsupported("maxItems", ptr, &format!("item counts above {MAX_COUNT} are not enforced"))?;
+            self.unsupported(
+                "maxItems",
+                ptr,
+                &format!("item counts above {MAX_COUNT} are not enforced"),
+            )?;
         }
         let rest_ok = rest != Value::Bool(false);
         let open = self.b.lit(from, b"[")?;
@@ -239,13 +329,25 @@ impl JsonCompiler<'_> {
         self.b.lit(c, b"]")
     }
 
-    pub(super) fn object(&mut self, from: StateId, s: &Map<String, Value>, ptr: &str) -> Result<StateId, CompileError> {
+    pub(super) fn object(
+        &mut self,
+        from: StateId,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
         let empty = Map::new();
-        let props = s.get("properties").and_then(|p| p.as_object()).unwrap_or(&empty);
+        let props = s
+            .get("properties")
+            .and_then(|p| p.as_object())
+            .unwrap_or(&empty);
         let required: Vec<String> = s
             .get("required")
             .and_then(|r| r.as_array())
-            .map(|r| r.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+            .map(|r| {
+                r.iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default();
         let additional = match s.get("additionalProperties") {
             Some(Value::Bool(false)) => None,
@@ -253,7 +355,10 @@ impl JsonCompiler<'_> {
             None if self.opts.allow_undeclared_properties => Some(Value::Bool(true)),
             None => None,
         };
-        let pattern_props = s.get("patternProperties").and_then(|p| p.as_object()).filter(|p| !p.is_empty());
+        let pattern_props = s
+            .get("patternProperties")
+            .and_then(|p| p.as_object())
+            .filter(|p| !p.is_empty());
         if let Some(pp) = pattern_props {
             // Declared keys matching a pattern would need both schemas; extra keys would need
             // the pattern's language. Supported: patterns no declared key matches, with extra
@@ -280,10 +385,18 @@ impl JsonCompiler<'_> {
                 }
             }
             if clash {
-                self.unsupported("patternProperties", ptr, "pattern properties overlapping declared or additional properties")?;
+                self.unsupported(
+                    "patternProperties",
+                    ptr,
+                    "pattern properties overlapping declared or additional properties",
+                )?;
             }
         }
-        let additional = if pattern_props.is_some() && s.get("additionalProperties").is_none() { None } else { additional };
+        let additional = if pattern_props.is_some() && s.get("additionalProperties").is_none() {
+            None
+        } else {
+            additional
+        };
         let min_p = f(s.get("minProperties")).map(|x| x as usize);
         let max_p = f(s.get("maxProperties")).map(|x| x as usize);
         // Items in order: declared properties, then required keys not declared.
@@ -295,7 +408,9 @@ impl JsonCompiler<'_> {
             if !props.contains_key(r) {
                 match &additional {
                     Some(a) => items.push((r.clone(), a.clone(), true)),
-                    None if s.get("additionalProperties") == Some(&Value::Bool(false)) => return self.nothing(),
+                    None if s.get("additionalProperties") == Some(&Value::Bool(false)) => {
+                        return self.nothing()
+                    }
                     None => items.push((r.clone(), Value::Bool(true), true)),
                 }
             }
@@ -303,12 +418,20 @@ impl JsonCompiler<'_> {
         let n_req = items.iter().filter(|i| i.2).count();
         if let Some(m) = min_p {
             if m > n_req {
-                self.unsupported("minProperties", ptr, "more properties than the required ones")?;
+                self.unsupported(
+                    "minProperties",
+                    ptr,
+                    "more properties than the required ones",
+                )?;
             }
         }
         if let Some(m) = max_p {
             if m < items.len() || additional.is_some() {
-                self.unsupported("maxProperties", ptr, "fewer properties than could be produced")?;
+                self.unsupported(
+                    "maxProperties",
+                    ptr,
+                    "fewer properties than could be produced",
+                )?;
             }
         }
         for k in s.keys() {
@@ -334,21 +457,25 @@ impl JsonCompiler<'_> {
                 Some(r)
             }
         };
-        let join = |c: &mut Self, acc: &mut Option<StateId>, e: StateId| -> Result<(), CompileError> {
-            match acc {
-                Some(a) => c.b.eps(e, *a),
-                None => {
-                    let a = c.b.state()?;
-                    c.b.eps(e, a);
-                    *acc = Some(a);
+        let join =
+            |c: &mut Self, acc: &mut Option<StateId>, e: StateId| -> Result<(), CompileError> {
+                match acc {
+                    Some(a) => c.b.eps(e, *a),
+                    None => {
+                        let a = c.b.state()?;
+                        c.b.eps(e, a);
+                        *acc = Some(a);
+                    }
                 }
-            }
-            Ok(())
-        };
+                Ok(())
+            };
         // Two tracks: `none` = nothing written yet, `some` = at least one property written.
         let mut none = Some(open);
         let mut some: Option<StateId> = None;
-        let gap = |c: &mut Self, none: Option<StateId>, some: &mut Option<StateId>| -> Result<(), CompileError> {
+        let gap = |c: &mut Self,
+                   none: Option<StateId>,
+                   some: &mut Option<StateId>|
+         -> Result<(), CompileError> {
             let Some(r) = extra_rule else { return Ok(()) };
             let lp = c.b.state()?;
             if let Some(n) = none {
@@ -370,7 +497,10 @@ impl JsonCompiler<'_> {
         for (k, v, req) in &items {
             gap(self, none, &mut some)?;
             let key = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
-            let vptr = format!("{ptr}/properties/{}", k.replace('~', "~0").replace('/', "~1"));
+            let vptr = format!(
+                "{ptr}/properties/{}",
+                k.replace('~', "~0").replace('/', "~1")
+            );
             let kv = |c: &mut Self, s: StateId, comma: bool| -> Result<StateId, CompileError> {
                 let s = if comma { c.punct(s, b',')? } else { s };
                 let s = c.b.lit(s, key.as_bytes())?;
@@ -444,7 +574,11 @@ impl JsonCompiler<'_> {
                 let target = match key_char_step(d, byte) {
                     None => None,
                     Some(d2) => {
-                        let t2 = if t == OFF { OFF } else { trie_children[t].get(&byte).copied().unwrap_or(OFF) };
+                        let t2 = if t == OFF {
+                            OFF
+                        } else {
+                            trie_children[t].get(&byte).copied().unwrap_or(OFF)
+                        };
                         let id = match ids.get(&(d2, t2)) {
                             Some(&id) => id,
                             None => {
@@ -458,7 +592,9 @@ impl JsonCompiler<'_> {
                     }
                 };
                 match (run, target) {
-                    (Some((lo, hi, id)), Some(t2)) if t2 == id && hi as u16 + 1 == byte as u16 => run = Some((lo, byte, id)),
+                    (Some((lo, hi, id)), Some(t2)) if t2 == id && hi as u16 + 1 == byte as u16 => {
+                        run = Some((lo, byte, id))
+                    }
                     (r, t2) => {
                         if let Some((lo, hi, id)) = r {
                             self.b.range(me, lo, hi, id);
@@ -546,7 +682,13 @@ fn json_char_into(b: &mut crate::nfa::Builder, from: StateId) -> Result<StateId,
         b.range(a, b'a', b'f', t);
         b.range(a, b'A', b'F', t);
     }
-    for (lo, hi) in [(b'0', b'9'), (b'a', b'c'), (b'A', b'C'), (b'e', b'f'), (b'E', b'F')] {
+    for (lo, hi) in [
+        (b'0', b'9'),
+        (b'a', b'c'),
+        (b'A', b'C'),
+        (b'e', b'f'),
+        (b'E', b'F'),
+    ] {
         b.range(u, lo, hi, h3);
     }
     let d = b.state()?;

@@ -29,7 +29,10 @@ fn load(name: &str) -> Option<Tok> {
         return None;
     }
     let tokenizer = tokenizers::Tokenizer::from_file(&file).expect("tokenizer loads");
-    let cfg: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer_config.json")).expect("config")).expect("json");
+    let cfg: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("tokenizer_config.json")).expect("config"),
+    )
+    .expect("json");
     let eos_str = match &cfg["eos_token"] {
         Value::String(s) => s.clone(),
         v => v["content"].as_str().expect("eos content").to_string(),
@@ -65,7 +68,9 @@ impl Tok {
                 return ids;
             }
         }
-        self.vocab.greedy_tokenize(text.as_bytes()).expect("every byte has a token")
+        self.vocab
+            .greedy_tokenize(text.as_bytes())
+            .expect("every byte has a token")
     }
 }
 
