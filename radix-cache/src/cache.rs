@@ -212,6 +212,9 @@ pub struct RadixCache {
     pub(crate) events: Vec<KvEvent>,
     pub(crate) stats: CacheStats,
     pub(crate) id: u32,
+    /// The root that positions of namespaces without a tree point at (no tokens, no
+    /// children, in no namespace): a lookup never creates a namespace.
+    pub(crate) void: Option<NodeId>,
     scratch: Vec<u8>,
     path: Vec<NodeId>,
 }
@@ -263,6 +266,7 @@ impl RadixCache {
             events: Vec::new(),
             stats: CacheStats::default(),
             id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
+            void: None,
             scratch: Vec::new(),
             path: Vec::new(),
         })
@@ -341,6 +345,17 @@ impl RadixCache {
         id
     }
 
+    fn void_root(&mut self) -> NodeId {
+        if let Some(v) = self.void {
+            return v;
+        }
+        let id = self.new_node_id();
+        let node = Node::new_root(id, Namespace(u64::MAX), self.tick);
+        self.put_node(id, node);
+        self.void = Some(id);
+        id
+    }
+
     fn new_node_id(&mut self) -> NodeId {
         match self.free_nodes.pop() {
             Some(id) => id,
@@ -409,7 +424,13 @@ impl RadixCache {
         self.stats.queried_tokens += tokens.len() as u64;
         let ps = self.cfg.page_size;
         let key = &tokens[..tokens.len() / ps * ps];
-        let root = self.root_of(ns);
+        let Some(&root) = self.roots.get(&ns) else {
+            let node = self.void_root();
+            return MatchResult {
+                len: 0,
+                position: Position { node, offset: 0 },
+            };
+        };
         self.touch(root);
         let mut node = root;
         let mut offset = 0;
@@ -775,6 +796,14 @@ impl RadixCache {
                 break;
             }
             id = parent;
+        }
+        let r = &mut self.nodes[id.idx()];
+        if r.lock == 0 && r.is_leaf() && Some(id) != self.void {
+            // The last lock on an emptied namespace: drop its root.
+            r.alive = false;
+            let ns = r.namespace;
+            self.roots.remove(&ns);
+            self.free_nodes.push(id);
         }
         self.held_locks -= 1;
         self.debug_check_counts();

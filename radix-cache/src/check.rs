@@ -38,8 +38,12 @@ impl RadixCache {
             let id = NodeId(i as u32);
             if n.is_root {
                 ensure!(
-                    self.roots.get(&n.namespace) == Some(&id),
+                    self.roots.get(&n.namespace) == Some(&id) || self.void == Some(id),
                     "root {i} not registered"
+                );
+                ensure!(
+                    self.void != Some(id) || n.is_leaf(),
+                    "the void root has children"
                 );
                 ensure!(
                     n.tokens.is_empty() && n.pages.is_empty(),

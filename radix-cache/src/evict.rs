@@ -106,6 +106,7 @@ impl RadixCache {
         self.nodes.clear();
         self.free_nodes.clear();
         self.roots.clear();
+        self.void = None;
         self.evictable.clear();
         self.evictable_tokens = 0;
         self.protected_tokens = 0;

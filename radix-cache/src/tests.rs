@@ -159,6 +159,12 @@ fn namespaces_never_share() {
     let pa = put(&mut c, a, &[1, 2, 3, 4]);
     assert_eq!(get(&mut c, b, &[1, 2, 3, 4]).0, 0);
     assert_eq!(get(&mut c, NS, &[1, 2, 3, 4]).0, 0);
+    assert_eq!(c.stats().namespaces, 1, "lookups do not create namespaces");
+    // A lock on a miss in an unknown namespace is valid and released like any other.
+    let miss = c.match_prefix(Namespace(99), &[1, 2], &mut Vec::new());
+    let h = c.lock(miss.position.node).unwrap();
+    c.check_invariants().unwrap();
+    c.unlock(h).unwrap();
     let pb = put(&mut c, b, &[1, 2, 3, 4]);
     assert_ne!(pa, pb);
     assert_eq!(get(&mut c, a, &[1, 2, 3, 4]).1, pa);
