@@ -247,6 +247,18 @@ pub(crate) fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
     i
 }
 
+/// Appends the pages of `mine` that differ from `theirs` at the same place, 16 at a time.
+fn hand_back(theirs: &[PageId], mine: &[PageId], returned: &mut Vec<PageId>) {
+    for (t, c) in theirs.chunks(16).zip(mine.chunks(16)) {
+        let same = t.iter().zip(c).filter(|(a, b)| a == b).count();
+        if same == 0 {
+            returned.extend_from_slice(c);
+        } else if same < c.len() {
+            returned.extend(t.iter().zip(c).filter(|(a, b)| a != b).map(|(_, b)| *b));
+        }
+    }
+}
+
 impl RadixCache {
     /// An empty cache over a fresh pool.
     pub fn new(cfg: CacheConfig) -> Result<RadixCache, CacheError> {
@@ -384,21 +396,31 @@ impl RadixCache {
         }
     }
 
-    /// Puts the node into, out of, or to its new place in the evictable set.
+    /// Puts the node into or out of the evictable set as it is or is not an unlocked leaf.
+    ///
+    /// A listed node's key is not updated when it is used: every policy's key only grows, so
+    /// a stale entry sorts too early, and `evict` re-files it under its current key when it
+    /// reaches the front. Lookups therefore never touch the set.
     pub(crate) fn refresh(&mut self, id: NodeId) {
         let n = &self.nodes[id.idx()];
         let want = !n.is_root && n.alive && n.lock == 0 && n.is_leaf();
-        let key = if want { Some(self.policy_key(n)) } else { None };
-        if n.evict_key == key {
-            return;
+        match (want, n.evict_key) {
+            (true, None) => {
+                let (a, b) = self.policy_key(n);
+                self.evictable.insert((a, b, id.0));
+                self.nodes[id.idx()].evict_key = Some((a, b));
+            }
+            (false, Some((a, b))) => {
+                self.evictable.remove(&(a, b, id.0));
+                self.nodes[id.idx()].evict_key = None;
+            }
+            _ => {}
         }
-        if let Some((a, b)) = n.evict_key {
-            self.evictable.remove(&(a, b, id.0));
-        }
-        if let Some((a, b)) = key {
-            self.evictable.insert((a, b, id.0));
-        }
-        self.nodes[id.idx()].evict_key = key;
+    }
+
+    /// The node's current eviction key (its listed key may be older and smaller).
+    pub(crate) fn current_key(&self, id: NodeId) -> (u64, u64) {
+        self.policy_key(&self.nodes[id.idx()])
     }
 
     #[inline]
@@ -406,9 +428,6 @@ impl RadixCache {
         let n = &mut self.nodes[id.idx()];
         n.last_access = self.tick;
         n.hits += 1;
-        if n.evict_key.is_some() {
-            self.refresh(id);
-        }
     }
 
     /// Finds the longest cached page-aligned prefix of `tokens` in namespace `ns`, appends its
@@ -531,13 +550,7 @@ impl RadixCache {
             let theirs = &c.pages[..m / ps];
             let mine = &kpages[pos / ps..(pos + m) / ps];
             if theirs != mine {
-                returned.extend(
-                    theirs
-                        .iter()
-                        .zip(mine)
-                        .filter(|(t, c)| t != c)
-                        .map(|(_, c)| *c),
-                );
+                hand_back(theirs, mine, returned);
             }
             pos += m;
             path.push(child);

@@ -129,6 +129,10 @@ impl RadixCache {
                     n.evict_key.is_some() && self.evictable.contains(&(a, b, id.0)),
                     "unlocked leaf {i} is not in the evictable set"
                 );
+                ensure!(
+                    (a, b) <= self.current_key(id),
+                    "leaf {i} is listed under a key above its current one"
+                );
             } else {
                 ensure!(
                     n.evict_key.is_none(),

@@ -16,10 +16,18 @@ impl RadixCache {
         let ps = self.cfg.page_size;
         let mut freed = 0;
         while freed < n_pages {
-            let Some(&(_, _, raw)) = self.evictable.first() else {
+            let Some(&(a, b, raw)) = self.evictable.first() else {
                 break;
             };
             let id = NodeId(raw);
+            let key = self.current_key(id);
+            if key != (a, b) {
+                // Used since it was listed: file it under its current key and look again.
+                self.evictable.pop_first();
+                self.evictable.insert((key.0, key.1, raw));
+                self.nodes[id.idx()].evict_key = Some(key);
+                continue;
+            }
             let want = n_pages - freed;
             let n = &mut self.nodes[id.idx()];
             if n.pages.len() > want {
