@@ -334,8 +334,10 @@ impl PagePool {
     fn check_counts(&self, given: usize, lists: &[&[PageId]]) -> Result<(), PoolError> {
         let n = self.num_pages;
         for l in lists {
-            if let Some(p) = l.iter().find(|p| p.0 >= n) {
-                return Err(PoolError::UnknownPage(p.0));
+            // A max without early exit vectorises; the error path finds the culprit.
+            if l.iter().map(|p| p.0).max().is_some_and(|m| m >= n) {
+                let bad = l.iter().find(|p| p.0 >= n).map_or(n, |p| p.0);
+                return Err(PoolError::UnknownPage(bad));
             }
         }
         if given > self.caller {
