@@ -224,6 +224,12 @@ impl TransferReceiver {
             return;
         }
         self.live.last_recv = now;
+        if self.state == State::AwaitHelloAck && room_message(&msg) {
+            // The peer only speaks about rooms after accepting our hello; its data streams
+            // can overtake the `HelloAck` on the control stream.
+            self.state = State::Open;
+            self.events.push_back(ReceiverEvent::Connected);
+        }
         match (&self.state, msg) {
             (State::AwaitHelloAck, Message::HelloAck) => {
                 self.state = State::Open;
@@ -431,6 +437,15 @@ impl TransferReceiver {
         self.events.push_back(ReceiverEvent::Closed { error });
     }
 
+    /// The driver lost the connection below the protocol (reset, unreachable, closed):
+    /// everything on it fails and every buffer is released.
+    pub fn handle_connection_lost(&mut self, reason: String, now: Instant) {
+        self.now = now;
+        if self.state != State::Closed {
+            self.shut(TransferError::ConnectionLost(reason));
+        }
+    }
+
     /// Advances timers: idle timeout, heartbeats, register and resend retransmission, room
     /// deadlines.
     pub fn handle_timeout(&mut self, now: Instant) {
@@ -539,4 +554,12 @@ impl TransferReceiver {
     pub fn poll_event(&mut self) -> Option<ReceiverEvent> {
         self.events.pop_front()
     }
+}
+
+/// Messages a prefill end sends only once it accepted the hello.
+fn room_message(m: &Message) -> bool {
+    matches!(
+        m,
+        Message::Registered { .. } | Message::Pages { .. } | Message::Aux { .. } | Message::Done { .. } | Message::Abort { room: Some(_), .. }
+    )
 }

@@ -420,6 +420,15 @@ impl TransferSender {
         self.events.push_back(SenderEvent::Closed { error });
     }
 
+    /// The driver lost the connection below the protocol (reset, unreachable, closed):
+    /// everything on it fails and every buffer is released.
+    pub fn handle_connection_lost(&mut self, reason: String, now: Instant) {
+        self.now = now;
+        if self.state != State::Closed {
+            self.shut(TransferError::ConnectionLost(reason));
+        }
+    }
+
     /// Advances timers: idle timeout, heartbeats, `Done` retransmission.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = now;

@@ -400,6 +400,15 @@ impl StoreClient {
         }
     }
 
+    /// The driver lost the connection below the protocol (reset, unreachable, closed):
+    /// everything on it fails and every buffer is released.
+    pub fn handle_connection_lost(&mut self, reason: String, now: Instant) {
+        self.now = now;
+        if self.state != State::Closed {
+            self.shut(TransferError::ConnectionLost(reason));
+        }
+    }
+
     /// Advances timers: idle timeout, heartbeats, hello retransmission, request deadlines.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = now;
@@ -720,6 +729,25 @@ impl StoreServer {
         self.control
             .retain(|m| matches!(m, Message::Abort { room: None, .. }));
         self.events.push_back(StoreServerEvent::Closed { error });
+    }
+
+    /// The driver lost the connection below the protocol (reset, unreachable, closed):
+    /// everything on it fails and every buffer is released.
+    pub fn handle_connection_lost(&mut self, reason: String, now: Instant) {
+        self.now = now;
+        if self.state != State::Closed {
+            self.shut(TransferError::ConnectionLost(reason));
+        }
+    }
+
+    /// Closes the connection from this end (the client is told why).
+    pub fn close(&mut self, reason: &str, now: Instant) {
+        self.now = now;
+        if self.state != State::Closed {
+            let r = AbortReason::Cancelled(reason.to_string());
+            self.control.push_back(Message::Abort { room: None, reason: r.clone() });
+            self.shut(TransferError::Local(r));
+        }
     }
 
     /// Advances timers: idle timeout and heartbeats.

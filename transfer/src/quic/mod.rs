@@ -1,0 +1,184 @@
+//! The QUIC driver (quinn on tokio) for the sans-IO protocol ends.
+//!
+//! One QUIC connection per pair of hosts. The dialing side opens one bidirectional control
+//! stream and sends its hello on it; every message without page data travels there, in
+//! order. Each message carrying pages (`Pages`, `Put`, `GetOk`) gets its own unidirectional
+//! stream, and up to [`QuicConfig::data_streams`] of them are in flight at once. Page data
+//! stays in [`bytes::Bytes`] from the caller to quinn's send buffer; the receiving side reads
+//! each frame into one buffer (or takes quinn's chunk as it is when a frame arrives in one
+//! piece) and slices pages out of it.
+//!
+//! Security: TLS 1.3 with the cluster certificate on both sides (mutual TLS, see
+//! [`ClusterIdentity`]) plus the shared secret checked by the protocol's hello.
+
+mod conn;
+mod receiver;
+mod sender;
+mod store_client;
+mod tls;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use receiver::{KvReceiver, ReceivedRoom, RoomEvent, RoomStream};
+pub use sender::KvSender;
+pub use store_client::RemoteStore;
+pub use tls::{ClusterIdentity, TlsError, CLUSTER_NAME};
+
+pub(crate) use conn::{drive, Shared};
+
+use crate::proto::{self, AuthKey, RegisterError, StoreRequestError, SubmitError, TransferError};
+
+/// ALPN of the transfer protocol.
+pub(crate) const ALPN_KV: &[u8] = b"sglrs-kv/1";
+/// ALPN of the store protocol.
+pub(crate) const ALPN_STORE: &[u8] = b"sglrs-store/1";
+
+/// Tuning of the QUIC transport around the protocol's own [`proto::Config`].
+#[derive(Clone, Debug)]
+pub struct QuicConfig {
+    /// Protocol timers and limits.
+    pub proto: proto::Config,
+    /// UDP payload size used from the first packet on (no path MTU discovery). 1200 is safe
+    /// on any IP path; loopback and jumbo-frame LANs take far more (see [`QuicConfig::loopback`]).
+    pub mtu: u16,
+    /// Flow-control window of one stream, bytes.
+    pub stream_window: u64,
+    /// Flow-control window of one connection, bytes (also the send buffer).
+    pub connection_window: u64,
+    /// Page-carrying streams in flight per connection.
+    pub data_streams: usize,
+    /// Requested UDP socket send and receive buffer size, bytes (the OS may cap it).
+    pub socket_buffer: usize,
+}
+
+impl Default for QuicConfig {
+    fn default() -> Self {
+        Self {
+            proto: proto::Config { batch_pages: 16, ..proto::Config::default() },
+            mtu: 1452,
+            stream_window: 16 << 20,
+            connection_window: 256 << 20,
+            data_streams: 32,
+            socket_buffer: 8 << 20,
+        }
+    }
+}
+
+impl QuicConfig {
+    /// Settings for loopback (tests, benchmarks, co-located roles): 64 KiB datagrams.
+    pub fn loopback() -> Self {
+        Self { mtu: 4096, ..Self::default() }
+    }
+
+    fn transport(&self) -> Result<quinn::TransportConfig, QuicError> {
+        let mut t = quinn::TransportConfig::default();
+        let var = |v: u64| quinn::VarInt::from_u64(v).map_err(|_| QuicError::Config(format!("{v} out of range")));
+        t.initial_mtu(self.mtu.max(1200))
+            .min_mtu(self.mtu.max(1200))
+            .mtu_discovery_config(None)
+            .stream_receive_window(var(self.stream_window)?)
+            .receive_window(var(self.connection_window)?)
+            .send_window(self.connection_window)
+            .max_concurrent_uni_streams(var(self.data_streams as u64 * 4 + 16)?)
+            .max_concurrent_bidi_streams(var(4)?)
+            .datagram_receive_buffer_size(None)
+            // The protocol's heartbeats keep the connection alive; quinn's idle timeout is a
+            // backstop well past the protocol's own.
+            .keep_alive_interval(Some(self.proto.heartbeat_interval))
+            .max_idle_timeout(Some(
+                quinn::IdleTimeout::try_from(self.proto.idle_timeout * 2 + Duration::from_secs(1))
+                    .map_err(|e| QuicError::Config(e.to_string()))?,
+            ));
+        Ok(t)
+    }
+
+    /// A quinn endpoint on `addr`, serving `server` (with ALPN) if given.
+    pub(crate) fn endpoint(&self, addr: SocketAddr, server: Option<(&ClusterIdentity, &[u8])>) -> Result<quinn::Endpoint, QuicError> {
+        let socket = UdpSocket::bind(addr)?;
+        let sock = socket2::SockRef::from(&socket);
+        // Best effort: the OS caps these at its configured maximum.
+        let _ = sock.set_recv_buffer_size(self.socket_buffer);
+        let _ = sock.set_send_buffer_size(self.socket_buffer);
+        let mut ep = quinn::EndpointConfig::default();
+        ep.max_udp_payload_size(self.mtu.max(1200)).map_err(|e| QuicError::Config(e.to_string()))?;
+        let server_config = match server {
+            Some((id, alpn)) => {
+                let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(id.server_config(alpn)?)
+                    .map_err(|e| QuicError::Config(e.to_string()))?;
+                let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+                sc.transport_config(Arc::new(self.transport()?));
+                Some(sc)
+            }
+            None => None,
+        };
+        let runtime = quinn::default_runtime().ok_or_else(|| QuicError::Config("no tokio runtime".into()))?;
+        Ok(quinn::Endpoint::new(ep, server_config, socket, runtime)?)
+    }
+
+    /// Client configuration for dialing with `alpn`.
+    pub(crate) fn client(&self, id: &ClusterIdentity, alpn: &[u8]) -> Result<quinn::ClientConfig, QuicError> {
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(id.client_config(alpn)?)
+            .map_err(|e| QuicError::Config(e.to_string()))?;
+        let mut cc = quinn::ClientConfig::new(Arc::new(crypto));
+        cc.transport_config(Arc::new(self.transport()?));
+        Ok(cc)
+    }
+}
+
+/// Who may talk to whom: the cluster certificate and the shared secret.
+#[derive(Clone, Debug)]
+pub struct Security {
+    /// The cluster certificate and key (the same on every host).
+    pub identity: ClusterIdentity,
+    /// The shared secret checked in every hello.
+    pub secret: Vec<u8>,
+}
+
+impl Security {
+    pub(crate) fn auth(&self) -> AuthKey {
+        AuthKey::new(&self.secret)
+    }
+}
+
+/// Why a QUIC-level operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum QuicError {
+    /// TLS material is unusable.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// A socket could not be bound.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// A setting is out of range.
+    #[error("bad configuration: {0}")]
+    Config(String),
+    /// Dialing failed before the handshake.
+    #[error("connect: {0}")]
+    Connect(#[from] quinn::ConnectError),
+    /// The QUIC handshake or connection failed (unreachable, refused by TLS, …).
+    #[error("connection: {0}")]
+    Connection(#[from] quinn::ConnectionError),
+    /// The protocol ended the transfer or request with an error.
+    #[error(transparent)]
+    Transfer(#[from] TransferError),
+    /// The room could not be registered.
+    #[error(transparent)]
+    Register(#[from] RegisterError),
+    /// The pages could not be submitted.
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    /// A store request could not be issued.
+    #[error(transparent)]
+    Store(#[from] StoreRequestError),
+    /// A room is already being sent from this host.
+    #[error("room {0} is already being sent")]
+    DuplicateRoom(u64),
+    /// No decode host registered the room in time.
+    #[error("room {0} was not registered within {1:?}")]
+    NotRegistered(u64, Duration),
+    /// The local endpoint was shut down.
+    #[error("endpoint shut down")]
+    Shutdown,
+}
