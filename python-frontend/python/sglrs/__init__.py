@@ -16,6 +16,7 @@
 
 from sglrs._native import __version__
 from sglrs.backend.base import BackendError, BaseBackend
+from sglrs.backend.engine import Engine
 from sglrs.backend.runtime_endpoint import RuntimeEndpoint
 from sglrs.lang.api import (
     SglFunction,
@@ -48,6 +49,7 @@ from sglrs.lang.interpreter import ProgramError, ProgramState, ProgramStateGroup
 
 __all__ = [
     "BackendError",
+    "Engine",
     "BaseBackend",
     "ChatTemplate",
     "ProgramError",

@@ -1,0 +1,326 @@
+//! The in-process engine: the runtime's model, scheduler thread and request handling, called
+//! directly from Python.
+//!
+//! Requests are SGLang-native `/generate` bodies, answered by the runtime's own route handlers
+//! (the server's [`router`](sglrs_runtime::server::router) called as a service, with no socket
+//! and no HTTP connection), so the in-process answers are exactly the server's. Every call
+//! releases the GIL while it waits, so Python threads (forked branches, `run_batch`) submit
+//! concurrently and the scheduler batches them over one radix cache.
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use futures_util::StreamExt;
+use sglrs_runtime::chat::{ChatTemplate, RenderOptions};
+use sglrs_runtime::cli::serve::ServeArgs;
+use sglrs_runtime::executor::cpu::{CpuExecutor, ExecConfig, KvCapacity};
+use sglrs_runtime::executor::{Executor, KvDtype};
+use sglrs_runtime::model::{self, LoadOptions};
+use sglrs_runtime::scheduler::{self, SchedulerConfig, SchedulerCore};
+use sglrs_runtime::server::{self, AppState, GrammarCompiler, ServerInfo};
+use std::sync::{mpsc, Arc, Mutex, RwLock};
+use tower::ServiceExt;
+
+/// Why the engine could not start or answer.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A setting is unknown or has a bad value.
+    #[error("{0}")]
+    Config(String),
+    /// The model could not be loaded or the runtime could not start.
+    #[error("{0}")]
+    Start(String),
+    /// The request was refused (the message is the server's 4xx error message).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The runtime failed while answering.
+    #[error("{0}")]
+    Internal(String),
+    /// `shutdown()` was called.
+    #[error("the engine has been shut down")]
+    Shutdown,
+}
+
+/// Engine settings as `sglrs serve` options: parsed by the same definitions, same defaults.
+#[derive(clap::Parser, Debug)]
+#[command(name = "Engine", no_binary_name = true)]
+struct Settings {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// Turns `{"page_size": 16, "disable_jump_forward": true}` into `serve` options.
+pub fn parse_settings(
+    model_path: Option<&str>,
+    config: &serde_json::Map<String, serde_json::Value>,
+) -> Result<ServeArgs, EngineError> {
+    use clap::Parser;
+    let mut argv: Vec<String> = Vec::new();
+    if let Some(p) = model_path {
+        argv.push("--model".into());
+        argv.push(p.into());
+    }
+    for (k, v) in config {
+        let flag = format!("--{}", k.replace('_', "-"));
+        match v {
+            serde_json::Value::Bool(true) => argv.push(flag),
+            serde_json::Value::Bool(false) | serde_json::Value::Null => {}
+            serde_json::Value::String(s) => {
+                argv.push(flag);
+                argv.push(s.clone());
+            }
+            serde_json::Value::Number(n) => {
+                argv.push(flag);
+                argv.push(n.to_string());
+            }
+            other => {
+                return Err(EngineError::Config(format!("setting {k}: unsupported value {other}")))
+            }
+        }
+    }
+    Settings::try_parse_from(argv)
+        .map(|s| s.serve)
+        .map_err(|e| EngineError::Config(e.render().to_string()))
+}
+
+/// A started engine: the tokio runtime that runs the route handlers, and the shared state.
+pub struct Running {
+    rt: tokio::runtime::Runtime,
+    state: Arc<AppState>,
+    router: axum::Router,
+    chat_template: Option<Arc<ChatTemplate>>,
+}
+
+/// Loads the model and starts the scheduler thread, as `sglrs serve` does, without a listener.
+pub fn start(args: &ServeArgs) -> Result<Running, EngineError> {
+    let start_err = |what: &str, e: &dyn std::fmt::Display| EngineError::Start(format!("{what}: {e}"));
+    let path = args.model.clone().unwrap_or_else(model::default_model_path);
+    let loaded = model::load(&path, &LoadOptions::default())
+        .map_err(|e| start_err(&format!("loading {}", path.display()), &e))?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let exec = CpuExecutor::new(
+        &loaded.config,
+        &loaded.weights,
+        &ExecConfig {
+            page_size: args.page_size,
+            kv: KvCapacity::Bytes(args.kv_memory_mb << 20),
+            kv_dtype: KvDtype::F16,
+            threads,
+        },
+    )
+    .map_err(|e| start_err("building the CPU executor", &e))?;
+    let max_context = args.context_length.map_or(exec.max_context(), |c| c.min(exec.max_context()));
+    let vocab_size = exec.vocab_size();
+    let tokenizer = Arc::new(loaded.tokenizer);
+    let mut eos: Vec<u32> = tokenizer.eog_ids().to_vec();
+    if let Some(e) = tokenizer.eos_id() {
+        if !eos.contains(&e) {
+            eos.push(e);
+        }
+    }
+    let cfg = SchedulerConfig {
+        page_size: args.page_size,
+        num_pages: exec.num_pages(),
+        max_running: args.max_running_requests,
+        max_batch_tokens: args.max_batch_tokens.max(args.max_running_requests),
+        chunked_prefill_size: args.chunked_prefill_size,
+        policy: args.schedule_policy,
+        eos_tokens: eos.clone(),
+        max_context,
+        vocab_size,
+        jump_forward: !args.disable_jump_forward,
+    };
+    let num_pages = cfg.num_pages;
+    let core = SchedulerCore::new(cfg, tokenizer.clone()).map_err(|e| start_err("configuring the scheduler", &e))?;
+    let (handle, _join) = scheduler::spawn(core, Box::new(exec)).map_err(|e| start_err("starting the scheduler", &e))?;
+    let vocab = sglrs_grammar::TokenVocab::from_tokenizer(tokenizer.inner(), &eos)
+        .map_err(|e| start_err("building the grammar vocabulary", &e))?;
+    let grammars = Arc::new(GrammarCompiler::new(Arc::new(vocab)));
+    let name = args.served_model_name.clone().unwrap_or_else(|| {
+        path.file_stem().map_or_else(|| "default".to_string(), |s| s.to_string_lossy().into_owned())
+    });
+    let info = ServerInfo {
+        model_path: path.display().to_string(),
+        served_model_name: name,
+        max_context,
+        vocab_size,
+        args: serde_json::json!({
+            "in_process": true,
+            "page_size": args.page_size,
+            "kv_memory_mb": args.kv_memory_mb,
+            "num_pages": num_pages,
+            "schedule_policy": args.schedule_policy.to_string(),
+            "chunked_prefill_size": args.chunked_prefill_size,
+            "max_batch_tokens": args.max_batch_tokens,
+            "max_running_requests": args.max_running_requests,
+            "threads": threads,
+            "jump_forward": !args.disable_jump_forward,
+        }),
+    };
+    let chat_template = loaded.chat_template.map(Arc::new);
+    let state = Arc::new(AppState::new(handle, tokenizer, chat_template.clone(), grammars, info, None));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("sglrs-engine")
+        .enable_all()
+        .build()
+        .map_err(|e| start_err("starting tokio", &e))?;
+    let router = server::router(state.clone());
+    Ok(Running { rt, state, router, chat_template })
+}
+
+/// What one call answered: a status and a body.
+struct Answer {
+    status: StatusCode,
+    body: Vec<u8>,
+}
+
+fn error_message(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.pointer("/error/message").and_then(|m| m.as_str()).map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned())
+}
+
+fn to_result(a: Answer) -> Result<String, EngineError> {
+    let text = String::from_utf8_lossy(&a.body).into_owned();
+    if a.status.is_success() {
+        Ok(text)
+    } else if a.status.is_client_error() {
+        Err(EngineError::BadRequest(error_message(&a.body)))
+    } else {
+        Err(EngineError::Internal(error_message(&a.body)))
+    }
+}
+
+fn request(method: Method, path: &str, body: Vec<u8>) -> Result<Request<Body>, EngineError> {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .map_err(|e| EngineError::Internal(format!("building the request: {e}")))
+}
+
+impl Running {
+    async fn call(&self, method: Method, path: &str, body: Vec<u8>) -> Result<Answer, EngineError> {
+        let req = request(method, path, body)?;
+        let resp = self
+            .router
+            .clone()
+            .oneshot(req)
+            .await
+            .map_err(|e| EngineError::Internal(format!("route failed: {e}")))?;
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .map_err(|e| EngineError::Internal(format!("reading the answer: {e}")))?;
+        Ok(Answer { status, body: bytes.to_vec() })
+    }
+
+    /// Answers one `/generate` body (blocking the calling thread).
+    pub fn generate(&self, body: Vec<u8>) -> Result<String, EngineError> {
+        to_result(self.rt.block_on(self.call(Method::POST, "/generate", body))?)
+    }
+
+    /// Answers a GET route (`/get_server_info`, `/get_model_info`).
+    pub fn get(&self, path: &str) -> Result<String, EngineError> {
+        to_result(self.rt.block_on(self.call(Method::GET, path, Vec::new()))?)
+    }
+
+    /// Empties the prefix cache; `false` while requests are running.
+    pub fn flush(&self) -> Result<bool, EngineError> {
+        self.rt.block_on(self.state.sched.flush()).map_err(|e| EngineError::Internal(e.to_string()))
+    }
+
+    /// Starts a streaming `/generate`; each event's JSON text arrives on the receiver,
+    /// then the channel closes. A failure arrives as one `Err`.
+    pub fn generate_stream(&self, body: Vec<u8>) -> Result<mpsc::Receiver<Result<String, EngineError>>, EngineError> {
+        let (tx, rx) = mpsc::channel();
+        let req = request(Method::POST, "/generate", body)?;
+        let router = self.router.clone();
+        self.rt.spawn(async move {
+            let resp = match router.oneshot(req).await {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = tx.send(Err(EngineError::Internal(format!("route failed: {e}"))));
+                    return;
+                }
+            };
+            let status = resp.status();
+            if !status.is_success() {
+                let body = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap_or_default();
+                let _ = tx.send(to_result(Answer { status, body: body.to_vec() }));
+                return;
+            }
+            let mut frames = resp.into_body().into_data_stream();
+            let mut pending = String::new();
+            while let Some(frame) = frames.next().await {
+                let bytes = match frame {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let _ = tx.send(Err(EngineError::Internal(format!("stream failed: {e}"))));
+                        return;
+                    }
+                };
+                pending.push_str(&String::from_utf8_lossy(&bytes));
+                while let Some(end) = pending.find('\n') {
+                    let line: String = pending.drain(..=end).collect();
+                    let Some(data) = line.trim_end().strip_prefix("data:") else { continue };
+                    let data = data.trim();
+                    if data == "[DONE]" {
+                        return;
+                    }
+                    if tx.send(Ok(data.to_string())).is_err() {
+                        return; // the Python side stopped reading: dropping the body aborts
+                    }
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    /// Renders a conversation with the model's chat template (no generation prompt).
+    pub fn render_chat(&self, messages: &serde_json::Value) -> Result<Option<String>, EngineError> {
+        match &self.chat_template {
+            None => Ok(None),
+            Some(t) => t
+                .render(messages, &RenderOptions::default())
+                .map(Some)
+                .map_err(|e| EngineError::BadRequest(e.to_string())),
+        }
+    }
+
+    /// The model path the engine serves.
+    pub fn model_path(&self) -> &str {
+        &self.state.info.model_path
+    }
+}
+
+/// The engine behind the Python object: `None` once shut down.
+#[derive(Default)]
+pub struct Slot {
+    inner: RwLock<Option<Arc<Running>>>,
+}
+
+impl Slot {
+    /// Holds a started engine.
+    pub fn new(r: Running) -> Self {
+        Self { inner: RwLock::new(Some(Arc::new(r))) }
+    }
+
+    /// The running engine (shared, so calls from many threads run at once).
+    pub fn get(&self) -> Result<Arc<Running>, EngineError> {
+        let guard = self.inner.read().map_err(|_| EngineError::Shutdown)?;
+        guard.clone().ok_or(EngineError::Shutdown)
+    }
+
+    /// Takes the engine out; it stops once in-flight calls return.
+    pub fn take(&self) -> Option<Arc<Running>> {
+        self.inner.write().ok().and_then(|mut g| g.take())
+    }
+}
+
+/// A stream's receiving end, shareable between threads (Python may pass the iterator along).
+pub struct StreamRx(pub Mutex<mpsc::Receiver<Result<String, EngineError>>>);
