@@ -58,7 +58,7 @@ fn corrupt(dir: &Path, h: PageHash) {
             panic!("record not found");
         }
         if let Some(off) = find_record(&path, h) {
-            let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
             let mut b = [0u8; 1];
             f.read_exact_at(&mut b, off + 5).unwrap();
             f.write_all_at(&[b[0] ^ 0xff], off + 5).unwrap();
