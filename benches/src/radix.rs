@@ -521,6 +521,10 @@ pub fn run(args: &RadixArgs) -> anyhow::Result<Value> {
             memcpy / 1e9,
             get(&f, "match_full_after_partial_ops_s") / get(&f, "match_full_ops_s"),
         );
+        println!(
+            "  by cpu time: full match after/before partial {:.2}",
+            get(&f, "match_full_after_partial_cpu_ops_s") / get(&f, "match_full_cpu_ops_s"),
+        );
         let c = chat(ps, &chat_keys)?;
         row(
             "chat insert",
