@@ -21,6 +21,7 @@ pub(super) unsafe fn matmul_rows(
     out: *mut f32,
 ) {
     let (nbp, rq) = (w.nbp, w.row_qs());
+    let sums = a.sums(w.exact_sums);
     let mask = _mm256_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
     let (wq, aq) = (w.qs.as_ptr(), a.qs.as_ptr() as *const u8);
@@ -53,7 +54,7 @@ pub(super) unsafe fn matmul_rows(
             }
             let mut s = hsum(acc);
             for b in 0..nbp {
-                s += w.m[r * nbp + b] * a.s[t * nbp + b];
+                s += w.m[r * nbp + b] * sums[t * nbp + b];
             }
             *out.add(t * w.rows + r) = s;
         }

@@ -121,7 +121,7 @@ unsafe fn tile<const R: usize, const T: usize, const NIB: bool>(
         }
     }
     // The offsets: Σ_b m[b] s[b], folded into the same accumulators.
-    let (wm, asum) = (w.m.as_ptr(), a.s.as_ptr());
+    let (wm, asum) = (w.m.as_ptr(), a.sums(w.exact_sums).as_ptr());
     let mut b = 0;
     while b < nbp {
         let cnt = (nbp - b).min(16);

@@ -15,6 +15,7 @@ pub(super) unsafe fn matmul_rows(
     out: *mut f32,
 ) {
     let (nbp, rq) = (w.nbp, w.row_qs());
+    let sums = a.sums(w.exact_sums);
     for t in 0..a.n {
         for r in r0..r1 {
             let mut s = 0.0f32;
@@ -35,7 +36,7 @@ pub(super) unsafe fn matmul_rows(
                     }
                 }
                 let wi = r * nbp + b;
-                s += w.d[wi] * a.d[ai] * isum as f32 + w.m[wi] * a.s[ai];
+                s += w.d[wi] * a.d[ai] * isum as f32 + w.m[wi] * sums[ai];
             }
             *out.add(t * w.rows + r) = s;
         }

@@ -30,8 +30,24 @@ pub struct QuantActs {
     pub qs: Vec<i8>,
     /// Per-block scale, `n * nbp`.
     pub d: Vec<f32>,
-    /// Per-block `d * Σq`, `n * nbp`.
+    /// Per-block `d * Σq` rounded to f16 as llama.cpp's `q8_1` stores it (the Q4_1 minimum
+    /// term uses this, to match llama.cpp), `n * nbp`.
     pub s: Vec<f32>,
+    /// Per-block `d * Σq` exactly (with the stored `d`): the unsigned offsets of Q4_0 and
+    /// Q8_0 weights must cancel exactly, `n * nbp`.
+    pub se: Vec<f32>,
+}
+
+impl QuantActs {
+    /// The block sums a weight's offsets pair with (see [`QuantActs::s`] and
+    /// [`QuantActs::se`]).
+    pub fn sums(&self, exact: bool) -> &[f32] {
+        if exact {
+            &self.se
+        } else {
+            &self.s
+        }
+    }
 }
 
 impl QuantActs {
@@ -48,22 +64,25 @@ impl QuantActs {
         self.d.resize(n * nbp, 0.0);
         self.s.clear();
         self.s.resize(n * nbp, 0.0);
+        self.se.clear();
+        self.se.resize(n * nbp, 0.0);
         for r in 0..n {
             let row = &x[r * cols..(r + 1) * cols];
             for (b, chunk) in row.chunks(QK).enumerate() {
                 let i = r * nbp + b;
                 let q = &mut self.qs[i * QK..i * QK + chunk.len()];
-                let (d, s) = quantize_block(chunk, q);
+                let (d, s, se) = quantize_block(chunk, q);
                 self.d[i] = d;
                 self.s[i] = s;
+                self.se[i] = se;
             }
         }
     }
 }
 
 /// Quantizes one block (up to 32 values) into `q`; returns (d, d * Σq) as llama.cpp stores
-/// them (rounded to f16).
-fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
+/// them (rounded to f16) and the exact `d * Σq` with the rounded `d`.
+fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32, f32) {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
@@ -73,10 +92,8 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
         *qi = v as i8;
         sum += v;
     }
-    (
-        f16::from_f32(d).to_f32(),
-        f16::from_f32(d * sum as f32).to_f32(),
-    )
+    let d16 = f16::from_f32(d).to_f32();
+    (d16, f16::from_f32(d * sum as f32).to_f32(), d16 * sum as f32)
 }
 
 /// Why a weight cannot be dequantized.
