@@ -6,14 +6,119 @@
 //! the page holding its last page. Eviction order is the cache's own business; the model
 //! checks what any correct eviction must do: free exactly as many pages as asked (or all
 //! that are unlocked), keep every locked prefix, keep the cache prefix-closed.
+//!
+//! Every operation runs on two caches at once, with and without per-page owner tracking,
+//! which must give the same answers, stats and events.
 
 use std::collections::HashMap;
 
 use proptest::prelude::*;
 use sglrs_radix_cache::{
-    CacheConfig, CacheError, EvictionPolicy, LockHandle, Namespace, PageId, PageState, PoolError,
-    RadixCache,
+    CacheConfig, CacheError, CacheStats, EvictionPolicy, InsertResult, InvariantViolation,
+    LockHandle, MatchResult, Namespace, NodeId, PageId, PagePool, PageState, PoolError, RadixCache,
 };
+
+/// Two caches fed the same operations, one tracking every page's owner (what the model
+/// reads), one not (the release default): every answer of the two must agree.
+struct Twin {
+    a: RadixCache,
+    b: RadixCache,
+}
+
+struct TwinLock(LockHandle, LockHandle);
+
+impl Twin {
+    fn new(cfg: CacheConfig) -> Result<Twin, CacheError> {
+        Ok(Twin {
+            a: RadixCache::new(cfg.clone().with_page_tracking(true))?,
+            b: RadixCache::new(cfg.with_page_tracking(false))?,
+        })
+    }
+
+    fn pool(&self) -> &PagePool {
+        self.a.pool()
+    }
+
+    fn stats(&self) -> CacheStats {
+        let s = self.a.stats();
+        assert_eq!(s, self.b.stats(), "tracked and untracked caches disagree");
+        s
+    }
+
+    fn match_prefix(&mut self, ns: Namespace, key: &[u32], out: &mut Vec<PageId>) -> MatchResult {
+        let mut out_b = out.clone();
+        let r = self.a.match_prefix(ns, key, out);
+        assert_eq!(r, self.b.match_prefix(ns, key, &mut out_b));
+        assert_eq!(*out, out_b);
+        r
+    }
+
+    fn lock(&mut self, node: NodeId) -> Result<TwinLock, CacheError> {
+        let a = self.a.lock(node)?;
+        let b = self
+            .b
+            .lock(node)
+            .expect("the untracked twin refused a lock");
+        Ok(TwinLock(a, b))
+    }
+
+    fn unlock(&mut self, l: TwinLock) -> Result<(), CacheError> {
+        let r = self.a.unlock(l.0);
+        assert_eq!(r, self.b.unlock(l.1));
+        r
+    }
+
+    fn alloc(&mut self, n: usize, out: &mut Vec<PageId>) -> Result<(), CacheError> {
+        let mut out_b = out.clone();
+        let r = self.a.alloc(n, out);
+        assert_eq!(r, self.b.alloc(n, &mut out_b));
+        assert_eq!(*out, out_b);
+        r
+    }
+
+    fn insert(
+        &mut self,
+        ns: Namespace,
+        key: &[u32],
+        pages: &[PageId],
+        back: &mut Vec<PageId>,
+    ) -> Result<InsertResult, CacheError> {
+        let mut back_b = back.clone();
+        let r = self.a.insert(ns, key, pages, back);
+        assert_eq!(r, self.b.insert(ns, key, pages, &mut back_b));
+        assert_eq!(*back, back_b);
+        r
+    }
+
+    fn free(&mut self, pages: &[PageId]) -> Result<(), CacheError> {
+        let r = self.a.free(pages);
+        assert_eq!(r, self.b.free(pages));
+        r
+    }
+
+    fn evict(&mut self, n: usize) -> usize {
+        let r = self.a.evict(n);
+        assert_eq!(r, self.b.evict(n));
+        assert_eq!(
+            self.a.drain_events().collect::<Vec<_>>(),
+            self.b.drain_events().collect::<Vec<_>>()
+        );
+        r
+    }
+
+    fn reset(&mut self) -> Result<(), CacheError> {
+        let r = self.a.reset();
+        assert_eq!(r, self.b.reset());
+        r
+    }
+
+    fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        self.a.check_invariants()?;
+        self.b.check_invariants()?;
+        self.stats();
+        Ok(())
+    }
+}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -94,7 +199,7 @@ impl Model {
     }
 
     /// Drops prefixes whose page the pool says is free; returns how many.
-    fn sync_evicted(&mut self, cache: &RadixCache) -> usize {
+    fn sync_evicted(&mut self, cache: &Twin) -> usize {
         let before = self.pages.len();
         self.pages
             .retain(|_, p| cache.pool().state(*p) == Some(PageState::Tree));
@@ -109,7 +214,7 @@ impl Model {
 }
 
 struct Locked {
-    handle: LockHandle,
+    handle: TwinLock,
     ns: u8,
     key: Vec<u32>,
 }
@@ -124,11 +229,10 @@ fn run(
     policy: EvictionPolicy,
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
-    let mut cache = RadixCache::new(
+    let mut cache = Twin::new(
         CacheConfig::new(pool_pages, ps)
             .with_policy(policy)
-            .with_events(ps == 2)
-            .with_page_tracking(true),
+            .with_events(ps == 2),
     )
     .map_err(|e| TestCaseError::fail(e.to_string()))?;
     let mut model = Model::default();
