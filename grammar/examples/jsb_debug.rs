@@ -22,7 +22,11 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let mut s = String::new();
         e.read_to_string(&mut s)?;
         let v: serde_json::Value = serde_json::from_str(&s)?;
-        let g = match CompiledGrammar::json_schema_value(&v["schema"], vocab.clone(), &CompileOptions::default()) {
+        let g = match CompiledGrammar::json_schema_value(
+            &v["schema"],
+            vocab.clone(),
+            &CompileOptions::default(),
+        ) {
             Ok(g) => g,
             Err(err) => {
                 println!("{name}: {err}");
@@ -42,7 +46,12 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             let ok = dead.is_none() && m.is_accepting();
             if ok != t["valid"].as_bool().unwrap_or(false) {
                 let at = dead.unwrap_or(text.len());
-                println!("{name} valid={} stops at {at}: …{}⟂{}", t["valid"], &text[at.saturating_sub(80)..at], &text[at..(at + 40).min(text.len())]);
+                println!(
+                    "{name} valid={} stops at {at}: …{}⟂{}",
+                    t["valid"],
+                    &text[at.saturating_sub(80)..at],
+                    &text[at..(at + 40).min(text.len())]
+                );
             }
         }
     }

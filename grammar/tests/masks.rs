@@ -179,7 +179,7 @@ fn cache_compiles_in_background() {
         "second lookup hits the cache"
     );
     let bad = cache.get_or_compile(
-        GrammarSpec::JsonSchema("{\"not\":{}}".into()),
+        GrammarSpec::JsonSchema(r#"{"not":{"enum":[1]}}"#.into()),
         CompileOptions::default(),
     );
     assert!(matches!(

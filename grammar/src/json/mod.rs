@@ -77,6 +77,20 @@ pub(crate) fn compile(
     Ok(())
 }
 
+/// What a `not` schema amounts to.
+enum NotForm {
+    /// `not: {}` / `not: true`: nothing is valid.
+    Unsat,
+    /// `not: false`: no constraint.
+    NoOp,
+    /// `not: {"required": [k]}`: objects must not have `k`.
+    ForbidKey(String),
+    /// `not: {"type": …}`: these types are excluded.
+    NotTypes(Vec<String>),
+    /// Anything else.
+    Other,
+}
+
 /// Keywords that carry no constraint.
 const ANNOTATIONS: &[&str] = &[
     "$schema",
@@ -104,6 +118,7 @@ const ANNOTATIONS: &[&str] = &[
     "xml",
     "markdownDescription",
     "enumDescriptions",
+    "__forbidden",
 ];
 
 impl<'a> JsonCompiler<'a> {
@@ -342,6 +357,48 @@ impl<'a> JsonCompiler<'a> {
         if s.get("__false").is_some() {
             return self.nothing();
         }
+        if let Some(n) = s.get("not") {
+            let mut owned = s.clone();
+            owned.remove("not");
+            match self.not_form(n) {
+                NotForm::Unsat => return self.nothing(),
+                NotForm::NoOp => {}
+                NotForm::ForbidKey(k) => {
+                    let mut f = owned
+                        .get("__forbidden")
+                        .and_then(|v| v.as_array())
+                        .cloned()
+                        .unwrap_or_default();
+                    f.push(Value::String(k));
+                    owned.insert("__forbidden".into(), Value::Array(f));
+                }
+                NotForm::NotTypes(ts) => {
+                    let mut keep: Vec<Value> = Vec::new();
+                    for t in self.types_of(&owned, ptr)? {
+                        let expanded: &[&str] = if t == "number" {
+                            &["number", "integer"]
+                        } else {
+                            std::slice::from_ref(&t)
+                        };
+                        for &x in expanded {
+                            let banned = ts
+                                .iter()
+                                .any(|b| b == x || (b == "number" && x == "integer"));
+                            if !banned {
+                                keep.push(Value::String(x.into()));
+                            }
+                        }
+                    }
+                    // "number" minus "integer" is not expressible: refuse.
+                    if ts.iter().any(|b| b == "integer") && keep.iter().any(|k| k == "number") {
+                        self.unsupported("not", ptr, "number but not integer")?;
+                    }
+                    owned.insert("type".into(), Value::Array(keep));
+                }
+                NotForm::Other => self.unsupported("not", ptr, "cannot be enforced exactly")?,
+            }
+            return self.normalized(from, &owned, ptr);
+        }
         // anyOf / oneOf: distribute the rest of the schema over the branches.
         for kw in ["anyOf", "oneOf"] {
             if let Some(branches) = s.get(kw) {
@@ -373,8 +430,7 @@ impl<'a> JsonCompiler<'a> {
         }
         for kw in s.keys() {
             match kw.as_str() {
-                "not"
-                | "if"
+                "if"
                 | "dependencies"
                 | "dependentRequired"
                 | "dependentSchemas"
@@ -528,6 +584,42 @@ impl<'a> JsonCompiler<'a> {
                     serde_json::to_string(other).map_err(|e| CompileError::Json(e.to_string()))?;
                 self.b.lit(from, text.as_bytes())
             }
+        }
+    }
+}
+
+impl JsonCompiler<'_> {
+    fn not_form(&self, n: &Value) -> NotForm {
+        match n {
+            Value::Bool(true) => NotForm::Unsat,
+            Value::Bool(false) => NotForm::NoOp,
+            Value::Object(m) => {
+                let keys: Vec<&String> = m
+                    .keys()
+                    .filter(|k| !ANNOTATIONS.contains(&k.as_str()))
+                    .collect();
+                match keys.as_slice() {
+                    [] => NotForm::Unsat,
+                    [k] if k.as_str() == "required" => {
+                        match m["required"].as_array().map(|a| a.as_slice()) {
+                            Some([Value::String(key)]) => NotForm::ForbidKey(key.clone()),
+                            Some([]) => NotForm::Unsat,
+                            _ => NotForm::Other,
+                        }
+                    }
+                    [k] if k.as_str() == "type" => match &m["type"] {
+                        Value::String(t) => NotForm::NotTypes(vec![t.clone()]),
+                        Value::Array(a) => NotForm::NotTypes(
+                            a.iter()
+                                .filter_map(|x| x.as_str().map(String::from))
+                                .collect(),
+                        ),
+                        _ => NotForm::Other,
+                    },
+                    _ => NotForm::Other,
+                }
+            }
+            _ => NotForm::Other,
         }
     }
 }

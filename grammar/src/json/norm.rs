@@ -407,6 +407,10 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
         let ok = match (k.as_str(), v) {
             ("enum" | "const", _) => true,
             ("__false", _) => false,
+            ("__forbidden", Value::Object(o)) => !x.as_array().is_some_and(|f| {
+                f.iter()
+                    .any(|k| k.as_str().is_some_and(|k| o.contains_key(k)))
+            }),
             (kw, _) if ANNOTATIONS.contains(&kw) => true,
             ("type", _) => {
                 let bits = type_bits(&Map::from_iter([("type".to_string(), x.clone())]));

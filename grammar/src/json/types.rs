@@ -195,7 +195,20 @@ impl JsonCompiler<'_> {
             .into_iter()
             .chain(format_re.map(|r| ("format", r, Flavor::FullMatch)))
             .collect();
-        if res.len() > 1 || (!res.is_empty() && lengths) {
+        // Length bounds implied by the regex itself (e.g. `^[0-9]{5}$` with maxLength 5).
+        let implied = res.len() == 1 && {
+            let (_, re, flavor) = &res[0];
+            match parse(re, *flavor) {
+                Ok(h) => {
+                    let p = h.properties();
+                    let min_chars = p.minimum_len().map_or(0, |b| b.div_ceil(4)) as u64;
+                    let max_chars = p.maximum_len().map(|b| b as u64);
+                    min_chars >= min && max.is_none_or(|m| max_chars.is_some_and(|x| x <= m))
+                }
+                Err(_) => false,
+            }
+        };
+        if res.len() > 1 || (!res.is_empty() && lengths && !implied) {
             let kw = if lengths { "maxLength" } else { "format" };
             self.unsupported(
                 kw,
@@ -355,48 +368,29 @@ impl JsonCompiler<'_> {
             None if self.opts.allow_undeclared_properties => Some(Value::Bool(true)),
             None => None,
         };
-        let pattern_props = s
-            .get("patternProperties")
-            .and_then(|p| p.as_object())
-            .filter(|p| !p.is_empty());
-        if let Some(pp) = pattern_props {
-            // Declared keys matching a pattern would need both schemas; extra keys would need
-            // the pattern's language. Supported: patterns no declared key matches, with extra
-            // keys not produced (stricter than the schema).
-            let mut clash = additional.is_some() && s.get("additionalProperties").is_some();
-            for p in pp.keys() {
-                let hir = parse(p, Flavor::EcmaSearch);
-                let Ok(hir) = hir else {
-                    clash = true;
-                    break;
-                };
-                let full = regex_syntax::hir::Hir::concat(vec![
-                    regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),
-                    hir,
-                    regex_syntax::hir::Hir::look(regex_syntax::hir::Look::End),
-                ]);
-                match regex_automata::meta::Regex::builder().build_from_hir(&full) {
-                    Ok(re) => {
-                        if props.keys().any(|k| re.is_match(k.as_str())) {
-                            clash = true;
-                        }
-                    }
-                    Err(_) => clash = true,
-                }
-            }
-            if clash {
-                self.unsupported(
-                    "patternProperties",
-                    ptr,
-                    "pattern properties overlapping declared or additional properties",
-                )?;
+        let mut patterns: Vec<(String, Value)> = Vec::new();
+        if let Some(pp) = s.get("patternProperties").and_then(|p| p.as_object()) {
+            for (p, v) in pp {
+                patterns.push((p.clone(), v.clone()));
             }
         }
-        let additional = if pattern_props.is_some() && s.get("additionalProperties").is_none() {
-            None
-        } else {
-            additional
-        };
+        if patterns.len() > 16 {
+            self.unsupported("patternProperties", ptr, "more than 16 patterns")?;
+            patterns.truncate(16);
+        }
+        let mut matchers = Vec::new();
+        for (p, _) in &patterns {
+            match full_match_regex(p) {
+                Ok(re) => matchers.push(re),
+                Err(e) => {
+                    return Err(CompileError::Unsupported {
+                        keyword: "patternProperties".into(),
+                        pointer: ptr.into(),
+                        reason: format!("{p:?}: {e}"),
+                    })
+                }
+            }
+        }
         let min_p = f(s.get("minProperties")).map(|x| x as usize);
         let max_p = f(s.get("maxProperties")).map(|x| x as usize);
         // Items in order: declared properties, then required keys not declared.
@@ -412,6 +406,29 @@ impl JsonCompiler<'_> {
                         return self.nothing()
                     }
                     None => items.push((r.clone(), Value::Bool(true), true)),
+                }
+            }
+        }
+        // Keys a `not: {required: [k]}` forbids: never produced.
+        let forbidden: Vec<String> = s
+            .get("__forbidden")
+            .and_then(|f| f.as_array())
+            .map(|f| {
+                f.iter()
+                    .filter_map(|k| k.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if items.iter().any(|i| i.2 && forbidden.contains(&i.0)) {
+            return self.nothing();
+        }
+        items.retain(|i| !forbidden.contains(&i.0));
+        // A declared key that matches a pattern must satisfy both schemas.
+        for item in items.iter_mut() {
+            for (i, re) in matchers.iter().enumerate() {
+                if re.is_match(item.0.as_str()) {
+                    let iptr = format!("{ptr}/patternProperties");
+                    item.1 = self.merge_schemas(&item.1, &patterns[i].1, &iptr, 0)?;
                 }
             }
         }
@@ -443,19 +460,35 @@ impl JsonCompiler<'_> {
         let open = self.ws(open)?;
         // Undeclared properties: one rule (`"other key": value`), called from every gap
         // between declared properties.
-        let extra_rule = match &additional {
-            None => None,
-            Some(add) => {
-                let declared: Vec<String> = items.iter().map(|i| i.0.clone()).collect();
-                let aptr = format!("{ptr}/additionalProperties");
-                let r = self.b.new_rule()?;
-                let rr = self.b.rules[r as usize];
-                let k = self.other_key(rr.start, &declared)?;
-                let k = self.punct(k, b':')?;
-                let e = self.value(k, add, &aptr)?;
+        let extra_rule = if additional.is_none() && patterns.is_empty() {
+            None
+        } else {
+            let mut declared: Vec<String> = items.iter().map(|i| i.0.clone()).collect();
+            declared.extend(forbidden.iter().cloned());
+            let r = self.b.new_rule()?;
+            let rr = self.b.rules[r as usize];
+            let pats: Vec<&str> = patterns.iter().map(|p| p.0.as_str()).collect();
+            let exits = self.other_key(rr.start, &declared, &pats, additional.is_some(), ptr)?;
+            for (set, exit) in exits {
+                let k = self.punct(exit, b':')?;
+                let e = if set == 0 {
+                    match &additional {
+                        Some(add) => self.value(k, add, &format!("{ptr}/additionalProperties"))?,
+                        None => continue,
+                    }
+                } else {
+                    let mut schema = Value::Bool(true);
+                    let pptr = format!("{ptr}/patternProperties");
+                    for (i, (_, v)) in patterns.iter().enumerate() {
+                        if set >> i & 1 == 1 {
+                            schema = self.merge_schemas(&schema, v, &pptr, 0)?;
+                        }
+                    }
+                    self.value(k, &schema, &pptr)?
+                };
                 self.b.eps(e, rr.end);
-                Some(r)
             }
+            Some(r)
         };
         let join =
             |c: &mut Self, acc: &mut Option<StateId>, e: StateId| -> Result<(), CompileError> {
@@ -534,9 +567,19 @@ impl JsonCompiler<'_> {
         self.b.lit(c, b"}")
     }
 
-    /// A quoted key that is none of `declared`. Keys are written canonically (no `\u`, no
-    /// `\/`), so the written form decides the key and excluding declared spellings is exact.
-    fn other_key(&mut self, from: StateId, declared: &[String]) -> Result<StateId, CompileError> {
+    /// A quoted key that is none of `declared`, split by which `patterns` it matches: one
+    /// exit per matched-pattern set (bit i = pattern i; set 0 only when `allow_unmatched`).
+    /// Keys are written canonically (no `\u`, no `\/`), so the written form decides the key
+    /// and excluding declared spellings is exact.
+    fn other_key(
+        &mut self,
+        from: StateId,
+        declared: &[String],
+        patterns: &[&str],
+        allow_unmatched: bool,
+        ptr: &str,
+    ) -> Result<Vec<(u32, StateId)>, CompileError> {
+        use regex_automata::dfa::Automaton;
         // Trie of canonical declared keys.
         let mut trie_children: Vec<HashMap<u8, usize>> = vec![HashMap::new()];
         let mut terminal = vec![false];
@@ -558,16 +601,69 @@ impl JsonCompiler<'_> {
             }
             terminal[node] = true;
         }
+        // One anchored DFA per pattern, fed the decoded key bytes.
+        let mut dfas = Vec::new();
+        let mut starts = Vec::new();
+        for p in patterns {
+            let unsupported = |e: String| CompileError::Unsupported {
+                keyword: "patternProperties".into(),
+                pointer: ptr.into(),
+                reason: format!("{p:?}: {e}"),
+            };
+            let hir = parse(p, Flavor::EcmaSearch).map_err(unsupported)?;
+            let nfa = regex_automata::nfa::thompson::Compiler::new()
+                .configure(
+                    regex_automata::nfa::thompson::Config::new()
+                        .which_captures(regex_automata::nfa::thompson::WhichCaptures::None),
+                )
+                .build_from_hir(&hir)
+                .map_err(|e| unsupported(e.to_string()))?;
+            let dfa = regex_automata::dfa::dense::Builder::new()
+                .configure(
+                    regex_automata::dfa::dense::Config::new()
+                        .start_kind(regex_automata::dfa::StartKind::Anchored)
+                        .dfa_size_limit(Some(1 << 22)),
+                )
+                .build_from_nfa(&nfa)
+                .map_err(|e| unsupported(e.to_string()))?;
+            let st = dfa
+                .start_state(
+                    &regex_automata::util::start::Config::new()
+                        .anchored(regex_automata::Anchored::Yes),
+                )
+                .map_err(|e| unsupported(e.to_string()))?;
+            starts.push(st);
+            dfas.push(dfa);
+        }
         const OFF: usize = usize::MAX;
+        type Key = (u8, usize, Vec<regex_automata::util::primitives::StateID>);
         let start = self.b.lit(from, b"\"")?;
-        let exit = self.b.state()?;
-        let mut ids: HashMap<(u8, usize), StateId> = HashMap::new();
-        ids.insert((0, 0), start);
-        let mut work = vec![(0u8, 0usize)];
-        while let Some((d, t)) = work.pop() {
-            let me = ids[&(d, t)];
+        let mut exits: HashMap<u32, StateId> = HashMap::new();
+        let mut ids: HashMap<Key, StateId> = HashMap::new();
+        let k0: Key = (0, 0, starts);
+        ids.insert(k0.clone(), start);
+        let mut work = vec![k0];
+        while let Some(key) = work.pop() {
+            let (d, t, ref ps) = key;
+            let me = ids[&key];
             if d == 0 && (t == OFF || !terminal[t]) {
-                self.b.range(me, b'"', b'"', exit);
+                let mut set = 0u32;
+                for (i, dfa) in dfas.iter().enumerate() {
+                    if dfa.is_match_state(dfa.next_eoi_state(ps[i])) {
+                        set |= 1 << i;
+                    }
+                }
+                if set != 0 || allow_unmatched {
+                    let exit = match exits.get(&set) {
+                        Some(&e) => e,
+                        None => {
+                            let e = self.b.state()?;
+                            exits.insert(set, e);
+                            e
+                        }
+                    };
+                    self.b.range(me, b'"', b'"', exit);
+                }
             }
             let mut run: Option<(u8, u8, StateId)> = None;
             for byte in 0u8..=255 {
@@ -579,12 +675,31 @@ impl JsonCompiler<'_> {
                         } else {
                             trie_children[t].get(&byte).copied().unwrap_or(OFF)
                         };
-                        let id = match ids.get(&(d2, t2)) {
+                        // The decoded byte the patterns see (none for the backslash itself).
+                        let fed = match (d, byte) {
+                            (0, b'\\') => None,
+                            (1, b'b') => Some(8),
+                            (1, b'f') => Some(12),
+                            (1, b'n') => Some(10),
+                            (1, b'r') => Some(13),
+                            (1, b't') => Some(9),
+                            (_, x) => Some(x),
+                        };
+                        let ps2: Vec<_> = match fed {
+                            None => ps.clone(),
+                            Some(x) => dfas
+                                .iter()
+                                .zip(ps)
+                                .map(|(dfa, &s)| dfa.next_state(s, x))
+                                .collect(),
+                        };
+                        let k2: Key = (d2, t2, ps2);
+                        let id = match ids.get(&k2) {
                             Some(&id) => id,
                             None => {
                                 let id = self.b.state()?;
-                                ids.insert((d2, t2), id);
-                                work.push((d2, t2));
+                                ids.insert(k2.clone(), id);
+                                work.push(k2);
                                 id
                             }
                         };
@@ -607,8 +722,23 @@ impl JsonCompiler<'_> {
                 self.b.range(me, lo, hi, id);
             }
         }
-        Ok(exit)
+        let mut out: Vec<(u32, StateId)> = exits.into_iter().collect();
+        out.sort_unstable();
+        Ok(out)
     }
+}
+
+/// A full-match regex for a JSON Schema pattern (search semantics included).
+fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, String> {
+    let hir = parse(p, Flavor::EcmaSearch)?;
+    let full = regex_syntax::hir::Hir::concat(vec![
+        regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),
+        hir,
+        regex_syntax::hir::Hir::look(regex_syntax::hir::Look::End),
+    ]);
+    regex_automata::meta::Regex::builder()
+        .build_from_hir(&full)
+        .map_err(|e| e.to_string())
 }
 
 /// The canonical key-character automaton: 0 = between characters, 1 = after `\`,
