@@ -341,6 +341,18 @@ impl RadixCache {
         self.live(node).map(|n| n.tiers)
     }
 
+    /// Records that copies of `node`'s pages now exist in (or left) the host and stored tiers,
+    /// as the HiCache write-back reports them. The device tier is the tree's own business
+    /// (a node in the tree has its device pages), so `DEVICE` in `tiers` is ignored.
+    pub fn set_tiers(&mut self, node: NodeId, tiers: TierSet) -> Result<(), CacheError> {
+        if self.live(node).is_none() {
+            return Err(CacheError::NoSuchNode(node.0));
+        }
+        let n = &mut self.nodes[node.idx()];
+        n.tiers = tiers.without(TierSet::DEVICE).with(TierSet::DEVICE);
+        Ok(())
+    }
+
     /// Live node by id.
     pub(crate) fn live(&self, node: NodeId) -> Option<&Node> {
         self.nodes.get(node.idx()).filter(|n| n.alive)

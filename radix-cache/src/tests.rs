@@ -399,3 +399,26 @@ fn full_match_after_partial_lookups_keeps_the_tree_shape() {
     assert_eq!(c.stats().nodes, nodes);
     assert_eq!(get(&mut c, NS, &base).0, 1000);
 }
+
+#[test]
+fn tier_bits_are_recorded_and_survive_a_split() {
+    let mut c = cache(64, 1);
+    put(&mut c, NS, &[1, 2, 3, 4]);
+    let pos = c.match_prefix(NS, &[1, 2, 3, 4], &mut Vec::new()).position;
+    assert_eq!(c.tiers(pos.node), Some(TierSet::DEVICE));
+    c.set_tiers(pos.node, TierSet::HOST.with(TierSet::STORED))
+        .unwrap();
+    let t = c.tiers(pos.node).unwrap();
+    assert!(
+        t.contains(TierSet::DEVICE) && t.contains(TierSet::HOST) && t.contains(TierSet::STORED)
+    );
+    put(&mut c, NS, &[1, 2, 9]);
+    let upper = c.match_prefix(NS, &[1, 2], &mut Vec::new()).position.node;
+    assert_eq!(
+        c.tiers(upper),
+        Some(t),
+        "both halves of a split keep the tiers"
+    );
+    assert!(c.set_tiers(NodeId(999), TierSet::HOST).is_err());
+    c.check_invariants().unwrap();
+}
