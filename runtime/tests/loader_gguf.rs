@@ -86,7 +86,13 @@ fn write_tiny(dir: &Path, arch: &str, matrix_type: GgmlDType, skip: Option<&str>
             .unwrap();
         QTensor::quantize(&t, dt).unwrap()
     };
-    let vec1 = |n: usize| QTensor::quantize(&Tensor::ones(n, candle_core::DType::F32, &dev).unwrap(), GgmlDType::F32).unwrap();
+    let vec1 = |n: usize| {
+        QTensor::quantize(
+            &Tensor::ones(n, candle_core::DType::F32, &dev).unwrap(),
+            GgmlDType::F32,
+        )
+        .unwrap()
+    };
     let tensors: Vec<(String, QTensor)> = vec![
         ("token_embd.weight".into(), mk(8, 32, GgmlDType::F32)),
         ("output_norm.weight".into(), vec1(32)),
@@ -141,7 +147,11 @@ fn tiny_gguf_loads_every_supported_type() {
         assert_eq!((w.layers[0].w_down.rows, w.layers[0].w_down.cols), (32, 64));
         let deq = gguf::dequantize(&w.layers[0].wq).unwrap();
         // Row 1 starts at element 32 of the ramp 1e-3 * i - 0.1.
-        assert!((deq[32] - (32.0 * 1e-3 - 0.1)).abs() < 0.02, "{dt:?}: {}", deq[32]);
+        assert!(
+            (deq[32] - (32.0 * 1e-3 - 0.1)).abs() < 0.02,
+            "{dt:?}: {}",
+            deq[32]
+        );
     }
 }
 
@@ -150,9 +160,15 @@ fn unsupported_weight_type_names_tensor_and_type() {
     let dir = tempfile::tempdir().unwrap();
     let p = write_tiny(dir.path(), "llama", GgmlDType::Q5_0, None);
     let err = gguf::load_gguf(&p).unwrap_err();
-    assert!(matches!(err, LoadError::UnsupportedWeightType { .. }), "{err}");
+    assert!(
+        matches!(err, LoadError::UnsupportedWeightType { .. }),
+        "{err}"
+    );
     let msg = err.to_string();
-    assert!(msg.contains("blk.0.attn_q.weight") && msg.contains("Q5_0"), "{msg}");
+    assert!(
+        msg.contains("blk.0.attn_q.weight") && msg.contains("Q5_0"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -162,12 +178,23 @@ fn unsupported_arch_and_missing_tensor_are_named() {
     let err = gguf::load_gguf(&p).unwrap_err();
     assert!(err.to_string().contains("`gpt2`"), "{err}");
 
-    let p = write_tiny(dir.path(), "llama", GgmlDType::F16, Some("blk.0.ffn_up.weight"));
+    let p = write_tiny(
+        dir.path(),
+        "llama",
+        GgmlDType::F16,
+        Some("blk.0.ffn_up.weight"),
+    );
     let err = gguf::load_gguf(&p).unwrap_err();
-    assert!(matches!(&err, LoadError::MissingTensor(t) if t == "blk.0.ffn_up.weight"), "{err}");
+    assert!(
+        matches!(&err, LoadError::MissingTensor(t) if t == "blk.0.ffn_up.weight"),
+        "{err}"
+    );
 
-    let err = model::load(Path::new("/nonexistent/model.gguf"), &LoadOptions::default())
-        .unwrap_err();
+    let err = model::load(
+        Path::new("/nonexistent/model.gguf"),
+        &LoadOptions::default(),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("/nonexistent/model.gguf"), "{err}");
 
     let junk = dir.path().join("junk.gguf");

@@ -104,7 +104,11 @@ fn hf_folder_from_gguf_round_trips() {
     assert_eq!(g.tokenizer.add_bos(), h.tokenizer.add_bos());
     assert_eq!(g.tokenizer.vocab_size(), h.tokenizer.vocab_size());
     for id in (0..49152u32).step_by(97).chain(0..20) {
-        assert_eq!(g.tokenizer.token_bytes(id), h.tokenizer.token_bytes(id), "id {id}");
+        assert_eq!(
+            g.tokenizer.token_bytes(id),
+            h.tokenizer.token_bytes(id),
+            "id {id}"
+        );
     }
     let msgs = [Message::new("user", "What is 2+2?")];
     let opts = RenderOptions {
@@ -112,8 +116,16 @@ fn hf_folder_from_gguf_round_trips() {
         ..Default::default()
     };
     assert_eq!(
-        g.chat_template.as_ref().unwrap().render(&msgs, &opts).unwrap(),
-        h.chat_template.as_ref().unwrap().render(&msgs, &opts).unwrap()
+        g.chat_template
+            .as_ref()
+            .unwrap()
+            .render(&msgs, &opts)
+            .unwrap(),
+        h.chat_template
+            .as_ref()
+            .unwrap()
+            .render(&msgs, &opts)
+            .unwrap()
     );
 
     // Weights: HF-loaded (Q/K permuted back into GGUF order) equal the dequantized GGUF.
@@ -138,8 +150,14 @@ fn hf_folder_from_gguf_round_trips() {
     // independently of the loader's permute module).
     let (cols, d) = (576, 64);
     for (name, w) in [
-        ("model.layers.7.self_attn.q_proj.weight", &g.weights.layers[7].wq),
-        ("model.layers.7.self_attn.k_proj.weight", &g.weights.layers[7].wk),
+        (
+            "model.layers.7.self_attn.q_proj.weight",
+            &g.weights.layers[7].wq,
+        ),
+        (
+            "model.layers.7.self_attn.k_proj.weight",
+            &g.weights.layers[7].wk,
+        ),
     ] {
         let hf = raw_hf_tensor(&dir, name);
         let gg = f32s(w);

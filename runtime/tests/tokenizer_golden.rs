@@ -13,7 +13,11 @@ fn golden_path() -> PathBuf {
         return PathBuf::from(p);
     }
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    for base in [here.join("../../shared"), here.join("../shared"), PathBuf::from("/work/shared")] {
+    for base in [
+        here.join("../../shared"),
+        here.join("../shared"),
+        PathBuf::from("/work/shared"),
+    ] {
         let p = base.join("golden/smollm2-q4_1-greedy.json");
         if p.exists() {
             return p;
@@ -54,7 +58,10 @@ fn tokenization_matches_llama_cpp() {
         let plain = tk.encode(text, false).unwrap();
         let special = tk.encode(text, true).unwrap();
         if plain != ids(&c["ids_plain"]) {
-            failures.push(format!("plain {text:?}: {plain:?} != {:?}", ids(&c["ids_plain"])));
+            failures.push(format!(
+                "plain {text:?}: {plain:?} != {:?}",
+                ids(&c["ids_plain"])
+            ));
         }
         if special != ids(&c["ids_special"]) {
             failures.push(format!(
@@ -118,7 +125,10 @@ fn chat_template_renders_golden_prompts() {
     }
     assert!(n >= 10);
     // An explicit system message replaces the default one; no generation prompt, no tail.
-    let msgs = [Message::new("system", "Be brief."), Message::new("user", "hi")];
+    let msgs = [
+        Message::new("system", "Be brief."),
+        Message::new("user", "hi"),
+    ];
     assert_eq!(
         t.render(&msgs, &RenderOptions::default()).unwrap(),
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
@@ -138,7 +148,10 @@ fn special_token_queries() {
     assert_eq!(tk.token_bytes(260), Some(&b" the"[..]));
     assert!(tk.eog_ids().contains(&2) && tk.eog_ids().contains(&0));
     assert_eq!(tk.bos_token().as_deref(), Some("<|im_start|>"));
-    assert_eq!(tk.decode(&[1, 4093, 198, 6004, 2], true).unwrap(), "user\nhi");
+    assert_eq!(
+        tk.decode(&[1, 4093, 198, 6004, 2], true).unwrap(),
+        "user\nhi"
+    );
     assert_eq!(tk.token_bytes(1_000_000), None);
     // The grammar crate builds its vocabulary from the inner tokenizer.
     assert_eq!(tk.inner().get_vocab_size(true), 49152);

@@ -106,10 +106,7 @@ fn raise_exception(msg: String) -> Result<Value, minijinja::Error> {
     Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
 }
 
-fn tojson(
-    value: Value,
-    kwargs: minijinja::value::Kwargs,
-) -> Result<Value, minijinja::Error> {
+fn tojson(value: Value, kwargs: minijinja::value::Kwargs) -> Result<Value, minijinja::Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
     // HF passes these through to json.dumps; accept and ignore the ones that do not change
     // the output of a JSON-compatible value.
@@ -210,8 +207,18 @@ fn strftime_now(format: String) -> String {
 
 fn strftime(format: &str, unix: u64) -> String {
     const MONTHS: [&str; 12] = [
-        "January", "February", "March", "April", "May", "June", "July", "August", "September",
-        "October", "November", "December",
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
     ];
     let days = (unix / 86_400) as i64;
     let rem = unix % 86_400;
@@ -276,7 +283,10 @@ mod tests {
     #[test]
     fn strftime_formats_known_dates() {
         // 2024-02-29 13:05:09 UTC
-        assert_eq!(strftime("%Y-%m-%d %H:%M:%S", 1_709_211_909), "2024-02-29 13:05:09");
+        assert_eq!(
+            strftime("%Y-%m-%d %H:%M:%S", 1_709_211_909),
+            "2024-02-29 13:05:09"
+        );
         assert_eq!(strftime("%d %b %Y", 1_709_211_909), "29 Feb 2024");
         assert_eq!(strftime("%-d %B, day %j", 0), "1 January, day 001");
     }
@@ -286,7 +296,10 @@ mod tests {
         let src = "{% for m in messages %}\n  {{- m['content'].upper() }}|\n{% endfor %}";
         let t = ChatTemplate::new(src, None, None).unwrap();
         let out = t
-            .render(&[Message::new("user", "a"), Message::new("user", "b")], &RenderOptions::default())
+            .render(
+                &[Message::new("user", "a"), Message::new("user", "b")],
+                &RenderOptions::default(),
+            )
             .unwrap();
         assert_eq!(out, "A|\nB|\n");
     }
@@ -294,7 +307,9 @@ mod tests {
     #[test]
     fn raise_exception_is_a_render_error() {
         let t = ChatTemplate::new("{{ raise_exception('no system role') }}", None, None).unwrap();
-        let err = t.render(&serde_json::json!([]), &RenderOptions::default()).unwrap_err();
+        let err = t
+            .render(&serde_json::json!([]), &RenderOptions::default())
+            .unwrap_err();
         assert!(err.to_string().contains("no system role"), "{err}");
         assert!(matches!(
             ChatTemplate::new("{% for %}", None, None),

@@ -60,7 +60,10 @@ mod tests {
     #[test]
     fn python_layout() {
         let v = serde_json::json!({"a": [1, {"b": null}], "c": "x\"y", "e": {}});
-        assert_eq!(dumps(&v, None), r#"{"a": [1, {"b": null}], "c": "x\"y", "e": {}}"#);
+        assert_eq!(
+            dumps(&v, None),
+            r#"{"a": [1, {"b": null}], "c": "x\"y", "e": {}}"#
+        );
         assert_eq!(
             dumps(&serde_json::json!({"a": [1, 2]}), Some(2)),
             "{\n  \"a\": [\n    1,\n    2\n  ]\n}"

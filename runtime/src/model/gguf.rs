@@ -149,10 +149,12 @@ impl GgufFile {
         let Some(v) = self.get(key) else {
             return Ok(None);
         };
-        value_as_u64(v).map(Some).ok_or_else(|| LoadError::BadConfig {
-            key: key.to_string(),
-            reason: format!("expected an unsigned integer, found {v:?}"),
-        })
+        value_as_u64(v)
+            .map(Some)
+            .ok_or_else(|| LoadError::BadConfig {
+                key: key.to_string(),
+                reason: format!("expected an unsigned integer, found {v:?}"),
+            })
     }
 
     /// A float metadata value (any numeric type), if present.
@@ -160,10 +162,12 @@ impl GgufFile {
         let Some(v) = self.get(key) else {
             return Ok(None);
         };
-        value_as_f64(v).map(Some).ok_or_else(|| LoadError::BadConfig {
-            key: key.to_string(),
-            reason: format!("expected a number, found {v:?}"),
-        })
+        value_as_f64(v)
+            .map(Some)
+            .ok_or_else(|| LoadError::BadConfig {
+                key: key.to_string(),
+                reason: format!("expected a number, found {v:?}"),
+            })
     }
 
     /// A boolean metadata value, if present.

@@ -168,13 +168,20 @@ pub fn write_hf_folder_from_gguf(
         &dir.join("generation_config.json"),
         &json!({"bos_token_id": tk.bos_id(), "eos_token_id": tk.eos_id()}),
     )?;
-    write_json(&dir.join("config.json"), &hf_config_json(&cfg, &tk, opts.dtype))?;
+    write_json(
+        &dir.join("config.json"),
+        &hf_config_json(&cfg, &tk, opts.dtype),
+    )?;
 
     // Weights, in HF names and HF row order.
     let progress = Progress::new(opts.progress, cfg.num_layers + 2, "writing safetensors");
     let (nh, nkv, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
     let mat = |w: &Weight| -> Result<OwnedTensor, LoadError> {
-        Ok(encode(&gguf::dequantize(w)?, vec![w.rows, w.cols], opts.dtype))
+        Ok(encode(
+            &gguf::dequantize(w)?,
+            vec![w.rows, w.cols],
+            opts.dtype,
+        ))
     };
     let qk = |w: &Weight, heads: usize| -> Result<OwnedTensor, LoadError> {
         let v = permute::gguf_to_hf(&gguf::dequantize(w)?, heads, hd, w.cols);
@@ -193,10 +200,16 @@ pub fn write_hf_folder_from_gguf(
         tensors.push((n("self_attn.v_proj.weight"), mat(&l.wv)?));
         tensors.push((n("self_attn.o_proj.weight"), mat(&l.wo)?));
         if let Some(b) = &l.bq {
-            tensors.push((n("self_attn.q_proj.bias"), vec1(&permute::gguf_to_hf(b, nh, hd, 1))));
+            tensors.push((
+                n("self_attn.q_proj.bias"),
+                vec1(&permute::gguf_to_hf(b, nh, hd, 1)),
+            ));
         }
         if let Some(b) = &l.bk {
-            tensors.push((n("self_attn.k_proj.bias"), vec1(&permute::gguf_to_hf(b, nkv, hd, 1))));
+            tensors.push((
+                n("self_attn.k_proj.bias"),
+                vec1(&permute::gguf_to_hf(b, nkv, hd, 1)),
+            ));
         }
         if let Some(b) = &l.bv {
             tensors.push((n("self_attn.v_proj.bias"), vec1(b)));

@@ -96,7 +96,10 @@ mod tests {
 
     #[test]
     fn sentencepiece_bytes() {
-        assert_eq!(token_to_bytes("<0x0A>", TokenEncoding::SentencePiece), b"\n");
+        assert_eq!(
+            token_to_bytes("<0x0A>", TokenEncoding::SentencePiece),
+            b"\n"
+        );
         assert_eq!(
             token_to_bytes("\u{2581}hello", TokenEncoding::SentencePiece),
             b" hello"

@@ -21,9 +21,7 @@ use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::template::TemplateProcessing;
-use tokenizers::{
-    DecoderWrapper, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior,
-};
+use tokenizers::{DecoderWrapper, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
 
 use super::{added_token, TokenEncoding, Tokenizer, TokenizerError};
 use crate::model::gguf::{value_as_f32, value_as_i64, GgufFile};
@@ -35,8 +33,7 @@ const TYPE_CONTROL: i64 = 3;
 const TYPE_USER_DEFINED: i64 = 4;
 
 /// The GPT-2 split, shared by most pre-tokenizer types.
-const GPT2_RE: &str =
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+const GPT2_RE: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
 /// Llama 3's split (llama.cpp's case-insensitive-contraction spelling).
 const LLAMA3_RE: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen2's split: as Llama 3's but single digits.
@@ -65,9 +62,7 @@ impl PreTokenizerKind {
             "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone"
             | "minerva-7b" => PreTokenizerKind::DigitsGpt2,
             "gpt-2" | "mpt" | "olmo" | "jais" => PreTokenizerKind::Gpt2,
-            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral" => {
-                PreTokenizerKind::Llama3
-            }
+            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral" => PreTokenizerKind::Llama3,
             "qwen2" | "qwen2.5" | "qwen-2.5" | "deepseek-r1-qwen" | "stablelm2" => {
                 PreTokenizerKind::Qwen2
             }
@@ -143,7 +138,11 @@ pub(crate) fn build(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     let eos = token_id(f, "tokenizer.ggml.eos_token_id", n);
     let (mut tk, encoding, default_add_bos) = match model {
         "gpt2" => (build_bpe(f, &tokens)?, TokenEncoding::ByteLevel, false),
-        "llama" => (build_spm(f, &tokens, &types)?, TokenEncoding::SentencePiece, true),
+        "llama" => (
+            build_spm(f, &tokens, &types)?,
+            TokenEncoding::SentencePiece,
+            true,
+        ),
         other => return Err(TokenizerError::UnsupportedModel(other.to_string())),
     };
     let added: Vec<_> = tokens
@@ -238,7 +237,9 @@ fn build_spm(
     }
     let bpe = builder.build().map_err(TokenizerError::tk)?;
     let mut tk = tokenizers::Tokenizer::new(bpe);
-    let add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").unwrap_or(true);
+    let add_space_prefix = f
+        .get_bool("tokenizer.ggml.add_space_prefix")
+        .unwrap_or(true);
     let replace = Replace::new(" ", "\u{2581}").map_err(TokenizerError::tk)?;
     let mut norms: Vec<NormalizerWrapper> = Vec::new();
     if add_space_prefix {

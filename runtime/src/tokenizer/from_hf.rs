@@ -51,8 +51,7 @@ impl Tokenizer {
             TokenizerError::Tokenizers(format!("{}: {e}", tokenizer_json.display()))
         })?;
         let lookup = |key: &str| {
-            special_text(tokenizer_config.and_then(|c| c.get(key)))
-                .and_then(|t| tk.token_to_id(&t))
+            special_text(tokenizer_config.and_then(|c| c.get(key))).and_then(|t| tk.token_to_id(&t))
         };
         let gen_id = |key: &str| {
             generation_config

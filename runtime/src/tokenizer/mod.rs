@@ -140,12 +140,14 @@ impl Tokenizer {
             token_bytes.push(bytes);
         }
         let add_bos = match bos_id {
-            Some(b) => inner
-                .encode_fast("", true)
-                .map_err(TokenizerError::tk)?
-                .get_ids()
-                .first()
-                == Some(&b),
+            Some(b) => {
+                inner
+                    .encode_fast("", true)
+                    .map_err(TokenizerError::tk)?
+                    .get_ids()
+                    .first()
+                    == Some(&b)
+            }
             None => false,
         };
         let mut eog_ids: Vec<u32> = eos_id.into_iter().collect();
@@ -183,7 +185,11 @@ impl Tokenizer {
     /// `<|im_start|>`) become their ids; without, they are tokenized as plain text. A BOS is
     /// prepended only when the model asks for one ([`Tokenizer::add_bos`]).
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>, TokenizerError> {
-        let t = if parse_special { &self.inner } else { &self.plain };
+        let t = if parse_special {
+            &self.inner
+        } else {
+            &self.plain
+        };
         let enc = t.encode_fast(text, true).map_err(TokenizerError::tk)?;
         Ok(enc.get_ids().to_vec())
     }
