@@ -355,7 +355,9 @@ impl RadixCache {
 
     /// Live node by id.
     pub(crate) fn live(&self, node: NodeId) -> Option<&Node> {
-        self.nodes.get(node.idx()).filter(|n| n.alive)
+        self.nodes
+            .get(node.idx())
+            .filter(|n| n.alive && n.gen == node.1)
     }
 
     fn root_of(&mut self, ns: Namespace) -> NodeId {
@@ -382,8 +384,8 @@ impl RadixCache {
 
     fn new_node_id(&mut self) -> NodeId {
         match self.free_nodes.pop() {
-            Some(id) => id,
-            None => NodeId(self.nodes.len() as u32),
+            Some(id) => NodeId(id.0, id.1.wrapping_add(1)),
+            None => NodeId(self.nodes.len() as u32, 0),
         }
     }
 
@@ -650,6 +652,7 @@ impl RadixCache {
             tiers: n.tiers,
             alive: true,
             is_root: false,
+            gen: upper_id.1,
         };
         let parent = n.parent;
         n.parent = upper_id;
@@ -684,6 +687,7 @@ impl RadixCache {
             tiers: TierSet::DEVICE,
             alive: true,
             is_root: false,
+            gen: id.1,
         };
         self.put_node(id, node);
         self.nodes[parent.idx()]

@@ -35,7 +35,7 @@ impl RadixCache {
             if !n.alive {
                 continue;
             }
-            let id = NodeId(i as u32);
+            let id = NodeId(i as u32, n.gen);
             if n.is_root {
                 ensure!(
                     self.roots.get(&n.namespace) == Some(&id) || self.void == Some(id),

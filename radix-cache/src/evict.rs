@@ -19,7 +19,7 @@ impl RadixCache {
             let Some(&(a, b, raw)) = self.evictable.first() else {
                 break;
             };
-            let id = NodeId(raw);
+            let id = NodeId(raw, self.nodes[raw as usize].gen);
             let key = self.current_key(id);
             if key != (a, b) {
                 // Used since it was listed: file it under its current key and look again.
@@ -107,12 +107,20 @@ impl RadixCache {
         if self.held_locks > 0 {
             return Err(CacheError::Locked(self.held_locks));
         }
-        for n in self.nodes.iter_mut().filter(|n| n.alive) {
-            let pages = std::mem::take(&mut n.pages);
-            self.pool.release_from_tree(pages);
+        // Slots stay (with their generations) so that ids from before the reset name nothing.
+        for (i, n) in self.nodes.iter_mut().enumerate() {
+            if !n.alive {
+                continue;
+            }
+            self.pool.release_from_tree(std::mem::take(&mut n.pages));
+            n.tokens = Vec::new();
+            n.hashes = Vec::new();
+            n.children = Children::None;
+            n.evict_key = None;
+            n.lock = 0;
+            n.alive = false;
+            self.free_nodes.push(NodeId(i as u32, n.gen));
         }
-        self.nodes.clear();
-        self.free_nodes.clear();
         self.roots.clear();
         self.void = None;
         self.evictable.clear();

@@ -149,6 +149,8 @@ pub(crate) struct Node {
     pub(crate) tiers: TierSet,
     pub(crate) alive: bool,
     pub(crate) is_root: bool,
+    /// Generation of this arena slot (see [`NodeId`]).
+    pub(crate) gen: u32,
 }
 
 impl Node {
@@ -169,6 +171,7 @@ impl Node {
             tiers: TierSet::DEVICE,
             alive: true,
             is_root: true,
+            gen: id.1,
         }
     }
 

@@ -370,7 +370,7 @@ fn lock_handles_are_checked() {
     assert_eq!(a.stats().held_locks, 1);
     assert!(a.check_invariants().is_ok());
     assert!(matches!(
-        a.lock(NodeId(1000)),
+        a.lock(NodeId(1000, 0)),
         Err(CacheError::NoSuchNode(1000))
     ));
 }
@@ -419,6 +419,24 @@ fn tier_bits_are_recorded_and_survive_a_split() {
         Some(t),
         "both halves of a split keep the tiers"
     );
-    assert!(c.set_tiers(NodeId(999), TierSet::HOST).is_err());
+    assert!(c.set_tiers(NodeId(999, 0), TierSet::HOST).is_err());
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn a_stale_node_id_names_nothing_after_its_slot_is_reused() {
+    let mut c = cache(64, 1);
+    put(&mut c, NS, &[1, 2]);
+    let old = c.match_prefix(NS, &[1, 2], &mut Vec::new()).position.node;
+    assert_eq!(c.evict(usize::MAX), 2);
+    put(&mut c, NS, &[3, 4]);
+    let new = c.match_prefix(NS, &[3, 4], &mut Vec::new()).position.node;
+    assert_eq!(old.raw(), new.raw(), "the arena slot was reused");
+    assert!(matches!(c.lock(old), Err(CacheError::NoSuchNode(_))));
+    c.reset().unwrap();
+    assert!(
+        matches!(c.lock(new), Err(CacheError::NoSuchNode(_))),
+        "ids do not survive a reset"
+    );
     c.check_invariants().unwrap();
 }

@@ -15,10 +15,11 @@ impl PageId {
     }
 }
 
-/// The id of one node of the radix tree (an index into the node arena, reused after a node is
-/// removed; valid while the node lives, which a lock guarantees).
+/// The id of one node of the radix tree: an index into the node arena and the generation of
+/// that slot, so an id kept past its node's removal names nothing (operations on it fail with
+/// `NoSuchNode`) even after the slot is reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(pub(crate) u32);
+pub struct NodeId(pub(crate) u32, pub(crate) u32);
 
 impl NodeId {
     /// The raw arena index (for logs and metrics).
