@@ -131,7 +131,14 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
 /// Entry point of `sglrs bench executor`.
 pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
     let path = args.model.clone().unwrap_or_else(model::default_model_path);
-    let loaded = model::load(&path, &LoadOptions::default()).with_context(|| format!("loading {}", path.display()))?;
+    // The benchmark needs no tokenizer: a GGUF file loads without one.
+    let (config, weights) = if path.is_dir() {
+        let m = model::load(&path, &LoadOptions::default()).with_context(|| format!("loading {}", path.display()))?;
+        (m.config, m.weights)
+    } else {
+        let (c, w, _) = model::gguf::load_gguf(&path).with_context(|| format!("loading {}", path.display()))?;
+        (c, w)
+    };
     let mut cfg = ExecConfig::default();
     if let Some(t) = args.threads {
         cfg.threads = t;
@@ -140,7 +147,7 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
     let per_seq = (64 + args.decode_steps).div_ceil(ps);
     let max_b = args.batch.iter().copied().max().unwrap_or(1);
     cfg.kv = KvCapacity::Pages((max_b * per_seq).max(args.prefill_tokens.div_ceil(ps)));
-    let mut exec = CpuExecutor::new(&loaded.config, &loaded.weights, &cfg)?;
+    let mut exec = CpuExecutor::new(&config, &weights, &cfg)?;
     eprintln!(
         "model {}: {} threads, kernels {:?}",
         path.display(),
