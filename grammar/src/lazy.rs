@@ -17,6 +17,7 @@ pub(crate) type ConfigId = u32;
 /// The empty, rejecting configuration.
 pub(crate) const DEAD: ConfigId = 0;
 const UNKNOWN: u32 = u32::MAX;
+const NO_SUCC: u32 = u32::MAX - 1;
 
 /// Deepest call stack the matcher follows; deeper nesting is rejected.
 pub(crate) const MAX_STACK_DEPTH: u32 = 256;
@@ -45,6 +46,9 @@ pub(crate) struct Lazy {
     config_map: HashMap<ConfigKey, ConfigId>,
     trans: Vec<u32>,
     masks: Vec<Option<Arc<[u32]>>>,
+    /// Per configuration: the one configuration every plain string character leads to
+    /// (`NO_SUCC`: they diverge; `UNKNOWN`: not computed).
+    plain_succ: Vec<u32>,
     mask_bytes: usize,
     mask_budget: usize,
     max_configs: usize,
@@ -60,6 +64,7 @@ impl Lazy {
             config_map: HashMap::new(),
             trans: Vec::new(),
             masks: Vec::new(),
+            plain_succ: Vec::new(),
             mask_bytes: 0,
             mask_budget,
             max_configs,
@@ -83,6 +88,7 @@ impl Lazy {
         });
         self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
         self.masks.push(None);
+        self.plain_succ.push(UNKNOWN);
         id
     }
 
@@ -234,7 +240,16 @@ impl Lazy {
         }
         out[..words].fill(0);
         if c != DEAD {
-            let trie = vocab.trie();
+            let trie = match self.plain_run(nfa, c) {
+                // Plain tokens of up to `k` characters are allowed without a walk; longer
+                // ones are not (the run ends in DEAD), and the rest trie holds the others.
+                Some(k) if k > 0 => {
+                    let (plain, rest) = vocab.plain_split(k);
+                    out[..words].copy_from_slice(plain);
+                    rest
+                }
+                _ => vocab.trie(),
+            };
             let nodes = &trie.nodes;
             let ids = &trie.ids;
             let mut cfg_at = [DEAD; 1024];
@@ -260,6 +275,91 @@ impl Lazy {
             self.mask_bytes += size;
             self.masks[c as usize] = Some(Arc::from(&out[..words]));
         }
+    }
+
+    /// How many plain characters in a row `c` can take when every plain character leads
+    /// to one and the same configuration at each step: `Some(k)` when the run is exact (it
+    /// ends in DEAD after `k`, loops, or passes `MAX_PLAIN_CHARS`), `None` otherwise.
+    fn plain_run(&mut self, nfa: &Nfa, c: ConfigId) -> Option<usize> {
+        let mut x = c;
+        let mut seen: Vec<ConfigId> = Vec::new();
+        for k in 0..=crate::vocab::MAX_PLAIN_CHARS {
+            if seen.contains(&x) {
+                return Some(crate::vocab::MAX_PLAIN_CHARS);
+            }
+            seen.push(x);
+            let succ = match self.plain_succ[x as usize] {
+                UNKNOWN => {
+                    let s = self.unique_plain_successor(nfa, x).unwrap_or(NO_SUCC);
+                    self.plain_succ[x as usize] = s;
+                    s
+                }
+                s => s,
+            };
+            match succ {
+                NO_SUCC => return None,
+                DEAD => return Some(k),
+                y => x = y,
+            }
+        }
+        Some(crate::vocab::MAX_PLAIN_CHARS)
+    }
+
+    /// The configuration every plain character (any valid UTF-8 character except `"`,
+    /// `\\` and controls) leads to from `c`, when it is the same for all of them.
+    fn unique_plain_successor(&mut self, nfa: &Nfa, c: ConfigId) -> Option<ConfigId> {
+        let target = self.step(nfa, c, b'a');
+        for b in 0x20u8..=0x7F {
+            if b != b'"' && b != b'\\' && self.step(nfa, c, b) != target {
+                return None;
+            }
+        }
+        // UTF-8 multi-byte characters: (configuration, bytes still needed as a class).
+        let mut seen: HashSet<(ConfigId, u8)> = HashSet::new();
+        let mut work: Vec<(ConfigId, u8)> = Vec::new();
+        for lead in 0xC2u8..=0xF4 {
+            let u = match lead {
+                0xC2..=0xDF => 2,
+                0xE0 => 5,
+                0xED => 6,
+                0xE1..=0xEF => 3,
+                0xF0 => 7,
+                0xF4 => 8,
+                _ => 4,
+            };
+            work.push((self.step(nfa, c, lead), u));
+        }
+        while let Some((x, u)) = work.pop() {
+            if x == DEAD {
+                if target == DEAD {
+                    continue;
+                }
+                return None;
+            }
+            if !seen.insert((x, u)) {
+                continue;
+            }
+            let (lo, hi, next) = match u {
+                2 => (0x80, 0xBF, 0),
+                3 => (0x80, 0xBF, 2),
+                4 => (0x80, 0xBF, 3),
+                5 => (0xA0, 0xBF, 2),
+                6 => (0x80, 0x9F, 2),
+                7 => (0x90, 0xBF, 3),
+                _ => (0x80, 0x8F, 3),
+            };
+            for b in lo..=hi {
+                let y = self.step(nfa, x, b);
+                if next == 0 {
+                    if y != target {
+                        return None;
+                    }
+                } else {
+                    work.push((y, next));
+                }
+            }
+        }
+        Some(target)
     }
 
     /// Rough heap size in bytes (for cache limits and reports).

@@ -86,6 +86,11 @@ pub enum TokenEncoding {
 #[derive(Clone, Debug)]
 pub struct TokenVocab {
     tokens: Vec<Vec<u8>>,
+    /// `plain_upto[k]`: tokens made of 1..=k whole plain JSON-string characters (no `"`,
+    /// `\`, control characters), k up to [`MAX_PLAIN_CHARS`].
+    plain_upto: Vec<Vec<u32>>,
+    /// Trie of the usable tokens that are not plain.
+    rest_trie: TokenTrie,
     usable: Vec<bool>,
     eos: Vec<u32>,
     trie: TokenTrie,
@@ -113,6 +118,17 @@ impl TokenVocab {
             usable[id as usize] = false;
         }
         let trie = TokenTrie::build(&tokens, &usable);
+        let mut plain_upto = vec![vec![0u32; n.div_ceil(32)]; MAX_PLAIN_CHARS + 1];
+        let mut rest = usable.clone();
+        for (id, t) in tokens.iter().enumerate() {
+            if let Some(k) = plain_chars(t).filter(|_| usable[id]) {
+                for m in &mut plain_upto[k..] {
+                    m[id / 32] |= 1 << (id % 32);
+                }
+                rest[id] = false;
+            }
+        }
+        let rest_trie = TokenTrie::build(&tokens, &rest);
         let max_token_len = tokens
             .iter()
             .zip(&usable)
@@ -122,6 +138,8 @@ impl TokenVocab {
             .unwrap_or(1);
         Ok(TokenVocab {
             tokens,
+            plain_upto,
+            rest_trie,
             usable,
             eos: eos.to_vec(),
             trie,
@@ -254,6 +272,12 @@ impl TokenVocab {
         &self.trie
     }
 
+    /// Mask of plain-string tokens of at most `k` characters, and the trie of the tokens
+    /// that are not plain.
+    pub(crate) fn plain_split(&self, k: usize) -> (&[u32], &TokenTrie) {
+        (&self.plain_upto[k.min(MAX_PLAIN_CHARS)], &self.rest_trie)
+    }
+
     /// Greedy longest-match tokenization of `bytes` over usable tokens (for tests and for
     /// turning forced bytes into tokens). `None` when some byte has no token.
     pub fn greedy_tokenize(&self, bytes: &[u8]) -> Option<Vec<u32>> {
@@ -289,6 +313,19 @@ impl TokenVocab {
         }
         Some(out)
     }
+}
+
+/// Longest plain token (in characters) the mask fast path handles.
+pub(crate) const MAX_PLAIN_CHARS: usize = 64;
+
+/// Character count when the token is 1..=64 whole UTF-8 characters, none of them `"`,
+/// `\\` or a control character.
+fn plain_chars(t: &[u8]) -> Option<usize> {
+    let s = std::str::from_utf8(t).ok()?;
+    let n = s.chars().count();
+    let ok =
+        (1..=MAX_PLAIN_CHARS).contains(&n) && s.chars().all(|c| c >= ' ' && c != '"' && c != '\\');
+    ok.then_some(n)
 }
 
 /// GPT-2's byte → char table, inverted: char → byte.

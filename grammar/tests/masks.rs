@@ -15,6 +15,7 @@ const SCHEMAS: &[&str] = &[
     r#"{"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer","minimum":0,"maximum":150},"tags":{"type":"array","items":{"enum":["a","b","ccc"]},"maxItems":3},"email":{"type":"string","format":"email"}},"required":["name","age"]}"#,
     r##"{"$defs":{"node":{"type":"object","properties":{"v":{"type":"number"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v"],"additionalProperties":false}},"$ref":"#/$defs/node"}"##,
     r#"{"anyOf":[{"type":"string","pattern":"^[a-z]+-[0-9]{2}$"},{"type":"boolean"},{"type":"null"}]}"#,
+    r#"{"type":"array","items":{"type":"string"},"maxItems":2}"#,
 ];
 
 fn check_walks(tok: &common::Tok, g: &Arc<CompiledGrammar>, seed: u64, walks: usize, steps: usize) {
