@@ -90,6 +90,7 @@ mod check;
 mod events;
 mod evict;
 pub mod hash;
+mod lock;
 mod node;
 pub mod pool;
 pub mod tier;
@@ -99,12 +100,13 @@ mod types;
 mod tests;
 
 pub use cache::{
-    CacheConfig, CacheError, CacheStats, EvictionPolicy, InsertResult, LockHandle, MatchResult,
-    Position, RadixCache,
+    CacheConfig, CacheError, CacheStats, EvictionPolicy, InsertResult, MatchResult, Position,
+    RadixCache,
 };
 pub use check::InvariantViolation;
 pub use events::KvEvent;
 pub use hash::{page_hash, PAGE_HASH_SEED, PAGE_HASH_VERSION};
+pub use lock::LockHandle;
 pub use node::TierSet;
 pub use pool::{PagePool, PageState, PoolError};
 pub use tier::{KvStore, PageHash, StoreError};
