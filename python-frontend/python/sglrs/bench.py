@@ -43,7 +43,7 @@ BRANCHES = 4
 GEN_TOKENS = 32
 
 
-def make_prefix(run_id: int, n_words: int = 330) -> str:
+def make_prefix(run_id: int, n_words: int = 396) -> str:
     """A deterministic ~500-token prefix whose first tokens differ for every `run_id`."""
     words = [WORDS[(i * 7 + run_id * 13 + i // 5) % len(WORDS)] for i in range(n_words)]
     lines = [" ".join(words[i : i + 11]) + "." for i in range(0, n_words, 11)]
