@@ -3,8 +3,9 @@
 //! [`ThreadPool::run`] splits `n` tasks over the workers and the calling thread, which claim
 //! task indices from a shared counter (so a worker slowed by another process simply takes
 //! fewer). Between jobs a worker spins only briefly, yielding its time slice, and then parks on
-//! a condition variable: an idle or contended pool costs no CPU and no barrier ever spins
-//! while waiting for a descheduled thread.
+//! a condition variable: an idle or contended pool costs no CPU. `run` waits for the *tasks*,
+//! not for the workers: a worker that the OS has not scheduled yet (another process is busy)
+//! is simply not waited for — when it wakes it finds the job closed and goes back to sleep.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -23,8 +24,12 @@ struct Shared {
     job: UnsafeCell<Option<Job>>,
     tasks: AtomicUsize,
     next: AtomicUsize,
-    /// Workers that have not finished the current job.
-    pending: AtomicUsize,
+    /// Tasks of the current job that have finished.
+    finished: AtomicUsize,
+    /// Workers inside the current job (they hold the job pointer).
+    active: AtomicUsize,
+    /// Set once every task has finished: late workers must not enter.
+    closed: AtomicBool,
     panicked: AtomicBool,
     shutdown: AtomicBool,
     lock: Mutex<()>,
@@ -32,9 +37,9 @@ struct Shared {
     done: Condvar,
 }
 
-// SAFETY: `job` is written only by the thread in `run` while no worker is active (pending == 0)
-// and read by workers only between seeing a new generation (Acquire) and decrementing
-// `pending` (Release).
+// SAFETY: `job` is written only by the thread in `run` while no worker is inside a job
+// (`active == 0` and the job `closed`); a worker reads it only after registering in `active`
+// and checking (SeqCst) that the job is not closed, and leaves `active` when done with it.
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
@@ -60,7 +65,9 @@ impl ThreadPool {
             job: UnsafeCell::new(None),
             tasks: AtomicUsize::new(0),
             next: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
+            closed: AtomicBool::new(true),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             lock: Mutex::new(()),
@@ -100,24 +107,25 @@ impl ThreadPool {
         }
         let _guard = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
-        // SAFETY: no worker is active (the previous `run` waited for pending == 0); the
-        // lifetime is erased but the job is only used until this call returns.
+        // SAFETY: no worker is inside a job (the previous `run` closed it and waited for
+        // `active == 0`); the lifetime is erased but the job is used only until it closes.
         unsafe {
             let job: Job = std::mem::transmute::<&(dyn Fn(usize) + Sync), Job>(f);
             *s.job.get() = Some(job);
         }
         s.tasks.store(n, Ordering::Relaxed);
         s.next.store(0, Ordering::Relaxed);
-        s.pending.store(self.workers.len(), Ordering::Relaxed);
+        s.finished.store(0, Ordering::Relaxed);
+        s.closed.store(false, Ordering::SeqCst);
         {
             let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
-            s.generation.fetch_add(1, Ordering::Release);
+            s.generation.fetch_add(1, Ordering::SeqCst);
             s.wake.notify_all();
         }
         claim_tasks(s, f);
-        // Wait for the workers: poll briefly, then park.
+        // Wait for the tasks still running on workers: poll briefly, then park.
         let start = Instant::now();
-        while s.pending.load(Ordering::Acquire) != 0 {
+        while s.finished.load(Ordering::Acquire) < n {
             if start.elapsed() < SPIN {
                 std::hint::spin_loop();
                 continue;
@@ -125,10 +133,16 @@ impl ThreadPool {
             let l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             let _l = s
                 .done
-                .wait_while(l, |_| s.pending.load(Ordering::Acquire) != 0)
+                .wait_while(l, |_| s.finished.load(Ordering::Acquire) < n)
                 .unwrap_or_else(|e| e.into_inner());
         }
-        // SAFETY: all workers are done with the job.
+        // Close the job; wait for workers that entered it (they are running, not sleeping:
+        // they only check for more tasks and leave).
+        s.closed.store(true, Ordering::SeqCst);
+        while s.active.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        // SAFETY: the job is closed and no worker holds it.
         unsafe { *s.job.get() = None };
         if s.panicked.swap(false, Ordering::AcqRel) {
             panic!("an executor worker task panicked");
@@ -145,6 +159,10 @@ fn claim_tasks(s: &Shared, f: &(dyn Fn(usize) + Sync)) {
         }
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(i))).is_err() {
             s.panicked.store(true, Ordering::Release);
+        }
+        if s.finished.fetch_add(1, Ordering::AcqRel) + 1 == n {
+            let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.done.notify_all();
         }
     }
 }
@@ -174,15 +192,14 @@ fn worker(s: &Shared) {
             return;
         }
         seen = gen;
-        // SAFETY: published before the generation bump we observed with Acquire.
-        if let Some(job) = unsafe { *s.job.get() } {
-            // SAFETY: the caller of `run` keeps the job alive until `pending` reaches 0.
-            claim_tasks(s, unsafe { &*job });
+        s.active.fetch_add(1, Ordering::SeqCst);
+        if !s.closed.load(Ordering::SeqCst) && s.generation.load(Ordering::SeqCst) == gen {
+            // SAFETY: registered in `active` while the job is open, so `run` keeps it alive.
+            if let Some(job) = unsafe { *s.job.get() } {
+                claim_tasks(s, unsafe { &*job });
+            }
         }
-        if s.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
-            s.done.notify_all();
-        }
+        s.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
