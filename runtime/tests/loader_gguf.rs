@@ -59,7 +59,7 @@ fn default_model_config_and_weights() {
     let e = gguf::dequantize(&w.embed).unwrap();
     assert_eq!(e.len(), 49152 * 576);
     assert!(e.iter().all(|x| x.is_finite()));
-    let mut file = std::fs::File::open(&model_path()).unwrap();
+    let mut file = std::fs::File::open(model_path()).unwrap();
     let content = gguf_file::Content::read(&mut file).unwrap();
     let q = content
         .tensor(&mut file, "blk.3.attn_k.weight", &Device::Cpu)

@@ -143,11 +143,19 @@ fn rope_scaling(v: Option<&Value>) -> Result<RopeScaling, LoadError> {
     })
 }
 
+/// Where one tensor lives: file index, dtype, shape, byte range within the data section.
+struct TensorLoc {
+    file: usize,
+    dtype: Dtype,
+    shape: Vec<usize>,
+    range: (usize, usize),
+}
+
 /// The memory-mapped safetensors files of a folder and where each tensor lives.
 pub struct SafetensorsSet {
+    /// (path, mapped bytes, start of the data section).
     files: Vec<(PathBuf, Bytes, usize)>,
-    /// Tensor name → (file index, dtype, shape, byte range within the file's data section).
-    tensors: HashMap<String, (usize, Dtype, Vec<usize>, (usize, usize))>,
+    tensors: HashMap<String, TensorLoc>,
 }
 
 impl SafetensorsSet {
@@ -200,8 +208,15 @@ impl SafetensorsSet {
                         reason: format!("data runs past the end of {}", path.display()),
                     });
                 }
-                set.tensors
-                    .insert(name, (i, info.dtype, info.shape.clone(), info.data_offsets));
+                set.tensors.insert(
+                    name,
+                    TensorLoc {
+                        file: i,
+                        dtype: info.dtype,
+                        shape: info.shape.clone(),
+                        range: info.data_offsets,
+                    },
+                );
             }
             set.files.push((path, bytes, data_start));
         }
@@ -216,7 +231,12 @@ impl SafetensorsSet {
     /// Tensor `name` as a stored weight (a zero-copy slice of its file's map); vectors are
     /// one row.
     pub fn weight(&self, name: &str) -> Result<Weight, LoadError> {
-        let (fi, dtype, shape, (a, b)) = self
+        let TensorLoc {
+            file: fi,
+            dtype,
+            shape,
+            range: (a, b),
+        } = self
             .tensors
             .get(name)
             .ok_or_else(|| LoadError::MissingTensor(name.to_string()))?;
