@@ -4,7 +4,11 @@ use clap::{Parser, Subcommand};
 use sglrs_runtime::cli;
 
 #[derive(Parser)]
-#[command(name = "sglrs", version, about = "sglrs: an SGLang-style LLM serving runtime in Rust")]
+#[command(
+    name = "sglrs",
+    version,
+    about = "sglrs: an SGLang-style LLM serving runtime in Rust"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -2,15 +2,20 @@
 //! greedy continuation runs through one prefill, and each step is compared with the
 //! reference top-5 (see `shared/golden/README.md`).
 
-use sglrs_runtime::executor::{Batch, CpuExecutor, ExecConfig, Executor, KvCapacity, LogitsWanted, SeqChunk};
+use sglrs_runtime::executor::{
+    Batch, CpuExecutor, ExecConfig, Executor, KvCapacity, LogitsWanted, SeqChunk,
+};
 use sglrs_runtime::model::default_model_path;
 use sglrs_runtime::model::gguf::load_gguf;
 use std::path::PathBuf;
 
 fn golden_path() -> PathBuf {
-    std::env::var_os("SGLRS_GOLDEN").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/golden/smollm2-q4_1-greedy.json")
-    })
+    std::env::var_os("SGLRS_GOLDEN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../shared/golden/smollm2-q4_1-greedy.json")
+        })
 }
 
 fn log_softmax_at(row: &[f32], id: usize) -> f64 {
@@ -35,14 +40,22 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// Runs the teacher-forced comparison with one executor; returns (median, p99, mismatches).
-pub fn teacher_forced(exec: &mut CpuExecutor, golden: &serde_json::Value) -> (f64, f64, usize, usize) {
+pub fn teacher_forced(
+    exec: &mut CpuExecutor,
+    golden: &serde_json::Value,
+) -> (f64, f64, usize, usize) {
     let ps = exec.kv_layout().page_size;
     let mut diffs = Vec::new();
     let mut clear_mismatch = 0;
     let mut flips = 0;
     for case in golden["cases"].as_array().unwrap() {
         let ids = |k: &str| -> Vec<u32> {
-            case[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect()
+            case[k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect()
         };
         let prompt = ids("prompt_ids");
         let greedy = ids("greedy_ids");
@@ -51,7 +64,12 @@ pub fn teacher_forced(exec: &mut CpuExecutor, golden: &serde_json::Value) -> (f6
         tokens.extend(&greedy);
         let pages: Vec<u32> = (0..tokens.len().div_ceil(ps) as u32).collect();
         let batch = Batch {
-            seqs: vec![SeqChunk { tokens: &tokens, start_pos: 0, pages: &pages, logits: LogitsWanted::All }],
+            seqs: vec![SeqChunk {
+                tokens: &tokens,
+                start_pos: 0,
+                pages: &pages,
+                logits: LogitsWanted::All,
+            }],
         };
         let logits = exec.forward(&batch).unwrap();
         for (step, ref_top) in top5.iter().enumerate() {
@@ -69,7 +87,10 @@ pub fn teacher_forced(exec: &mut CpuExecutor, golden: &serde_json::Value) -> (f6
                 flips += 1;
                 if gap >= 0.5 {
                     clear_mismatch += 1;
-                    eprintln!("step {step} of {:?}: ours {ours}, llama.cpp {id1} (gap {gap:.3})", case["prompt"].as_str().map(|s| &s[..s.len().min(40)]));
+                    eprintln!(
+                        "step {step} of {:?}: ours {ours}, llama.cpp {id1} (gap {gap:.3})",
+                        case["prompt"].as_str().map(|s| &s[..s.len().min(40)])
+                    );
                 }
             }
             diffs.push((log_softmax_at(row, id1) - lp1).abs());
@@ -88,9 +109,14 @@ pub fn teacher_forced(exec: &mut CpuExecutor, golden: &serde_json::Value) -> (f6
 #[test]
 fn teacher_forced_logprobs_match_llama_cpp() {
     let golden: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(golden_path()).expect("golden file")).unwrap();
-    let (config, weights, _) = load_gguf(&default_model_path()).expect("default model (run scripts/fetch-model.sh)");
-    let cfg = ExecConfig { kv: KvCapacity::Pages(64), ..ExecConfig::default() };
+        serde_json::from_str(&std::fs::read_to_string(golden_path()).expect("golden file"))
+            .unwrap();
+    let (config, weights, _) =
+        load_gguf(&default_model_path()).expect("default model (run scripts/fetch-model.sh)");
+    let cfg = ExecConfig {
+        kv: KvCapacity::Pages(64),
+        ..ExecConfig::default()
+    };
     let mut exec = CpuExecutor::new(&config, &weights, &cfg).unwrap();
     let (med, p99, clear, n) = teacher_forced(&mut exec, &golden);
     assert_eq!(n, 415, "the golden file has 415 steps");

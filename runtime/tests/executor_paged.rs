@@ -1,6 +1,8 @@
 //! Paged KV reuse is exact, and batching does not change results.
 
-use sglrs_runtime::executor::{Batch, CpuExecutor, ExecConfig, Executor, ExecError, KvCapacity, LogitsWanted, SeqChunk};
+use sglrs_runtime::executor::{
+    Batch, CpuExecutor, ExecConfig, ExecError, Executor, KvCapacity, LogitsWanted, SeqChunk,
+};
 use sglrs_runtime::model::gguf::load_gguf;
 use sglrs_runtime::model::{default_model_path, ModelConfig, ModelWeights};
 use std::sync::OnceLock;
@@ -15,12 +17,19 @@ fn model() -> &'static (ModelConfig, ModelWeights) {
 
 fn exec(page_size: usize, pages: usize) -> CpuExecutor {
     let m = model();
-    let cfg = ExecConfig { page_size, kv: KvCapacity::Pages(pages), threads: 2, ..ExecConfig::default() };
+    let cfg = ExecConfig {
+        page_size,
+        kv: KvCapacity::Pages(pages),
+        threads: 2,
+        ..ExecConfig::default()
+    };
     CpuExecutor::new(&m.0, &m.1, &cfg).unwrap()
 }
 
 fn tokens(n: usize, seed: u32) -> Vec<u32> {
-    (0..n as u32).map(|i| (i.wrapping_mul(2654435761) ^ seed.wrapping_mul(40503)) % 49000 + 100).collect()
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(2654435761) ^ seed.wrapping_mul(40503)) % 49000 + 100)
+        .collect()
 }
 
 fn argmax(row: &[f32]) -> u32 {
@@ -36,21 +45,49 @@ fn argmax(row: &[f32]) -> u32 {
 #[test]
 fn prefix_then_rest_equals_one_prefill() {
     let toks = tokens(100, 1);
-    for (ps, splits) in [(1usize, vec![1, 37, 99]), (16, vec![16, 23, 64]), (64, vec![64, 40, 1])] {
+    for (ps, splits) in [
+        (1usize, vec![1, 37, 99]),
+        (16, vec![16, 23, 64]),
+        (64, vec![64, 40, 1]),
+    ] {
         let npages = toks.len().div_ceil(ps);
         let mut ex = exec(ps, 2 * npages + 1);
         // The whole sequence on pages 0..npages.
         let pages_a: Vec<u32> = (0..npages as u32).collect();
         let whole = ex
-            .forward(&Batch { seqs: vec![SeqChunk { tokens: &toks, start_pos: 0, pages: &pages_a, logits: LogitsWanted::All }] })
+            .forward(&Batch {
+                seqs: vec![SeqChunk {
+                    tokens: &toks,
+                    start_pos: 0,
+                    pages: &pages_a,
+                    logits: LogitsWanted::All,
+                }],
+            })
             .unwrap();
         for k in splits {
             // The same sequence on other pages, in reverse order, in two chunks.
-            let pages_b: Vec<u32> = (0..npages as u32).rev().map(|p| p + npages as u32 + 1).collect();
-            ex.forward(&Batch { seqs: vec![SeqChunk { tokens: &toks[..k], start_pos: 0, pages: &pages_b, logits: LogitsWanted::None }] })
-                .unwrap();
+            let pages_b: Vec<u32> = (0..npages as u32)
+                .rev()
+                .map(|p| p + npages as u32 + 1)
+                .collect();
+            ex.forward(&Batch {
+                seqs: vec![SeqChunk {
+                    tokens: &toks[..k],
+                    start_pos: 0,
+                    pages: &pages_b,
+                    logits: LogitsWanted::None,
+                }],
+            })
+            .unwrap();
             let rest = ex
-                .forward(&Batch { seqs: vec![SeqChunk { tokens: &toks[k..], start_pos: k, pages: &pages_b, logits: LogitsWanted::All }] })
+                .forward(&Batch {
+                    seqs: vec![SeqChunk {
+                        tokens: &toks[k..],
+                        start_pos: k,
+                        pages: &pages_b,
+                        logits: LogitsWanted::All,
+                    }],
+                })
                 .unwrap();
             assert_eq!(rest.rows.len(), toks.len() - k);
             let mut max_d = 0.0f32;
@@ -69,7 +106,12 @@ fn prefix_then_rest_equals_one_prefill() {
 
 /// Greedy-decodes `steps` tokens for each prompt, either one sequence at a time or all in
 /// one batch per step.
-fn decode(ex: &mut CpuExecutor, prompts: &[Vec<u32>], steps: usize, batched: bool) -> Vec<Vec<u32>> {
+fn decode(
+    ex: &mut CpuExecutor,
+    prompts: &[Vec<u32>],
+    steps: usize,
+    batched: bool,
+) -> Vec<Vec<u32>> {
     let ps = ex.kv_layout().page_size;
     let per = (prompts.iter().map(|p| p.len()).max().unwrap() + steps).div_ceil(ps);
     // Interleaved page ids, so that sequences' pages are not contiguous.
@@ -77,14 +119,22 @@ fn decode(ex: &mut CpuExecutor, prompts: &[Vec<u32>], steps: usize, batched: boo
         .map(|i| (0..per).map(|j| (j * prompts.len() + i) as u32).collect())
         .collect();
     let mut seqs: Vec<Vec<u32>> = prompts.to_vec();
-    let groups: Vec<Vec<usize>> =
-        if batched { vec![(0..prompts.len()).collect()] } else { (0..prompts.len()).map(|i| vec![i]).collect() };
+    let groups: Vec<Vec<usize>> = if batched {
+        vec![(0..prompts.len()).collect()]
+    } else {
+        (0..prompts.len()).map(|i| vec![i]).collect()
+    };
     for g in groups {
         // Prefill (all of the group's prompts in one batch), then decode step by step.
         let batch = Batch {
             seqs: g
                 .iter()
-                .map(|&i| SeqChunk { tokens: &prompts[i], start_pos: 0, pages: &tables[i], logits: LogitsWanted::Last })
+                .map(|&i| SeqChunk {
+                    tokens: &prompts[i],
+                    start_pos: 0,
+                    pages: &tables[i],
+                    logits: LogitsWanted::Last,
+                })
                 .collect(),
         };
         let l = ex.forward(&batch).unwrap();
@@ -99,7 +149,12 @@ fn decode(ex: &mut CpuExecutor, prompts: &[Vec<u32>], steps: usize, batched: boo
                     .iter()
                     .map(|&i| {
                         let s = &snapshot[i];
-                        SeqChunk { tokens: &s[s.len() - 1..], start_pos: s.len() - 1, pages: &tables[i], logits: LogitsWanted::Last }
+                        SeqChunk {
+                            tokens: &s[s.len() - 1..],
+                            start_pos: s.len() - 1,
+                            pages: &tables[i],
+                            logits: LogitsWanted::Last,
+                        }
                     })
                     .collect(),
             };
@@ -109,7 +164,10 @@ fn decode(ex: &mut CpuExecutor, prompts: &[Vec<u32>], steps: usize, batched: boo
             }
         }
     }
-    seqs.iter().zip(prompts).map(|(s, p)| s[p.len()..].to_vec()).collect()
+    seqs.iter()
+        .zip(prompts)
+        .map(|(s, p)| s[p.len()..].to_vec())
+        .collect()
 }
 
 #[test]
@@ -126,12 +184,40 @@ fn bad_batches_are_rejected_with_clear_errors() {
     let mut ex = exec(16, 4);
     let toks = tokens(20, 3);
     let one = [0u32];
-    let r = ex.forward(&Batch { seqs: vec![SeqChunk { tokens: &toks, start_pos: 0, pages: &one, logits: LogitsWanted::Last }] });
-    assert!(matches!(r, Err(ExecError::PagesTooShort { seq: 0, covered: 16, needed: 20 })));
+    let r = ex.forward(&Batch {
+        seqs: vec![SeqChunk {
+            tokens: &toks,
+            start_pos: 0,
+            pages: &one,
+            logits: LogitsWanted::Last,
+        }],
+    });
+    assert!(matches!(
+        r,
+        Err(ExecError::PagesTooShort {
+            seq: 0,
+            covered: 16,
+            needed: 20
+        })
+    ));
     let bad_page = [0u32, 9];
-    let r = ex.forward(&Batch { seqs: vec![SeqChunk { tokens: &toks, start_pos: 0, pages: &bad_page, logits: LogitsWanted::Last }] });
+    let r = ex.forward(&Batch {
+        seqs: vec![SeqChunk {
+            tokens: &toks,
+            start_pos: 0,
+            pages: &bad_page,
+            logits: LogitsWanted::Last,
+        }],
+    });
     assert!(matches!(r, Err(ExecError::BadPage(9))));
     let bad_tok = [1u32 << 30];
-    let r = ex.forward(&Batch { seqs: vec![SeqChunk { tokens: &bad_tok, start_pos: 0, pages: &one, logits: LogitsWanted::Last }] });
+    let r = ex.forward(&Batch {
+        seqs: vec![SeqChunk {
+            tokens: &bad_tok,
+            start_pos: 0,
+            pages: &one,
+            logits: LogitsWanted::Last,
+        }],
+    });
     assert!(matches!(r, Err(ExecError::BadToken(_))));
 }

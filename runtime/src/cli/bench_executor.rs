@@ -5,7 +5,9 @@
 //! With `--json` the last line is
 //! `{"prefill_tok_s": …, "decode_tok_s": {"1": …, "8": …, "32": …}}`.
 
-use crate::executor::{Batch, CpuExecutor, ExecConfig, Executor, KvCapacity, LogitsWanted, SeqChunk};
+use crate::executor::{
+    Batch, CpuExecutor, ExecConfig, Executor, KvCapacity, LogitsWanted, SeqChunk,
+};
 use crate::model::{self, LoadOptions};
 use anyhow::Context;
 use std::path::PathBuf;
@@ -78,31 +80,52 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
     // Prefill.
     let prompt = synthetic_tokens(args.prefill_tokens, 1, vocab);
     let need = args.prefill_tokens.div_ceil(ps);
-    anyhow::ensure!(need <= pages.len(), "KV pool too small for the prefill prompt");
+    anyhow::ensure!(
+        need <= pages.len(),
+        "KV pool too small for the prefill prompt"
+    );
     let mut best_prefill = f64::INFINITY;
     for _ in 0..args.repeat.max(1) {
         let t = Instant::now();
         let batch = Batch {
-            seqs: vec![SeqChunk { tokens: &prompt, start_pos: 0, pages: &pages[..need], logits: LogitsWanted::Last }],
+            seqs: vec![SeqChunk {
+                tokens: &prompt,
+                start_pos: 0,
+                pages: &pages[..need],
+                logits: LogitsWanted::Last,
+            }],
         };
         exec.forward(&batch)?;
         best_prefill = best_prefill.min(t.elapsed().as_secs_f64());
     }
     let prefill_tok_s = args.prefill_tokens as f64 / best_prefill;
-    eprintln!("prefill {} tokens: {:.3} s, {prefill_tok_s:.1} tok/s", args.prefill_tokens, best_prefill);
+    eprintln!(
+        "prefill {} tokens: {:.3} s, {prefill_tok_s:.1} tok/s",
+        args.prefill_tokens, best_prefill
+    );
 
     let mut decode = Vec::new();
     const PROMPT: usize = 64;
     for &b in &args.batch {
         let per = (PROMPT + args.decode_steps).div_ceil(ps);
-        anyhow::ensure!(b * per <= pages.len(), "KV pool too small for decode batch {b}");
+        anyhow::ensure!(
+            b * per <= pages.len(),
+            "KV pool too small for decode batch {b}"
+        );
         let tables: Vec<&[u32]> = (0..b).map(|i| &pages[i * per..(i + 1) * per]).collect();
         let mut best = f64::INFINITY;
         for _ in 0..args.repeat.max(1) {
-            let prompts: Vec<Vec<u32>> = (0..b).map(|i| synthetic_tokens(PROMPT, 100 + i as u64, vocab)).collect();
+            let prompts: Vec<Vec<u32>> = (0..b)
+                .map(|i| synthetic_tokens(PROMPT, 100 + i as u64, vocab))
+                .collect();
             let batch = Batch {
                 seqs: (0..b)
-                    .map(|i| SeqChunk { tokens: &prompts[i], start_pos: 0, pages: tables[i], logits: LogitsWanted::Last })
+                    .map(|i| SeqChunk {
+                        tokens: &prompts[i],
+                        start_pos: 0,
+                        pages: tables[i],
+                        logits: LogitsWanted::Last,
+                    })
                     .collect(),
             };
             let l = exec.forward(&batch)?;
@@ -111,7 +134,12 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
             for step in 0..args.decode_steps {
                 let batch = Batch {
                     seqs: (0..b)
-                        .map(|i| SeqChunk { tokens: &last[i], start_pos: PROMPT + step, pages: tables[i], logits: LogitsWanted::Last })
+                        .map(|i| SeqChunk {
+                            tokens: &last[i],
+                            start_pos: PROMPT + step,
+                            pages: tables[i],
+                            logits: LogitsWanted::Last,
+                        })
                         .collect(),
                 };
                 let l = exec.forward(&batch)?;
@@ -122,10 +150,16 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
             best = best.min(t.elapsed().as_secs_f64());
         }
         let tok_s = (b * args.decode_steps) as f64 / best;
-        eprintln!("decode batch {b}: {} steps in {best:.3} s, {tok_s:.1} tok/s", args.decode_steps);
+        eprintln!(
+            "decode batch {b}: {} steps in {best:.3} s, {tok_s:.1} tok/s",
+            args.decode_steps
+        );
         decode.push((b, tok_s));
     }
-    Ok(ExecutorBench { prefill_tok_s, decode_tok_s: decode })
+    Ok(ExecutorBench {
+        prefill_tok_s,
+        decode_tok_s: decode,
+    })
 }
 
 /// Entry point of `sglrs bench executor`.
@@ -133,10 +167,12 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
     let path = args.model.clone().unwrap_or_else(model::default_model_path);
     // The benchmark needs no tokenizer: a GGUF file loads without one.
     let (config, weights) = if path.is_dir() {
-        let m = model::load(&path, &LoadOptions::default()).with_context(|| format!("loading {}", path.display()))?;
+        let m = model::load(&path, &LoadOptions::default())
+            .with_context(|| format!("loading {}", path.display()))?;
         (m.config, m.weights)
     } else {
-        let (c, w, _) = model::gguf::load_gguf(&path).with_context(|| format!("loading {}", path.display()))?;
+        let (c, w, _) =
+            model::gguf::load_gguf(&path).with_context(|| format!("loading {}", path.display()))?;
         (c, w)
     };
     let mut cfg = ExecConfig::default();
@@ -157,14 +193,23 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
     let r = bench(&mut exec, args)?;
     println!("| measurement | tokens/s |");
     println!("|---|---|");
-    println!("| prefill ({} tokens) | {:.1} |", args.prefill_tokens, r.prefill_tok_s);
+    println!(
+        "| prefill ({} tokens) | {:.1} |",
+        args.prefill_tokens, r.prefill_tok_s
+    );
     for (b, t) in &r.decode_tok_s {
         println!("| decode, batch {b} (aggregate) | {t:.1} |");
     }
     if args.json {
-        let decode: serde_json::Map<String, serde_json::Value> =
-            r.decode_tok_s.iter().map(|(b, t)| (b.to_string(), serde_json::json!(round1(*t)))).collect();
-        println!("{}", serde_json::json!({ "prefill_tok_s": round1(r.prefill_tok_s), "decode_tok_s": decode }));
+        let decode: serde_json::Map<String, serde_json::Value> = r
+            .decode_tok_s
+            .iter()
+            .map(|(b, t)| (b.to_string(), serde_json::json!(round1(*t))))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "prefill_tok_s": round1(r.prefill_tok_s), "decode_tok_s": decode })
+        );
     }
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! `sglrs generate`: run one prompt through the CPU executor and print the continuation.
 
 use crate::chat::{Message, RenderOptions};
-use crate::executor::{Batch, CpuExecutor, ExecConfig, Executor, KvCapacity, LogitsWanted, SeqChunk};
+use crate::executor::{
+    Batch, CpuExecutor, ExecConfig, Executor, KvCapacity, LogitsWanted, SeqChunk,
+};
 use crate::model::{self, LoadOptions};
 use crate::sampler::{sample, SamplerState, SamplingConfig};
 use anyhow::Context;
@@ -39,13 +41,17 @@ pub struct GenerateArgs {
 /// prefill and decode speed on stderr.
 pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
     let path = args.model.clone().unwrap_or_else(model::default_model_path);
-    let loaded = model::load(&path, &LoadOptions::default()).with_context(|| format!("loading {}", path.display()))?;
+    let loaded = model::load(&path, &LoadOptions::default())
+        .with_context(|| format!("loading {}", path.display()))?;
     let text = if args.chat {
         let tmpl = loaded
             .chat_template
             .as_ref()
             .context("the model has no chat template; drop --chat")?;
-        let opts = RenderOptions { add_generation_prompt: true, ..RenderOptions::default() };
+        let opts = RenderOptions {
+            add_generation_prompt: true,
+            ..RenderOptions::default()
+        };
         tmpl.render(&[Message::new("user", args.prompt.clone())], &opts)?
     } else {
         args.prompt.clone()
@@ -61,9 +67,17 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
     let pages_needed = total.div_ceil(cfg.page_size);
     cfg.kv = KvCapacity::Pages(pages_needed);
     let mut exec = CpuExecutor::new(&loaded.config, &loaded.weights, &cfg)?;
-    anyhow::ensure!(total <= exec.max_context(), "prompt + max tokens exceed the context length {}", exec.max_context());
+    anyhow::ensure!(
+        total <= exec.max_context(),
+        "prompt + max tokens exceed the context length {}",
+        exec.max_context()
+    );
     let pages: Vec<u32> = (0..pages_needed as u32).collect();
-    let sampling = SamplingConfig { temperature: args.temperature, seed: args.seed, ..SamplingConfig::default() };
+    let sampling = SamplingConfig {
+        temperature: args.temperature,
+        seed: args.seed,
+        ..SamplingConfig::default()
+    };
     let mut state = SamplerState::new(&sampling, &prompt, 0);
 
     let mut ids = prompt.clone();
@@ -73,9 +87,18 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut prefill_s = 0.0;
     for step in 0..args.max_tokens {
-        let (chunk, start) = if step == 0 { (&ids[..], 0) } else { (&ids[ids.len() - 1..], ids.len() - 1) };
+        let (chunk, start) = if step == 0 {
+            (&ids[..], 0)
+        } else {
+            (&ids[ids.len() - 1..], ids.len() - 1)
+        };
         let batch = Batch {
-            seqs: vec![SeqChunk { tokens: chunk, start_pos: start, pages: &pages, logits: LogitsWanted::Last }],
+            seqs: vec![SeqChunk {
+                tokens: chunk,
+                start_pos: start,
+                pages: &pages,
+                logits: LogitsWanted::Last,
+            }],
         };
         let mut logits = exec.forward(&batch)?;
         if step == 0 {

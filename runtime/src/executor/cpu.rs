@@ -168,8 +168,17 @@ thread_local! {
 
 impl CpuExecutor {
     /// Repacks the weights for the kernels and allocates the KV pool.
-    pub fn new(cfg: &ModelConfig, w: &ModelWeights, ec: &ExecConfig) -> Result<CpuExecutor, BuildError> {
-        let (h, hd, nh, nkv) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
+    pub fn new(
+        cfg: &ModelConfig,
+        w: &ModelWeights,
+        ec: &ExecConfig,
+    ) -> Result<CpuExecutor, BuildError> {
+        let (h, hd, nh, nkv) = (
+            cfg.hidden_size,
+            cfg.head_dim,
+            cfg.num_heads,
+            cfg.num_kv_heads,
+        );
         if h == 0 || hd == 0 || nh == 0 || nkv == 0 || nh % nkv != 0 || hd % 2 != 0 {
             return Err(BuildError::Config(format!(
                 "hidden {h}, head_dim {hd}, heads {nh}, kv heads {nkv}"
@@ -206,7 +215,11 @@ impl CpuExecutor {
                 for (src, off, len) in [(&l.bq, 0, qd), (&l.bk, qd, kvd), (&l.bv, qd + kvd, kvd)] {
                     if let Some(v) = src {
                         if v.len() != len {
-                            return Err(BuildError::Config(format!("{}: bias of {} values, {len} expected", n("attn"), v.len())));
+                            return Err(BuildError::Config(format!(
+                                "{}: bias of {} values, {len} expected",
+                                n("attn"),
+                                v.len()
+                            )));
                         }
                         b[off..off + len].copy_from_slice(v);
                     }
@@ -296,7 +309,11 @@ impl CpuExecutor {
             {
                 return Err(ExecError::BadPage(p));
             }
-            if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            if let Some(&t) = s
+                .tokens
+                .iter()
+                .find(|&&t| t as usize >= self.cfg.vocab_size)
+            {
                 return Err(ExecError::BadToken(t));
             }
         }
@@ -337,7 +354,12 @@ impl Executor for CpuExecutor {
             s,
         } = self;
         let isa = *isa;
-        let (h, hd, nh, nkv) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
+        let (h, hd, nh, nkv) = (
+            cfg.hidden_size,
+            cfg.head_dim,
+            cfg.num_heads,
+            cfg.num_kv_heads,
+        );
         let (qd, kvd, inter) = (nh * hd, nkv * hd, cfg.intermediate_size);
         let qkv_w = qd + 2 * kvd;
         let ps = kv.layout().page_size;
@@ -406,7 +428,12 @@ impl Executor for CpuExecutor {
             // Attention block.
             s.h.resize(n * h, 0.0);
             for t in 0..n {
-                rms_norm(&s.x[t * h..(t + 1) * h], &layer.attn_norm, eps, &mut s.h[t * h..(t + 1) * h]);
+                rms_norm(
+                    &s.x[t * h..(t + 1) * h],
+                    &layer.attn_norm,
+                    eps,
+                    &mut s.h[t * h..(t + 1) * h],
+                );
             }
             s.acts.quantize(&s.h, n, h);
             s.qkv.resize(n * qkv_w, 0.0);
@@ -428,7 +455,13 @@ impl Executor for CpuExecutor {
                 }
                 let q = &batch.seqs[seq_of[t]];
                 let p = pos_of[t];
-                kv.write_token(li, q.pages[p / ps] as usize, p % ps, &row[qd..qd + kvd], &row[qd + kvd..]);
+                kv.write_token(
+                    li,
+                    q.pages[p / ps] as usize,
+                    p % ps,
+                    &row[qd..qd + kvd],
+                    &row[qd + kvd..],
+                );
             }
             s.attn.resize(n * qd, 0.0);
             {
@@ -447,10 +480,14 @@ impl Executor for CpuExecutor {
                         for chunk in rows.chunks(4) {
                             let qs: Vec<&[f32]> = chunk
                                 .iter()
-                                .map(|&(t, hh)| &qkv[t * qkv_w + hh * hd..t * qkv_w + (hh + 1) * hd])
+                                .map(|&(t, hh)| {
+                                    &qkv[t * qkv_w + hh * hd..t * qkv_w + (hh + 1) * hd]
+                                })
                                 .collect();
-                            let lens: Vec<usize> =
-                                chunk.iter().map(|&(t, _)| task.pos0 + (t - task.t0) + 1).collect();
+                            let lens: Vec<usize> = chunk
+                                .iter()
+                                .map(|&(t, _)| task.pos0 + (t - task.t0) + 1)
+                                .collect();
                             // SAFETY: each (token, head) output slice is written by one task only.
                             let mut outs: Vec<&mut [f32]> = chunk
                                 .iter()
@@ -458,7 +495,17 @@ impl Executor for CpuExecutor {
                                     std::slice::from_raw_parts_mut(out.0.add(t * qd + hh * hd), hd)
                                 })
                                 .collect();
-                            attend(isa, &AttnTile { q: &qs, lens: &lens }, g, scale, scores, &mut outs);
+                            attend(
+                                isa,
+                                &AttnTile {
+                                    q: &qs,
+                                    lens: &lens,
+                                },
+                                g,
+                                scale,
+                                scores,
+                                &mut outs,
+                            );
                         }
                     });
                 });
@@ -470,7 +517,12 @@ impl Executor for CpuExecutor {
 
             // MLP block.
             for t in 0..n {
-                rms_norm(&s.x[t * h..(t + 1) * h], &layer.ffn_norm, eps, &mut s.h[t * h..(t + 1) * h]);
+                rms_norm(
+                    &s.x[t * h..(t + 1) * h],
+                    &layer.ffn_norm,
+                    eps,
+                    &mut s.h[t * h..(t + 1) * h],
+                );
             }
             s.acts.quantize(&s.h, n, h);
             s.gu.resize(n * 2 * inter, 0.0);
@@ -478,7 +530,11 @@ impl Executor for CpuExecutor {
             s.act.resize(n * inter, 0.0);
             for t in 0..n {
                 let gu = &s.gu[t * 2 * inter..(t + 1) * 2 * inter];
-                silu_mul(&gu[..inter], &gu[inter..], &mut s.act[t * inter..(t + 1) * inter]);
+                silu_mul(
+                    &gu[..inter],
+                    &gu[inter..],
+                    &mut s.act[t * inter..(t + 1) * inter],
+                );
             }
             s.acts.quantize(&s.act, n, inter);
             layer.down.matmul(pool, isa, &s.act, &s.acts, n, &mut s.o);
@@ -496,9 +552,9 @@ impl Executor for CpuExecutor {
                     }
                 }
                 LogitsWanted::All => logits.rows.extend((0..len).map(|j| (i, j))),
-                LogitsWanted::Offsets(offs) => {
-                    logits.rows.extend(offs.iter().filter(|&&j| j < len).map(|&j| (i, j)))
-                }
+                LogitsWanted::Offsets(offs) => logits
+                    .rows
+                    .extend(offs.iter().filter(|&&j| j < len).map(|&j| (i, j))),
             }
         }
         let m = logits.rows.len();
@@ -508,7 +564,12 @@ impl Executor for CpuExecutor {
         s.h.resize(m * h, 0.0);
         for (r, &(i, j)) in logits.rows.iter().enumerate() {
             let t = first[i] + j;
-            rms_norm(&s.x[t * h..(t + 1) * h], final_norm, eps, &mut s.h[r * h..(r + 1) * h]);
+            rms_norm(
+                &s.x[t * h..(t + 1) * h],
+                final_norm,
+                eps,
+                &mut s.h[r * h..(r + 1) * h],
+            );
         }
         s.acts.quantize(&s.h[..m * h], m, h);
         logits.data = vec![0.0; m * cfg.vocab_size];

@@ -71,7 +71,14 @@ impl KvPool {
 
     /// Gathers K and V of `kv_head` for positions `0..len` of a sequence with page table
     /// `pages` into `g` (f32).
-    pub fn gather(&self, layer: usize, pages: &[u32], kv_head: usize, len: usize, g: &mut KvGather) {
+    pub fn gather(
+        &self,
+        layer: usize,
+        pages: &[u32],
+        kv_head: usize,
+        len: usize,
+        g: &mut KvGather,
+    ) {
         let l = &self.layout;
         let hd = l.head_dim;
         let es = l.dtype.size();
@@ -87,7 +94,11 @@ impl KvPool {
             for (d, &kv) in tmp.iter().enumerate() {
                 g.kt[d * g.stride + pos] = kv;
             }
-            load(l.dtype, &raw[voff..voff + hd * es], &mut g.v[pos * hd..(pos + 1) * hd]);
+            load(
+                l.dtype,
+                &raw[voff..voff + hd * es],
+                &mut g.v[pos * hd..(pos + 1) * hd],
+            );
         }
     }
 
@@ -153,10 +164,12 @@ fn load(dtype: KvDtype, src: &[u8], dst: &mut [f32]) {
         let n = src.len() / 2;
         match dtype {
             KvDtype::F16 => unsafe {
-                std::slice::from_raw_parts(src.as_ptr() as *const f16, n).convert_to_f32_slice(&mut dst[..n])
+                std::slice::from_raw_parts(src.as_ptr() as *const f16, n)
+                    .convert_to_f32_slice(&mut dst[..n])
             },
             _ => unsafe {
-                std::slice::from_raw_parts(src.as_ptr() as *const bf16, n).convert_to_f32_slice(&mut dst[..n])
+                std::slice::from_raw_parts(src.as_ptr() as *const bf16, n)
+                    .convert_to_f32_slice(&mut dst[..n])
             },
         }
         return;
@@ -215,7 +228,13 @@ mod tests {
         let mut g2 = KvGather::default();
         other.gather(1, &[1, 0], 1, 6, &mut g2);
         assert_eq!(g2.v[..], g.v[..6 * 4]);
-        assert!(matches!(pool.read_pages(&[9], &mut buf[..layout.page_bytes()]), Err(ExecError::BadPage(9))));
-        assert!(matches!(pool.read_pages(&[1], &mut buf), Err(ExecError::BadBuffer { .. })));
+        assert!(matches!(
+            pool.read_pages(&[9], &mut buf[..layout.page_bytes()]),
+            Err(ExecError::BadPage(9))
+        ));
+        assert!(matches!(
+            pool.read_pages(&[1], &mut buf),
+            Err(ExecError::BadBuffer { .. })
+        ));
     }
 }

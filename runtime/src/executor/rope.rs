@@ -27,7 +27,11 @@ impl Rope {
                 high_freq_factor,
                 original_max_position_embeddings,
             } => {
-                let (f, lo, hi) = (factor as f64, low_freq_factor as f64, high_freq_factor as f64);
+                let (f, lo, hi) = (
+                    factor as f64,
+                    low_freq_factor as f64,
+                    high_freq_factor as f64,
+                );
                 let orig = original_max_position_embeddings as f64;
                 let (lo_wl, hi_wl) = (orig / lo, orig / hi);
                 for fr in inv_freq.iter_mut() {
@@ -41,7 +45,10 @@ impl Rope {
                 }
             }
         }
-        Rope { inv_freq, pos_scale }
+        Rope {
+            inv_freq,
+            pos_scale,
+        }
     }
 
     /// Appends `(cos, sin)` of every pair at `pos` to `out` (`head_dim / 2` entries).

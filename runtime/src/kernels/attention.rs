@@ -157,7 +157,10 @@ unsafe fn attend_n<const N: usize>(
         let mut sum = _mm512_setzero_ps();
         for pb in 0..blocks {
             let m = lane_mask(len, pb);
-            let e = _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(_mm512_loadu_ps(row.add(pb * 16)), mxv)));
+            let e = _mm512_maskz_mov_ps(
+                m,
+                exp512(_mm512_sub_ps(_mm512_loadu_ps(row.add(pb * 16)), mxv)),
+            );
             _mm512_storeu_ps(row.add(pb * 16), e);
             sum = _mm512_add_ps(sum, e);
         }
@@ -222,17 +225,28 @@ mod tests {
             for nq in 1..=4 {
                 let mut outs = vec![vec![0.0f32; hd]; nq];
                 let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-                let tile = AttnTile { q: &qrefs[..nq], lens: &lens[..nq] };
+                let tile = AttnTile {
+                    q: &qrefs[..nq],
+                    lens: &lens[..nq],
+                };
                 attend(isa, &tile, &g, scale, &mut Vec::new(), &mut refs);
                 for i in 0..nq {
                     let s: Vec<f64> = (0..lens[i])
-                        .map(|p| (0..hd).map(|d| (qs[i][d] * k[p * hd + d]) as f64).sum::<f64>() * scale as f64)
+                        .map(|p| {
+                            (0..hd)
+                                .map(|d| (qs[i][d] * k[p * hd + d]) as f64)
+                                .sum::<f64>()
+                                * scale as f64
+                        })
                         .collect();
                     let mx = s.iter().cloned().fold(f64::MIN, f64::max);
                     let w: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
                     let z: f64 = w.iter().sum();
                     for d in 0..hd {
-                        let want: f64 = (0..lens[i]).map(|p| w[p] * v[p * hd + d] as f64).sum::<f64>() / z;
+                        let want: f64 = (0..lens[i])
+                            .map(|p| w[p] * v[p * hd + d] as f64)
+                            .sum::<f64>()
+                            / z;
                         assert!((outs[i][d] as f64 - want).abs() < 1e-5, "{isa:?} q{i} d{d}");
                     }
                 }

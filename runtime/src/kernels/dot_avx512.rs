@@ -147,6 +147,12 @@ unsafe fn tile<const R: usize, const T: usize, const NIB: bool>(
 /// # Safety
 /// Same contract as the x86 version.
 #[cfg(not(target_arch = "x86_64"))]
-pub(super) unsafe fn matmul_rows(w: &QuantMatrix, r0: usize, r1: usize, a: &QuantActs, out: *mut f32) {
+pub(super) unsafe fn matmul_rows(
+    w: &QuantMatrix,
+    r0: usize,
+    r1: usize,
+    a: &QuantActs,
+    out: *mut f32,
+) {
     super::dot_scalar::matmul_rows(w, r0, r1, a, out)
 }

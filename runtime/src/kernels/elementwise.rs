@@ -87,7 +87,11 @@ mod tests {
         silu_mul(&g, &u, &mut out);
         for i in 0..100 {
             let want = g[i] / (1.0 + (-g[i]).exp()) * u[i];
-            assert!((out[i] - want).abs() <= 1e-5 * (1.0 + want.abs()), "{i}: {} {want}", out[i]);
+            assert!(
+                (out[i] - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "{i}: {} {want}",
+                out[i]
+            );
         }
     }
 

@@ -12,10 +12,10 @@
 //! dequantize-then-dot reference.
 
 pub mod attention;
-pub mod elementwise;
 mod dot_avx2;
 mod dot_avx512;
 mod dot_scalar;
+pub mod elementwise;
 pub mod packed;
 pub mod pool;
 pub mod quant;

@@ -260,10 +260,18 @@ mod tests {
         T::from_float(x, &mut blocks);
         // SAFETY: plain repr(C) blocks.
         let bytes = unsafe {
-            std::slice::from_raw_parts(blocks.as_ptr() as *const u8, std::mem::size_of_val(&blocks[..]))
+            std::slice::from_raw_parts(
+                blocks.as_ptr() as *const u8,
+                std::mem::size_of_val(&blocks[..]),
+            )
         }
         .to_vec();
-        Weight { dtype, rows, cols, data: Bytes::from(bytes) }
+        Weight {
+            dtype,
+            rows,
+            cols,
+            data: Bytes::from(bytes),
+        }
     }
 
     /// Naive reference: dequantize the weight and the quantized activations, dot in f64.
@@ -298,7 +306,11 @@ mod tests {
                 let mut got = vec![0.0; n * w.rows];
                 p.matmul(&pool, isa, &x, &acts, n, &mut got);
                 // Q4_1 pairs its minimums with llama.cpp's f16-rounded sums; the others are exact.
-                let tol = if w.dtype == WeightType::Q4_1 { 1e-3 } else { 1e-4 };
+                let tol = if w.dtype == WeightType::Q4_1 {
+                    1e-3
+                } else {
+                    1e-4
+                };
                 for (i, (g, e)) in got.iter().zip(&want).enumerate() {
                     assert!(
                         (g - e).abs() <= tol * (1.0 + e.abs()),
@@ -316,9 +328,18 @@ mod tests {
         for (rows, cols) in [(37, 96), (64, 576)] {
             let x = rand_vec(rows * cols, 5);
             for n in [1, 2, 3, 4, 5, 9] {
-                check(&quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1), n);
-                check(&quantized::<k_quants::BlockQ4_0>(&x, rows, cols, WeightType::Q4_0), n);
-                check(&quantized::<k_quants::BlockQ8_0>(&x, rows, cols, WeightType::Q8_0), n);
+                check(
+                    &quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1),
+                    n,
+                );
+                check(
+                    &quantized::<k_quants::BlockQ4_0>(&x, rows, cols, WeightType::Q4_0),
+                    n,
+                );
+                check(
+                    &quantized::<k_quants::BlockQ8_0>(&x, rows, cols, WeightType::Q8_0),
+                    n,
+                );
             }
         }
     }
@@ -326,8 +347,14 @@ mod tests {
     #[test]
     fn stacked_and_f32_matmuls_match() {
         let (rows, cols) = (20, 256);
-        let a = quantized::<k_quants::BlockQ4_1>(&rand_vec(rows * cols, 1), rows, cols, WeightType::Q4_1);
-        let b = quantized::<k_quants::BlockQ4K>(&rand_vec(rows * cols, 2), rows, cols, WeightType::Q4K);
+        let a = quantized::<k_quants::BlockQ4_1>(
+            &rand_vec(rows * cols, 1),
+            rows,
+            cols,
+            WeightType::Q4_1,
+        );
+        let b =
+            quantized::<k_quants::BlockQ4K>(&rand_vec(rows * cols, 2), rows, cols, WeightType::Q4K);
         let x = rand_vec(3 * cols, 4);
         let mut acts = QuantActs::default();
         acts.quantize(&x, 3, cols);
@@ -340,8 +367,16 @@ mod tests {
         let (wa, wb) = (dequantize(&a).unwrap(), dequantize(&b).unwrap());
         for t in 0..3 {
             for r in 0..2 * rows {
-                let w = if r < rows { &wa[r * cols..(r + 1) * cols] } else { &wb[(r - rows) * cols..(r - rows + 1) * cols] };
-                let e: f32 = w.iter().zip(&x[t * cols..(t + 1) * cols]).map(|(p, q)| p * q).sum();
+                let w = if r < rows {
+                    &wa[r * cols..(r + 1) * cols]
+                } else {
+                    &wb[(r - rows) * cols..(r - rows + 1) * cols]
+                };
+                let e: f32 = w
+                    .iter()
+                    .zip(&x[t * cols..(t + 1) * cols])
+                    .map(|(p, q)| p * q)
+                    .sum();
                 assert!((got[t * 2 * rows + r] - e).abs() < 1e-3 * (1.0 + e.abs()));
             }
         }

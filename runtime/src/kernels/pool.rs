@@ -53,7 +53,9 @@ pub struct ThreadPool {
 
 impl std::fmt::Debug for ThreadPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ThreadPool").field("threads", &self.threads()).finish()
+        f.debug_struct("ThreadPool")
+            .field("threads", &self.threads())
+            .finish()
     }
 }
 

@@ -93,7 +93,11 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32, f32) {
         sum += v;
     }
     let d16 = f16::from_f32(d).to_f32();
-    (d16, f16::from_f32(d * sum as f32).to_f32(), d16 * sum as f32)
+    (
+        d16,
+        f16::from_f32(d * sum as f32).to_f32(),
+        d16 * sum as f32,
+    )
 }
 
 /// Why a weight cannot be dequantized.
@@ -210,10 +214,18 @@ pub fn dequantize_row_bytes(t: WeightType, b: &[u8], out: &mut [f32]) {
             }
         }
         WeightType::Q4_0 | WeightType::Q4_1 => {
-            let (bb, off) = if t == WeightType::Q4_0 { (18, 2) } else { (20, 4) };
+            let (bb, off) = if t == WeightType::Q4_0 {
+                (18, 2)
+            } else {
+                (20, 4)
+            };
             for (o, c) in out.chunks_mut(32).zip(b.chunks_exact(bb)) {
                 let d = rd_f16(c, 0);
-                let m = if t == WeightType::Q4_0 { -8.0 * d } else { rd_f16(c, 2) };
+                let m = if t == WeightType::Q4_0 {
+                    -8.0 * d
+                } else {
+                    rd_f16(c, 2)
+                };
                 for j in 0..16 {
                     o[j] = d * (c[off + j] & 0x0F) as f32 + m;
                     o[j + 16] = d * (c[off + j] >> 4) as f32 + m;
@@ -245,10 +257,14 @@ mod tests {
     use candle_core::quantized::{k_quants, GgmlType};
 
     fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect()
