@@ -75,6 +75,14 @@ impl Builder {
         Ok((self.states.len() - 1) as StateId)
     }
 
+    /// Fails with [`CompileError::Timeout`] once the deadline has passed.
+    pub fn check_deadline(&self) -> Result<(), CompileError> {
+        match self.budget.deadline {
+            Some(d) if std::time::Instant::now() > d => Err(CompileError::Timeout),
+            _ => Ok(()),
+        }
+    }
+
     /// Declares a rule with fresh start and end states; its body is built later.
     pub fn new_rule(&mut self) -> Result<RuleId, CompileError> {
         let start = self.state()?;
@@ -146,6 +154,7 @@ impl Builder {
 
     /// Finishes: rule 0 is the root. Trims states that cannot reach their rule's end.
     pub fn finish(self) -> Result<Nfa, CompileError> {
+        self.check_deadline()?;
         let mut nfa = Nfa {
             states: self.states,
             rules: self.rules,

@@ -303,6 +303,7 @@ impl<'a> JsonCompiler<'a> {
         schema: &Value,
         ptr: &str,
     ) -> Result<StateId, CompileError> {
+        self.b.check_deadline()?;
         let map = match schema {
             Value::Bool(true) => return self.any_value(from),
             Value::Bool(false) => return self.nothing(),

@@ -75,6 +75,7 @@ impl JsonCompiler<'_> {
         ptr: &str,
         depth: u32,
     ) -> Result<Value, CompileError> {
+        self.b.check_deadline()?;
         let (a, b) = match (a, b) {
             (Value::Bool(true), x) | (x, Value::Bool(true)) => return Ok(x.clone()),
             (Value::Bool(false), _) | (_, Value::Bool(false)) => return Ok(Value::Bool(false)),
