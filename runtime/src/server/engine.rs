@@ -30,7 +30,12 @@ impl GrammarCompiler {
     pub fn new(vocab: Arc<TokenVocab>) -> Self {
         Self {
             vocab,
-            opts: CompileOptions::default(),
+            // Only declared properties: stricter than the schema, never looser, and what a
+            // small model needs to finish an object instead of inventing keys.
+            opts: CompileOptions {
+                allow_undeclared_properties: false,
+                ..CompileOptions::default()
+            },
             cache: Mutex::new(HashMap::new()),
         }
     }
