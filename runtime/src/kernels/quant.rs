@@ -88,7 +88,10 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32, f32) {
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     let mut sum = 0i32;
     for (qi, &xi) in q.iter_mut().zip(x) {
-        let v = (xi * id).round_ties_even() as i32;
+        // Round half to even via the 1.5 * 2^23 trick (exact for |v| < 2^22; here |v| <= 127):
+        // `round_ties_even` becomes a libm `rintf` call per value without SSE4.1 at compile
+        // time, which was 11% of a prefill profile.
+        let v = ((xi * id + 12_582_912.0) - 12_582_912.0) as i32;
         *qi = v as i8;
         sum += v;
     }
