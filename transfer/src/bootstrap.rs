@@ -47,12 +47,20 @@ pub enum BootstrapError {
 impl BootstrapInfo {
     /// A new request's bootstrap: the prefill host's address and a fresh random room.
     pub fn new_room(host: impl Into<String>, port: u16) -> Self {
-        Self { host: host.into(), port, room: RoomId(rand::random::<u64>()) }
+        Self {
+            host: host.into(),
+            port,
+            room: RoomId(rand::random::<u64>()),
+        }
     }
 
     /// Resolves the prefill host's socket address.
     pub async fn resolve(&self) -> Result<SocketAddr, BootstrapError> {
-        let err = |reason: String| BootstrapError::Resolve { host: self.host.clone(), port: self.port, reason };
+        let err = |reason: String| BootstrapError::Resolve {
+            host: self.host.clone(),
+            port: self.port,
+            reason,
+        };
         tokio::net::lookup_host((self.host.as_str(), self.port))
             .await
             .map_err(|e| err(e.to_string()))?
@@ -79,7 +87,10 @@ impl std::str::FromStr for BootstrapInfo {
         let bad = || BootstrapError::Parse(s.to_string());
         let (addr, room) = s.rsplit_once('/').ok_or_else(bad)?;
         let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
-        let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
         if host.is_empty() {
             return Err(bad());
         }
@@ -102,7 +113,10 @@ pub struct Rendezvous<C, P> {
 
 impl<C, P> Default for Rendezvous<C, P> {
     fn default() -> Self {
-        Self { registered: HashMap::new(), waiting: HashMap::new() }
+        Self {
+            registered: HashMap::new(),
+            waiting: HashMap::new(),
+        }
     }
 }
 
@@ -157,8 +171,15 @@ impl<C: Clone + PartialEq, P> Rendezvous<C, P> {
 
     /// Removes and returns the payloads whose deadline passed.
     pub fn expire(&mut self, now: Instant) -> Vec<(RoomId, P)> {
-        let late: Vec<RoomId> = self.waiting.iter().filter(|(_, (_, d))| *d <= now).map(|(r, _)| *r).collect();
-        late.into_iter().filter_map(|r| self.waiting.remove(&r).map(|(p, _)| (r, p))).collect()
+        let late: Vec<RoomId> = self
+            .waiting
+            .iter()
+            .filter(|(_, (_, d))| *d <= now)
+            .map(|(r, _)| *r)
+            .collect();
+        late.into_iter()
+            .filter_map(|r| self.waiting.remove(&r).map(|(p, _)| (r, p)))
+            .collect()
     }
 
     /// Payloads held, waiting for their registration.
@@ -180,14 +201,21 @@ mod tests {
 
     #[test]
     fn bootstrap_info_roundtrips() {
-        for s in ["prefill-0:8998/12345", "[::1]:7000/1", "10.0.0.2:1/18446744073709551615"] {
+        for s in [
+            "prefill-0:8998/12345",
+            "[::1]:7000/1",
+            "10.0.0.2:1/18446744073709551615",
+        ] {
             let b: BootstrapInfo = s.parse().unwrap();
             assert_eq!(b.to_string(), s);
         }
         for bad in ["host", "host:1", ":1/2", "h:x/2", "h:1/x", "h:70000/1"] {
             assert!(bad.parse::<BootstrapInfo>().is_err(), "{bad}");
         }
-        assert_ne!(BootstrapInfo::new_room("a", 1).room, BootstrapInfo::new_room("a", 1).room);
+        assert_ne!(
+            BootstrapInfo::new_room("a", 1).room,
+            BootstrapInfo::new_room("a", 1).room
+        );
     }
 
     #[test]
@@ -203,7 +231,10 @@ mod tests {
     fn offer_first_then_registration() {
         let now = Instant::now();
         let mut r: Rendezvous<u32, &str> = Rendezvous::default();
-        assert_eq!(r.offer(RoomId(1), "pages", now + Duration::from_secs(1)), Offer::Held);
+        assert_eq!(
+            r.offer(RoomId(1), "pages", now + Duration::from_secs(1)),
+            Offer::Held
+        );
         assert_eq!(r.offer(RoomId(1), "again", now), Offer::Duplicate("again"));
         assert_eq!(r.held().count(), 1);
         assert_eq!(r.register(RoomId(1), 3), Some("pages"));
@@ -216,7 +247,10 @@ mod tests {
         let mut r: Rendezvous<u32, &str> = Rendezvous::default();
         r.offer(RoomId(1), "a", now + Duration::from_secs(1));
         r.offer(RoomId(2), "b", now + Duration::from_secs(5));
-        assert_eq!(r.expire(now + Duration::from_secs(2)), vec![(RoomId(1), "a")]);
+        assert_eq!(
+            r.expire(now + Duration::from_secs(2)),
+            vec![(RoomId(1), "a")]
+        );
         assert_eq!(r.withdraw(RoomId(2)), Some("b"));
         r.register(RoomId(3), 9);
         r.register(RoomId(4), 8);

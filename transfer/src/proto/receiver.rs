@@ -560,6 +560,10 @@ impl TransferReceiver {
 fn room_message(m: &Message) -> bool {
     matches!(
         m,
-        Message::Registered { .. } | Message::Pages { .. } | Message::Aux { .. } | Message::Done { .. } | Message::Abort { room: Some(_), .. }
+        Message::Registered { .. }
+            | Message::Pages { .. }
+            | Message::Aux { .. }
+            | Message::Done { .. }
+            | Message::Abort { room: Some(_), .. }
     )
 }

@@ -745,7 +745,10 @@ impl StoreServer {
         self.now = now;
         if self.state != State::Closed {
             let r = AbortReason::Cancelled(reason.to_string());
-            self.control.push_back(Message::Abort { room: None, reason: r.clone() });
+            self.control.push_back(Message::Abort {
+                room: None,
+                reason: r.clone(),
+            });
             self.shut(TransferError::Local(r));
         }
     }

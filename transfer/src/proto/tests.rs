@@ -959,9 +959,23 @@ fn pages_overtaking_the_hello_ack_are_accepted() {
     let layout = small_layout();
     let mut r = TransferReceiver::new(cfg(), layout, &auth, now);
     r.register(RoomId(1), vec![8], now).unwrap();
-    r.handle_message(Message::Pages { room: RoomId(1), first: 0, pages: vec![page(&layout, 0)] }, now);
+    r.handle_message(
+        Message::Pages {
+            room: RoomId(1),
+            first: 0,
+            pages: vec![page(&layout, 0)],
+        },
+        now,
+    );
     r.handle_message(Message::HelloAck, now);
     assert_eq!(r.poll_event(), Some(ReceiverEvent::Connected));
-    assert_eq!(r.poll_event(), Some(ReceiverEvent::Pages { room: RoomId(1), dst_pages: vec![8], pages: vec![page(&layout, 0)] }));
+    assert_eq!(
+        r.poll_event(),
+        Some(ReceiverEvent::Pages {
+            room: RoomId(1),
+            dst_pages: vec![8],
+            pages: vec![page(&layout, 0)]
+        })
+    );
     assert_eq!(r.poll_event(), None);
 }

@@ -59,12 +59,25 @@ macro_rules! impl_core {
 }
 
 use crate::proto::{
-    ReceiverEvent, SenderEvent, StoreClient, StoreClientEvent, StoreServer, StoreServerEvent, TransferReceiver, TransferSender,
+    ReceiverEvent, SenderEvent, StoreClient, StoreClientEvent, StoreServer, StoreServerEvent,
+    TransferReceiver, TransferSender,
 };
-impl_core!(TransferSender, SenderEvent, TransferSender::poll_transmit_data);
+impl_core!(
+    TransferSender,
+    SenderEvent,
+    TransferSender::poll_transmit_data
+);
 impl_core!(TransferReceiver, ReceiverEvent, |_| None);
-impl_core!(StoreClient, StoreClientEvent, StoreClient::poll_transmit_data);
-impl_core!(StoreServer, StoreServerEvent, StoreServer::poll_transmit_data);
+impl_core!(
+    StoreClient,
+    StoreClientEvent,
+    StoreClient::poll_transmit_data
+);
+impl_core!(
+    StoreServer,
+    StoreServerEvent,
+    StoreServer::poll_transmit_data
+);
 
 /// A protocol end shared between its driver task and the application.
 pub(crate) struct Shared<C> {
@@ -74,7 +87,10 @@ pub(crate) struct Shared<C> {
 
 impl<C: Core> Shared<C> {
     pub(crate) fn new(core: C) -> Arc<Self> {
-        Arc::new(Self { core: Mutex::new(core), wake: Notify::new() })
+        Arc::new(Self {
+            core: Mutex::new(core),
+            wake: Notify::new(),
+        })
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, C> {
@@ -167,7 +183,12 @@ async fn write_control(mut send: quinn::SendStream, mut rx: mpsc::UnboundedRecei
     let _ = tokio::time::timeout(Duration::from_secs(2), send.stopped()).await;
 }
 
-async fn write_data<C: Core>(conn: quinn::Connection, m: Message, permit: OwnedSemaphorePermit, shared: Arc<Shared<C>>) {
+async fn write_data<C: Core>(
+    conn: quinn::Connection,
+    m: Message,
+    permit: OwnedSemaphorePermit,
+    shared: Arc<Shared<C>>,
+) {
     let mut bufs = encode(&m);
     drop(m);
     if let Ok(mut s) = conn.open_uni().await {
@@ -229,7 +250,10 @@ pub(crate) async fn drive<C: Core>(
         if closed {
             break;
         }
-        let sleep = tokio::time::sleep_until(timeout.map_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600), Into::into));
+        let sleep = tokio::time::sleep_until(timeout.map_or_else(
+            || tokio::time::Instant::now() + Duration::from_secs(3600),
+            Into::into,
+        ));
         tokio::select! {
             biased;
             m = in_rx.recv() => {

@@ -55,7 +55,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Conn {
     fn on_event(&self, e: ReceiverEvent) {
         let (room, ev, last) = match e {
-            ReceiverEvent::Pages { room, dst_pages, pages } => (room, RoomEvent::Pages { dst_pages, pages }, false),
+            ReceiverEvent::Pages {
+                room,
+                dst_pages,
+                pages,
+            } => (room, RoomEvent::Pages { dst_pages, pages }, false),
             ReceiverEvent::Aux { room, aux } => (room, RoomEvent::Aux(aux), false),
             ReceiverEvent::RoomDone { room } => (room, RoomEvent::Done, true),
             ReceiverEvent::RoomFailed { room, error } => (room, RoomEvent::Failed(error), true),
@@ -110,13 +114,17 @@ impl RoomStream {
         let mut out = ReceivedRoom::default();
         while let Some(e) = self.next().await {
             match e {
-                RoomEvent::Pages { dst_pages, pages } => out.pages.extend(dst_pages.into_iter().zip(pages)),
+                RoomEvent::Pages { dst_pages, pages } => {
+                    out.pages.extend(dst_pages.into_iter().zip(pages))
+                }
                 RoomEvent::Aux(a) => out.aux = Some(a),
                 RoomEvent::Done => return Ok(out),
                 RoomEvent::Failed(e) => return Err(e),
             }
         }
-        Err(TransferError::ConnectionLost("transfer endpoint shut down".into()))
+        Err(TransferError::ConnectionLost(
+            "transfer endpoint shut down".into(),
+        ))
     }
 }
 
@@ -125,7 +133,8 @@ impl Drop for RoomStream {
         if !self.finished {
             if let Some(c) = self.conn.upgrade() {
                 lock(&c.rooms).remove(&self.room);
-                c.shared.with(|core, now| core.cancel(self.room, "decode side dropped the room", now));
+                c.shared
+                    .with(|core, now| core.cancel(self.room, "decode side dropped the room", now));
             }
         }
     }
@@ -144,7 +153,12 @@ pub struct KvReceiver {
 
 impl KvReceiver {
     /// A dialing endpoint bound to `bind` (use port 0). Must be called inside a tokio runtime.
-    pub fn bind(bind: SocketAddr, layout: KvLayout, security: &Security, cfg: QuicConfig) -> Result<Self, QuicError> {
+    pub fn bind(
+        bind: SocketAddr,
+        layout: KvLayout,
+        security: &Security,
+        cfg: QuicConfig,
+    ) -> Result<Self, QuicError> {
         let endpoint = cfg.endpoint(bind, None)?;
         let client = cfg.client(&security.identity, ALPN_KV)?;
         Ok(Self {
@@ -165,11 +179,23 @@ impl KvReceiver {
                 return Ok(c.clone());
             }
         }
-        let conn = self.endpoint.connect_with(self.client.clone(), prefill, CLUSTER_NAME)?.await?;
+        let conn = self
+            .endpoint
+            .connect_with(self.client.clone(), prefill, CLUSTER_NAME)?
+            .await?;
         let (send, recv) = conn.open_bi().await?;
         let now = std::time::Instant::now();
-        let shared = Shared::new(TransferReceiver::new(self.cfg.proto.clone(), self.layout, &self.auth, now));
-        let c = Arc::new(Conn { shared: shared.clone(), rooms: Mutex::new(HashMap::new()), closed: Mutex::new(None) });
+        let shared = Shared::new(TransferReceiver::new(
+            self.cfg.proto.clone(),
+            self.layout,
+            &self.auth,
+            now,
+        ));
+        let c = Arc::new(Conn {
+            shared: shared.clone(),
+            rooms: Mutex::new(HashMap::new()),
+            closed: Mutex::new(None),
+        });
         lock(&self.conns).insert(prefill, c.clone());
         let (ev, conns, streams) = (c.clone(), self.conns.clone(), self.cfg.data_streams);
         tokio::spawn(async move {
@@ -179,18 +205,28 @@ impl KvReceiver {
                 map.remove(&prefill);
             }
             drop(map);
-            ev.on_event(ReceiverEvent::Closed { error: TransferError::ConnectionLost("connection ended".into()) });
+            ev.on_event(ReceiverEvent::Closed {
+                error: TransferError::ConnectionLost("connection ended".into()),
+            });
         });
         Ok(c)
     }
 
     /// Registers `room` with the prefill host at `prefill` (dialing it if needed): its pages
     /// will land in `dst_pages`, one destination page per page, in order.
-    pub async fn register(&self, prefill: SocketAddr, room: RoomId, dst_pages: Vec<u32>) -> Result<RoomStream, QuicError> {
+    pub async fn register(
+        &self,
+        prefill: SocketAddr,
+        room: RoomId,
+        dst_pages: Vec<u32>,
+    ) -> Result<RoomStream, QuicError> {
         let c = self.conn(prefill).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         lock(&c.rooms).insert(room, tx);
-        if let Err(e) = c.shared.with(|core, now| core.register(room, dst_pages, now)) {
+        if let Err(e) = c
+            .shared
+            .with(|core, now| core.register(room, dst_pages, now))
+        {
             lock(&c.rooms).remove(&room);
             // A connection refused at hello (wrong secret, other layout) says why.
             return Err(match lock(&c.closed).clone() {
@@ -198,7 +234,12 @@ impl KvReceiver {
                 None => e.into(),
             });
         }
-        Ok(RoomStream { room, rx, conn: Arc::downgrade(&c), finished: false })
+        Ok(RoomStream {
+            room,
+            rx,
+            conn: Arc::downgrade(&c),
+            finished: false,
+        })
     }
 
     /// Prefill hosts connected now.
@@ -210,7 +251,8 @@ impl KvReceiver {
     pub fn close(&self) {
         let conns: Vec<_> = lock(&self.conns).values().cloned().collect();
         for c in conns {
-            c.shared.with(|core, now| core.close("decode host shutting down", now));
+            c.shared
+                .with(|core, now| core.close("decode host shutting down", now));
         }
         self.endpoint.close(0u32.into(), b"shutdown");
     }

@@ -1,17 +1,19 @@
 //! The prefill host's endpoint: accepts decode hosts, matches their room registrations with
 //! locally computed pages, and sends them.
 
+use bytes::Bytes;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::{drive, QuicConfig, QuicError, Security, Shared, ALPN_KV};
 use crate::bootstrap::{Offer, Rendezvous};
 use crate::layout::KvLayout;
-use crate::proto::{AbortReason, AuthKey, AuxData, RoomId, SenderEvent, TransferError, TransferSender};
+use crate::proto::{
+    AbortReason, AuthKey, AuxData, RoomId, SenderEvent, TransferError, TransferSender,
+};
 
 type ConnId = u64;
 
@@ -78,7 +80,12 @@ pub struct KvSender {
 
 impl KvSender {
     /// Listens on `addr` (UDP). Must be called inside a tokio runtime.
-    pub fn bind(addr: SocketAddr, layout: KvLayout, security: &Security, cfg: QuicConfig) -> Result<Self, QuicError> {
+    pub fn bind(
+        addr: SocketAddr,
+        layout: KvLayout,
+        security: &Security,
+        cfg: QuicConfig,
+    ) -> Result<Self, QuicError> {
         let endpoint = cfg.endpoint(addr, Some((&security.identity, ALPN_KV)))?;
         let inner = Arc::new(Inner {
             cfg,
@@ -90,7 +97,11 @@ impl KvSender {
             waiters: Mutex::new(HashMap::new()),
         });
         let accept = tokio::spawn(accept_loop(endpoint.clone(), inner.clone()));
-        Ok(Self { inner, endpoint, accept })
+        Ok(Self {
+            inner,
+            endpoint,
+            accept,
+        })
     }
 
     /// The bound address.
@@ -103,7 +114,12 @@ impl KvSender {
     /// acknowledged them. Fails when no decode host registers the room, the decode host
     /// aborts or dies, or the room does not finish within the room timeout; in every case
     /// the pages are released before this returns.
-    pub async fn send(&self, room: RoomId, pages: Vec<Bytes>, aux: AuxData) -> Result<(), QuicError> {
+    pub async fn send(
+        &self,
+        room: RoomId,
+        pages: Vec<Bytes>,
+        aux: AuxData,
+    ) -> Result<(), QuicError> {
         let (tx, rx) = oneshot::channel();
         {
             let mut w = lock(&self.inner.waiters);
@@ -114,13 +130,19 @@ impl KvSender {
         }
         let timeout = self.inner.cfg.proto.room_timeout;
         let deadline = tokio::time::Instant::now() + timeout;
-        let offer = lock(&self.inner.rendezvous).offer(room, Payload { pages, aux }, deadline.into_std());
+        let offer =
+            lock(&self.inner.rendezvous).offer(room, Payload { pages, aux }, deadline.into_std());
         match offer {
             Offer::Ready(conn, p) => {
                 let shared = lock(&self.inner.conns).get(&conn).cloned();
                 match shared {
                     Some(s) => self.inner.submit(&s, room, p),
-                    None => self.inner.finish(room, Err(TransferError::ConnectionLost("decode host disconnected".into()))),
+                    None => self.inner.finish(
+                        room,
+                        Err(TransferError::ConnectionLost(
+                            "decode host disconnected".into(),
+                        )),
+                    ),
                 }
             }
             Offer::Held => {}
@@ -148,7 +170,10 @@ impl KvSender {
 
     /// Pages held for rooms not yet acknowledged (waiting for registration or in transfer).
     pub fn held_pages(&self) -> usize {
-        let waiting: usize = lock(&self.inner.rendezvous).held().map(|p| p.pages.len()).sum();
+        let waiting: usize = lock(&self.inner.rendezvous)
+            .held()
+            .map(|p| p.pages.len())
+            .sum();
         let conns: Vec<_> = lock(&self.inner.conns).values().cloned().collect();
         waiting + conns.iter().map(|c| c.lock().held_pages()).sum::<usize>()
     }
@@ -187,10 +212,23 @@ async fn accept_loop(endpoint: quinn::Endpoint, inner: Arc<Inner>) {
             };
             let id = inner.next_conn.fetch_add(1, Ordering::Relaxed);
             let now = std::time::Instant::now();
-            let shared = Shared::new(TransferSender::new(inner.cfg.proto.clone(), inner.layout, inner.auth.clone(), now));
+            let shared = Shared::new(TransferSender::new(
+                inner.cfg.proto.clone(),
+                inner.layout,
+                inner.auth.clone(),
+                now,
+            ));
             lock(&inner.conns).insert(id, shared.clone());
             let (ev_inner, ev_shared) = (inner.clone(), shared.clone());
-            drive(conn, send, recv, shared, move |e| ev_inner.on_event(id, &ev_shared, e), inner.cfg.data_streams).await;
+            drive(
+                conn,
+                send,
+                recv,
+                shared,
+                move |e| ev_inner.on_event(id, &ev_shared, e),
+                inner.cfg.data_streams,
+            )
+            .await;
             lock(&inner.conns).remove(&id);
             lock(&inner.rendezvous).forget_conn(&id);
         });

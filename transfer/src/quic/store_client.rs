@@ -33,12 +33,23 @@ pub struct RemoteStore {
 
 impl RemoteStore {
     /// Dials the store at `addr` from a client endpoint bound to `bind` (port 0).
-    pub async fn connect(bind: SocketAddr, addr: SocketAddr, layout: KvLayout, security: &Security, cfg: QuicConfig) -> Result<Self, QuicError> {
+    pub async fn connect(
+        bind: SocketAddr,
+        addr: SocketAddr,
+        layout: KvLayout,
+        security: &Security,
+        cfg: QuicConfig,
+    ) -> Result<Self, QuicError> {
         let endpoint = cfg.endpoint(bind, None)?;
         let client = cfg.client(&security.identity, ALPN_STORE)?;
         let conn = endpoint.connect_with(client, addr, CLUSTER_NAME)?.await?;
         let (send, recv) = conn.open_bi().await?;
-        let shared = Shared::new(StoreClient::new(cfg.proto.clone(), layout, &security.auth(), Instant::now()));
+        let shared = Shared::new(StoreClient::new(
+            cfg.proto.clone(),
+            layout,
+            &security.auth(),
+            Instant::now(),
+        ));
         let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
         let closed = Arc::new(Mutex::new(None));
         let (w, why) = (waiters.clone(), closed.clone());
@@ -59,21 +70,51 @@ impl RemoteStore {
                 let _ = tx.send(e);
             }
         };
-        tokio::spawn(drive(conn, send, recv, shared.clone(), on_event, cfg.data_streams));
-        Ok(Self { shared, waiters, closed, endpoint, handle: tokio::runtime::Handle::current(), _runtime: None })
+        tokio::spawn(drive(
+            conn,
+            send,
+            recv,
+            shared.clone(),
+            on_event,
+            cfg.data_streams,
+        ));
+        Ok(Self {
+            shared,
+            waiters,
+            closed,
+            endpoint,
+            handle: tokio::runtime::Handle::current(),
+            _runtime: None,
+        })
     }
 
     /// Like [`connect`](Self::connect), for callers outside any async runtime: the
     /// connection runs on a small runtime of its own.
-    pub fn connect_blocking(addr: SocketAddr, layout: KvLayout, security: &Security, cfg: QuicConfig) -> Result<Self, QuicError> {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("sglrs-kv-store").enable_all().build()?;
-        let bind: SocketAddr = if addr.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { ([0u16; 8], 0).into() };
+    pub fn connect_blocking(
+        addr: SocketAddr,
+        layout: KvLayout,
+        security: &Security,
+        cfg: QuicConfig,
+    ) -> Result<Self, QuicError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("sglrs-kv-store")
+            .enable_all()
+            .build()?;
+        let bind: SocketAddr = if addr.is_ipv4() {
+            ([0, 0, 0, 0], 0).into()
+        } else {
+            ([0u16; 8], 0).into()
+        };
         let mut store = rt.block_on(Self::connect(bind, addr, layout, security, cfg))?;
         store._runtime = Some(rt);
         Ok(store)
     }
 
-    async fn request(&self, issue: impl FnOnce(&mut StoreClient, Instant) -> Result<u64, StoreRequestError>) -> Result<StoreClientEvent, QuicError> {
+    async fn request(
+        &self,
+        issue: impl FnOnce(&mut StoreClient, Instant) -> Result<u64, StoreRequestError>,
+    ) -> Result<StoreClientEvent, QuicError> {
         let (tx, rx) = oneshot::channel();
         {
             // Hold the waiter map while issuing, so the answer cannot arrive before its waiter.
@@ -82,7 +123,9 @@ impl RemoteStore {
                 Ok(id) => id,
                 // A connection refused at hello (wrong secret, other layout) says why.
                 Err(StoreRequestError::Closed) if lock(&self.closed).is_some() => {
-                    return Err(lock(&self.closed).clone().map_or(QuicError::Shutdown, QuicError::Transfer));
+                    return Err(lock(&self.closed)
+                        .clone()
+                        .map_or(QuicError::Shutdown, QuicError::Transfer));
                 }
                 Err(e) => return Err(e.into()),
             };
@@ -120,7 +163,10 @@ impl RemoteStore {
     }
 
     /// Runs `fut` on the connection's runtime and blocks this thread for its result.
-    fn block<T: Send + 'static>(&self, fut: impl std::future::Future<Output = Result<T, QuicError>> + Send + 'static) -> Result<T, StoreError> {
+    fn block<T: Send + 'static>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, QuicError>> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let (tx, rx) = std::sync::mpsc::channel();
         self.handle.spawn(async move {
             let _ = tx.send(fut.await);

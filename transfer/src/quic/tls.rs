@@ -44,7 +44,10 @@ pub struct ClusterIdentity {
 
 impl Clone for ClusterIdentity {
     fn clone(&self) -> Self {
-        Self { certs: self.certs.clone(), key: self.key.clone_key() }
+        Self {
+            certs: self.certs.clone(),
+            key: self.key.clone_key(),
+        }
     }
 }
 
@@ -54,7 +57,10 @@ impl ClusterIdentity {
     pub fn generate() -> Result<Self, TlsError> {
         let ck = rcgen::generate_simple_self_signed(vec![CLUSTER_NAME.to_string()])?;
         let key = PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
-        Ok(Self { certs: vec![ck.cert.der().clone()], key })
+        Ok(Self {
+            certs: vec![ck.cert.der().clone()],
+            key,
+        })
     }
 
     /// The certificate chain and key as PEM text `(cert, key)`.
@@ -73,7 +79,10 @@ impl ClusterIdentity {
 
     /// Loads the certificate chain and key from PEM files.
     pub fn from_pem_files(cert: &Path, key: &Path) -> Result<Self, TlsError> {
-        let load = |p: &Path, e: &dyn std::fmt::Display| TlsError::Load { path: p.display().to_string(), reason: e.to_string() };
+        let load = |p: &Path, e: &dyn std::fmt::Display| TlsError::Load {
+            path: p.display().to_string(),
+            reason: e.to_string(),
+        };
         let certs = CertificateDer::pem_file_iter(cert)
             .map_err(|e| load(cert, &e))?
             .collect::<Result<Vec<_>, _>>()
@@ -87,9 +96,13 @@ impl ClusterIdentity {
 
     /// Parses the certificate chain and key from PEM text.
     pub fn from_pem(cert: &str, key: &str) -> Result<Self, TlsError> {
-        let load = |what: &str, e: &dyn std::fmt::Display| TlsError::Load { path: what.to_string(), reason: e.to_string() };
-        let certs =
-            CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<Vec<_>, _>>().map_err(|e| load("certificate PEM", &e))?;
+        let load = |what: &str, e: &dyn std::fmt::Display| TlsError::Load {
+            path: what.to_string(),
+            reason: e.to_string(),
+        };
+        let certs = CertificateDer::pem_slice_iter(cert.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| load("certificate PEM", &e))?;
         if certs.is_empty() {
             return Err(load("certificate PEM", &"no certificate"));
         }
@@ -109,9 +122,12 @@ impl ClusterIdentity {
     /// to present one that chains to it.
     pub(crate) fn server_config(&self, alpn: &[u8]) -> Result<rustls::ServerConfig, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(self.roots()?, provider.clone())
-            .build()
-            .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            self.roots()?,
+            provider.clone(),
+        )
+        .build()
+        .map_err(|e| TlsError::Verifier(e.to_string()))?;
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_client_cert_verifier(verifier)
@@ -137,7 +153,10 @@ fn pem_block(label: &str, der: &[u8]) -> String {
     const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut b64 = String::with_capacity(der.len() * 4 / 3 + 4);
     for chunk in der.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
         for i in 0..4 {
             if i <= chunk.len() {
                 b64.push(B64[((n >> (18 - 6 * i)) & 63) as usize] as char);

@@ -41,10 +41,22 @@ pub struct StoreHandle {
 /// inside a tokio runtime.
 pub fn serve(config: StoreConfig) -> Result<StoreHandle, QuicError> {
     let store = Arc::new(PageStore::open(config.pages.clone())?);
-    let endpoint = config.quic.endpoint(config.addr, Some((&config.security.identity, ALPN_STORE)))?;
+    let endpoint = config
+        .quic
+        .endpoint(config.addr, Some((&config.security.identity, ALPN_STORE)))?;
     let conns = Arc::new(Mutex::new(HashMap::new()));
-    let accept = tokio::spawn(accept_loop(endpoint.clone(), store.clone(), config, conns.clone()));
-    Ok(StoreHandle { endpoint, store, accept, conns })
+    let accept = tokio::spawn(accept_loop(
+        endpoint.clone(),
+        store.clone(),
+        config,
+        conns.clone(),
+    ));
+    Ok(StoreHandle {
+        endpoint,
+        store,
+        accept,
+        conns,
+    })
 }
 
 impl StoreHandle {
@@ -66,14 +78,20 @@ impl StoreHandle {
     /// Stops serving, closes every connection and spills RAM pages to disk.
     pub async fn shutdown(self) -> Result<(), QuicError> {
         self.accept.abort();
-        let conns: Vec<_> = self.conns.lock().map(|c| c.values().cloned().collect()).unwrap_or_default();
+        let conns: Vec<_> = self
+            .conns
+            .lock()
+            .map(|c| c.values().cloned().collect())
+            .unwrap_or_default();
         for c in conns {
             c.with(|c, now| c.close("store shutting down", now));
         }
         self.endpoint.close(0u32.into(), b"shutdown");
         self.endpoint.wait_idle().await;
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.flush()).await.map_err(|e| QuicError::Config(e.to_string()))??;
+        tokio::task::spawn_blocking(move || store.flush())
+            .await
+            .map_err(|e| QuicError::Config(e.to_string()))??;
         Ok(())
     }
 }
@@ -110,12 +128,19 @@ async fn accept_loop(
         let (store, cfg, auth, conns) = (store.clone(), cfg.clone(), auth.clone(), conns.clone());
         tokio::spawn(async move {
             let Ok(conn) = incoming.await else { return };
-            let Ok(Ok((send, recv))) = tokio::time::timeout(cfg.quic.proto.idle_timeout, conn.accept_bi()).await else {
+            let Ok(Ok((send, recv))) =
+                tokio::time::timeout(cfg.quic.proto.idle_timeout, conn.accept_bi()).await
+            else {
                 conn.close(1u32.into(), b"no control stream");
                 return;
             };
             let now = std::time::Instant::now();
-            let shared = Shared::new(StoreServer::new(cfg.quic.proto.clone(), cfg.layout, auth, now));
+            let shared = Shared::new(StoreServer::new(
+                cfg.quic.proto.clone(),
+                cfg.layout,
+                auth,
+                now,
+            ));
             if let Ok(mut c) = conns.lock() {
                 c.insert(id, shared.clone());
             }
@@ -126,7 +151,9 @@ async fn accept_loop(
                     tokio::spawn(async move {
                         let reply = tokio::task::spawn_blocking(move || execute(&store, op))
                             .await
-                            .unwrap_or_else(|e| StoreReply::Failed(format!("store task failed: {e}")));
+                            .unwrap_or_else(|e| {
+                                StoreReply::Failed(format!("store task failed: {e}"))
+                            });
                         shared.with(|c, now| c.respond(id, reply, now));
                     });
                 }

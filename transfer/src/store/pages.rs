@@ -90,10 +90,20 @@ impl Segment {
     }
 
     fn create(path: PathBuf, cap: u64) -> std::io::Result<Self> {
-        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
         file.set_len(cap)?;
         let map = Self::map(&file)?;
-        Ok(Self { path, file, map, end: 0, cap })
+        Ok(Self {
+            path,
+            file,
+            map,
+            end: 0,
+            cap,
+        })
     }
 }
 
@@ -117,10 +127,22 @@ impl Disk {
         std::fs::create_dir_all(&cfg.dir)?;
         let mut ids: Vec<u32> = std::fs::read_dir(&cfg.dir)?
             .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str()?.strip_prefix("seg-")?.strip_suffix(".kv")?.parse().ok())
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()?
+                    .strip_prefix("seg-")?
+                    .strip_suffix(".kv")?
+                    .parse()
+                    .ok()
+            })
             .collect();
         ids.sort();
-        let mut disk = Disk { cfg, segments: BTreeMap::new(), index: HashMap::new(), bytes: 0 };
+        let mut disk = Disk {
+            cfg,
+            segments: BTreeMap::new(),
+            index: HashMap::new(),
+            bytes: 0,
+        };
         for id in ids {
             let path = disk.cfg.dir.join(format!("seg-{id:08}.kv"));
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
@@ -128,16 +150,23 @@ impl Disk {
             let map = Segment::map(&file)?;
             let mut off = 0usize;
             while off + HEADER <= map.len() && &map[off..off + 4] == MAGIC {
-                let len = u32::from_le_bytes(map[off + 4..off + 8].try_into().unwrap_or_default()) as usize;
+                let len = u32::from_le_bytes(map[off + 4..off + 8].try_into().unwrap_or_default())
+                    as usize;
                 let mut h = [0u8; 16];
                 h.copy_from_slice(&map[off + 8..off + 24]);
-                let checksum = u64::from_le_bytes(map[off + 24..off + 32].try_into().unwrap_or_default());
+                let checksum =
+                    u64::from_le_bytes(map[off + 24..off + 32].try_into().unwrap_or_default());
                 let data = off + HEADER;
                 if data + len > map.len() {
                     break; // a torn record at the end
                 }
                 if page_checksum(&map[data..data + len]) == checksum {
-                    let loc = Loc { seg: id, offset: data as u64, len: len as u32, checksum };
+                    let loc = Loc {
+                        seg: id,
+                        offset: data as u64,
+                        len: len as u32,
+                        checksum,
+                    };
                     disk.index.insert(PageHash::from_bytes(h), loc);
                 } else {
                     *corrupted += 1;
@@ -145,14 +174,27 @@ impl Disk {
                 off = data + len;
             }
             disk.bytes += cap;
-            disk.segments.insert(id, Segment { path, file, map, end: off as u64, cap });
+            disk.segments.insert(
+                id,
+                Segment {
+                    path,
+                    file,
+                    map,
+                    end: off as u64,
+                    cap,
+                },
+            );
         }
         Ok(disk)
     }
 
     fn append(&mut self, hash: PageHash, data: &[u8]) -> std::io::Result<()> {
         let need = (HEADER + data.len()) as u64;
-        let fits = self.segments.values().next_back().is_some_and(|s| s.end + need <= s.cap);
+        let fits = self
+            .segments
+            .values()
+            .next_back()
+            .is_some_and(|s| s.end + need <= s.cap);
         if !fits {
             let id = self.segments.keys().next_back().map_or(0, |i| i + 1);
             let cap = self.cfg.segment_bytes.max(need);
@@ -173,7 +215,12 @@ impl Disk {
         // Data first, then the header that makes the record visible to a later scan.
         seg.file.write_all_at(data, seg.end + HEADER as u64)?;
         seg.file.write_all_at(&header, seg.end)?;
-        let loc = Loc { seg: id, offset: seg.end + HEADER as u64, len: data.len() as u32, checksum };
+        let loc = Loc {
+            seg: id,
+            offset: seg.end + HEADER as u64,
+            len: data.len() as u32,
+            checksum,
+        };
         seg.end += need;
         self.index.insert(hash, loc);
         Ok(())
@@ -182,7 +229,9 @@ impl Disk {
     /// Deletes the oldest segments (never the one being written) beyond the budget.
     fn evict_segments(&mut self) -> std::io::Result<()> {
         while self.bytes > self.cfg.max_bytes && self.segments.len() > 1 {
-            let Some((&id, _)) = self.segments.iter().next() else { break };
+            let Some((&id, _)) = self.segments.iter().next() else {
+                break;
+            };
             if let Some(seg) = self.segments.remove(&id) {
                 self.bytes -= seg.cap;
                 self.index.retain(|_, l| l.seg != id);
@@ -200,7 +249,11 @@ impl Disk {
         if end > seg.map.len() || page_checksum(&seg.map[start..end]) != loc.checksum {
             return Some(Err(()));
         }
-        Some(Ok(Bytes::from_owner(MapSlice { map: seg.map.clone(), start, end })))
+        Some(Ok(Bytes::from_owner(MapSlice {
+            map: seg.map.clone(),
+            start,
+            end,
+        })))
     }
 
     fn sync(&self) -> std::io::Result<()> {
@@ -233,14 +286,22 @@ impl Inner {
     }
 
     fn contains(&self, hash: &PageHash) -> bool {
-        self.ram.contains_key(hash) || self.disk.as_ref().is_some_and(|d| d.index.contains_key(hash))
+        self.ram.contains_key(hash)
+            || self
+                .disk
+                .as_ref()
+                .is_some_and(|d| d.index.contains_key(hash))
     }
 
     /// Moves least recently used pages out of RAM until it fits its budget.
     fn spill(&mut self, budget: usize) -> std::io::Result<()> {
         while self.ram_bytes > budget {
-            let Some((_, hash)) = self.lru.pop_first() else { break };
-            let Some((data, _)) = self.ram.remove(&hash) else { continue };
+            let Some((_, hash)) = self.lru.pop_first() else {
+                break;
+            };
+            let Some((data, _)) = self.ram.remove(&hash) else {
+                continue;
+            };
             self.ram_bytes -= data.len();
             if let Some(d) = &mut self.disk {
                 if !d.index.contains_key(&hash) {
@@ -261,7 +322,10 @@ impl PageStore {
     /// Opens the store, scanning and verifying the disk spill if there is one.
     pub fn open(cfg: PageStoreConfig) -> std::io::Result<Self> {
         let mut corrupted = 0;
-        let disk = cfg.disk.map(|d| Disk::open(d, &mut corrupted)).transpose()?;
+        let disk = cfg
+            .disk
+            .map(|d| Disk::open(d, &mut corrupted))
+            .transpose()?;
         Ok(Self {
             inner: Mutex::new(Inner {
                 ram_budget: cfg.ram_bytes,

@@ -9,11 +9,15 @@ use sglrs_transfer::{KvDtype, KvLayout};
 
 pub fn identity() -> ClusterIdentity {
     static ID: OnceLock<ClusterIdentity> = OnceLock::new();
-    ID.get_or_init(|| ClusterIdentity::generate().unwrap()).clone()
+    ID.get_or_init(|| ClusterIdentity::generate().unwrap())
+        .clone()
 }
 
 pub fn security(secret: &[u8]) -> Security {
-    Security { identity: identity(), secret: secret.to_vec() }
+    Security {
+        identity: identity(),
+        secret: secret.to_vec(),
+    }
 }
 
 pub fn any_port() -> SocketAddr {
@@ -21,7 +25,13 @@ pub fn any_port() -> SocketAddr {
 }
 
 pub fn small_layout() -> KvLayout {
-    KvLayout { num_layers: 1, num_kv_heads: 1, head_dim: 8, page_size: 2, dtype: KvDtype::F16 }
+    KvLayout {
+        num_layers: 1,
+        num_kv_heads: 1,
+        head_dim: 8,
+        page_size: 2,
+        dtype: KvDtype::F16,
+    }
 }
 
 pub fn fast_config() -> QuicConfig {
@@ -65,5 +75,8 @@ impl Drop for Tracked {
 
 pub fn tracked(data: Vec<u8>, live: &Arc<AtomicUsize>) -> Bytes {
     live.fetch_add(1, Ordering::SeqCst);
-    Bytes::from_owner(Tracked { data, live: live.clone() })
+    Bytes::from_owner(Tracked {
+        data,
+        live: live.clone(),
+    })
 }

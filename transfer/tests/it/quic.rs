@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sglrs_transfer::proto::{AbortReason, AuxData, RoomId, TransferError};
-use sglrs_transfer::quic::{ClusterIdentity, KvReceiver, KvSender, QuicConfig, QuicError, RoomEvent, RoomStream, Security};
+use sglrs_transfer::quic::{
+    ClusterIdentity, KvReceiver, KvSender, QuicConfig, QuicError, RoomEvent, RoomStream, Security,
+};
 use sglrs_transfer::{KvDtype, KvLayout};
 
 use crate::common::*;
@@ -18,13 +20,19 @@ async fn move_pages(n: u64) {
     let sender = KvSender::bind(any_port(), layout, &sec, QuicConfig::loopback()).unwrap();
     let receiver = KvReceiver::bind(any_port(), layout, &sec, QuicConfig::loopback()).unwrap();
     let addr = sender.local_addr().unwrap();
-    let pages: Vec<Bytes> = (0..n).map(|i| Bytes::from(page_bytes(layout.page_bytes(), i))).collect();
+    let pages: Vec<Bytes> = (0..n)
+        .map(|i| Bytes::from(page_bytes(layout.page_bytes(), i)))
+        .collect();
     let expect = pages.clone();
     let room = RoomId(77);
     let dst: Vec<u32> = (0..n as u32).map(|i| 5000 + i).collect();
     let t0 = Instant::now();
     let mut stream = receiver.register(addr, room, dst).await.unwrap();
-    let aux = AuxData { first_token: 9, first_logprob: -0.1, top_logprobs: vec![] };
+    let aux = AuxData {
+        first_token: 9,
+        first_logprob: -0.1,
+        top_logprobs: vec![],
+    };
     let send = tokio::spawn(async move {
         let r = sender.send(room, pages, aux).await;
         (r, sender)
@@ -50,7 +58,11 @@ async fn move_pages(n: u64) {
     r.unwrap();
     let secs = t0.elapsed().as_secs_f64();
     let bytes = n as f64 * layout.page_bytes() as f64;
-    eprintln!("moved {n} pages ({:.2} GB) in {secs:.2}s: {:.2} GB/s", bytes / 1e9, bytes / 1e9 / secs);
+    eprintln!(
+        "moved {n} pages ({:.2} GB) in {secs:.2}s: {:.2} GB/s",
+        bytes / 1e9,
+        bytes / 1e9 / secs
+    );
     assert!(seen.iter().all(|s| *s));
     assert_eq!(got_aux.unwrap().first_token, 9);
     assert_eq!(sender.held_pages(), 0);
@@ -76,16 +88,26 @@ async fn killed_receiver_fails_the_sender_and_frees_every_buffer() {
     let addr = sender.local_addr().unwrap();
     let live = Arc::new(AtomicUsize::new(0));
     let n = 3000u64;
-    let pages: Vec<Bytes> = (0..n).map(|i| tracked(page_bytes(layout.page_bytes(), i), &live)).collect();
+    let pages: Vec<Bytes> = (0..n)
+        .map(|i| tracked(page_bytes(layout.page_bytes(), i), &live))
+        .collect();
     assert_eq!(live.load(Ordering::SeqCst), n as usize);
     // The decode host runs on its own runtime, which we kill mid-transfer: no goodbye, its
     // tasks and sockets simply vanish.
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
     let decode = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async {
-            let receiver = KvReceiver::bind(any_port(), layout, &security(b"s"), fast_config()).unwrap();
-            let mut stream = receiver.register(addr, RoomId(1), (0..n as u32).collect()).await.unwrap();
+            let receiver =
+                KvReceiver::bind(any_port(), layout, &security(b"s"), fast_config()).unwrap();
+            let mut stream = receiver
+                .register(addr, RoomId(1), (0..n as u32).collect())
+                .await
+                .unwrap();
             let mut got = 0;
             while let Some(RoomEvent::Pages { pages, .. }) = stream.next().await {
                 got += pages.len();
@@ -103,10 +125,20 @@ async fn killed_receiver_fails_the_sender_and_frees_every_buffer() {
     let (r, got) = tokio::join!(send, started_rx);
     decode.join().unwrap();
     let got = got.unwrap();
-    assert!(got >= 100 && got < n as usize, "the receiver died mid-transfer after {got} pages");
+    assert!(
+        got >= 100 && got < n as usize,
+        "the receiver died mid-transfer after {got} pages"
+    );
     let err = r.unwrap_err();
     assert!(
-        matches!(err, QuicError::Transfer(TransferError::PeerTimeout(_) | TransferError::ConnectionLost(_) | TransferError::Local(AbortReason::Timeout))),
+        matches!(
+            err,
+            QuicError::Transfer(
+                TransferError::PeerTimeout(_)
+                    | TransferError::ConnectionLost(_)
+                    | TransferError::Local(AbortReason::Timeout)
+            )
+        ),
         "{err:?}"
     );
     assert_eq!(sender.held_pages(), 0);
@@ -114,7 +146,11 @@ async fn killed_receiver_fails_the_sender_and_frees_every_buffer() {
     while live.load(Ordering::SeqCst) > 0 && t.elapsed() < Duration::from_secs(10) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(live.load(Ordering::SeqCst), 0, "page buffers still alive after the failure");
+    assert_eq!(
+        live.load(Ordering::SeqCst),
+        0,
+        "page buffers still alive after the failure"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,7 +159,9 @@ async fn pages_submitted_before_registration_wait_for_it() {
     let sec = security(b"s");
     let sender = Arc::new(KvSender::bind(any_port(), layout, &sec, fast_config()).unwrap());
     let addr = sender.local_addr().unwrap();
-    let pages: Vec<Bytes> = (0..50).map(|i| Bytes::from(page_bytes(layout.page_bytes(), i))).collect();
+    let pages: Vec<Bytes> = (0..50)
+        .map(|i| Bytes::from(page_bytes(layout.page_bytes(), i)))
+        .collect();
     let s = sender.clone();
     let p = pages.clone();
     let send = tokio::spawn(async move { s.send(RoomId(5), p, AuxData::default()).await });
@@ -131,9 +169,19 @@ async fn pages_submitted_before_registration_wait_for_it() {
     assert_eq!(sender.held_pages(), 50);
     let receiver = KvReceiver::bind(any_port(), layout, &sec, fast_config()).unwrap();
     let t = Instant::now();
-    let room = receiver.register(addr, RoomId(5), (0..50).collect()).await.unwrap().collect().await.unwrap();
+    let room = receiver
+        .register(addr, RoomId(5), (0..50).collect())
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
     send.await.unwrap().unwrap();
-    assert!(t.elapsed() < Duration::from_secs(2), "no retransmission needed: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "no retransmission needed: {:?}",
+        t.elapsed()
+    );
     let got: HashMap<u32, Bytes> = room.pages.into_iter().collect();
     for (i, p) in pages.iter().enumerate() {
         assert_eq!(&got[&(i as u32)], p);
@@ -143,8 +191,16 @@ async fn pages_submitted_before_registration_wait_for_it() {
     for r in 10..20u64 {
         let s = sender.clone();
         let p = pages[..5].to_vec();
-        handles.push(tokio::spawn(async move { s.send(RoomId(r), p, AuxData::default()).await }));
-        let got = receiver.register(addr, RoomId(r), (0..5).collect()).await.unwrap().collect().await.unwrap();
+        handles.push(tokio::spawn(async move {
+            s.send(RoomId(r), p, AuxData::default()).await
+        }));
+        let got = receiver
+            .register(addr, RoomId(r), (0..5).collect())
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
         assert_eq!(got.pages.len(), 5);
     }
     for h in handles {
@@ -168,27 +224,55 @@ async fn transfer_error(r: Result<RoomStream, QuicError>) -> TransferError {
 async fn wrong_secret_is_refused_over_quic() {
     let layout = small_layout();
     let sender = KvSender::bind(any_port(), layout, &security(b"right"), fast_config()).unwrap();
-    let receiver = KvReceiver::bind(any_port(), layout, &security(b"wrong"), fast_config()).unwrap();
-    let err = transfer_error(receiver.register(sender.local_addr().unwrap(), RoomId(1), vec![1]).await).await;
+    let receiver =
+        KvReceiver::bind(any_port(), layout, &security(b"wrong"), fast_config()).unwrap();
+    let err = transfer_error(
+        receiver
+            .register(sender.local_addr().unwrap(), RoomId(1), vec![1])
+            .await,
+    )
+    .await;
     assert_eq!(err, TransferError::Remote(AbortReason::AuthFailed));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn layout_mismatch_is_refused_over_quic() {
-    let theirs = KvLayout { dtype: KvDtype::F32, ..small_layout() };
-    let sender = KvSender::bind(any_port(), small_layout(), &security(b"s"), fast_config()).unwrap();
+    let theirs = KvLayout {
+        dtype: KvDtype::F32,
+        ..small_layout()
+    };
+    let sender =
+        KvSender::bind(any_port(), small_layout(), &security(b"s"), fast_config()).unwrap();
     let receiver = KvReceiver::bind(any_port(), theirs, &security(b"s"), fast_config()).unwrap();
-    let err = transfer_error(receiver.register(sender.local_addr().unwrap(), RoomId(1), vec![1]).await).await;
-    assert_eq!(err, TransferError::Remote(AbortReason::LayoutMismatch { ours: small_layout(), theirs }));
+    let err = transfer_error(
+        receiver
+            .register(sender.local_addr().unwrap(), RoomId(1), vec![1])
+            .await,
+    )
+    .await;
+    assert_eq!(
+        err,
+        TransferError::Remote(AbortReason::LayoutMismatch {
+            ours: small_layout(),
+            theirs
+        })
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_without_the_cluster_certificate_cannot_connect() {
     let layout = small_layout();
     let sender = KvSender::bind(any_port(), layout, &security(b"s"), fast_config()).unwrap();
-    let stranger = Security { identity: ClusterIdentity::generate().unwrap(), secret: b"s".to_vec() };
+    let stranger = Security {
+        identity: ClusterIdentity::generate().unwrap(),
+        secret: b"s".to_vec(),
+    };
     let receiver = KvReceiver::bind(any_port(), layout, &stranger, fast_config()).unwrap();
-    let err = receiver.register(sender.local_addr().unwrap(), RoomId(1), vec![1]).await.err().expect("TLS must refuse");
+    let err = receiver
+        .register(sender.local_addr().unwrap(), RoomId(1), vec![1])
+        .await
+        .err()
+        .expect("TLS must refuse");
     assert!(matches!(err, QuicError::Connection(_)), "{err:?}");
 }
 
@@ -199,7 +283,10 @@ async fn a_room_nobody_registers_times_out_and_is_released() {
     cfg.proto.room_timeout = Duration::from_millis(300);
     let sender = KvSender::bind(any_port(), layout, &security(b"s"), cfg).unwrap();
     let pages = vec![Bytes::from(page_bytes(layout.page_bytes(), 0))];
-    let err = sender.send(RoomId(3), pages, AuxData::default()).await.unwrap_err();
+    let err = sender
+        .send(RoomId(3), pages, AuxData::default())
+        .await
+        .unwrap_err();
     assert!(matches!(err, QuicError::NotRegistered(3, _)), "{err:?}");
     assert_eq!(sender.held_pages(), 0);
 }

@@ -4,7 +4,9 @@ use std::path::Path;
 use bytes::Bytes;
 use sglrs_radix_cache::{KvStore, PageHash};
 use sglrs_transfer::quic::RemoteStore;
-use sglrs_transfer::store::{serve, segment_path, DiskConfig, PageStore, PageStoreConfig, StoreConfig};
+use sglrs_transfer::store::{
+    segment_path, serve, DiskConfig, PageStore, PageStoreConfig, StoreConfig,
+};
 
 use crate::common::*;
 
@@ -17,7 +19,11 @@ fn hash(i: u64) -> PageHash {
 fn pages_cfg(dir: &Path) -> PageStoreConfig {
     PageStoreConfig {
         ram_bytes: 1 << 20,
-        disk: Some(DiskConfig { dir: dir.to_path_buf(), max_bytes: 1 << 34, segment_bytes: 1 << 20 }),
+        disk: Some(DiskConfig {
+            dir: dir.to_path_buf(),
+            max_bytes: 1 << 34,
+            segment_bytes: 1 << 20,
+        }),
     }
 }
 
@@ -58,7 +64,11 @@ fn corrupt(dir: &Path, h: PageHash) {
             panic!("record not found");
         }
         if let Some(off) = find_record(&path, h) {
-            let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .unwrap();
             let mut b = [0u8; 1];
             f.read_exact_at(&mut b, off + 5).unwrap();
             f.write_all_at(&[b[0] ^ 0xff], off + 5).unwrap();
@@ -73,7 +83,9 @@ fn page_store_100k_pages_survive_a_restart_and_corruption_is_a_miss() {
     {
         let store = PageStore::open(pages_cfg(dir.path())).unwrap();
         for c in 0..N / 1000 {
-            let batch = (c * 1000..(c + 1) * 1000).map(|i| (hash(i), page(i))).collect();
+            let batch = (c * 1000..(c + 1) * 1000)
+                .map(|i| (hash(i), page(i)))
+                .collect();
             assert_eq!(store.put(batch).unwrap(), 1000);
         }
         let s = store.stats();
@@ -88,14 +100,21 @@ fn page_store_100k_pages_survive_a_restart_and_corruption_is_a_miss() {
     check_all(&store);
     // Corruption while the store runs: found on read, reported as a miss, never served.
     corrupt(dir.path(), hash(500));
-    assert_eq!(store.get(&[hash(499), hash(500), hash(501)]), vec![Some(page(499)), None, Some(page(501))]);
+    assert_eq!(
+        store.get(&[hash(499), hash(500), hash(501)]),
+        vec![Some(page(499)), None, Some(page(501))]
+    );
     assert_eq!(store.exists(&[hash(499), hash(500), hash(501)]), 1);
     assert_eq!(store.stats().corrupted, 1);
     drop(store);
     // Corruption while it is down: found by the scan on open.
     corrupt(dir.path(), hash(90_000));
     let store = PageStore::open(pages_cfg(dir.path())).unwrap();
-    assert_eq!(store.stats().corrupted, 2, "both bad records are skipped by the scan");
+    assert_eq!(
+        store.stats().corrupted,
+        2,
+        "both bad records are skipped by the scan"
+    );
     assert_eq!(store.get(&[hash(90_000)]), vec![None]);
     assert_eq!(store.get(&[hash(89_999)]), vec![Some(page(89_999))]);
 }
@@ -103,7 +122,14 @@ fn page_store_100k_pages_survive_a_restart_and_corruption_is_a_miss() {
 #[test]
 fn disk_budget_drops_the_oldest_segments() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = PageStoreConfig { ram_bytes: 0, disk: Some(DiskConfig { dir: dir.path().into(), max_bytes: 4 << 20, segment_bytes: 1 << 20 }) };
+    let cfg = PageStoreConfig {
+        ram_bytes: 0,
+        disk: Some(DiskConfig {
+            dir: dir.path().into(),
+            max_bytes: 4 << 20,
+            segment_bytes: 1 << 20,
+        }),
+    };
     let store = PageStore::open(cfg).unwrap();
     for i in 0..N {
         store.put(vec![(hash(i), page(i))]).unwrap();
@@ -126,13 +152,26 @@ async fn remote_store_serves_100k_pages_across_a_restart() {
     };
     let server = serve(cfg.clone()).unwrap();
     let addr = server.local_addr().unwrap();
-    let client = RemoteStore::connect(any_port(), addr, small_layout(), &security(b"store secret"), fast_config()).await.unwrap();
+    let client = RemoteStore::connect(
+        any_port(),
+        addr,
+        small_layout(),
+        &security(b"store secret"),
+        fast_config(),
+    )
+    .await
+    .unwrap();
     for c in 0..N / 2000 {
-        let batch = (c * 2000..(c + 1) * 2000).map(|i| (hash(i), page(i))).collect();
+        let batch = (c * 2000..(c + 1) * 2000)
+            .map(|i| (hash(i), page(i)))
+            .collect();
         assert_eq!(client.put_async(batch).await.unwrap(), 2000);
     }
     let hashes: Vec<PageHash> = (0..N).map(hash).collect();
-    assert_eq!(client.exists_async(hashes.clone()).await.unwrap(), N as usize);
+    assert_eq!(
+        client.exists_async(hashes.clone()).await.unwrap(),
+        N as usize
+    );
     let mut miss = hashes[..10].to_vec();
     miss.insert(5, PageHash(1));
     assert_eq!(client.exists_async(miss.clone()).await.unwrap(), 5);
@@ -151,19 +190,37 @@ async fn remote_store_serves_100k_pages_across_a_restart() {
     let server = serve(cfg.clone()).unwrap();
     let addr = server.local_addr().unwrap();
     assert_eq!(server.store().stats().disk_pages, N as usize);
-    let client = RemoteStore::connect(any_port(), addr, small_layout(), &security(b"store secret"), fast_config()).await.unwrap();
-    assert_eq!(client.exists_async(hashes.clone()).await.unwrap(), N as usize);
+    let client = RemoteStore::connect(
+        any_port(),
+        addr,
+        small_layout(),
+        &security(b"store secret"),
+        fast_config(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        client.exists_async(hashes.clone()).await.unwrap(),
+        N as usize
+    );
     let got = client.get_async(hashes[..1000].to_vec()).await.unwrap();
-    assert!(got.iter().enumerate().all(|(i, p)| p.as_ref() == Some(&page(i as u64))));
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(i, p)| p.as_ref() == Some(&page(i as u64))));
     // A corrupted page file is a miss, never served.
     corrupt(dir.path(), hash(7));
-    let got = client.get_async(vec![hash(6), hash(7), hash(8)]).await.unwrap();
+    let got = client
+        .get_async(vec![hash(6), hash(7), hash(8)])
+        .await
+        .unwrap();
     assert_eq!(got, vec![Some(page(6)), None, Some(page(8))]);
 
     // The blocking KvStore face, as the runtime's cache I/O thread uses it.
     let sec = security(b"store secret");
     let blocking = std::thread::spawn(move || {
-        let store = RemoteStore::connect_blocking(addr, small_layout(), &sec, fast_config()).unwrap();
+        let store =
+            RemoteStore::connect_blocking(addr, small_layout(), &sec, fast_config()).unwrap();
         let kv: &dyn KvStore = &store;
         kv.put(&[(PageHash(u128::MAX), page(1))]).unwrap();
         assert_eq!(kv.exists(&[PageHash(u128::MAX), hash(0)]).unwrap(), 2);
@@ -177,9 +234,23 @@ async fn remote_store_serves_100k_pages_across_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remote_store_refuses_a_wrong_secret() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = StoreConfig { addr: any_port(), layout: small_layout(), security: security(b"right"), quic: fast_config(), pages: pages_cfg(dir.path()) };
+    let cfg = StoreConfig {
+        addr: any_port(),
+        layout: small_layout(),
+        security: security(b"right"),
+        quic: fast_config(),
+        pages: pages_cfg(dir.path()),
+    };
     let server = serve(cfg).unwrap();
-    let client = RemoteStore::connect(any_port(), server.local_addr().unwrap(), small_layout(), &security(b"wrong"), fast_config()).await.unwrap();
+    let client = RemoteStore::connect(
+        any_port(),
+        server.local_addr().unwrap(),
+        small_layout(),
+        &security(b"wrong"),
+        fast_config(),
+    )
+    .await
+    .unwrap();
     let err = client.exists_async(vec![hash(1)]).await.unwrap_err();
     assert!(err.to_string().contains("authentication failed"), "{err}");
     let kv: &dyn KvStore = &client;
