@@ -73,7 +73,9 @@ pub fn parse_settings(
                 argv.push(n.to_string());
             }
             other => {
-                return Err(EngineError::Config(format!("setting {k}: unsupported value {other}")))
+                return Err(EngineError::Config(format!(
+                    "setting {k}: unsupported value {other}"
+                )))
             }
         }
     }
@@ -92,7 +94,8 @@ pub struct Running {
 
 /// Loads the model and starts the scheduler thread, as `sglrs serve` does, without a listener.
 pub fn start(args: &ServeArgs) -> Result<Running, EngineError> {
-    let start_err = |what: &str, e: &dyn std::fmt::Display| EngineError::Start(format!("{what}: {e}"));
+    let start_err =
+        |what: &str, e: &dyn std::fmt::Display| EngineError::Start(format!("{what}: {e}"));
     let path = args.model.clone().unwrap_or_else(model::default_model_path);
     let loaded = model::load(&path, &LoadOptions::default())
         .map_err(|e| start_err(&format!("loading {}", path.display()), &e))?;
@@ -110,7 +113,9 @@ pub fn start(args: &ServeArgs) -> Result<Running, EngineError> {
         },
     )
     .map_err(|e| start_err("building the CPU executor", &e))?;
-    let max_context = args.context_length.map_or(exec.max_context(), |c| c.min(exec.max_context()));
+    let max_context = args
+        .context_length
+        .map_or(exec.max_context(), |c| c.min(exec.max_context()));
     let vocab_size = exec.vocab_size();
     let tokenizer = Arc::new(loaded.tokenizer);
     let mut eos: Vec<u32> = tokenizer.eog_ids().to_vec();
@@ -132,13 +137,18 @@ pub fn start(args: &ServeArgs) -> Result<Running, EngineError> {
         jump_forward: !args.disable_jump_forward,
     };
     let num_pages = cfg.num_pages;
-    let core = SchedulerCore::new(cfg, tokenizer.clone()).map_err(|e| start_err("configuring the scheduler", &e))?;
-    let (handle, _join) = scheduler::spawn(core, Box::new(exec)).map_err(|e| start_err("starting the scheduler", &e))?;
+    let core = SchedulerCore::new(cfg, tokenizer.clone())
+        .map_err(|e| start_err("configuring the scheduler", &e))?;
+    let (handle, _join) = scheduler::spawn(core, Box::new(exec))
+        .map_err(|e| start_err("starting the scheduler", &e))?;
     let vocab = sglrs_grammar::TokenVocab::from_tokenizer(tokenizer.inner(), &eos)
         .map_err(|e| start_err("building the grammar vocabulary", &e))?;
     let grammars = Arc::new(GrammarCompiler::new(Arc::new(vocab)));
     let name = args.served_model_name.clone().unwrap_or_else(|| {
-        path.file_stem().map_or_else(|| "default".to_string(), |s| s.to_string_lossy().into_owned())
+        path.file_stem().map_or_else(
+            || "default".to_string(),
+            |s| s.to_string_lossy().into_owned(),
+        )
     });
     let info = ServerInfo {
         model_path: path.display().to_string(),
@@ -159,7 +169,14 @@ pub fn start(args: &ServeArgs) -> Result<Running, EngineError> {
         }),
     };
     let chat_template = loaded.chat_template.map(Arc::new);
-    let state = Arc::new(AppState::new(handle, tokenizer, chat_template.clone(), grammars, info, None));
+    let state = Arc::new(AppState::new(
+        handle,
+        tokenizer,
+        chat_template.clone(),
+        grammars,
+        info,
+        None,
+    ));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("sglrs-engine")
@@ -167,7 +184,12 @@ pub fn start(args: &ServeArgs) -> Result<Running, EngineError> {
         .build()
         .map_err(|e| start_err("starting tokio", &e))?;
     let router = server::router(state.clone());
-    Ok(Running { rt, state, router, chat_template })
+    Ok(Running {
+        rt,
+        state,
+        router,
+        chat_template,
+    })
 }
 
 /// What one call answered: a status and a body.
@@ -179,7 +201,11 @@ struct Answer {
 fn error_message(body: &[u8]) -> String {
     serde_json::from_slice::<serde_json::Value>(body)
         .ok()
-        .and_then(|v| v.pointer("/error/message").and_then(|m| m.as_str()).map(str::to_string))
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(|m| m.as_str())
+                .map(str::to_string)
+        })
         .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned())
 }
 
@@ -216,12 +242,18 @@ impl Running {
         let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
             .await
             .map_err(|e| EngineError::Internal(format!("reading the answer: {e}")))?;
-        Ok(Answer { status, body: bytes.to_vec() })
+        Ok(Answer {
+            status,
+            body: bytes.to_vec(),
+        })
     }
 
     /// Answers one `/generate` body (blocking the calling thread).
     pub fn generate(&self, body: Vec<u8>) -> Result<String, EngineError> {
-        to_result(self.rt.block_on(self.call(Method::POST, "/generate", body))?)
+        to_result(
+            self.rt
+                .block_on(self.call(Method::POST, "/generate", body))?,
+        )
     }
 
     /// Answers a GET route (`/get_server_info`, `/get_model_info`).
@@ -231,12 +263,17 @@ impl Running {
 
     /// Empties the prefix cache; `false` while requests are running.
     pub fn flush(&self) -> Result<bool, EngineError> {
-        self.rt.block_on(self.state.sched.flush()).map_err(|e| EngineError::Internal(e.to_string()))
+        self.rt
+            .block_on(self.state.sched.flush())
+            .map_err(|e| EngineError::Internal(e.to_string()))
     }
 
     /// Starts a streaming `/generate`; each event's JSON text arrives on the receiver,
     /// then the channel closes. A failure arrives as one `Err`.
-    pub fn generate_stream(&self, body: Vec<u8>) -> Result<mpsc::Receiver<Result<String, EngineError>>, EngineError> {
+    pub fn generate_stream(
+        &self,
+        body: Vec<u8>,
+    ) -> Result<mpsc::Receiver<Result<String, EngineError>>, EngineError> {
         let (tx, rx) = mpsc::channel();
         let req = request(Method::POST, "/generate", body)?;
         let router = self.router.clone();
@@ -250,8 +287,13 @@ impl Running {
             };
             let status = resp.status();
             if !status.is_success() {
-                let body = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap_or_default();
-                let _ = tx.send(to_result(Answer { status, body: body.to_vec() }));
+                let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                    .await
+                    .unwrap_or_default();
+                let _ = tx.send(to_result(Answer {
+                    status,
+                    body: body.to_vec(),
+                }));
                 return;
             }
             let mut frames = resp.into_body().into_data_stream();
@@ -267,7 +309,9 @@ impl Running {
                 pending.push_str(&String::from_utf8_lossy(&bytes));
                 while let Some(end) = pending.find('\n') {
                     let line: String = pending.drain(..=end).collect();
-                    let Some(data) = line.trim_end().strip_prefix("data:") else { continue };
+                    let Some(data) = line.trim_end().strip_prefix("data:") else {
+                        continue;
+                    };
                     let data = data.trim();
                     if data == "[DONE]" {
                         return;
@@ -307,7 +351,9 @@ pub struct Slot {
 impl Slot {
     /// Holds a started engine.
     pub fn new(r: Running) -> Self {
-        Self { inner: RwLock::new(Some(Arc::new(r))) }
+        Self {
+            inner: RwLock::new(Some(Arc::new(r))),
+        }
     }
 
     /// The running engine (shared, so calls from many threads run at once).

@@ -48,32 +48,39 @@ impl PyEngine {
     #[new]
     #[pyo3(signature = (model_path=None, config="{}"))]
     fn new(py: Python<'_>, model_path: Option<String>, config: &str) -> PyResult<Self> {
-        let cfg: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(config).map_err(|e| PyValueError::new_err(format!("engine config: {e}")))?;
+        let cfg: serde_json::Map<String, serde_json::Value> = serde_json::from_str(config)
+            .map_err(|e| PyValueError::new_err(format!("engine config: {e}")))?;
         let args = engine::parse_settings(model_path.as_deref(), &cfg).map_err(py_err)?;
         let running = py.detach(move || engine::start(&args)).map_err(py_err)?;
-        Ok(PyEngine { slot: Slot::new(running) })
+        Ok(PyEngine {
+            slot: Slot::new(running),
+        })
     }
 
     /// Answers one `/generate` body (JSON text) with the response JSON text.
     fn generate(&self, py: Python<'_>, body: String) -> PyResult<String> {
         let eng = self.slot.get().map_err(py_err)?;
-        py.detach(move || eng.generate(body.into_bytes())).map_err(py_err)
+        py.detach(move || eng.generate(body.into_bytes()))
+            .map_err(py_err)
     }
 
     /// Starts a streaming `/generate`; iterate for each event's JSON text.
     fn generate_stream(&self, py: Python<'_>, body: String) -> PyResult<PyStream> {
         let eng = self.slot.get().map_err(py_err)?;
-        let rx = py.detach(move || eng.generate_stream(body.into_bytes())).map_err(py_err)?;
-        Ok(PyStream { rx: StreamRx(Mutex::new(rx)) })
+        let rx = py
+            .detach(move || eng.generate_stream(body.into_bytes()))
+            .map_err(py_err)?;
+        Ok(PyStream {
+            rx: StreamRx(Mutex::new(rx)),
+        })
     }
 
     /// Renders messages (a JSON list of `{"role", "content"}`) with the model's template,
     /// without the generation prompt; `None` if the model has no template.
     fn render_chat(&self, messages: &str) -> PyResult<Option<String>> {
         let eng = self.slot.get().map_err(py_err)?;
-        let v: serde_json::Value =
-            serde_json::from_str(messages).map_err(|e| PyValueError::new_err(format!("messages: {e}")))?;
+        let v: serde_json::Value = serde_json::from_str(messages)
+            .map_err(|e| PyValueError::new_err(format!("messages: {e}")))?;
         eng.render_chat(&v).map_err(py_err)
     }
 
@@ -85,7 +92,8 @@ impl PyEngine {
     /// `/get_server_info` as JSON text.
     fn server_info(&self, py: Python<'_>) -> PyResult<String> {
         let eng = self.slot.get().map_err(py_err)?;
-        py.detach(move || eng.get("/get_server_info")).map_err(py_err)
+        py.detach(move || eng.get("/get_server_info"))
+            .map_err(py_err)
     }
 
     /// Empties the prefix cache; `False` while requests are running.
