@@ -153,6 +153,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--sglang-python", default=os.environ.get("SGLANG_PYTHON"))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--mode-timeout", type=int, default=600,
+                    help="seconds before the SGLang-frontend worker is given up")
     args = ap.parse_args(args_in)
 
     import sglrs as sgl
@@ -184,14 +186,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         results["http"] = _summary(time_runs(program, backend, args.runs, run_id))
         run_id += args.runs + 1
         if args.sglang_python:
-            r = subprocess.run(
-                [args.sglang_python, os.path.abspath(__file__), "--worker", url,
-                 str(args.runs), str(run_id), "sglang"],
-                capture_output=True, text=True, timeout=3600,
-            )
-            if r.returncode != 0:
+            r: Optional["subprocess.CompletedProcess[str]"] = None
+            try:
+                r = subprocess.run(
+                    [args.sglang_python, os.path.abspath(__file__), "--worker", url,
+                     str(args.runs), str(run_id), "sglang"],
+                    capture_output=True, text=True, timeout=args.mode_timeout,
+                )
+            except subprocess.TimeoutExpired as exc:
+                tail = exc.stderr[-2000:] if isinstance(exc.stderr, str) else ""
+                results["sglang"] = {"error": f"timed out after {args.mode_timeout} s: {tail}"}
+            if r is not None and r.returncode != 0:
                 results["sglang"] = {"error": r.stderr[-2000:]}
-            else:
+            elif r is not None:
                 results["sglang"] = _summary(json.loads(r.stdout.strip().splitlines()[-1]))
         else:
             results["sglang"] = {"skipped": "no --sglang-python"}
