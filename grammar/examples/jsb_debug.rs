@@ -22,11 +22,17 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let mut s = String::new();
         e.read_to_string(&mut s)?;
         let v: serde_json::Value = serde_json::from_str(&s)?;
-        let g = match CompiledGrammar::json_schema_value(
+        let t0 = std::time::Instant::now();
+        let res = CompiledGrammar::json_schema_value(
             &v["schema"],
             vocab.clone(),
             &CompileOptions::default(),
-        ) {
+        );
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        if ms > 200.0 {
+            println!("{name}: compile {ms:.0} ms");
+        }
+        let g = match res {
             Ok(g) => g,
             Err(err) => {
                 println!("{name}: {err}");

@@ -189,3 +189,15 @@ fn cache_compiles_in_background() {
     ));
     assert_eq!(cache.len(), 2);
 }
+
+#[test]
+fn huge_integer_bounds_never_loosen() {
+    let Some(tok) = common::llama3() else { return };
+    let s = r#"{"type":"integer","minimum":0,"maximum":9223372036854776000}"#;
+    let g = CompiledGrammar::json_schema(s, tok.vocab.clone(), &CompileOptions::default()).unwrap();
+    for (text, ok) in [("12", true), ("-1", false), ("9223372036854776001", false)] {
+        let mut m = Matcher::new(g.clone());
+        let acc = m.try_advance_bytes(text.as_bytes()) && m.is_accepting();
+        assert_eq!(acc, ok, "{text}");
+    }
+}

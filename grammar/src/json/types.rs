@@ -91,7 +91,8 @@ impl JsonCompiler<'_> {
         const LIM: f64 = 1e15;
         let lo_i = match lo {
             None => None,
-            Some((v, _)) if v < -LIM => None,
+            // Beyond ±1e15 bounds are clamped inward: stricter, never looser.
+            Some((v, _)) if v < -LIM => Some(-(LIM as i64)),
             Some((v, _)) if v > LIM => return self.nothing(),
             Some((v, inc)) => Some(if inc {
                 v.ceil() as i64
@@ -101,7 +102,7 @@ impl JsonCompiler<'_> {
         };
         let hi_i = match hi {
             None => None,
-            Some((v, _)) if v > LIM => None,
+            Some((v, _)) if v > LIM => Some(LIM as i64),
             Some((v, _)) if v < -LIM => return self.nothing(),
             Some((v, inc)) => Some(if inc {
                 v.floor() as i64
