@@ -1,18 +1,18 @@
 //! End-to-end tests of `sglrs serve` with the real default model over HTTP.
 //!
-//! One server process is shared by the tests of this binary; a mutex runs them one at a
-//! time so that page accounting and latency checks are not disturbed by each other.
+//! Each test starts its own server process (killed when the test ends, pass or fail); a
+//! mutex runs them one at a time so that page accounting and latency checks are not
+//! disturbed by each other on a small machine.
 
 use serde_json::{json, Value};
 use sglrs_tests::Server;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-fn server() -> (&'static Server, MutexGuard<'static, ()>) {
-    static SERVER: OnceLock<Server> = OnceLock::new();
+fn server() -> (Server, MutexGuard<'static, ()>) {
     static LOCK: Mutex<()> = Mutex::new(());
     let guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    (SERVER.get_or_init(|| Server::start(&[])), guard)
+    (Server::start(&[]), guard)
 }
 
 fn message(v: &Value) -> String {
@@ -39,6 +39,7 @@ fn assert_400(s: &Server, path: &str, body: &str, needle: &str) {
 #[test]
 fn bad_input_gets_400_naming_the_problem_and_the_server_keeps_serving() {
     let (s, _g) = server();
+    let s = &s;
     assert_400(s, "/generate", "{\"text\": \"hi\"", "invalid request body");
     assert_400(
         s,
@@ -118,6 +119,7 @@ fn bad_input_gets_400_naming_the_problem_and_the_server_keeps_serving() {
 #[test]
 fn generate_is_deterministic_and_reports_meta_info() {
     let (s, _g) = server();
+    let s = &s;
     let body = json!({"text": "Once upon a time", "sampling_params": {"max_new_tokens": 12, "temperature": 0}});
     let (_, a) = s.post("/generate", &body);
     let (_, b) = s.post("/generate", &body);
@@ -152,6 +154,7 @@ fn strip_latency(mut b: Value, a: &Value) -> Value {
 #[test]
 fn constrained_generation_is_valid() {
     let (s, _g) = server();
+    let s = &s;
     let (_, v) = s.post("/generate", &json!({"text": "My phone number is", "sampling_params": {"max_new_tokens": 20, "temperature": 0.8, "regex": "[0-9]{3}-[0-9]{4}"}}));
     let t = v["text"].as_str().unwrap();
     assert_eq!(t.len(), 8, "{v}");
@@ -173,6 +176,7 @@ fn constrained_generation_is_valid() {
 #[test]
 fn select_style_scoring_returns_input_logprobs() {
     let (s, _g) = server();
+    let s = &s;
     let prefix = "The color of the sky is";
     let (_, v) = s.post(
         "/generate",
@@ -204,6 +208,7 @@ fn select_style_scoring_returns_input_logprobs() {
 #[test]
 fn openai_routes_answer() {
     let (s, _g) = server();
+    let s = &s;
     let (status, v) = s.post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8, "temperature": 0}));
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["object"], "chat.completion");
@@ -243,6 +248,7 @@ fn openai_routes_answer() {
 #[test]
 fn shared_prefix_is_cached_and_much_faster() {
     let (s, _g) = server();
+    let s = &s;
     let (status, _) = s.post("/flush_cache", &json!({}));
     assert_eq!(status, 200);
     // ~1,000 tokens of prefix.
@@ -272,6 +278,7 @@ fn shared_prefix_is_cached_and_much_faster() {
 #[test]
 fn pages_return_to_the_free_list_after_load_and_flush() {
     let (s, _g) = server();
+    let s = &s;
     let bodies = vec![
         json!({"text": "Write a poem about the sea.", "sampling_params": {"max_new_tokens": 24, "temperature": 0.7, "n": 3}}),
         json!({"text": ["Tell me a story.", "List three fruits:"], "sampling_params": {"max_new_tokens": 16}}),

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 /// A message to the scheduler thread.
 pub enum Command {
     /// Queue a request; its events go to the sender.
-    Submit(SchedRequest, mpsc::UnboundedSender<SchedEvent>),
+    Submit(Box<SchedRequest>, mpsc::UnboundedSender<SchedEvent>),
     /// Abort a request.
     Abort(RequestId),
     /// Drop the cache if idle; answers whether it did.
@@ -57,7 +57,7 @@ impl SchedulerHandle {
     ) -> Result<mpsc::UnboundedReceiver<SchedEvent>, SchedError> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.tx
-            .send(Command::Submit(req, tx))
+            .send(Command::Submit(Box::new(req), tx))
             .map_err(|_| SchedError::Shutdown)?;
         Ok(rx)
     }
@@ -184,7 +184,7 @@ impl Driver {
             Command::Submit(req, tx) => {
                 let n = req.n.max(1);
                 self.senders.insert(req.id, (tx, n));
-                self.core.handle_request(req, Instant::now());
+                self.core.handle_request(*req, Instant::now());
             }
             Command::Abort(id) => {
                 self.core.handle_abort(id, "aborted by request");

@@ -29,7 +29,7 @@ enum InputIds {
 struct RawGenerate {
     text: Option<OneOrMany<String>>,
     input_ids: Option<InputIds>,
-    sampling_params: Option<OneOrMany<RawSamplingParams>>,
+    sampling_params: Option<Value>,
     return_logprob: Option<OneOrMany<bool>>,
     logprob_start_len: Option<OneOrMany<i64>>,
     top_logprobs_num: Option<OneOrMany<i64>>,
@@ -60,6 +60,29 @@ fn pick<T: Clone>(
             format!("{} entries for a batch of {batch}", xs.len()),
         )),
     }
+}
+
+/// The `sampling_params` of batch item `i`: one object for all, or a list with one per item.
+/// Parsed from a JSON value here (not through an untagged enum) so that an unknown field
+/// is named in the error.
+fn sampling_params(
+    v: Option<&Value>,
+    i: usize,
+    batch: usize,
+) -> Result<RawSamplingParams, ApiError> {
+    let item = match v {
+        None | Some(Value::Null) => return Ok(RawSamplingParams::default()),
+        Some(Value::Array(items)) if items.len() == batch => &items[i],
+        Some(Value::Array(items)) => {
+            return Err(ApiError::bad(
+                "sampling_params",
+                format!("{} entries for a batch of {batch}", items.len()),
+            ))
+        }
+        Some(obj) => obj,
+    };
+    serde_json::from_value(item.clone())
+        .map_err(|e| ApiError::bad("sampling_params", e.to_string()))
 }
 
 /// `POST /generate`.
@@ -119,7 +142,7 @@ pub async fn generate(
     let batch = prompts.len();
     let mut jobs = Vec::with_capacity(batch);
     for (i, input_ids) in prompts.into_iter().enumerate() {
-        let sp = pick(&raw.sampling_params, i, "sampling_params", batch)?.unwrap_or_default();
+        let sp = sampling_params(raw.sampling_params.as_ref(), i, batch)?;
         let params = validate::check_params(&sp, input_ids.len(), limits, "max_new_tokens")?;
         let logprobs = validate::check_logprobs(
             pick(&raw.return_logprob, i, "return_logprob", batch)?.unwrap_or(false),
