@@ -159,7 +159,7 @@ fn store(dtype: KvDtype, src: &[f32], dst: &mut [u8]) {
 
 fn load(dtype: KvDtype, src: &[u8], dst: &mut [f32]) {
     use half::slice::HalfFloatSliceExt;
-    if dtype != KvDtype::F32 && (src.as_ptr() as usize) % 2 == 0 {
+    if dtype != KvDtype::F32 && (src.as_ptr() as usize).is_multiple_of(2) {
         // SAFETY: 2-aligned, `src.len() / 2` elements of a plain 16-bit type.
         let n = src.len() / 2;
         match dtype {

@@ -5,6 +5,9 @@
 //! broadcast-FMA loops without horizontal sums: scores for 16 positions at a time, and the
 //! weighted sum of V rows. Softmax is f32 with a vectorized exp.
 
+// Register tiles are indexed by (row, token) on purpose: the loops mirror the tile shape.
+#![allow(clippy::needless_range_loop)]
+
 use super::Isa;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -60,7 +63,7 @@ pub fn attend(
     scores.clear();
     scores.resize(4 * g.stride, 0.0);
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vnni && g.head_dim % 16 == 0 {
+    if isa == Isa::Avx512Vnni && g.head_dim.is_multiple_of(16) {
         // SAFETY: AVX-512 F detected; shapes checked above.
         unsafe { attend_avx512(tile, g, scale, scores, out) };
         return;

@@ -1,6 +1,9 @@
 //! AVX-512 VNNI quantized matmul: two blocks of 32 per 512-bit `vpdpbusd`, register tiles of
 //! up to 4 weight rows × 4 activation rows so each unpacked weight vector serves 4 tokens.
 
+// Register tiles are indexed by (row, token) on purpose: the loops mirror the tile shape.
+#![allow(clippy::needless_range_loop)]
+
 use super::packed::QuantMatrix;
 use super::quant::{QuantActs, QK};
 #[cfg(target_arch = "x86_64")]

@@ -237,6 +237,7 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[cfg(test)]
+#[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
     use crate::kernels::quant::dequantize_row_bytes;

@@ -148,7 +148,7 @@ pub fn block_shape(t: WeightType) -> (usize, usize) {
 /// Bytes of one row of a weight; checks the block size and the total length.
 pub fn row_bytes(w: &Weight) -> Result<usize, DequantError> {
     let (be, bb) = block_shape(w.dtype);
-    if w.cols % be != 0 {
+    if !w.cols.is_multiple_of(be) {
         return Err(DequantError::Block {
             dtype: w.dtype,
             cols: w.cols,
