@@ -202,3 +202,44 @@ fn unsupported_arch_and_missing_tensor_are_named() {
     let err = model::load(&junk, &LoadOptions::default()).unwrap_err();
     assert!(matches!(err, LoadError::Gguf { .. }), "{err}");
 }
+
+#[test]
+fn k_quant_weights_are_sliced_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Device::Cpu;
+    let t = Tensor::arange(0f32, 4.0 * 512.0, &dev)
+        .unwrap()
+        .affine(1e-3, -1.0)
+        .unwrap()
+        .reshape((4, 512))
+        .unwrap();
+    let q4k = QTensor::quantize(&t, GgmlDType::Q4K).unwrap();
+    let q6k = QTensor::quantize(&t, GgmlDType::Q6K).unwrap();
+    let path = dir.path().join("k.gguf");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let arch = Value::String("llama".into());
+    gguf_file::write(
+        &mut f,
+        &[("general.architecture", &arch)],
+        &[("a.weight", &q4k), ("b.weight", &q6k)],
+    )
+    .unwrap();
+    drop(f);
+    let g = gguf::GgufFile::open(&path).unwrap();
+    for (name, q, wt, block) in [
+        ("a.weight", &q4k, WeightType::Q4K, 144),
+        ("b.weight", &q6k, WeightType::Q6K, 210),
+    ] {
+        let w = g.weight(name).unwrap();
+        assert_eq!((w.dtype, w.rows, w.cols), (wt, 4, 512));
+        assert_eq!(w.data.len(), 4 * 2 * block);
+        let want = q
+            .dequantize(&dev)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(gguf::dequantize(&w).unwrap(), want, "{name}");
+    }
+}
