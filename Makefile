@@ -16,7 +16,10 @@ serve: deps model build
 
 ## Runs the whole test suite (Rust unit, integration and end-to-end tests).
 test: deps model
-	cargo test --release --workspace
+	cargo test --release --workspace   # also builds the sglrs binary its integration tests start
+	python3 -m pip install --quiet --disable-pip-version-check openai jsonschema pytest maturin
+	python3 -m pip install --quiet --disable-pip-version-check ./python-frontend
+	SGLRS_BIN=$(SGLRS) python3 -m pytest -q tests/python python-frontend/tests
 	@echo "make test: all suites passed"
 
 deps:

@@ -10,16 +10,26 @@ const PAGES: usize = 256;
 
 fn transfer_throughput(c: &mut Criterion) {
     let layout = KvLayout::smollm2_135m();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let src = source_pages(&layout, PAGES);
     let mut pool = vec![0u8; PAGES * layout.page_bytes()];
     let mut g = c.benchmark_group("transfer_throughput");
     g.throughput(Throughput::Bytes((PAGES * layout.page_bytes()) as u64));
     g.sample_size(10);
-    let mut quic = rt.block_on(async { QuicPair::new(layout, QuicConfig::loopback()) }).unwrap();
-    g.bench_function("quic_256_pages", |b| b.iter(|| rt.block_on(quic.transfer(&src, PAGES, &mut pool)).unwrap()));
+    let mut quic = rt
+        .block_on(async { QuicPair::new(layout, QuicConfig::loopback()) })
+        .unwrap();
+    g.bench_function("quic_256_pages", |b| {
+        b.iter(|| rt.block_on(quic.transfer(&src, PAGES, &mut pool)).unwrap())
+    });
     let mut tcp = rt.block_on(TcpPair::new()).unwrap();
-    g.bench_function("tcp_256_pages", |b| b.iter(|| rt.block_on(tcp.transfer(&src, PAGES, &mut pool)).unwrap()));
+    g.bench_function("tcp_256_pages", |b| {
+        b.iter(|| rt.block_on(tcp.transfer(&src, PAGES, &mut pool)).unwrap())
+    });
     g.finish();
 }
 

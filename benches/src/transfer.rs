@@ -24,7 +24,9 @@ use anyhow::Context;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use sglrs_transfer::proto::{AuxData, RoomId};
-use sglrs_transfer::quic::{ClusterIdentity, KvReceiver, KvSender, QuicConfig, RoomEvent, Security};
+use sglrs_transfer::quic::{
+    ClusterIdentity, KvReceiver, KvSender, QuicConfig, RoomEvent, Security,
+};
 use sglrs_transfer::KvLayout;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -54,7 +56,14 @@ pub struct TransferArgs {
 impl Default for TransferArgs {
     fn default() -> Self {
         let q = QuicConfig::loopback();
-        Self { pages: 2000, rounds: 3, mtu: q.mtu, streams: q.data_streams, batch: q.proto.batch_pages, threads: 2 }
+        Self {
+            pages: 2000,
+            rounds: 3,
+            mtu: q.mtu,
+            streams: q.data_streams,
+            batch: q.proto.batch_pages,
+            threads: 2,
+        }
     }
 }
 
@@ -119,16 +128,30 @@ pub struct QuicPair {
 impl QuicPair {
     /// Binds both endpoints (inside a tokio runtime).
     pub fn new(layout: KvLayout, cfg: QuicConfig) -> anyhow::Result<Self> {
-        let security = Security { identity: ClusterIdentity::generate()?, secret: b"bench secret".to_vec() };
+        let security = Security {
+            identity: ClusterIdentity::generate()?,
+            secret: b"bench secret".to_vec(),
+        };
         let lo: SocketAddr = ([127, 0, 0, 1], 0).into();
         let sender = KvSender::bind(lo, layout, &security, cfg.clone())?;
         let receiver = KvReceiver::bind(lo, layout, &security, cfg)?;
         let addr = sender.local_addr()?;
-        Ok(Self { sender, receiver, addr, layout, next_room: 1 })
+        Ok(Self {
+            sender,
+            receiver,
+            addr,
+            layout,
+            next_room: 1,
+        })
     }
 
     /// Moves `n` pages (cycling through `src`) as one room, copying each into `pool`.
-    pub async fn transfer(&mut self, src: &[Bytes], n: usize, pool: &mut [u8]) -> anyhow::Result<()> {
+    pub async fn transfer(
+        &mut self,
+        src: &[Bytes],
+        n: usize,
+        pool: &mut [u8],
+    ) -> anyhow::Result<()> {
         let room = RoomId(self.next_room);
         self.next_room += 1;
         let pb = self.layout.page_bytes();
@@ -147,7 +170,9 @@ impl QuicPair {
                     }
                     Some(RoomEvent::Aux(_)) => {}
                     Some(RoomEvent::Done) => return Ok(()),
-                    Some(RoomEvent::Failed(e)) => return Err(anyhow::anyhow!("transfer failed: {e}")),
+                    Some(RoomEvent::Failed(e)) => {
+                        return Err(anyhow::anyhow!("transfer failed: {e}"))
+                    }
                     None => return Err(anyhow::anyhow!("room stream ended")),
                 }
             }
@@ -174,7 +199,12 @@ impl TcpPair {
     }
 
     /// Writes `n` pages (cycling through `src`) and reads them straight into `pool`.
-    pub async fn transfer(&mut self, src: &[Bytes], n: usize, pool: &mut [u8]) -> anyhow::Result<()> {
+    pub async fn transfer(
+        &mut self,
+        src: &[Bytes],
+        n: usize,
+        pool: &mut [u8],
+    ) -> anyhow::Result<()> {
         let pb = src.first().map_or(0, Bytes::len);
         let (tx, rx) = (&mut self.tx, &mut self.rx);
         let write = async {
@@ -207,14 +237,24 @@ pub fn memcpy(src: &[Bytes], n: usize, pool: &mut [u8]) {
 }
 
 fn best(rounds: &[Round], bytes: f64) -> (f64, f64) {
-    let gb_s = rounds.iter().map(|r| bytes / 1e9 / r.wall).fold(0.0, f64::max);
-    let gb_cpu = rounds.iter().filter(|r| r.cpu > 0.0).map(|r| bytes / 1e9 / r.cpu).fold(0.0, f64::max);
+    let gb_s = rounds
+        .iter()
+        .map(|r| bytes / 1e9 / r.wall)
+        .fold(0.0, f64::max);
+    let gb_cpu = rounds
+        .iter()
+        .filter(|r| r.cpu > 0.0)
+        .map(|r| bytes / 1e9 / r.cpu)
+        .fold(0.0, f64::max);
     (gb_s, gb_cpu)
 }
 
 /// Runs the benchmark, printing a report; returns `{"quic_gb_s", "tcp_gb_s", "memcpy_gb_s", …}`.
 pub fn run(args: &TransferArgs) -> anyhow::Result<Value> {
-    anyhow::ensure!(args.pages > 0 && args.rounds > 0, "--pages and --rounds must be positive");
+    anyhow::ensure!(
+        args.pages > 0 && args.rounds > 0,
+        "--pages and --rounds must be positive"
+    );
     let layout = KvLayout::smollm2_135m();
     let pb = layout.page_bytes();
     let bytes = (args.pages * pb) as f64;
@@ -222,7 +262,10 @@ pub fn run(args: &TransferArgs) -> anyhow::Result<Value> {
     cfg.mtu = args.mtu;
     cfg.data_streams = args.streams;
     cfg.proto.batch_pages = args.batch;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(args.threads.max(1)).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.max(1))
+        .enable_all()
+        .build()?;
     let src = source_pages(&layout, args.pages);
     let mut pool = vec![0u8; SLOTS.min(args.pages) * pb];
     println!(
@@ -238,10 +281,13 @@ pub fn run(args: &TransferArgs) -> anyhow::Result<Value> {
 
     let mut mem = Vec::new();
     for _ in 0..args.rounds {
-        mem.push(timed(|| {
-            memcpy(&src, args.pages, &mut pool);
-            Ok(())
-        })?.1);
+        mem.push(
+            timed(|| {
+                memcpy(&src, args.pages, &mut pool);
+                Ok(())
+            })?
+            .1,
+        );
     }
     let mut tcp = Vec::new();
     let mut tcp_pair = rt.block_on(TcpPair::new()).context("tcp loopback")?;
@@ -250,7 +296,9 @@ pub fn run(args: &TransferArgs) -> anyhow::Result<Value> {
     }
     drop(tcp_pair);
     let mut quic = Vec::new();
-    let mut quic_pair = rt.block_on(async { QuicPair::new(layout, cfg) }).context("quic endpoints")?;
+    let mut quic_pair = rt
+        .block_on(async { QuicPair::new(layout, cfg) })
+        .context("quic endpoints")?;
     for _ in 0..args.rounds {
         quic.push(timed(|| rt.block_on(quic_pair.transfer(&src, args.pages, &mut pool)))?.1);
     }
@@ -260,9 +308,17 @@ pub fn run(args: &TransferArgs) -> anyhow::Result<Value> {
     let (tcp_gb_s, tcp_cpu) = best(&tcp, bytes);
     let (quic_gb_s, quic_cpu) = best(&quic, bytes);
     println!("  memcpy  {mem_gb_s:7.2} GB/s   {mem_cpu:7.2} GB per CPU-second");
-    println!("  tcp     {tcp_gb_s:7.2} GB/s   {tcp_cpu:7.2} GB per CPU-second  (plain, unencrypted)");
-    println!("  quic    {quic_gb_s:7.2} GB/s   {quic_cpu:7.2} GB per CPU-second  (TLS 1.3, checksummed)");
-    println!("  quic / tcp = {:.2} (wall), {:.2} (CPU)", quic_gb_s / tcp_gb_s, quic_cpu / tcp_cpu.max(f64::MIN_POSITIVE));
+    println!(
+        "  tcp     {tcp_gb_s:7.2} GB/s   {tcp_cpu:7.2} GB per CPU-second  (plain, unencrypted)"
+    );
+    println!(
+        "  quic    {quic_gb_s:7.2} GB/s   {quic_cpu:7.2} GB per CPU-second  (TLS 1.3, checksummed)"
+    );
+    println!(
+        "  quic / tcp = {:.2} (wall), {:.2} (CPU)",
+        quic_gb_s / tcp_gb_s,
+        quic_cpu / tcp_cpu.max(f64::MIN_POSITIVE)
+    );
     Ok(json!({
         "quic_gb_s": quic_gb_s,
         "tcp_gb_s": tcp_gb_s,

@@ -2,14 +2,14 @@
 //! pool, tokenizer and chat templates, the scheduler, the sampler and the HTTP server.
 #![warn(missing_docs)]
 
+pub mod chat;
+pub mod cli;
+pub mod detok;
 pub mod executor;
 pub mod kernels;
+pub mod metrics;
 pub mod model;
-pub mod chat;
-pub mod tokenizer;
-pub mod detok;
 pub mod sampler;
 pub mod scheduler;
-pub mod metrics;
 pub mod server;
-pub mod cli;
+pub mod tokenizer;

@@ -29,6 +29,34 @@ enum Command {
 enum BenchCommand {
     /// Prefill and decode throughput of the CPU executor.
     Executor(cli::bench_executor::BenchExecutorArgs),
+    /// RadixAttention index: insert / match / evict / lifecycle against SGLang's figures.
+    Radix(JsonBench<sglrs_benches::radix::RadixArgs>),
+    /// Grammar engine on JSONSchemaBench-style data: coverage, compile and mask times.
+    Grammar(JsonBench<sglrs_benches::grammar::GrammarArgs>),
+    /// KV page transfer: QUIC vs TCP vs memcpy, in one run.
+    Transfer(JsonBench<sglrs_benches::transfer::TransferArgs>),
+    /// Serving workloads against any OpenAI-compatible server (sglrs or a peer).
+    Serving(JsonBench<sglrs_benches::serving::ServingArgs>),
+}
+
+/// A workload from `sglrs-benches` plus `--json`.
+#[derive(clap::Args)]
+struct JsonBench<A: clap::Args> {
+    #[command(flatten)]
+    args: A,
+    /// Print one JSON object with the results on the last line.
+    #[arg(long)]
+    json: bool,
+}
+
+impl<A: clap::Args> JsonBench<A> {
+    fn run(self, f: fn(&A) -> anyhow::Result<serde_json::Value>) -> anyhow::Result<()> {
+        let result = f(&self.args)?;
+        if self.json {
+            println!("{}", serde_json::to_string(&result)?);
+        }
+        Ok(())
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -36,5 +64,9 @@ fn main() -> anyhow::Result<()> {
         Command::Generate(a) => cli::generate::run(&a),
         Command::Serve(a) => cli::serve::run(&a),
         Command::Bench(BenchCommand::Executor(a)) => cli::bench_executor::run(&a),
+        Command::Bench(BenchCommand::Radix(b)) => b.run(sglrs_benches::radix::run),
+        Command::Bench(BenchCommand::Grammar(b)) => b.run(sglrs_benches::grammar::run),
+        Command::Bench(BenchCommand::Transfer(b)) => b.run(sglrs_benches::transfer::run),
+        Command::Bench(BenchCommand::Serving(b)) => b.run(sglrs_benches::serving::run),
     }
 }

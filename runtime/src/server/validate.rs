@@ -80,6 +80,13 @@ pub struct RawSamplingParams {
     pub skip_special_tokens: Option<bool>,
     /// `no_stop_trim`.
     pub no_stop_trim: Option<bool>,
+    /// `spaces_between_special_tokens` (SGLang's frontend sends it). The detokenizer joins the
+    /// tokens' bytes exactly, as HF's fast byte-level tokenizers do for either value, so both
+    /// values decode the same.
+    pub spaces_between_special_tokens: Option<bool>,
+    /// `stop_regex` (SGLang's frontend always sends the field, null by default). Regex stop
+    /// conditions are not supported yet: a non-empty value is refused with a 400.
+    pub stop_regex: Option<OneOrMany<String>>,
     /// `n`.
     pub n: Option<i64>,
     /// `regex`.
@@ -217,6 +224,16 @@ pub fn check_params(
         .clone()
         .map(OneOrMany::into_vec)
         .unwrap_or_default();
+    if raw
+        .stop_regex
+        .clone()
+        .is_some_and(|r| r.into_vec().iter().any(|r| !r.is_empty()))
+    {
+        return Err(ApiError::bad(
+            "stop_regex",
+            "regex stop conditions are not supported; use stop strings",
+        ));
+    }
     if stop_strings.len() > 16 {
         return Err(ApiError::bad("stop", "at most 16 stop strings"));
     }
