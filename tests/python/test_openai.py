@@ -10,6 +10,7 @@ jsonschema, at temperature 0 and 0.7), and tools with a named tool_choice. Works
 pytest as well (each check is a test_* function).
 """
 
+import atexit
 import json
 import os
 import socket
@@ -74,6 +75,7 @@ def client():
             os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "sglrs"
         )
         _server = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", str(port)])
+        atexit.register(_stop_server)  # under pytest too, where main()'s finally never runs
         base = f"http://127.0.0.1:{port}"
         deadline = time.time() + 300
         while True:
@@ -86,6 +88,18 @@ def client():
                 time.sleep(0.3)
     _client = openai.OpenAI(base_url=base + "/v1", api_key=os.environ.get("SGLRS_API_KEY", "none"))
     return _client
+
+
+def _stop_server():
+    global _server
+    if _server is not None and _server.poll() is None:
+        _server.terminate()
+        try:
+            _server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _server.kill()
+            _server.wait()
+    _server = None
 
 
 def model():
@@ -188,9 +202,7 @@ def main():
                     failed += 1
                     print(f"FAIL {name}: {e!r}")
     finally:
-        if _server is not None:
-            _server.terminate()
-            _server.wait()
+        _stop_server()
     sys.exit(1 if failed else 0)
 
 
