@@ -16,6 +16,7 @@ serve: deps model build
 
 ## Runs the whole test suite (Rust unit, integration and end-to-end tests).
 test: deps model
+	cargo fmt --all -- --check
 	cargo test --release --workspace   # also builds the sglrs binary its integration tests start
 	python3 -m pip install --quiet --disable-pip-version-check openai jsonschema pytest maturin
 	python3 -m pip install --quiet --disable-pip-version-check ./python-frontend
@@ -32,6 +33,7 @@ model:
 build: deps
 	cargo build --release --bin sglrs
 
+## fmt + clippy as CI would want them (clippy is not part of `make test`: it doubles a cold build).
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --release --workspace --all-targets -- -D warnings

@@ -64,7 +64,7 @@ impl Builder {
             });
         }
         self.checks += 1;
-        if self.checks % 4096 == 0 {
+        if self.checks.is_multiple_of(4096) {
             if let Some(d) = self.budget.deadline {
                 if std::time::Instant::now() > d {
                     return Err(CompileError::Timeout);

@@ -495,7 +495,7 @@ impl RadixCache {
     ) -> Result<InsertResult, CacheError> {
         let ps = self.cfg.page_size;
         let full = tokens.len() / ps;
-        let has_tail = tokens.len() % ps != 0;
+        let has_tail = !tokens.len().is_multiple_of(ps);
         if pages.len() != full && !(has_tail && pages.len() == full + 1) {
             return Err(CacheError::PageCount {
                 tokens: tokens.len(),

@@ -318,7 +318,7 @@ impl GgufFile {
             tensor: name.to_string(),
             reason,
         };
-        if elems % bs != 0 || dims.last().is_some_and(|c| c % bs != 0) {
+        if !elems.is_multiple_of(bs) || dims.last().is_some_and(|c| c % bs != 0) {
             return Err(bad(format!(
                 "shape {dims:?} is not a whole number of {bs}-element blocks per row"
             )));

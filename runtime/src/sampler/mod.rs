@@ -442,7 +442,7 @@ mod tests {
         let cfg = SamplingConfig::greedy();
         let mut st = SamplerState::new(&cfg, &[], 0);
         assert_eq!(
-            sample(&mut vec![0.0, f32::NAN], &cfg, &mut st, None, None),
+            sample(&mut [0.0, f32::NAN], &cfg, &mut st, None, None),
             Err(SampleError::NanLogits)
         );
     }
