@@ -10,9 +10,9 @@ SGLRS := $(CARGO_TARGET_DIR)/release/sglrs
 
 .PHONY: serve test deps model build lint bench-all
 
-## Installs what is missing, fetches the default model, builds in release and runs it.
+## Installs what is missing, fetches the default model, builds in release and starts the server.
 serve: deps model build
-	$(SGLRS) generate --model $(MODEL) --chat --prompt "What is the capital of France?" --max-tokens 48
+	$(SGLRS) serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
 ## Runs the whole test suite (Rust unit, integration and end-to-end tests).
 test: deps model
