@@ -124,3 +124,52 @@ fn teacher_forced_logprobs_match_llama_cpp() {
     assert!(med <= 0.05, "median |Δlogprob| {med}");
     assert!(p99 <= 0.3, "p99 |Δlogprob| {p99}");
 }
+
+/// The same bound through the HF-folder path: an F32 safetensors folder written from the GGUF
+/// (Q/K rows permuted back into HF's rotate-half order on disk), loaded by the HF loader,
+/// tokenizing every golden prompt as the GGUF tokenizer does, and run by the executor's f32
+/// kernels.
+///
+/// Ignored for now because it misses the bound narrowly: median 0.0197 but p99 0.306 > 0.3 nat
+/// (0 argmax flips at a clear margin). The f32 path keeps activations in f32 where llama.cpp
+/// quantizes them to 8 bits, so its tail differs more. Run with `-- --ignored`.
+#[test]
+#[ignore = "p99 0.306 > 0.3 nat on the f32 path; see docs/executor.md"]
+fn hf_folder_from_gguf_meets_the_same_bound() {
+    use sglrs_runtime::model::hf_write::{write_hf_folder_from_gguf, HfWriteOptions};
+    use sglrs_runtime::model::{load, LoadOptions};
+
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(golden_path()).expect("golden file"))
+            .unwrap();
+    let gguf = default_model_path();
+    let dir = tempfile::tempdir().unwrap();
+    write_hf_folder_from_gguf(&gguf, dir.path(), &HfWriteOptions::default()).unwrap();
+    let hf = load(dir.path(), &LoadOptions::default()).unwrap();
+    let from_gguf = load(&gguf, &LoadOptions::default()).unwrap();
+    assert_eq!(hf.config, from_gguf.config);
+    for case in golden["cases"].as_array().unwrap() {
+        let prompt = case["prompt"].as_str().unwrap();
+        let want: Vec<u32> = case["prompt_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(
+            hf.tokenizer.encode(prompt, true).unwrap(),
+            want,
+            "HF tokenizer on {prompt:?}"
+        );
+    }
+    let cfg = ExecConfig {
+        kv: KvCapacity::Pages(64),
+        ..ExecConfig::default()
+    };
+    let mut exec = CpuExecutor::new(&hf.config, &hf.weights, &cfg).unwrap();
+    let (med, p99, clear, n) = teacher_forced(&mut exec, &golden);
+    assert_eq!(n, 415, "the golden file has 415 steps");
+    assert_eq!(clear, 0, "argmax differs from llama.cpp at a clear margin");
+    assert!(med <= 0.05, "median |Δlogprob| {med}");
+    assert!(p99 <= 0.3, "p99 |Δlogprob| {p99}");
+}
