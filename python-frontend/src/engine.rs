@@ -11,12 +11,8 @@ use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use futures_util::StreamExt;
 use sglrs_runtime::chat::{ChatTemplate, RenderOptions};
-use sglrs_runtime::cli::serve::ServeArgs;
-use sglrs_runtime::executor::cpu::{CpuExecutor, ExecConfig, KvCapacity};
-use sglrs_runtime::executor::{Executor, KvDtype};
-use sglrs_runtime::model::{self, LoadOptions};
-use sglrs_runtime::scheduler::{self, SchedulerConfig, SchedulerCore};
-use sglrs_runtime::server::{self, AppState, GrammarCompiler, ServerInfo};
+use sglrs_runtime::cli::serve::{build_state, ServeArgs, Started};
+use sglrs_runtime::server::{self, AppState};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
 use tower::ServiceExt;
 
@@ -96,87 +92,11 @@ pub struct Running {
 pub fn start(args: &ServeArgs) -> Result<Running, EngineError> {
     let start_err =
         |what: &str, e: &dyn std::fmt::Display| EngineError::Start(format!("{what}: {e}"));
-    let path = args.model.clone().unwrap_or_else(model::default_model_path);
-    let loaded = model::load(&path, &LoadOptions::default())
-        .map_err(|e| start_err(&format!("loading {}", path.display()), &e))?;
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let exec = CpuExecutor::new(
-        &loaded.config,
-        &loaded.weights,
-        &ExecConfig {
-            page_size: args.page_size,
-            kv: KvCapacity::Bytes(args.kv_memory_mb << 20),
-            kv_dtype: KvDtype::F16,
-            threads,
-        },
-    )
-    .map_err(|e| start_err("building the CPU executor", &e))?;
-    let max_context = args
-        .context_length
-        .map_or(exec.max_context(), |c| c.min(exec.max_context()));
-    let vocab_size = exec.vocab_size();
-    let tokenizer = Arc::new(loaded.tokenizer);
-    let mut eos: Vec<u32> = tokenizer.eog_ids().to_vec();
-    if let Some(e) = tokenizer.eos_id() {
-        if !eos.contains(&e) {
-            eos.push(e);
-        }
-    }
-    let cfg = SchedulerConfig {
-        page_size: args.page_size,
-        num_pages: exec.num_pages(),
-        max_running: args.max_running_requests,
-        max_batch_tokens: args.max_batch_tokens.max(args.max_running_requests),
-        chunked_prefill_size: args.chunked_prefill_size,
-        policy: args.schedule_policy,
-        eos_tokens: eos.clone(),
-        max_context,
-        vocab_size,
-        jump_forward: !args.disable_jump_forward,
-    };
-    let num_pages = cfg.num_pages;
-    let core = SchedulerCore::new(cfg, tokenizer.clone())
-        .map_err(|e| start_err("configuring the scheduler", &e))?;
-    let (handle, _join) = scheduler::spawn(core, Box::new(exec))
-        .map_err(|e| start_err("starting the scheduler", &e))?;
-    let vocab = sglrs_grammar::TokenVocab::from_tokenizer(tokenizer.inner(), &eos)
-        .map_err(|e| start_err("building the grammar vocabulary", &e))?;
-    let grammars = Arc::new(GrammarCompiler::new(Arc::new(vocab)));
-    let name = args.served_model_name.clone().unwrap_or_else(|| {
-        path.file_stem().map_or_else(
-            || "default".to_string(),
-            |s| s.to_string_lossy().into_owned(),
-        )
-    });
-    let info = ServerInfo {
-        model_path: path.display().to_string(),
-        served_model_name: name,
-        max_context,
-        vocab_size,
-        args: serde_json::json!({
-            "in_process": true,
-            "page_size": args.page_size,
-            "kv_memory_mb": args.kv_memory_mb,
-            "num_pages": num_pages,
-            "schedule_policy": args.schedule_policy.to_string(),
-            "chunked_prefill_size": args.chunked_prefill_size,
-            "max_batch_tokens": args.max_batch_tokens,
-            "max_running_requests": args.max_running_requests,
-            "threads": threads,
-            "jump_forward": !args.disable_jump_forward,
-        }),
-    };
-    let chat_template = loaded.chat_template.map(Arc::new);
-    let state = Arc::new(AppState::new(
-        handle,
-        tokenizer,
-        chat_template.clone(),
-        grammars,
-        info,
-        None,
-    ));
+    let Started {
+        state,
+        chat_template,
+        ..
+    } = build_state(args, true).map_err(|e| EngineError::Start(format!("{e:#}")))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("sglrs-engine")

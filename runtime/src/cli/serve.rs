@@ -1,5 +1,6 @@
 //! `sglrs serve`: load a model, start the scheduler thread and the HTTP server.
 
+use crate::chat::ChatTemplate;
 use crate::executor::cpu::{CpuExecutor, ExecConfig, KvCapacity};
 use crate::executor::{Executor, KvDtype};
 use crate::model::{self, LoadOptions};
@@ -57,7 +58,25 @@ pub struct ServeArgs {
 }
 
 /// Runs the server until ctrl-c.
-pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
+/// Everything `sglrs serve` runs, short of the listener: the scheduler thread with the model's
+/// executor, and the state the HTTP routes share. The in-process Python `Engine` starts the
+/// same way and answers through [`crate::server::router`] without a socket.
+pub struct Started {
+    /// State shared by the routes.
+    pub state: Arc<AppState>,
+    /// The model's chat template, if it has one.
+    pub chat_template: Option<Arc<ChatTemplate>>,
+    /// The model file or folder that was loaded.
+    pub path: PathBuf,
+    /// KV pages in the pool.
+    pub num_pages: usize,
+    /// Longest sequence served.
+    pub max_context: usize,
+}
+
+/// Loads the model and starts the scheduler as `sglrs serve` does, without listening.
+/// `in_process` marks the server info of an embedded engine (no host, port or API key).
+pub fn build_state(args: &ServeArgs, in_process: bool) -> anyhow::Result<Started> {
     let path = args.model.clone().unwrap_or_else(model::default_model_path);
     let loaded = model::load(&path, &LoadOptions::default())
         .with_context(|| format!("loading {}", path.display()))?;
@@ -117,8 +136,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         max_context,
         vocab_size,
         args: serde_json::json!({
-            "host": args.host,
-            "port": args.port,
+            "in_process": in_process,
+            "host": (!in_process).then_some(&args.host),
+            "port": (!in_process).then_some(args.port),
             "page_size": args.page_size,
             "kv_memory_mb": args.kv_memory_mb,
             "num_pages": num_pages,
@@ -132,19 +152,41 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         }),
     };
     let chat_template = loaded.chat_template.map(Arc::new);
-    let api_key = args.api_key.clone().or_else(|| {
-        std::env::var("SGLRS_API_KEY")
-            .ok()
-            .filter(|k| !k.is_empty())
-    });
+    let api_key = if in_process {
+        None
+    } else {
+        args.api_key.clone().or_else(|| {
+            std::env::var("SGLRS_API_KEY")
+                .ok()
+                .filter(|k| !k.is_empty())
+        })
+    };
     let state = Arc::new(AppState::new(
         handle,
         tokenizer,
-        chat_template,
+        chat_template.clone(),
         grammars,
         info,
         api_key,
     ));
+    Ok(Started {
+        state,
+        chat_template,
+        path,
+        num_pages,
+        max_context,
+    })
+}
+
+/// `sglrs serve`: [`build_state`], then the HTTP server on `--host`:`--port`.
+pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
+    let Started {
+        state,
+        path,
+        num_pages,
+        max_context,
+        ..
+    } = build_state(args, false)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
