@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::events::KvEvent;
 use crate::hash::{child_key, page_hash_with, KeyBuild};
 use crate::node::{Children, Node, TierSet};
+use crate::pages::Pages;
 use crate::pool::{PagePool, PoolError};
 use crate::tier::PageHash;
 use crate::types::{Namespace, NodeId, PageId, TokenId};
@@ -216,18 +217,6 @@ pub(crate) fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
         i += 1;
     }
     i
-}
-
-/// Appends the pages of `mine` that differ from `theirs` at the same place, 16 at a time.
-fn hand_back(theirs: &[PageId], mine: &[PageId], returned: &mut Vec<PageId>) {
-    for (t, c) in theirs.chunks(16).zip(mine.chunks(16)) {
-        let same = t.iter().zip(c).filter(|(a, b)| a == b).count();
-        if same == 0 {
-            returned.extend_from_slice(c);
-        } else if same < c.len() {
-            returned.extend(t.iter().zip(c).filter(|(a, b)| a != b).map(|(_, b)| *b));
-        }
-    }
 }
 
 impl RadixCache {
@@ -451,7 +440,7 @@ impl RadixCache {
             if m == 0 {
                 break;
             }
-            out.extend_from_slice(&c.pages[..m / ps]);
+            c.pages.extend_prefix(m / ps, out);
             let whole = m == c.tokens.len();
             pos += m;
             self.touch(child);
@@ -532,11 +521,8 @@ impl RadixCache {
                 blocked = true;
                 break;
             }
-            let theirs = &c.pages[..m / ps];
-            let mine = &kpages[pos / ps..(pos + m) / ps];
-            if theirs != mine {
-                hand_back(theirs, mine, returned);
-            }
+            c.pages
+                .hand_back(&kpages[pos / ps..(pos + m) / ps], returned);
             pos += m;
             path.push(child);
             node = child;
@@ -554,12 +540,15 @@ impl RadixCache {
             returned.extend_from_slice(&kpages[pos / ps..]);
         }
         returned.extend_from_slice(tail);
-        // Validates every page and moves the new ones to the tree in one pass.
-        if let Err(e) = self.pool.take_for_tree(new_pages, &returned[start..]) {
-            returned.truncate(start);
-            self.path = path;
-            return Err(e.into());
-        }
+        // Validates every page and moves the new ones to the tree.
+        let new_pages = match self.pool.take_for_tree(new_pages, &returned[start..]) {
+            Ok(p) => p,
+            Err(e) => {
+                returned.truncate(start);
+                self.path = path;
+                return Err(e.into());
+            }
+        };
 
         // Mutate: split where the key leaves an edge, hang the rest below.
         let mut end = Position { node, offset };
@@ -637,14 +626,14 @@ impl RadixCache {
         parent: NodeId,
         ns: Namespace,
         tokens: &[TokenId],
-        pages: &[PageId],
+        pages: Pages,
         priority: i32,
     ) -> NodeId {
         let ps = self.cfg.page_size;
         let id = self.new_node_id();
         let node = Node {
             tokens: tokens.to_vec(),
-            pages: pages.to_vec(),
+            pages,
             hashes: Vec::new(),
             children: Children::None,
             parent,

@@ -68,7 +68,7 @@ impl RadixCache {
                 } else {
                     evictable += n.tokens.len();
                 }
-                for pg in &n.pages {
+                for pg in n.pages.iter() {
                     ensure!(
                         pg.index() < total,
                         "node {i} holds page {} outside the pool",
@@ -77,7 +77,7 @@ impl RadixCache {
                     ensure!(seen[pg.index()] == 0, "page {} is in the tree twice", pg.0);
                     seen[pg.index()] = 1;
                     ensure!(
-                        !tracked || self.pool.state(*pg) == Some(PageState::Tree),
+                        !tracked || self.pool.state(pg) == Some(PageState::Tree),
                         "tree page {} is not marked as the tree's",
                         pg.0
                     );

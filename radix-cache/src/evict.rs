@@ -4,6 +4,7 @@ use crate::cache::{CacheError, RadixCache};
 use crate::events::KvEvent;
 use crate::hash::child_key;
 use crate::node::Children;
+use crate::pages::Pages;
 use crate::types::NodeId;
 
 impl RadixCache {
@@ -72,7 +73,7 @@ impl RadixCache {
         let parent = n.parent;
         let ns = n.namespace;
         let count = n.pages.len();
-        let pages = std::mem::take(&mut n.pages);
+        let pages = std::mem::replace(&mut n.pages, Pages::EMPTY);
         let hashes = std::mem::take(&mut n.hashes);
         self.evictable_tokens -= n.tokens.len();
         self.tree_tokens -= n.tokens.len();
@@ -112,7 +113,8 @@ impl RadixCache {
             if !n.alive {
                 continue;
             }
-            self.pool.release_from_tree(std::mem::take(&mut n.pages));
+            self.pool
+                .release_from_tree(std::mem::replace(&mut n.pages, Pages::EMPTY));
             n.tokens = Vec::new();
             n.hashes = Vec::new();
             n.children = Children::None;

@@ -92,6 +92,7 @@ mod evict;
 pub mod hash;
 mod lock;
 mod node;
+mod pages;
 pub mod pool;
 pub mod tier;
 mod types;
