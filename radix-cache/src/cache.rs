@@ -9,6 +9,7 @@ use crate::node::{Children, Node, TierSet};
 use crate::pages::Pages;
 use crate::pool::{PagePool, PoolError};
 use crate::tier::PageHash;
+use crate::tokens::Tokens;
 use crate::types::{Namespace, NodeId, PageId, TokenId};
 
 /// Which unlocked leaves [`RadixCache::evict`] frees first.
@@ -189,6 +190,39 @@ pub struct RadixCache {
     pub(crate) void: Option<NodeId>,
     scratch: Vec<u8>,
     path: Vec<NodeId>,
+}
+
+/// Asks the CPU to start loading the cache line at `p` (a hint; nothing elsewhere).
+#[inline(always)]
+pub(crate) fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it never faults and reads nothing architecturally,
+    // whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+impl RadixCache {
+    /// Assuming the whole edge of `c` matches (the usual case), finds the node the walk
+    /// visits next (the child of `c` under the key's page at `next`) and starts loading its
+    /// first tokens, so that those memory misses overlap the comparison of `c`'s edge instead
+    /// of following it.
+    #[inline]
+    fn prefetch_next(&self, c: &Node, key: &[TokenId], next: usize) {
+        let ps = self.cfg.page_size;
+        if c.children.is_empty() || next + ps > key.len() {
+            return;
+        }
+        if let Some(g) = c.children.get(child_key(&key[next..next + ps])) {
+            let t = self.nodes[g.idx()].tokens.as_ptr();
+            for line in 0..4 {
+                prefetch(t.wrapping_add(64 * line));
+            }
+        }
+    }
 }
 
 /// Length of the common prefix of `a` and `b`: equal blocks are skipped with the C library's
@@ -436,7 +470,8 @@ impl RadixCache {
                 break;
             };
             let c = &self.nodes[child.idx()];
-            let m = common_prefix(&c.tokens, &key[pos..]) / ps * ps;
+            self.prefetch_next(c, key, pos + c.tokens.len());
+            let m = c.tokens.common_prefix(&key[pos..]) / ps * ps;
             if m == 0 {
                 break;
             }
@@ -515,7 +550,7 @@ impl RadixCache {
                 break;
             };
             let c = &self.nodes[child.idx()];
-            let m = common_prefix(&c.tokens, &key[pos..]) / ps * ps;
+            let m = c.tokens.common_prefix(&key[pos..]) / ps * ps;
             if m == 0 {
                 // A child-key collision: another edge owns this key; leave the rest uncached.
                 blocked = true;
@@ -587,9 +622,9 @@ impl RadixCache {
         let ps = self.cfg.page_size;
         let upper_id = self.new_node_id();
         let n = &mut self.nodes[id.idx()];
-        let key = child_key(&n.tokens[..ps]);
+        let key = n.tokens.first_key(ps);
         let tail_tokens = n.tokens.split_off(at);
-        let lower_key = child_key(&tail_tokens[..ps]);
+        let lower_key = tail_tokens.first_key(ps);
         let tail_pages = n.pages.split_off(at / ps);
         let tail_hashes = if n.hashes.is_empty() {
             Vec::new()
@@ -632,7 +667,7 @@ impl RadixCache {
         let ps = self.cfg.page_size;
         let id = self.new_node_id();
         let node = Node {
-            tokens: tokens.to_vec(),
+            tokens: Tokens::from_slice(tokens),
             pages,
             hashes: Vec::new(),
             children: Children::None,
@@ -665,7 +700,7 @@ impl RadixCache {
                 namespace: ns,
                 parent: parent_hash,
                 hashes: n.hashes.clone(),
-                tokens: n.tokens.clone(),
+                tokens: n.tokens.to_vec(),
                 page_size: ps,
             });
         }
@@ -692,8 +727,11 @@ impl RadixCache {
             let mut prev = self.nodes[parent.idx()].hashes.last().copied();
             let mut hashes = Vec::with_capacity(self.nodes[id.idx()].pages.len());
             let n = &self.nodes[id.idx()];
-            for page in n.tokens.chunks_exact(ps) {
-                let h = page_hash_with(&mut self.scratch, prev, n.namespace, page);
+            let mut page = Vec::with_capacity(ps);
+            for i in 0..n.pages.len() {
+                page.clear();
+                n.tokens.extend_range(i * ps..(i + 1) * ps, &mut page);
+                let h = page_hash_with(&mut self.scratch, prev, n.namespace, &page);
                 hashes.push(h);
                 prev = Some(h);
             }

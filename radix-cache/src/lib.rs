@@ -95,6 +95,7 @@ mod node;
 mod pages;
 pub mod pool;
 pub mod tier;
+mod tokens;
 mod types;
 
 #[cfg(test)]
