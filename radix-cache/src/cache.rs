@@ -223,6 +223,36 @@ impl RadixCache {
             }
         }
     }
+
+    /// How many tokens of `c`'s edge match `key[pos..]`. On a long edge the first `HEAD`
+    /// tokens are compared first; the next node is looked up after them (its key token has
+    /// arrived by then), so that its memory misses overlap the rest of the comparison.
+    #[inline]
+    fn match_edge(&self, c: &Node, key: &[TokenId], pos: usize) -> usize {
+        const HEAD: usize = 256;
+        let rest = &key[pos..];
+        let next = pos + c.tokens.len();
+        if c.tokens.len() <= HEAD || next >= key.len() {
+            self.prefetch_next(c, key, next);
+            return c.tokens.common_prefix(rest);
+        }
+        prefetch(key[next..].as_ptr());
+        let head = c.tokens.common_prefix(&rest[..HEAD]);
+        if head < HEAD {
+            return head;
+        }
+        self.prefetch_next(c, key, next);
+        HEAD + c.tokens.common_prefix_from(HEAD, &rest[HEAD..])
+    }
+}
+
+/// Starts loading the first lines of a request's tokens (their first miss then overlaps the
+/// next ones instead of preceding them).
+#[inline]
+fn prefetch_key(key: &[TokenId]) {
+    for t in (0..key.len().min(256)).step_by(16) {
+        prefetch(key[t..].as_ptr());
+    }
 }
 
 /// Length of the common prefix of `a` and `b`: equal blocks are skipped with the C library's
@@ -451,6 +481,7 @@ impl RadixCache {
         self.stats.queried_tokens += tokens.len() as u64;
         let ps = self.cfg.page_size;
         let key = &tokens[..tokens.len() / ps * ps];
+        prefetch_key(key);
         let Some(&root) = self.roots.get(&ns) else {
             let node = self.void_root();
             return MatchResult {
@@ -470,8 +501,7 @@ impl RadixCache {
                 break;
             };
             let c = &self.nodes[child.idx()];
-            self.prefetch_next(c, key, pos + c.tokens.len());
-            let m = c.tokens.common_prefix(&key[pos..]) / ps * ps;
+            let m = self.match_edge(c, key, pos) / ps * ps;
             if m == 0 {
                 break;
             }
@@ -529,6 +559,7 @@ impl RadixCache {
             });
         }
         let key = &tokens[..full * ps];
+        prefetch_key(key);
         let (kpages, tail) = pages.split_at(full);
         self.tick += 1;
         let root = self.root_of(ns);
@@ -550,7 +581,7 @@ impl RadixCache {
                 break;
             };
             let c = &self.nodes[child.idx()];
-            let m = c.tokens.common_prefix(&key[pos..]) / ps * ps;
+            let m = self.match_edge(c, key, pos) / ps * ps;
             if m == 0 {
                 // A child-key collision: another edge owns this key; leave the rest uncached.
                 blocked = true;

@@ -82,6 +82,15 @@ impl Tokens {
         }
     }
 
+    /// Length of the common prefix of the edge from token `start` on and `key`.
+    #[inline]
+    pub(crate) fn common_prefix_from(&self, start: usize, key: &[TokenId]) -> usize {
+        match self {
+            Tokens::Narrow(v) => common_prefix_narrow(&v[start..], key),
+            Tokens::Wide(v) => crate::cache::common_prefix(&v[start..], key),
+        }
+    }
+
     /// Splits off the tokens from `at` on, keeping `..at`.
     pub(crate) fn split_off(&mut self, at: usize) -> Tokens {
         match self {
@@ -177,6 +186,8 @@ mod tests {
             assert_eq!(w.common_prefix(&k), at.min(150));
         }
         assert_eq!(n.common_prefix(&small), 200);
+        assert_eq!(n.common_prefix_from(40, &small[40..]), 160);
+        assert_eq!(w.common_prefix_from(40, &small[40..]), 110);
         assert_eq!(n.common_prefix(&small[..77]), 77);
         assert_eq!(w.common_prefix(&big), 200);
         for ps in [1, 2, 3, 16] {
