@@ -2,7 +2,7 @@
 //! dependencies beyond this crate (the full bench with its table and JSON lives in
 //! `sglrs-benches`; this one is for `perf record` and quick before/after checks).
 //!
-//! `cargo run --release -p sglrs-radix-cache --example fewshot -- [page_size] [rounds]`
+//! `cargo run --release -p sglrs-radix-cache --example fewshot -- [page_size] [rounds] [insert]`
 //! prints the thread CPU time per insert, full match, partial match and evict-all.
 //! The token stream has the bench's shape (8 shared 1,000-token prefixes, lengths uniform in
 //! [1024, 4096], vocab 32,000) from a simple generator, not the bench's exact tokens.
@@ -48,6 +48,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let ps: usize = args.get(1).map_or(Ok(1), |s| s.parse())?;
     let rounds: usize = args.get(2).map_or(Ok(3), |s| s.parse())?;
+    // `insert` as the third argument skips the lookups (for profiling inserts alone).
+    let only_insert = args.get(3).is_some_and(|a| a == "insert");
     let mut rng = SplitMix(42);
     let prefixes: Vec<Vec<TokenId>> = (0..8)
         .map(|_| {
@@ -93,6 +95,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ins += cpu_s() - t;
         drop(pages);
         for (keys, acc) in [(&reqs, &mut full), (&partial, &mut part)] {
+            if only_insert {
+                break;
+            }
             let t = cpu_s();
             for _ in 0..3 {
                 for k in keys {

@@ -205,6 +205,29 @@ pub(crate) fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
+/// How far ahead (bytes) linear passes over memory that is likely cold prefetch.
+const AHEAD_BYTES: usize = 2048;
+
+/// Prefetches the line `AHEAD_BYTES` past element `i` of `s`, if that is inside `s`. Called
+/// once per 64 bytes by passes over a request's tokens or pages: the hardware prefetcher
+/// stops at every 4 KiB page and restarts slowly.
+#[inline(always)]
+pub(crate) fn prefetch_ahead<T>(s: &[T], i: usize) {
+    let j = i + AHEAD_BYTES / std::mem::size_of::<T>().max(1);
+    if j < s.len() {
+        prefetch(s[j..].as_ptr());
+    }
+}
+
+/// Prefetches the first `AHEAD_BYTES` of `s` (the start of such a pass).
+#[inline]
+pub(crate) fn prefetch_head<T>(s: &[T]) {
+    let size = std::mem::size_of::<T>().max(1);
+    for j in (0..s.len().min(AHEAD_BYTES / size)).step_by((64 / size).max(1)) {
+        prefetch(s[j..].as_ptr());
+    }
+}
+
 impl RadixCache {
     /// Assuming the whole edge of `c` matches (the usual case), finds the node the walk
     /// visits next (the child of `c` under the key's page at `next`) and starts loading its
@@ -561,6 +584,7 @@ impl RadixCache {
         let key = &tokens[..full * ps];
         prefetch_key(key);
         let (kpages, tail) = pages.split_at(full);
+        prefetch_head(kpages);
         self.tick += 1;
         let root = self.root_of(ns);
 

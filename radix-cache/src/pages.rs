@@ -9,6 +9,7 @@
 
 use std::ops::Range;
 
+use crate::cache::{prefetch_ahead, prefetch_head};
 use crate::types::PageId;
 
 /// Page ids in order: `start..start + len`, or any list.
@@ -45,7 +46,9 @@ fn is_run(p: &[PageId]) -> bool {
     }
     let mut base = first;
     let mut chunks = p.chunks_exact(W);
-    for c in &mut chunks {
+    prefetch_head(p);
+    for (k, c) in (&mut chunks).enumerate() {
+        prefetch_ahead(p, k * W);
         let mut d = 0;
         for (j, x) in c.iter().enumerate() {
             d |= x.0 ^ base.wrapping_add(j as u32);
@@ -172,7 +175,8 @@ impl Pages {
             }
             Pages::Run { start, .. } => {
                 let mut base = *start;
-                for c in mine.chunks(W) {
+                for (k, c) in mine.chunks(W).enumerate() {
+                    prefetch_ahead(mine, k * W);
                     let same = c
                         .iter()
                         .enumerate()
