@@ -2,7 +2,8 @@
 //! dependencies beyond this crate (the full bench with its table and JSON lives in
 //! `sglrs-benches`; this one is for `perf record` and quick before/after checks).
 //!
-//! `cargo run --release -p sglrs-radix-cache --example fewshot -- [page_size] [rounds] [insert]`
+//! `cargo run --release -p sglrs-radix-cache --example fewshot -- [page_size] [rounds]
+//! [insert|lifecycle]`
 //! prints the thread CPU time per insert, full match, partial match and evict-all.
 //! The token stream has the bench's shape (8 shared 1,000-token prefixes, lengths uniform in
 //! [1024, 4096], vocab 32,000) from a simple generator, not the bench's exact tokens.
@@ -75,6 +76,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect();
     let n = reqs.len() as f64;
+    if args.get(3).is_some_and(|a| a == "lifecycle") {
+        // match → lock → alloc the rest → insert → free what comes back → unlock, in a pool
+        // of 2,000,000 tokens (the bench's lifecycle).
+        let mut t = 0.0;
+        let (mut hit, mut total) = (0usize, 0usize);
+        for _ in 0..rounds {
+            let mut cache = RadixCache::new(CacheConfig::new(2_000_000 / ps, ps))?;
+            let (mut pages, mut back) = (Vec::with_capacity(4096), Vec::new());
+            let t0 = cpu_s();
+            for r in &reqs {
+                pages.clear();
+                back.clear();
+                let m = cache.match_prefix(Namespace::DEFAULT, r, &mut pages);
+                let lock = cache.lock(m.position.node)?;
+                cache.alloc(r.len().div_ceil(ps) - pages.len(), &mut pages)?;
+                cache.insert(Namespace::DEFAULT, r, &pages, &mut back)?;
+                cache.free(&back)?;
+                cache.unlock(lock)?;
+                hit += m.len;
+                total += r.len();
+            }
+            t += cpu_s() - t0;
+        }
+        println!(
+            "page {ps}: lifecycle {:.0} req/s, hit rate {:.3} (cpu time, mean of {rounds})",
+            n * rounds as f64 / t,
+            hit as f64 / total as f64
+        );
+        return Ok(());
+    }
     let total: usize = reqs.iter().map(|k| k.len() / ps).sum();
     let (mut ins, mut full, mut part, mut evict) = (0.0, 0.0, 0.0, 0.0);
     let mut out = Vec::with_capacity(4096);

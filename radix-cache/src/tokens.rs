@@ -33,8 +33,26 @@ const AHEAD: usize = 1024;
 impl Tokens {
     /// `t` in the narrowest form that holds it.
     pub(crate) fn from_slice(t: &[TokenId]) -> Tokens {
-        if max_token(t) <= u32::from(u16::MAX) {
-            Tokens::Narrow(t.iter().map(|&x| x as u16).collect())
+        // One pass: narrow every token and gather the bits above 16; a wide token (rare)
+        // makes the narrow copy moot.
+        let mut v: Vec<u16> = Vec::with_capacity(t.len());
+        let mut high = 0;
+        let mut chunks = t.chunks_exact(16);
+        for (k, c) in (&mut chunks).enumerate() {
+            prefetch_ahead(t, k * 16);
+            let mut h = 0;
+            v.extend(c.iter().map(|&x| {
+                h |= x;
+                x as u16
+            }));
+            high |= h >> 16;
+        }
+        for &x in chunks.remainder() {
+            high |= x >> 16;
+            v.push(x as u16);
+        }
+        if high == 0 {
+            Tokens::Narrow(v)
         } else {
             Tokens::Wide(t.to_vec())
         }
@@ -120,21 +138,6 @@ impl Tokens {
         self.extend_range(0..self.len(), &mut out);
         out
     }
-}
-
-/// The largest token of `t` (0 if empty): 16 lanes without early exit (it vectorises), with
-/// the request's tokens prefetched ahead.
-fn max_token(t: &[TokenId]) -> TokenId {
-    let mut acc = [0u32; 16];
-    let mut chunks = t.chunks_exact(16);
-    for (k, c) in (&mut chunks).enumerate() {
-        prefetch_ahead(t, k * 16);
-        for j in 0..16 {
-            acc[j] = acc[j].max(c[j]);
-        }
-    }
-    let rest = chunks.remainder().iter().copied().max().unwrap_or(0);
-    acc.iter().copied().fold(rest, u32::max)
 }
 
 /// Length of the common prefix of a narrow edge and a key, 32 tokens a step (the widening
