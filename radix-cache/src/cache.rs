@@ -6,8 +6,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::events::KvEvent;
 use crate::hash::{child_key, page_hash_with, KeyBuild};
 use crate::node::{Children, Node, TierSet};
+use crate::pages::Pages;
 use crate::pool::{PagePool, PoolError};
 use crate::tier::PageHash;
+use crate::tokens::Tokens;
 use crate::types::{Namespace, NodeId, PageId, TokenId};
 
 /// Which unlocked leaves [`RadixCache::evict`] frees first.
@@ -190,6 +192,92 @@ pub struct RadixCache {
     path: Vec<NodeId>,
 }
 
+/// Asks the CPU to start loading the cache line at `p` (a hint; nothing elsewhere).
+#[inline(always)]
+pub(crate) fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it never faults and reads nothing architecturally,
+    // whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// How far ahead (bytes) linear passes over memory that is likely cold prefetch.
+const AHEAD_BYTES: usize = 2048;
+
+/// Prefetches the line `AHEAD_BYTES` past element `i` of `s`, if that is inside `s`. Called
+/// once per 64 bytes by passes over a request's tokens or pages: the hardware prefetcher
+/// stops at every 4 KiB page and restarts slowly.
+#[inline(always)]
+pub(crate) fn prefetch_ahead<T>(s: &[T], i: usize) {
+    let j = i + AHEAD_BYTES / std::mem::size_of::<T>().max(1);
+    if j < s.len() {
+        prefetch(s[j..].as_ptr());
+    }
+}
+
+/// Prefetches the first `AHEAD_BYTES` of `s` (the start of such a pass).
+#[inline]
+pub(crate) fn prefetch_head<T>(s: &[T]) {
+    let size = std::mem::size_of::<T>().max(1);
+    for j in (0..s.len().min(AHEAD_BYTES / size)).step_by((64 / size).max(1)) {
+        prefetch(s[j..].as_ptr());
+    }
+}
+
+impl RadixCache {
+    /// Assuming the whole edge of `c` matches (the usual case), finds the node the walk
+    /// visits next (the child of `c` under the key's page at `next`) and starts loading its
+    /// first tokens, so that those memory misses overlap the comparison of `c`'s edge instead
+    /// of following it.
+    #[inline]
+    fn prefetch_next(&self, c: &Node, key: &[TokenId], next: usize) {
+        let ps = self.cfg.page_size;
+        if c.children.is_empty() || next + ps > key.len() {
+            return;
+        }
+        if let Some(g) = c.children.get(child_key(&key[next..next + ps])) {
+            let t = self.nodes[g.idx()].tokens.as_ptr();
+            for line in 0..4 {
+                prefetch(t.wrapping_add(64 * line));
+            }
+        }
+    }
+
+    /// How many tokens of `c`'s edge match `key[pos..]`. On a long edge the first `HEAD`
+    /// tokens are compared first; the next node is looked up after them (its key token has
+    /// arrived by then), so that its memory misses overlap the rest of the comparison.
+    #[inline]
+    fn match_edge(&self, c: &Node, key: &[TokenId], pos: usize) -> usize {
+        const HEAD: usize = 256;
+        let rest = &key[pos..];
+        let next = pos + c.tokens.len();
+        if c.tokens.len() <= HEAD || next >= key.len() {
+            self.prefetch_next(c, key, next);
+            return c.tokens.common_prefix(rest);
+        }
+        prefetch(key[next..].as_ptr());
+        let head = c.tokens.common_prefix(&rest[..HEAD]);
+        if head < HEAD {
+            return head;
+        }
+        self.prefetch_next(c, key, next);
+        HEAD + c.tokens.common_prefix_from(HEAD, &rest[HEAD..])
+    }
+}
+
+/// Starts loading the first lines of a request's tokens (their first miss then overlaps the
+/// next ones instead of preceding them).
+#[inline]
+fn prefetch_key(key: &[TokenId]) {
+    for t in (0..key.len().min(256)).step_by(16) {
+        prefetch(key[t..].as_ptr());
+    }
+}
+
 /// Length of the common prefix of `a` and `b`: equal blocks are skipped with the C library's
 /// vectorised `memcmp`, the block that differs is searched 16 tokens at a time.
 #[inline]
@@ -216,18 +304,6 @@ pub(crate) fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
         i += 1;
     }
     i
-}
-
-/// Appends the pages of `mine` that differ from `theirs` at the same place, 16 at a time.
-fn hand_back(theirs: &[PageId], mine: &[PageId], returned: &mut Vec<PageId>) {
-    for (t, c) in theirs.chunks(16).zip(mine.chunks(16)) {
-        let same = t.iter().zip(c).filter(|(a, b)| a == b).count();
-        if same == 0 {
-            returned.extend_from_slice(c);
-        } else if same < c.len() {
-            returned.extend(t.iter().zip(c).filter(|(a, b)| a != b).map(|(_, b)| *b));
-        }
-    }
 }
 
 impl RadixCache {
@@ -428,6 +504,7 @@ impl RadixCache {
         self.stats.queried_tokens += tokens.len() as u64;
         let ps = self.cfg.page_size;
         let key = &tokens[..tokens.len() / ps * ps];
+        prefetch_key(key);
         let Some(&root) = self.roots.get(&ns) else {
             let node = self.void_root();
             return MatchResult {
@@ -447,11 +524,11 @@ impl RadixCache {
                 break;
             };
             let c = &self.nodes[child.idx()];
-            let m = common_prefix(&c.tokens, &key[pos..]) / ps * ps;
+            let m = self.match_edge(c, key, pos) / ps * ps;
             if m == 0 {
                 break;
             }
-            out.extend_from_slice(&c.pages[..m / ps]);
+            c.pages.extend_prefix(m / ps, out);
             let whole = m == c.tokens.len();
             pos += m;
             self.touch(child);
@@ -505,7 +582,9 @@ impl RadixCache {
             });
         }
         let key = &tokens[..full * ps];
+        prefetch_key(key);
         let (kpages, tail) = pages.split_at(full);
+        prefetch_head(kpages);
         self.tick += 1;
         let root = self.root_of(ns);
 
@@ -526,17 +605,14 @@ impl RadixCache {
                 break;
             };
             let c = &self.nodes[child.idx()];
-            let m = common_prefix(&c.tokens, &key[pos..]) / ps * ps;
+            let m = self.match_edge(c, key, pos) / ps * ps;
             if m == 0 {
                 // A child-key collision: another edge owns this key; leave the rest uncached.
                 blocked = true;
                 break;
             }
-            let theirs = &c.pages[..m / ps];
-            let mine = &kpages[pos / ps..(pos + m) / ps];
-            if theirs != mine {
-                hand_back(theirs, mine, returned);
-            }
+            c.pages
+                .hand_back(&kpages[pos / ps..(pos + m) / ps], returned);
             pos += m;
             path.push(child);
             node = child;
@@ -554,12 +630,15 @@ impl RadixCache {
             returned.extend_from_slice(&kpages[pos / ps..]);
         }
         returned.extend_from_slice(tail);
-        // Validates every page and moves the new ones to the tree in one pass.
-        if let Err(e) = self.pool.take_for_tree(new_pages, &returned[start..]) {
-            returned.truncate(start);
-            self.path = path;
-            return Err(e.into());
-        }
+        // Validates every page and moves the new ones to the tree.
+        let new_pages = match self.pool.take_for_tree(new_pages, &returned[start..]) {
+            Ok(p) => p,
+            Err(e) => {
+                returned.truncate(start);
+                self.path = path;
+                return Err(e.into());
+            }
+        };
 
         // Mutate: split where the key leaves an edge, hang the rest below.
         let mut end = Position { node, offset };
@@ -598,9 +677,9 @@ impl RadixCache {
         let ps = self.cfg.page_size;
         let upper_id = self.new_node_id();
         let n = &mut self.nodes[id.idx()];
-        let key = child_key(&n.tokens[..ps]);
+        let key = n.tokens.first_key(ps);
         let tail_tokens = n.tokens.split_off(at);
-        let lower_key = child_key(&tail_tokens[..ps]);
+        let lower_key = tail_tokens.first_key(ps);
         let tail_pages = n.pages.split_off(at / ps);
         let tail_hashes = if n.hashes.is_empty() {
             Vec::new()
@@ -637,14 +716,14 @@ impl RadixCache {
         parent: NodeId,
         ns: Namespace,
         tokens: &[TokenId],
-        pages: &[PageId],
+        pages: Pages,
         priority: i32,
     ) -> NodeId {
         let ps = self.cfg.page_size;
         let id = self.new_node_id();
         let node = Node {
-            tokens: tokens.to_vec(),
-            pages: pages.to_vec(),
+            tokens: Tokens::from_slice(tokens),
+            pages,
             hashes: Vec::new(),
             children: Children::None,
             parent,
@@ -676,7 +755,7 @@ impl RadixCache {
                 namespace: ns,
                 parent: parent_hash,
                 hashes: n.hashes.clone(),
-                tokens: n.tokens.clone(),
+                tokens: n.tokens.to_vec(),
                 page_size: ps,
             });
         }
@@ -703,8 +782,11 @@ impl RadixCache {
             let mut prev = self.nodes[parent.idx()].hashes.last().copied();
             let mut hashes = Vec::with_capacity(self.nodes[id.idx()].pages.len());
             let n = &self.nodes[id.idx()];
-            for page in n.tokens.chunks_exact(ps) {
-                let h = page_hash_with(&mut self.scratch, prev, n.namespace, page);
+            let mut page = Vec::with_capacity(ps);
+            for i in 0..n.pages.len() {
+                page.clear();
+                n.tokens.extend_range(i * ps..(i + 1) * ps, &mut page);
+                let h = page_hash_with(&mut self.scratch, prev, n.namespace, &page);
                 hashes.push(h);
                 prev = Some(h);
             }

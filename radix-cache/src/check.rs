@@ -1,7 +1,7 @@
 //! Full invariant checks, for tests and debug builds.
 
 use crate::cache::RadixCache;
-use crate::hash::{child_key, page_hash};
+use crate::hash::page_hash;
 use crate::pool::PageState;
 use crate::types::NodeId;
 
@@ -60,7 +60,7 @@ impl RadixCache {
                 ensure!(p.alive, "node {i} has a dead parent");
                 ensure!(p.namespace == n.namespace, "node {i} crosses namespaces");
                 ensure!(
-                    p.children.get(child_key(&n.tokens[..ps])) == Some(id),
+                    p.children.get(n.tokens.first_key(ps)) == Some(id),
                     "node {i} is not its parent's child under its first page"
                 );
                 if n.lock > 0 {
@@ -68,7 +68,7 @@ impl RadixCache {
                 } else {
                     evictable += n.tokens.len();
                 }
-                for pg in &n.pages {
+                for pg in n.pages.iter() {
                     ensure!(
                         pg.index() < total,
                         "node {i} holds page {} outside the pool",
@@ -77,7 +77,7 @@ impl RadixCache {
                     ensure!(seen[pg.index()] == 0, "page {} is in the tree twice", pg.0);
                     seen[pg.index()] = 1;
                     ensure!(
-                        !tracked || self.pool.state(*pg) == Some(PageState::Tree),
+                        !tracked || self.pool.state(pg) == Some(PageState::Tree),
                         "tree page {} is not marked as the tree's",
                         pg.0
                     );
@@ -92,7 +92,8 @@ impl RadixCache {
                         p.is_root || prev.is_some(),
                         "node {i} hashed below an unhashed parent"
                     );
-                    for (h, page) in n.hashes.iter().zip(n.tokens.chunks_exact(ps)) {
+                    let tokens = n.tokens.to_vec();
+                    for (h, page) in n.hashes.iter().zip(tokens.chunks_exact(ps)) {
                         let want = page_hash(prev, n.namespace, page);
                         ensure!(*h == want, "node {i} has a wrong page hash");
                         prev = Some(want);
@@ -105,7 +106,8 @@ impl RadixCache {
                 let cn = &self.nodes[c.idx()];
                 if !cn.alive
                     || cn.parent != id
-                    || child_key(&cn.tokens[..ps.min(cn.tokens.len())]) != k
+                    || cn.tokens.len() < ps
+                    || cn.tokens.first_key(ps) != k
                 {
                     bad = Some(c);
                 }

@@ -2,8 +2,9 @@
 
 use crate::cache::{CacheError, RadixCache};
 use crate::events::KvEvent;
-use crate::hash::child_key;
 use crate::node::Children;
+use crate::pages::Pages;
+use crate::tokens::Tokens;
 use crate::types::NodeId;
 
 impl RadixCache {
@@ -68,15 +69,15 @@ impl RadixCache {
         if let Some((a, b)) = n.evict_key.take() {
             self.evictable.remove(&(a, b, id.0));
         }
-        let key = child_key(&n.tokens[..ps]);
+        let key = n.tokens.first_key(ps);
         let parent = n.parent;
         let ns = n.namespace;
         let count = n.pages.len();
-        let pages = std::mem::take(&mut n.pages);
+        let pages = std::mem::replace(&mut n.pages, Pages::EMPTY);
         let hashes = std::mem::take(&mut n.hashes);
         self.evictable_tokens -= n.tokens.len();
         self.tree_tokens -= n.tokens.len();
-        n.tokens = Vec::new();
+        n.tokens = Tokens::default();
         n.alive = false;
         self.free_nodes.push(id);
         self.pool.release_from_tree(pages);
@@ -112,8 +113,9 @@ impl RadixCache {
             if !n.alive {
                 continue;
             }
-            self.pool.release_from_tree(std::mem::take(&mut n.pages));
-            n.tokens = Vec::new();
+            self.pool
+                .release_from_tree(std::mem::replace(&mut n.pages, Pages::EMPTY));
+            n.tokens = Tokens::default();
             n.hashes = Vec::new();
             n.children = Children::None;
             n.evict_key = None;

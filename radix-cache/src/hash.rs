@@ -56,18 +56,18 @@ pub(crate) fn page_hash_with(
 /// itself (exact); for longer pages a 64-bit mix of the page's tokens, verified against the
 /// child's tokens on every use (a collision costs a cache miss, never a wrong match).
 #[inline]
-pub(crate) fn child_key(first_page: &[TokenId]) -> u64 {
+pub(crate) fn child_key<T: Copy + Into<u64>>(first_page: &[T]) -> u64 {
     if let [t] = first_page {
-        return u64::from(*t);
+        return (*t).into();
     }
     let mut k: u64 = first_page.len() as u64;
     let mut chunks = first_page.chunks_exact(2);
     for c in &mut chunks {
-        let w = u64::from(c[0]) | (u64::from(c[1]) << 32);
+        let w = c[0].into() | (c[1].into() << 32);
         k = mix(k ^ w);
     }
     if let [t] = chunks.remainder() {
-        k = mix(k ^ u64::from(*t));
+        k = mix(k ^ (*t).into());
     }
     k
 }
@@ -150,8 +150,10 @@ mod tests {
 
     #[test]
     fn child_keys_differ_within_a_page() {
-        assert_eq!(child_key(&[7]), 7);
-        assert_ne!(child_key(&[1, 2]), child_key(&[2, 1]));
-        assert_ne!(child_key(&[1, 2, 3]), child_key(&[1, 2, 4]));
+        assert_eq!(child_key(&[7u32]), 7);
+        assert_ne!(child_key(&[1u32, 2]), child_key(&[2u32, 1]));
+        assert_ne!(child_key(&[1u32, 2, 3]), child_key(&[1u32, 2, 4]));
+        // Narrow and wide storage of the same tokens give the same key.
+        assert_eq!(child_key(&[1u16, 2, 3]), child_key(&[1u32, 2, 3]));
     }
 }

@@ -8,9 +8,11 @@
 //! # Key types
 //!
 //! - [`RadixCache`]: one radix tree per [`Namespace`] over token ids. Every edge is a whole
-//!   number of pages; a node stores its edge's tokens contiguously, one [`PageId`] per page,
-//!   lazily its [`PageHash`]es, a lock count and its [`TierSet`]. Nodes live in an arena
-//!   (`Vec` + free list), children are keyed by their first page.
+//!   number of pages; a node stores its edge's tokens contiguously (two bytes a token when
+//!   they all fit, four otherwise), its [`PageId`]s (as one run `start..start + len` when they
+//!   are consecutive, as a list otherwise), lazily its [`PageHash`]es, a lock count and its
+//!   [`TierSet`]. Nodes live in an arena (`Vec` + free list), children are keyed by their
+//!   first page.
 //! - [`PagePool`]: the page-id allocator, owned by the cache; it records for every page
 //!   whether it is free, held by a caller or owned by the tree, so misuse is an error.
 //! - [`LockHandle`]: a lock on a node and its path to the root, released only by
@@ -92,8 +94,10 @@ mod evict;
 pub mod hash;
 mod lock;
 mod node;
+mod pages;
 pub mod pool;
 pub mod tier;
+mod tokens;
 mod types;
 
 #[cfg(test)]

@@ -3,8 +3,10 @@
 use std::collections::HashMap;
 
 use crate::hash::KeyBuild;
+use crate::pages::Pages;
 use crate::tier::PageHash;
-use crate::types::{Namespace, NodeId, PageId, TokenId};
+use crate::tokens::Tokens;
+use crate::types::{Namespace, NodeId};
 
 /// Where a node's pages live in the hierarchical cache.
 ///
@@ -125,9 +127,9 @@ impl Children {
 #[derive(Debug)]
 pub(crate) struct Node {
     /// The edge's token ids; a multiple of `page_size` long (empty only for a root).
-    pub(crate) tokens: Vec<TokenId>,
-    /// One page id per `page_size` tokens of the edge.
-    pub(crate) pages: Vec<PageId>,
+    pub(crate) tokens: Tokens,
+    /// One page id per `page_size` tokens of the edge (a run when consecutive).
+    pub(crate) pages: Pages,
     /// Hashes of the edge's pages: empty until computed, then one per page.
     pub(crate) hashes: Vec<PageHash>,
     pub(crate) children: Children,
@@ -156,8 +158,8 @@ pub(crate) struct Node {
 impl Node {
     pub(crate) fn new_root(id: NodeId, namespace: Namespace, now: u64) -> Node {
         Node {
-            tokens: Vec::new(),
-            pages: Vec::new(),
+            tokens: Tokens::default(),
+            pages: Pages::EMPTY,
             hashes: Vec::new(),
             children: Children::None,
             parent: id,

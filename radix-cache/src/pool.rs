@@ -10,10 +10,13 @@
 //! default in debug builds and a choice in release builds ([`PagePool::with_tracking`],
 //! [`crate::CacheConfig::track_pages`]); without it the pool still checks ids and counts.
 //!
-//! Free pages are kept as a stack of chunks: eviction hands a node's whole page vector over
-//! without copying it, and never-used ids are handed out from a counter, so a pool of
-//! millions of pages costs nothing until it is used.
+//! Free pages are kept as a stack of chunks, each a run of consecutive ids or a list:
+//! eviction hands a node's pages over without copying them, and never-used ids are handed out
+//! from a counter, so a pool of millions of pages costs nothing until it is used. Allocations
+//! come from the top chunk, so a request's pages are usually one run, which the tree stores
+//! as `(start, len)`.
 
+use crate::pages::Pages;
 use crate::types::PageId;
 
 /// Why a pool operation failed.
@@ -88,8 +91,8 @@ pub struct PagePool {
     num_pages: u32,
     /// Ids `next_fresh..num_pages` were never handed out.
     next_fresh: u32,
-    /// Returned ids, as a stack of chunks (a chunk is often an evicted node's page vector).
-    chunks: Vec<Vec<PageId>>,
+    /// Returned ids, as a stack of chunks (a chunk is often an evicted node's pages).
+    chunks: Vec<Pages>,
     /// Pages in `chunks` plus never-used ids.
     free: usize,
     /// Pages held by callers.
@@ -187,8 +190,8 @@ impl PagePool {
                 break;
             };
             let k = need.min(chunk.len());
-            out.extend_from_slice(&chunk[chunk.len() - k..]);
-            chunk.truncate(chunk.len() - k);
+            chunk.extend_suffix(k, out);
+            chunk.truncate_by(k);
             if chunk.is_empty() {
                 self.chunks.pop();
             }
@@ -219,8 +222,9 @@ impl PagePool {
             }
         }
         match self.chunks.last_mut() {
-            Some(last) if last.len() < 4096 => last.extend_from_slice(pages),
-            _ => self.chunks.push(pages.to_vec()),
+            Some(Pages::List(last)) if last.len() < 4096 => last.extend_from_slice(pages),
+            _ if !pages.is_empty() => self.chunks.push(Pages::from_slice(pages)),
+            _ => {}
         }
         self.free += pages.len();
         self.caller -= pages.len();
@@ -269,17 +273,25 @@ impl PagePool {
     }
 
     /// Moves `new` (caller-held) into the tree after checking that `also` (pages about to be
-    /// handed back) are caller-held too and that no id appears twice in either list; on error
-    /// nothing changes.
+    /// handed back) are caller-held too and that no id appears twice in either list; returns
+    /// `new` in the tree's form. On error nothing changes.
     pub(crate) fn take_for_tree(
         &mut self,
         new: &[PageId],
         also: &[PageId],
-    ) -> Result<(), PoolError> {
+    ) -> Result<Pages, PoolError> {
         if !self.track {
-            self.check_counts(new.len() + also.len(), &[new, also])?;
+            let pages = Pages::from_slice(new);
+            if let Some(m) = pages.max().filter(|&m| m >= self.num_pages) {
+                let bad = new
+                    .iter()
+                    .find(|p| p.0 >= self.num_pages)
+                    .map_or(m, |p| p.0);
+                return Err(PoolError::UnknownPage(bad));
+            }
+            self.check_counts(new.len() + also.len(), &[also])?;
             self.caller -= new.len();
-            return Ok(());
+            return Ok(pages);
         }
         let mut taken = 0;
         let mut bad = None;
@@ -327,7 +339,7 @@ impl PagePool {
             return Err(e);
         }
         self.caller -= new.len();
-        Ok(())
+        Ok(Pages::from_slice(new))
     }
 
     /// The checks possible without tracking: ids in range, no more pages than callers hold.
@@ -350,9 +362,9 @@ impl PagePool {
     }
 
     /// Takes a removed node's pages back onto the free list without copying them.
-    pub(crate) fn release_from_tree(&mut self, pages: Vec<PageId>) {
+    pub(crate) fn release_from_tree(&mut self, pages: Pages) {
         if self.track {
-            for p in &pages {
+            for p in pages.iter() {
                 debug_assert_eq!(self.state[p.index()], PageState::Tree as u8);
                 self.state[p.index()] = PageState::Free as u8;
             }
@@ -366,7 +378,7 @@ impl PagePool {
     /// Every free page id (never-used ids included), for invariant checks.
     pub(crate) fn for_each_free(&self, mut f: impl FnMut(PageId)) {
         for c in &self.chunks {
-            c.iter().copied().for_each(&mut f);
+            c.iter().for_each(&mut f);
         }
         (self.next_fresh..self.num_pages).map(PageId).for_each(f);
     }

@@ -147,8 +147,12 @@ enum Op {
 }
 
 fn key() -> impl Strategy<Value = Vec<u32>> {
-    // A tiny alphabet so that prefixes are shared, split and diverge often.
-    prop::collection::vec(0u32..3, 0..14)
+    // A tiny alphabet so that prefixes are shared, split and diverge often; one token above
+    // 16 bits so that edges are stored both narrow and wide.
+    prop::collection::vec(
+        (0u32..3).prop_map(|t| if t == 2 { 65_536 } else { t }),
+        0..14,
+    )
 }
 
 fn op() -> impl Strategy<Value = Op> {
