@@ -219,6 +219,19 @@ impl TransferReceiver {
 
     /// Feeds one message from the peer.
     pub fn handle_message(&mut self, msg: Message, now: Instant) {
+        self.handle_message_hashed(msg, None, now)
+    }
+
+    /// [`handle_message`](Self::handle_message) for a driver that already computed the
+    /// [`page_checksum`](super::page_checksum) of every page of a `Pages` message (off the
+    /// thread that runs this end): `checksums[i]` belongs to page `i`. A list of the wrong
+    /// length is ignored and the pages are hashed here.
+    pub fn handle_message_hashed(
+        &mut self,
+        msg: Message,
+        checksums: Option<Vec<u64>>,
+        now: Instant,
+    ) {
         self.now = now;
         if self.state == State::Closed {
             return;
@@ -245,7 +258,8 @@ impl TransferReceiver {
                 }
             }
             (State::Open, Message::Pages { room, first, pages }) => {
-                self.on_pages(room, first, pages)
+                let checksums = checksums.filter(|c| c.len() == pages.len());
+                self.on_pages(room, first, pages, checksums)
             }
             (State::Open, Message::Aux { room, aux }) => {
                 if let Some(r) = self.rooms.get_mut(&room) {
@@ -298,7 +312,13 @@ impl TransferReceiver {
         }
     }
 
-    fn on_pages(&mut self, room: RoomId, first: u32, pages: Vec<Bytes>) {
+    fn on_pages(
+        &mut self,
+        room: RoomId,
+        first: u32,
+        pages: Vec<Bytes>,
+        checksums: Option<Vec<u64>>,
+    ) {
         let want = self.layout.page_bytes();
         let Some(r) = self.rooms.get_mut(&room) else {
             self.unknown_room(room);
@@ -326,7 +346,10 @@ impl TransferReceiver {
             let idx = first as usize + i;
             if !r.have[idx] {
                 r.have[idx] = true;
-                r.checksums[idx] = page_checksum(&p);
+                r.checksums[idx] = match &checksums {
+                    Some(c) => c[i],
+                    None => page_checksum(&p),
+                };
                 r.received += 1;
                 dst.push(r.dst[idx]);
                 fresh.push(p);

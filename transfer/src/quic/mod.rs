@@ -14,6 +14,7 @@
 mod conn;
 mod receiver;
 mod sender;
+mod socket;
 mod store_client;
 mod tls;
 
@@ -35,6 +36,9 @@ pub(crate) const ALPN_KV: &[u8] = b"sglrs-kv/1";
 /// ALPN of the store protocol.
 pub(crate) const ALPN_STORE: &[u8] = b"sglrs-store/1";
 
+/// The largest `min_mtu` quinn can pad a handshake packet to (see [`QuicConfig::transport`]).
+const MAX_MIN_MTU: u16 = 16_000;
+
 /// Tuning of the QUIC transport around the protocol's own [`proto::Config`].
 #[derive(Clone, Debug)]
 pub struct QuicConfig {
@@ -53,6 +57,23 @@ pub struct QuicConfig {
     pub socket_buffer: usize,
     /// Let the OS split large sends into datagrams (UDP GSO).
     pub gso: bool,
+    /// Congestion controller and its initial window.
+    pub congestion: Congestion,
+}
+
+/// Congestion control of the data path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Congestion {
+    /// CUBIC (quinn's default) starting at `initial_window` bytes (0: ten datagrams).
+    Cubic {
+        /// Initial congestion window, bytes.
+        initial_window: u64,
+    },
+    /// BBR (quinn's experimental model-based controller) starting at `initial_window` bytes.
+    Bbr {
+        /// Initial congestion window, bytes (0: ten datagrams).
+        initial_window: u64,
+    },
 }
 
 impl Default for QuicConfig {
@@ -68,6 +89,7 @@ impl Default for QuicConfig {
             data_streams: 32,
             socket_buffer: 8 << 20,
             gso: true,
+            congestion: Congestion::Cubic { initial_window: 0 },
         }
     }
 }
@@ -87,8 +109,11 @@ impl QuicConfig {
         let var = |v: u64| {
             quinn::VarInt::from_u64(v).map_err(|_| QuicError::Config(format!("{v} out of range")))
         };
+        // `min_mtu` is also the size the first Initial packet is padded to, and a long-header
+        // packet's length field holds at most 16,383 bytes (quinn-proto asserts it), so it
+        // stays below that; `initial_mtu` is what every packet after the handshake uses.
         t.initial_mtu(self.mtu.max(1200))
-            .min_mtu(self.mtu.max(1200))
+            .min_mtu(self.mtu.clamp(1200, MAX_MIN_MTU))
             .mtu_discovery_config(None)
             .stream_receive_window(var(self.stream_window)?)
             .receive_window(var(self.connection_window)?)
@@ -104,6 +129,29 @@ impl QuicConfig {
                 quinn::IdleTimeout::try_from(self.proto.idle_timeout * 2 + Duration::from_secs(1))
                     .map_err(|e| QuicError::Config(e.to_string()))?,
             ));
+        // quinn's default initial window (14,720 bytes) holds not even one 16 KiB datagram, and
+        // a window smaller than one datagram never sends anything: start at ten datagrams.
+        let default_window = (10 * u64::from(self.mtu)).max(14_720);
+        match self.congestion {
+            Congestion::Cubic { initial_window } => {
+                let mut c = quinn::congestion::CubicConfig::default();
+                c.initial_window(if initial_window > 0 {
+                    initial_window
+                } else {
+                    default_window
+                });
+                t.congestion_controller_factory(Arc::new(c));
+            }
+            Congestion::Bbr { initial_window } => {
+                let mut c = quinn::congestion::BbrConfig::default();
+                c.initial_window(if initial_window > 0 {
+                    initial_window
+                } else {
+                    default_window
+                });
+                t.congestion_controller_factory(Arc::new(c));
+            }
+        }
         Ok(t)
     }
 
@@ -134,7 +182,14 @@ impl QuicConfig {
         };
         let runtime =
             quinn::default_runtime().ok_or_else(|| QuicError::Config("no tokio runtime".into()))?;
-        Ok(quinn::Endpoint::new(ep, server_config, socket, runtime)?)
+        // Keep GSO batches within one UDP payload (see `socket`).
+        let socket = socket::CappedSocket::new(runtime.wrap_udp_socket(socket)?, self.mtu);
+        Ok(quinn::Endpoint::new_with_abstract_socket(
+            ep,
+            server_config,
+            socket,
+            runtime,
+        )?)
     }
 
     /// Client configuration for dialing with `alpn`.
