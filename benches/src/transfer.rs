@@ -61,8 +61,8 @@ pub struct TransferArgs {
     /// Congestion controller: `cubic` or `bbr`.
     #[arg(long, default_value = "cubic")]
     pub cc: String,
-    /// Initial congestion window in bytes (0: quinn's default).
-    #[arg(long, default_value_t = 0)]
+    /// Initial congestion window in bytes (0: ten datagrams).
+    #[arg(long, default_value_t = QuicConfig::loopback().congestion.initial_window())]
     pub init_window: u64,
     /// Connection flow-control window in bytes (0: the loopback default).
     #[arg(long, default_value_t = 0)]
@@ -121,7 +121,7 @@ impl Default for TransferArgs {
             split: false,
             gso: q.gso,
             cc: "cubic".into(),
-            init_window: 0,
+            init_window: q.congestion.initial_window(),
             conn_window: 0,
             stream_window: 0,
             socket_buffer: 0,
@@ -267,7 +267,7 @@ impl QuicPair {
                     Some(RoomEvent::Aux(_)) => {}
                     Some(RoomEvent::Done) => return Ok(()),
                     Some(RoomEvent::Failed(e)) => {
-                        return Err(anyhow::anyhow!("transfer failed: {e}"))
+                        return Err(anyhow::anyhow!("transfer failed: {e}"));
                     }
                     None => return Err(anyhow::anyhow!("room stream ended")),
                 }

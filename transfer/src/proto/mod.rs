@@ -19,6 +19,7 @@
 //! [`Config::heartbeat_interval`], and fails the connection with
 //! [`TransferError::PeerTimeout`] when it heard nothing for [`Config::idle_timeout`].
 
+mod checksum;
 mod receiver;
 mod sender;
 mod store;
@@ -131,11 +132,7 @@ pub enum TransferError {
     ConnectionLost(String),
 }
 
-/// Checksum of one page: xxh3-64 of its bytes. (Computed with `twox-hash`, which picks
-/// AVX2 at run time; the value is the same xxh3-64 as `xxhash_rust::xxh3::xxh3_64`.)
-pub fn page_checksum(page: &[u8]) -> u64 {
-    twox_hash::XxHash3_64::oneshot(page)
-}
+pub use checksum::page_checksum;
 
 /// Checksum of a room, as carried by `Done`: xxh3-64 over the little-endian page checksums
 /// in page order.
@@ -207,28 +204,3 @@ fn min_deadline(a: Option<Instant>, b: Instant) -> Option<Instant> {
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod checksum_tests {
-    use super::page_checksum;
-
-    /// The page checksum is xxh3-64: the same value as the reference implementation, at
-    /// every length around the algorithm's size classes and at the default page size.
-    #[test]
-    fn page_checksum_is_xxh3_64() {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let data: Vec<u8> = (0..400_000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
-        let lens = (0..300).chain([1023, 1024, 1025, 4096, 65_536, 368_640, 400_000]);
-        for n in lens {
-            let d = &data[..n];
-            assert_eq!(page_checksum(d), xxhash_rust::xxh3::xxh3_64(d), "length {n}");
-        }
-    }
-}

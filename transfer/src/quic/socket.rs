@@ -94,7 +94,10 @@ mod tests {
         for mtu in [1200u16, 1452, 4096, 8192, 16384, 32000, 32768, 60000, 65000] {
             let n = segments_for(mtu);
             assert!(n >= 1);
-            assert!(n == 1 || n * usize::from(mtu) <= MAX_SEND_BYTES, "{mtu}: {n}");
+            assert!(
+                n == 1 || n * usize::from(mtu) <= MAX_SEND_BYTES,
+                "{mtu}: {n}"
+            );
         }
         assert_eq!(segments_for(8192), 7);
         assert_eq!(segments_for(1452), 45);
