@@ -10,7 +10,7 @@ use bytes::Bytes;
 use super::sender::name;
 use super::{
     make_hello, min_deadline, page_checksum, room_checksum, AbortReason, AuthKey, AuxData, Config,
-    Liveness, Message, RoomId, TransferError,
+    HelloRetry, Liveness, Message, RoomId, TransferError,
 };
 use crate::layout::KvLayout;
 
@@ -108,9 +108,7 @@ pub struct TransferReceiver {
     state: State,
     now: Instant,
     live: Liveness,
-    hello: Message,
-    hello_at: Instant,
-    hello_retries: u32,
+    hello: HelloRetry,
     rooms: HashMap<RoomId, InRoom>,
     /// Finished rooms: expiry and whether they completed (then a repeated `Done` is re-acked).
     tombstones: HashMap<RoomId, (Instant, bool)>,
@@ -124,16 +122,14 @@ impl TransferReceiver {
         let hello = make_hello(&layout, auth);
         let mut control = VecDeque::new();
         control.push_back(hello.clone());
-        let hello_at = now + cfg.retransmit_timeout;
+        let retry = HelloRetry::new(hello.clone(), &cfg, now);
         Self {
             cfg,
             layout,
             state: State::AwaitHelloAck,
             now,
             live: Liveness::new(now),
-            hello,
-            hello_at,
-            hello_retries: 0,
+            hello: retry,
             rooms: HashMap::new(),
             tombstones: HashMap::new(),
             control,
@@ -476,22 +472,16 @@ impl TransferReceiver {
         if self.state == State::Closed {
             return;
         }
-        if now >= self.live.idle_deadline(&self.cfg) {
+        if self.live.silent(&self.cfg, now) {
             self.shut(TransferError::PeerTimeout(self.cfg.idle_timeout));
             return;
         }
-        if self.state == State::AwaitHelloAck && now >= self.hello_at {
-            if self.hello_retries >= self.cfg.max_retransmits {
-                self.shut(TransferError::Local(AbortReason::Timeout));
-                return;
-            }
-            self.hello_retries += 1;
-            self.hello_at = now + self.cfg.retransmit_timeout;
-            self.control.push_back(self.hello.clone());
+        if self.state == State::AwaitHelloAck && !self.hello.tick(&self.cfg, now, &mut self.control)
+        {
+            self.shut(TransferError::Local(AbortReason::Timeout));
+            return;
         }
-        if now >= self.live.ping_deadline(&self.cfg) && self.control.is_empty() {
-            self.control.push_back(Message::Ping);
-        }
+        self.live.heartbeat(&self.cfg, now, &mut self.control);
         let mut failed = Vec::new();
         let mut rooms: Vec<RoomId> = self.rooms.keys().copied().collect();
         rooms.sort();
@@ -548,7 +538,7 @@ impl TransferReceiver {
         }
         let mut t = Some(self.live.next(&self.cfg));
         if self.state == State::AwaitHelloAck {
-            t = min_deadline(t, self.hello_at);
+            t = min_deadline(t, self.hello.deadline());
         }
         for r in self.rooms.values() {
             t = min_deadline(t, r.deadline);

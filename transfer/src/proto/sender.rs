@@ -460,13 +460,11 @@ impl TransferSender {
         if self.state == State::Closed {
             return;
         }
-        if now >= self.live.idle_deadline(&self.cfg) {
+        if self.live.silent(&self.cfg, now) {
             self.shut(TransferError::PeerTimeout(self.cfg.idle_timeout));
             return;
         }
-        if now >= self.live.ping_deadline(&self.cfg) && self.control.is_empty() {
-            self.control.push_back(Message::Ping);
-        }
+        self.live.heartbeat(&self.cfg, now, &mut self.control);
         let mut expired = Vec::new();
         let mut again = Vec::new();
         for (&room, r) in &mut self.rooms {
