@@ -18,6 +18,7 @@
 //! other processes on a busy machine do not inflate.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -25,7 +26,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use sglrs_transfer::proto::{AuxData, RoomId};
 use sglrs_transfer::quic::{
-    ClusterIdentity, KvReceiver, KvSender, QuicConfig, RoomEvent, Security,
+    ClusterIdentity, Congestion, KvReceiver, KvSender, QuicConfig, RoomEvent, Security,
 };
 use sglrs_transfer::KvLayout;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -48,9 +49,63 @@ pub struct TransferArgs {
     /// Pages per QUIC stream.
     #[arg(long, default_value_t = QuicConfig::loopback().proto.batch_pages)]
     pub batch: usize,
-    /// tokio worker threads.
+    /// tokio worker threads (per side with `--split`).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// Run the QUIC sender on its own runtime (its own threads), as on a separate host.
+    #[arg(long, default_value_t = false)]
+    pub split: bool,
+    /// UDP GSO on (`true`) or off.
+    #[arg(long, default_value_t = QuicConfig::loopback().gso, action = clap::ArgAction::Set)]
+    pub gso: bool,
+    /// Congestion controller: `cubic` or `bbr`.
+    #[arg(long, default_value = "cubic")]
+    pub cc: String,
+    /// Initial congestion window in bytes (0: ten datagrams).
+    #[arg(long, default_value_t = QuicConfig::loopback().congestion.initial_window())]
+    pub init_window: u64,
+    /// Connection flow-control window in bytes (0: the loopback default).
+    #[arg(long, default_value_t = 0)]
+    pub conn_window: u64,
+    /// Stream flow-control window in bytes (0: the loopback default).
+    #[arg(long, default_value_t = 0)]
+    pub stream_window: u64,
+    /// UDP socket buffer request in bytes (0: the loopback default).
+    #[arg(long, default_value_t = 0)]
+    pub socket_buffer: usize,
+    /// Run only the QUIC way (for profiling); the other figures are then 0.
+    #[arg(long, default_value_t = false)]
+    pub quic_only: bool,
+}
+
+impl TransferArgs {
+    /// The QUIC configuration these arguments ask for.
+    pub fn quic_config(&self) -> anyhow::Result<QuicConfig> {
+        let mut cfg = QuicConfig::loopback();
+        cfg.mtu = self.mtu;
+        cfg.data_streams = self.streams;
+        cfg.proto.batch_pages = self.batch;
+        cfg.gso = self.gso;
+        cfg.congestion = match self.cc.as_str() {
+            "cubic" => Congestion::Cubic {
+                initial_window: self.init_window,
+            },
+            "bbr" => Congestion::Bbr {
+                initial_window: self.init_window,
+            },
+            other => anyhow::bail!("--cc {other}: expected cubic or bbr"),
+        };
+        if self.conn_window > 0 {
+            cfg.connection_window = self.conn_window;
+        }
+        if self.stream_window > 0 {
+            cfg.stream_window = self.stream_window;
+        }
+        if self.socket_buffer > 0 {
+            cfg.socket_buffer = self.socket_buffer;
+        }
+        Ok(cfg)
+    }
 }
 
 impl Default for TransferArgs {
@@ -63,6 +118,14 @@ impl Default for TransferArgs {
             streams: q.data_streams,
             batch: q.proto.batch_pages,
             threads: 2,
+            split: false,
+            gso: q.gso,
+            cc: "cubic".into(),
+            init_window: q.congestion.initial_window(),
+            conn_window: 0,
+            stream_window: 0,
+            socket_buffer: 0,
+            quic_only: false,
         }
     }
 }
@@ -118,22 +181,46 @@ pub fn source_pages(layout: &KvLayout, n: usize) -> Vec<Bytes> {
 
 /// A prefill and a decode endpoint connected over loopback QUIC.
 pub struct QuicPair {
-    sender: KvSender,
+    sender: Arc<KvSender>,
     receiver: KvReceiver,
     addr: SocketAddr,
     layout: KvLayout,
     next_room: u64,
+    /// The sender's own runtime when it runs apart from the receiver.
+    sender_rt: Option<tokio::runtime::Runtime>,
 }
 
 impl QuicPair {
-    /// Binds both endpoints (inside a tokio runtime).
+    /// Binds both endpoints (inside a tokio runtime), both on the current runtime.
     pub fn new(layout: KvLayout, cfg: QuicConfig) -> anyhow::Result<Self> {
+        Self::build(layout, cfg, None)
+    }
+
+    /// Binds the receiver on the current runtime and the sender on a runtime of its own
+    /// with `threads` worker threads, as if prefill and decode ran on different hosts.
+    pub fn split(layout: KvLayout, cfg: QuicConfig, threads: usize) -> anyhow::Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name("bench-sender")
+            .enable_all()
+            .build()?;
+        Self::build(layout, cfg, Some(rt))
+    }
+
+    fn build(
+        layout: KvLayout,
+        cfg: QuicConfig,
+        sender_rt: Option<tokio::runtime::Runtime>,
+    ) -> anyhow::Result<Self> {
         let security = Security {
             identity: ClusterIdentity::generate()?,
             secret: b"bench secret".to_vec(),
         };
         let lo: SocketAddr = ([127, 0, 0, 1], 0).into();
-        let sender = KvSender::bind(lo, layout, &security, cfg.clone())?;
+        let sender = {
+            let _in_sender_rt = sender_rt.as_ref().map(|rt| rt.enter());
+            Arc::new(KvSender::bind(lo, layout, &security, cfg.clone())?)
+        };
         let receiver = KvReceiver::bind(lo, layout, &security, cfg)?;
         let addr = sender.local_addr()?;
         Ok(Self {
@@ -142,6 +229,7 @@ impl QuicPair {
             addr,
             layout,
             next_room: 1,
+            sender_rt,
         })
     }
 
@@ -158,7 +246,15 @@ impl QuicPair {
         let dst: Vec<u32> = (0..n as u32).collect();
         let mut stream = self.receiver.register(self.addr, room, dst).await?;
         let pages: Vec<Bytes> = (0..n).map(|i| src[i % src.len()].clone()).collect();
-        let send = self.sender.send(room, pages, AuxData::default());
+        let sender = self.sender.clone();
+        let send = async move { sender.send(room, pages, AuxData::default()).await };
+        let sender_rt = self.sender_rt.as_ref();
+        let send = async move {
+            match sender_rt {
+                Some(rt) => Ok(rt.spawn(send).await??),
+                None => Ok(send.await?),
+            }
+        };
         let recv = async {
             loop {
                 match stream.next().await {
@@ -171,15 +267,25 @@ impl QuicPair {
                     Some(RoomEvent::Aux(_)) => {}
                     Some(RoomEvent::Done) => return Ok(()),
                     Some(RoomEvent::Failed(e)) => {
-                        return Err(anyhow::anyhow!("transfer failed: {e}"))
+                        return Err(anyhow::anyhow!("transfer failed: {e}"));
                     }
                     None => return Err(anyhow::anyhow!("room stream ended")),
                 }
             }
         };
-        let (s, r) = tokio::join!(send, recv);
+        let (s, r): (anyhow::Result<()>, anyhow::Result<()>) = tokio::join!(send, recv);
         s?;
         r
+    }
+}
+
+impl Drop for QuicPair {
+    fn drop(&mut self) {
+        self.sender.close();
+        self.receiver.close();
+        if let Some(rt) = self.sender_rt.take() {
+            rt.shutdown_background();
+        }
     }
 }
 
@@ -258,10 +364,7 @@ pub fn run(args: &TransferArgs) -> anyhow::Result<Value> {
     let layout = KvLayout::smollm2_135m();
     let pb = layout.page_bytes();
     let bytes = (args.pages * pb) as f64;
-    let mut cfg = QuicConfig::loopback();
-    cfg.mtu = args.mtu;
-    cfg.data_streams = args.streams;
-    cfg.proto.batch_pages = args.batch;
+    let cfg = args.quic_config()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads.max(1))
         .enable_all()
@@ -269,39 +372,47 @@ pub fn run(args: &TransferArgs) -> anyhow::Result<Value> {
     let src = source_pages(&layout, args.pages);
     let mut pool = vec![0u8; SLOTS.min(args.pages) * pb];
     println!(
-        "transfer: {} pages x {} bytes = {:.2} GB per round, {} rounds, loopback (mtu {}, {} streams, {} pages/stream)",
+        "transfer: {} pages x {} bytes = {:.2} GB per round, {} rounds, loopback (mtu {}, {} streams, {} pages/stream, gso {}, {:?}, {} threads{})",
         args.pages,
         pb,
         bytes / 1e9,
         args.rounds,
         args.mtu,
         args.streams,
-        args.batch
+        args.batch,
+        cfg.gso,
+        cfg.congestion,
+        args.threads,
+        if args.split { " per side" } else { "" },
     );
 
-    let mut mem = Vec::new();
-    for _ in 0..args.rounds {
-        mem.push(
-            timed(|| {
-                memcpy(&src, args.pages, &mut pool);
-                Ok(())
-            })?
-            .1,
-        );
-    }
-    let mut tcp = Vec::new();
     let mut tcp_pair = rt.block_on(TcpPair::new()).context("tcp loopback")?;
-    for _ in 0..args.rounds {
-        tcp.push(timed(|| rt.block_on(tcp_pair.transfer(&src, args.pages, &mut pool)))?.1);
-    }
-    drop(tcp_pair);
-    let mut quic = Vec::new();
     let mut quic_pair = rt
-        .block_on(async { QuicPair::new(layout, cfg) })
+        .block_on(async {
+            if args.split {
+                QuicPair::split(layout, cfg.clone(), args.threads)
+            } else {
+                QuicPair::new(layout, cfg.clone())
+            }
+        })
         .context("quic endpoints")?;
+    // The ways take turns round by round, so that a busy moment on a shared machine hits
+    // all of them alike.
+    let (mut mem, mut tcp, mut quic) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..args.rounds {
+        if !args.quic_only {
+            mem.push(
+                timed(|| {
+                    memcpy(&src, args.pages, &mut pool);
+                    Ok(())
+                })?
+                .1,
+            );
+            tcp.push(timed(|| rt.block_on(tcp_pair.transfer(&src, args.pages, &mut pool)))?.1);
+        }
         quic.push(timed(|| rt.block_on(quic_pair.transfer(&src, args.pages, &mut pool)))?.1);
     }
+    drop(tcp_pair);
     drop(quic_pair);
 
     let (mem_gb_s, mem_cpu) = best(&mem, bytes);
@@ -333,5 +444,9 @@ pub fn run(args: &TransferArgs) -> anyhow::Result<Value> {
         "mtu": args.mtu,
         "streams": args.streams,
         "batch_pages": args.batch,
+        "gso": cfg.gso,
+        "congestion": format!("{:?}", cfg.congestion),
+        "split": args.split,
+        "threads": args.threads,
     }))
 }

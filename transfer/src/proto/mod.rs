@@ -19,11 +19,13 @@
 //! [`Config::heartbeat_interval`], and fails the connection with
 //! [`TransferError::PeerTimeout`] when it heard nothing for [`Config::idle_timeout`].
 
+mod checksum;
 mod receiver;
 mod sender;
 mod store;
 pub mod wire;
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 pub use receiver::{ReceiverEvent, RegisterError, TransferReceiver};
@@ -131,10 +133,7 @@ pub enum TransferError {
     ConnectionLost(String),
 }
 
-/// Checksum of one page: xxh3-64 of its bytes.
-pub fn page_checksum(page: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(page)
-}
+pub use checksum::page_checksum;
 
 /// Checksum of a room, as carried by `Done`: xxh3-64 over the little-endian page checksums
 /// in page order.
@@ -197,6 +196,54 @@ impl Liveness {
     }
     fn next(&self, cfg: &Config) -> Instant {
         self.idle_deadline(cfg).min(self.ping_deadline(cfg))
+    }
+    /// Whether the peer has been silent for the idle timeout (the connection must fail).
+    fn silent(&self, cfg: &Config, now: Instant) -> bool {
+        now >= self.idle_deadline(cfg)
+    }
+    /// Queues a `Ping` when nothing was sent for a heartbeat interval and nothing else is
+    /// queued on `control`.
+    fn heartbeat(&self, cfg: &Config, now: Instant, control: &mut VecDeque<Message>) {
+        if now >= self.ping_deadline(cfg) && control.is_empty() {
+            control.push_back(Message::Ping);
+        }
+    }
+}
+
+/// A dialing end's hello, sent again until the peer answers, a bounded number of times.
+#[derive(Debug)]
+struct HelloRetry {
+    hello: Message,
+    at: Instant,
+    retries: u32,
+}
+
+impl HelloRetry {
+    /// `hello`, to be queued now by the caller and again from `now + retransmit_timeout`.
+    fn new(hello: Message, cfg: &Config, now: Instant) -> Self {
+        Self {
+            hello,
+            at: now + cfg.retransmit_timeout,
+            retries: 0,
+        }
+    }
+    /// When the next retransmission is due.
+    fn deadline(&self) -> Instant {
+        self.at
+    }
+    /// Queues the hello again on `control` if it is due; `false` once the retransmissions
+    /// are used up (the connection must fail).
+    fn tick(&mut self, cfg: &Config, now: Instant, control: &mut VecDeque<Message>) -> bool {
+        if now < self.at {
+            return true;
+        }
+        if self.retries >= cfg.max_retransmits {
+            return false;
+        }
+        self.retries += 1;
+        self.at = now + cfg.retransmit_timeout;
+        control.push_back(self.hello.clone());
+        true
     }
 }
 

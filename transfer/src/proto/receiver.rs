@@ -10,7 +10,7 @@ use bytes::Bytes;
 use super::sender::name;
 use super::{
     make_hello, min_deadline, page_checksum, room_checksum, AbortReason, AuthKey, AuxData, Config,
-    Liveness, Message, RoomId, TransferError,
+    HelloRetry, Liveness, Message, RoomId, TransferError,
 };
 use crate::layout::KvLayout;
 
@@ -108,9 +108,7 @@ pub struct TransferReceiver {
     state: State,
     now: Instant,
     live: Liveness,
-    hello: Message,
-    hello_at: Instant,
-    hello_retries: u32,
+    hello: HelloRetry,
     rooms: HashMap<RoomId, InRoom>,
     /// Finished rooms: expiry and whether they completed (then a repeated `Done` is re-acked).
     tombstones: HashMap<RoomId, (Instant, bool)>,
@@ -124,16 +122,14 @@ impl TransferReceiver {
         let hello = make_hello(&layout, auth);
         let mut control = VecDeque::new();
         control.push_back(hello.clone());
-        let hello_at = now + cfg.retransmit_timeout;
+        let retry = HelloRetry::new(hello.clone(), &cfg, now);
         Self {
             cfg,
             layout,
             state: State::AwaitHelloAck,
             now,
             live: Liveness::new(now),
-            hello,
-            hello_at,
-            hello_retries: 0,
+            hello: retry,
             rooms: HashMap::new(),
             tombstones: HashMap::new(),
             control,
@@ -219,6 +215,19 @@ impl TransferReceiver {
 
     /// Feeds one message from the peer.
     pub fn handle_message(&mut self, msg: Message, now: Instant) {
+        self.handle_message_hashed(msg, None, now)
+    }
+
+    /// [`handle_message`](Self::handle_message) for a driver that already computed the
+    /// [`page_checksum`](super::page_checksum) of every page of a `Pages` message (off the
+    /// thread that runs this end): `checksums[i]` belongs to page `i`. A list of the wrong
+    /// length is ignored and the pages are hashed here.
+    pub fn handle_message_hashed(
+        &mut self,
+        msg: Message,
+        checksums: Option<Vec<u64>>,
+        now: Instant,
+    ) {
         self.now = now;
         if self.state == State::Closed {
             return;
@@ -245,7 +254,8 @@ impl TransferReceiver {
                 }
             }
             (State::Open, Message::Pages { room, first, pages }) => {
-                self.on_pages(room, first, pages)
+                let checksums = checksums.filter(|c| c.len() == pages.len());
+                self.on_pages(room, first, pages, checksums)
             }
             (State::Open, Message::Aux { room, aux }) => {
                 if let Some(r) = self.rooms.get_mut(&room) {
@@ -298,7 +308,13 @@ impl TransferReceiver {
         }
     }
 
-    fn on_pages(&mut self, room: RoomId, first: u32, pages: Vec<Bytes>) {
+    fn on_pages(
+        &mut self,
+        room: RoomId,
+        first: u32,
+        pages: Vec<Bytes>,
+        checksums: Option<Vec<u64>>,
+    ) {
         let want = self.layout.page_bytes();
         let Some(r) = self.rooms.get_mut(&room) else {
             self.unknown_room(room);
@@ -326,7 +342,10 @@ impl TransferReceiver {
             let idx = first as usize + i;
             if !r.have[idx] {
                 r.have[idx] = true;
-                r.checksums[idx] = page_checksum(&p);
+                r.checksums[idx] = match &checksums {
+                    Some(c) => c[i],
+                    None => page_checksum(&p),
+                };
                 r.received += 1;
                 dst.push(r.dst[idx]);
                 fresh.push(p);
@@ -453,22 +472,16 @@ impl TransferReceiver {
         if self.state == State::Closed {
             return;
         }
-        if now >= self.live.idle_deadline(&self.cfg) {
+        if self.live.silent(&self.cfg, now) {
             self.shut(TransferError::PeerTimeout(self.cfg.idle_timeout));
             return;
         }
-        if self.state == State::AwaitHelloAck && now >= self.hello_at {
-            if self.hello_retries >= self.cfg.max_retransmits {
-                self.shut(TransferError::Local(AbortReason::Timeout));
-                return;
-            }
-            self.hello_retries += 1;
-            self.hello_at = now + self.cfg.retransmit_timeout;
-            self.control.push_back(self.hello.clone());
+        if self.state == State::AwaitHelloAck && !self.hello.tick(&self.cfg, now, &mut self.control)
+        {
+            self.shut(TransferError::Local(AbortReason::Timeout));
+            return;
         }
-        if now >= self.live.ping_deadline(&self.cfg) && self.control.is_empty() {
-            self.control.push_back(Message::Ping);
-        }
+        self.live.heartbeat(&self.cfg, now, &mut self.control);
         let mut failed = Vec::new();
         let mut rooms: Vec<RoomId> = self.rooms.keys().copied().collect();
         rooms.sort();
@@ -525,7 +538,7 @@ impl TransferReceiver {
         }
         let mut t = Some(self.live.next(&self.cfg));
         if self.state == State::AwaitHelloAck {
-            t = min_deadline(t, self.hello_at);
+            t = min_deadline(t, self.hello.deadline());
         }
         for r in self.rooms.values() {
             t = min_deadline(t, r.deadline);

@@ -89,10 +89,35 @@ struct OutRoom {
     num_pages: u32,
     pages: Option<Vec<Bytes>>,
     aux: AuxData,
-    checksum: u64,
+    /// Page checksums, computed as each page is first handed to the driver (so hashing
+    /// overlaps sending instead of delaying the first page).
+    sums: Vec<Option<u64>>,
     /// When the `Done` handed to the driver counts as unanswered.
     ack_deadline: Option<Instant>,
     retries: u32,
+}
+
+impl OutRoom {
+    /// Records the checksums of `pages`, the room's pages from index `first` on.
+    fn hash(&mut self, first: usize, pages: &[Bytes]) {
+        for (sum, p) in self.sums.iter_mut().skip(first).zip(pages) {
+            if sum.is_none() {
+                *sum = Some(page_checksum(p));
+            }
+        }
+    }
+
+    /// The room checksum, hashing whatever page was not hashed yet.
+    fn checksum(&mut self) -> u64 {
+        if let Some(pages) = &self.pages {
+            for (sum, p) in self.sums.iter_mut().zip(pages) {
+                if sum.is_none() {
+                    *sum = Some(page_checksum(p));
+                }
+            }
+        }
+        room_checksum(self.sums.iter().map(|s| s.unwrap_or(0)))
+    }
 }
 
 /// The prefill end of one transfer connection (sans-IO).
@@ -186,12 +211,11 @@ impl TransferSender {
                 want,
             });
         }
-        let checksum = room_checksum(pages.iter().map(|p| page_checksum(p)));
         let r = self
             .rooms
             .get_mut(&room)
             .ok_or(SubmitError::UnknownRoom(room.0))?;
-        r.checksum = checksum;
+        r.sums = vec![None; pages.len()];
         r.aux = aux;
         for (i, chunk) in pages.chunks(self.cfg.batch_pages.max(1)).enumerate() {
             let first = (i * self.cfg.batch_pages.max(1)) as u32;
@@ -234,10 +258,11 @@ impl TransferSender {
                 room,
                 aux: r.aux.clone(),
             });
+            // The checksum is filled in when the driver takes the message.
             self.data.push_back(Message::Done {
                 room,
                 num_pages: r.num_pages,
-                checksum: r.checksum,
+                checksum: 0,
             });
         }
     }
@@ -334,7 +359,7 @@ impl TransferSender {
                 num_pages: n as u32,
                 pages: None,
                 aux: AuxData::default(),
-                checksum: 0,
+                sums: Vec::new(),
                 ack_deadline: None,
                 retries: 0,
             },
@@ -435,13 +460,11 @@ impl TransferSender {
         if self.state == State::Closed {
             return;
         }
-        if now >= self.live.idle_deadline(&self.cfg) {
+        if self.live.silent(&self.cfg, now) {
             self.shut(TransferError::PeerTimeout(self.cfg.idle_timeout));
             return;
         }
-        if now >= self.live.ping_deadline(&self.cfg) && self.control.is_empty() {
-            self.control.push_back(Message::Ping);
-        }
+        self.live.heartbeat(&self.cfg, now, &mut self.control);
         let mut expired = Vec::new();
         let mut again = Vec::new();
         for (&room, r) in &mut self.rooms {
@@ -463,7 +486,7 @@ impl TransferSender {
                 self.data.push_back(Message::Done {
                     room,
                     num_pages: r.num_pages,
-                    checksum: r.checksum,
+                    checksum: 0,
                 });
             }
         }
@@ -504,11 +527,20 @@ impl TransferSender {
         if self.state != State::Open {
             return None;
         }
-        let m = self.data.pop_front()?;
-        if let Message::Done { room, .. } = &m {
-            if let Some(r) = self.rooms.get_mut(room) {
-                r.ack_deadline = Some(self.now + self.cfg.retransmit_timeout);
+        let mut m = self.data.pop_front()?;
+        match &mut m {
+            Message::Pages { room, first, pages } => {
+                if let Some(r) = self.rooms.get_mut(room) {
+                    r.hash(*first as usize, pages);
+                }
             }
+            Message::Done { room, checksum, .. } => {
+                if let Some(r) = self.rooms.get_mut(room) {
+                    r.ack_deadline = Some(self.now + self.cfg.retransmit_timeout);
+                    *checksum = r.checksum();
+                }
+            }
+            _ => {}
         }
         self.live.last_sent = self.now;
         Some(m)

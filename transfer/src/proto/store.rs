@@ -11,8 +11,8 @@ use sglrs_radix_cache::PageHash;
 
 use super::sender::name;
 use super::{
-    check_hello, make_hello, min_deadline, page_checksum, AbortReason, AuthKey, Config, Liveness,
-    Message, StorePage, TransferError,
+    check_hello, make_hello, min_deadline, page_checksum, AbortReason, AuthKey, Config, HelloRetry,
+    Liveness, Message, StorePage, TransferError,
 };
 use crate::layout::KvLayout;
 
@@ -113,9 +113,7 @@ pub struct StoreClient {
     state: State,
     now: Instant,
     live: Liveness,
-    hello: Message,
-    hello_at: Instant,
-    hello_retries: u32,
+    hello: HelloRetry,
     next_id: u64,
     pending: HashMap<u64, Pending>,
     /// Requests made before the hello was accepted.
@@ -129,7 +127,7 @@ impl StoreClient {
     /// A new dialing end; its hello is the first message to transmit.
     pub fn new(cfg: Config, layout: KvLayout, auth: &AuthKey, now: Instant) -> Self {
         let hello = make_hello(&layout, auth);
-        let hello_at = now + cfg.retransmit_timeout;
+        let retry = HelloRetry::new(hello.clone(), &cfg, now);
         Self {
             cfg,
             layout,
@@ -137,9 +135,7 @@ impl StoreClient {
             now,
             live: Liveness::new(now),
             control: VecDeque::from([hello.clone()]),
-            hello,
-            hello_at,
-            hello_retries: 0,
+            hello: retry,
             next_id: 1,
             pending: HashMap::new(),
             waiting: VecDeque::new(),
@@ -415,22 +411,15 @@ impl StoreClient {
         if self.state == State::Closed {
             return;
         }
-        if now >= self.live.idle_deadline(&self.cfg) {
+        if self.live.silent(&self.cfg, now) {
             self.shut(TransferError::PeerTimeout(self.cfg.idle_timeout));
             return;
         }
-        if self.state == State::Handshake && now >= self.hello_at {
-            if self.hello_retries >= self.cfg.max_retransmits {
-                self.shut(TransferError::Local(AbortReason::Timeout));
-                return;
-            }
-            self.hello_retries += 1;
-            self.hello_at = now + self.cfg.retransmit_timeout;
-            self.control.push_back(self.hello.clone());
+        if self.state == State::Handshake && !self.hello.tick(&self.cfg, now, &mut self.control) {
+            self.shut(TransferError::Local(AbortReason::Timeout));
+            return;
         }
-        if now >= self.live.ping_deadline(&self.cfg) && self.control.is_empty() {
-            self.control.push_back(Message::Ping);
-        }
+        self.live.heartbeat(&self.cfg, now, &mut self.control);
         let mut late: Vec<u64> = self
             .pending
             .iter()
@@ -454,7 +443,7 @@ impl StoreClient {
         }
         let mut t = Some(self.live.next(&self.cfg));
         if self.state == State::Handshake {
-            t = min_deadline(t, self.hello_at);
+            t = min_deadline(t, self.hello.deadline());
         }
         for p in self.pending.values() {
             t = min_deadline(t, p.deadline);
@@ -759,13 +748,11 @@ impl StoreServer {
         if self.state == State::Closed {
             return;
         }
-        if now >= self.live.idle_deadline(&self.cfg) {
+        if self.live.silent(&self.cfg, now) {
             self.shut(TransferError::PeerTimeout(self.cfg.idle_timeout));
             return;
         }
-        if now >= self.live.ping_deadline(&self.cfg) && self.control.is_empty() {
-            self.control.push_back(Message::Ping);
-        }
+        self.live.heartbeat(&self.cfg, now, &mut self.control);
     }
 
     /// The next instant [`handle_timeout`](Self::handle_timeout) must be called.

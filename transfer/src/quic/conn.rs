@@ -10,12 +10,21 @@ use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::proto::wire::{decode, encode, frame_len};
-use crate::proto::Message;
+use crate::proto::{page_checksum, Message};
+
+/// Bytes of received frame buffers a connection keeps for reuse (see [`FramePool`]).
+const FRAME_POOL_BYTES: usize = 64 << 20;
 
 /// The uniform face of the four protocol ends, for the driver.
 pub(crate) trait Core: Send + 'static {
     type Event: Send + 'static;
+    /// Whether the stream readers should hash the pages of `Pages` messages for
+    /// [`handle_message_hashed`](Core::handle_message_hashed), in parallel with the core.
+    const PREHASH: bool = false;
     fn handle_message(&mut self, m: Message, now: Instant);
+    fn handle_message_hashed(&mut self, m: Message, _sums: Option<Vec<u64>>, now: Instant) {
+        self.handle_message(m, now)
+    }
     fn handle_timeout(&mut self, now: Instant);
     fn handle_connection_lost(&mut self, reason: String, now: Instant);
     fn poll_timeout(&self) -> Option<Instant>;
@@ -26,9 +35,21 @@ pub(crate) trait Core: Send + 'static {
 }
 
 macro_rules! impl_core {
+    ($t:ty, $e:ty, $data:expr, prehash) => {
+        impl_core!($t, $e, $data, {
+            const PREHASH: bool = true;
+            fn handle_message_hashed(&mut self, m: Message, sums: Option<Vec<u64>>, now: Instant) {
+                <$t>::handle_message_hashed(self, m, sums, now)
+            }
+        });
+    };
     ($t:ty, $e:ty, $data:expr) => {
+        impl_core!($t, $e, $data, {});
+    };
+    ($t:ty, $e:ty, $data:expr, { $($extra:tt)* }) => {
         impl Core for $t {
             type Event = $e;
+            $($extra)*
             fn handle_message(&mut self, m: Message, now: Instant) {
                 <$t>::handle_message(self, m, now)
             }
@@ -67,7 +88,7 @@ impl_core!(
     SenderEvent,
     TransferSender::poll_transmit_data
 );
-impl_core!(TransferReceiver, ReceiverEvent, |_| None);
+impl_core!(TransferReceiver, ReceiverEvent, |_| None, prehash);
 impl_core!(
     StoreClient,
     StoreClientEvent,
@@ -107,8 +128,61 @@ impl<C: Core> Shared<C> {
     }
 }
 
+/// Frame buffers handed out before, kept for reuse once the application has dropped every
+/// page sliced out of them. A reused buffer's memory is already mapped, so gathering a frame
+/// into it costs no page faults (a fresh multi-megabyte allocation faults on every page).
+pub(crate) struct FramePool {
+    bufs: Mutex<Vec<Bytes>>,
+    max_bytes: usize,
+}
+
+impl FramePool {
+    pub(crate) fn new(max_bytes: usize) -> Self {
+        Self {
+            bufs: Mutex::new(Vec::new()),
+            max_bytes,
+        }
+    }
+
+    fn bufs(&self) -> MutexGuard<'_, Vec<Bytes>> {
+        self.bufs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An empty buffer with room for `n` bytes, reused when one is free.
+    fn take(&self, n: usize) -> BytesMut {
+        let mut bufs = self.bufs();
+        if let Some(i) = bufs.iter().position(|b| b.len() >= n && b.is_unique()) {
+            if let Ok(mut b) = bufs.swap_remove(i).try_into_mut() {
+                b.clear();
+                if b.capacity() >= n {
+                    return b;
+                }
+            }
+        }
+        drop(bufs);
+        BytesMut::with_capacity(n)
+    }
+
+    /// Remembers `frame` (whose pages the application may still hold) for reuse.
+    fn keep(&self, frame: &Bytes) {
+        let mut bufs = self.bufs();
+        // Buffers nobody uses any more go first when the pool is full.
+        let mut held: usize = bufs.iter().map(Bytes::len).sum();
+        while held + frame.len() > self.max_bytes {
+            match bufs.iter().position(Bytes::is_unique) {
+                Some(i) => held -= bufs.swap_remove(i).len(),
+                None => return,
+            }
+        }
+        bufs.push(frame.clone());
+    }
+}
+
 /// Reads one length-prefixed frame; `Ok(None)` at a clean end of stream.
-async fn read_frame(recv: &mut quinn::RecvStream) -> Result<Option<Bytes>, String> {
+async fn read_frame(
+    recv: &mut quinn::RecvStream,
+    pool: &FramePool,
+) -> Result<Option<Bytes>, String> {
     let mut len = [0u8; 4];
     match recv.read_exact(&mut len).await {
         Ok(()) => {}
@@ -124,8 +198,9 @@ async fn read_frame(recv: &mut quinn::RecvStream) -> Result<Option<Bytes>, Strin
     if first.len() == n {
         return Ok(Some(first)); // the whole frame in one piece: no copy
     }
-    let mut buf = BytesMut::with_capacity(n);
+    let mut buf = pool.take(n);
     buf.extend_from_slice(&first);
+    drop(first);
     while buf.len() < n {
         match recv.read_chunk(n - buf.len(), true).await {
             Ok(Some(c)) => buf.extend_from_slice(&c.bytes),
@@ -133,15 +208,32 @@ async fn read_frame(recv: &mut quinn::RecvStream) -> Result<Option<Bytes>, Strin
             Err(e) => return Err(e.to_string()),
         }
     }
-    Ok(Some(buf.freeze()))
+    let frame = buf.freeze();
+    pool.keep(&frame);
+    Ok(Some(frame))
 }
 
-type Incoming = mpsc::Sender<Result<Message, String>>;
+/// A received message, with its page checksums when the reader computed them.
+type Received = Result<(Message, Option<Vec<u64>>), String>;
+type Incoming = mpsc::Sender<Received>;
 
-async fn read_control(mut recv: quinn::RecvStream, tx: Incoming) {
+/// Decodes a frame; for a core that wants it, hashes a `Pages` message's pages here, in
+/// the reader task, instead of in the core.
+fn decode_hashed<C: Core>(frame: Bytes) -> Received {
+    let m = decode(frame).map_err(|e| format!("bad frame: {e}"))?;
+    let sums = match &m {
+        Message::Pages { pages, .. } if C::PREHASH => {
+            Some(pages.iter().map(|p| page_checksum(p)).collect())
+        }
+        _ => None,
+    };
+    Ok((m, sums))
+}
+
+async fn read_control<C: Core>(mut recv: quinn::RecvStream, tx: Incoming, pool: Arc<FramePool>) {
     loop {
-        let r = match read_frame(&mut recv).await {
-            Ok(Some(f)) => decode(f).map_err(|e| format!("bad frame: {e}")),
+        let r = match read_frame(&mut recv, &pool).await {
+            Ok(Some(f)) => decode_hashed::<C>(f),
             Ok(None) => return,
             Err(e) => Err(e),
         };
@@ -152,13 +244,13 @@ async fn read_control(mut recv: quinn::RecvStream, tx: Incoming) {
     }
 }
 
-async fn accept_data(conn: quinn::Connection, tx: Incoming) {
+async fn accept_data<C: Core>(conn: quinn::Connection, tx: Incoming, pool: Arc<FramePool>) {
     let mut readers = JoinSet::new();
     while let Ok(mut recv) = conn.accept_uni().await {
-        let tx = tx.clone();
+        let (tx, pool) = (tx.clone(), pool.clone());
         readers.spawn(async move {
-            let r = match read_frame(&mut recv).await {
-                Ok(Some(f)) => decode(f).map_err(|e| format!("bad frame: {e}")),
+            let r = match read_frame(&mut recv, &pool).await {
+                Ok(Some(f)) => decode_hashed::<C>(f),
                 Ok(None) => Err("empty data stream".into()),
                 Err(e) => Err(e),
             };
@@ -193,10 +285,15 @@ async fn write_data<C: Core>(
     drop(m);
     if let Ok(mut s) = conn.open_uni().await {
         if s.write_all_chunks(&mut bufs).await.is_ok() {
-            let _ = s.finish();
+            drop(bufs);
+            // Hold the permit until the peer has every byte of the stream: `data_streams`
+            // bounds the streams the peer is gathering at once (and its memory), not just
+            // the ones still being handed to quinn's send buffer.
+            if s.finish().is_ok() {
+                let _ = s.stopped().await;
+            }
         }
     }
-    drop(bufs);
     drop(permit);
     shared.wake.notify_one();
 }
@@ -214,8 +311,9 @@ pub(crate) async fn drive<C: Core>(
 ) {
     let (in_tx, mut in_rx) = mpsc::channel(256);
     let mut tasks = JoinSet::new();
-    tasks.spawn(read_control(recv, in_tx.clone()));
-    tasks.spawn(accept_data(conn.clone(), in_tx));
+    let pool = Arc::new(FramePool::new(FRAME_POOL_BYTES));
+    tasks.spawn(read_control::<C>(recv, in_tx.clone(), pool.clone()));
+    tasks.spawn(accept_data::<C>(conn.clone(), in_tx, pool));
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_control(send, ctl_rx));
     let permits = Arc::new(Semaphore::new(data_streams.max(1)));
@@ -262,7 +360,7 @@ pub(crate) async fn drive<C: Core>(
                 // Take everything already received in one go.
                 for _ in 0..64 {
                     match next {
-                        Some(Ok(m)) => core.handle_message(m, Instant::now()),
+                        Some(Ok((m, sums))) => core.handle_message_hashed(m, sums, Instant::now()),
                         Some(Err(e)) => { core.handle_connection_lost(e, Instant::now()); break; }
                         None => break,
                     }
@@ -287,4 +385,49 @@ pub(crate) async fn drive<C: Core>(
     }
     conn.close(0u32.into(), b"done");
     tasks.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_pool_reuses_a_buffer_once_its_pages_are_dropped() {
+        let pool = FramePool::new(1 << 20);
+        let mut b = pool.take(1000);
+        b.extend_from_slice(&[7u8; 1000]);
+        let frame = b.freeze();
+        let ptr = frame.as_ptr();
+        pool.keep(&frame);
+        let page = frame.slice(10..20);
+        drop(frame);
+        // A page is still held: the buffer is not handed out again.
+        let other = pool.take(1000);
+        assert_ne!(other.as_ptr(), ptr);
+        drop(page);
+        let again = pool.take(1000);
+        assert_eq!(again.as_ptr(), ptr);
+        assert!(again.is_empty() && again.capacity() >= 1000);
+    }
+
+    #[test]
+    fn frame_pool_stays_within_its_budget() {
+        let pool = FramePool::new(3000);
+        let frames: Vec<Bytes> = (0..5)
+            .map(|_| {
+                let mut b = pool.take(1000);
+                b.extend_from_slice(&[1u8; 1000]);
+                let f = b.freeze();
+                pool.keep(&f);
+                f
+            })
+            .collect();
+        // All five still in use: only three fit.
+        assert_eq!(pool.bufs().len(), 3);
+        drop(frames);
+        let mut b = pool.take(1000);
+        b.extend_from_slice(&[2u8; 1000]);
+        pool.keep(&b.freeze());
+        assert!(pool.bufs().iter().map(Bytes::len).sum::<usize>() <= 3000);
+    }
 }

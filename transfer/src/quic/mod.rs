@@ -14,6 +14,7 @@
 mod conn;
 mod receiver;
 mod sender;
+mod socket;
 mod store_client;
 mod tls;
 
@@ -35,24 +36,55 @@ pub(crate) const ALPN_KV: &[u8] = b"sglrs-kv/1";
 /// ALPN of the store protocol.
 pub(crate) const ALPN_STORE: &[u8] = b"sglrs-store/1";
 
+/// The largest `min_mtu` quinn can pad a handshake packet to (see `QuicConfig::transport`).
+const MAX_MIN_MTU: u16 = 16_000;
+
 /// Tuning of the QUIC transport around the protocol's own [`proto::Config`].
 #[derive(Clone, Debug)]
 pub struct QuicConfig {
     /// Protocol timers and limits.
     pub proto: proto::Config,
-    /// UDP payload size used from the first packet on (no path MTU discovery). 1200 is safe
-    /// on any IP path; loopback and jumbo-frame LANs take far more (see [`QuicConfig::loopback`]).
+    /// UDP payload size used after the handshake (no path MTU discovery). 1200 is safe on
+    /// any IP path; loopback and jumbo-frame LANs take far more (see [`QuicConfig::loopback`]).
+    /// GSO batches are capped to fit one 65,507-byte send whatever the size.
     pub mtu: u16,
     /// Flow-control window of one stream, bytes.
     pub stream_window: u64,
     /// Flow-control window of one connection, bytes (also the send buffer).
     pub connection_window: u64,
-    /// Page-carrying streams in flight per connection.
+    /// Page-carrying streams in flight per connection: a stream counts until the peer has
+    /// acknowledged all of it, so this also bounds the frames the peer assembles at once.
     pub data_streams: usize,
     /// Requested UDP socket send and receive buffer size, bytes (the OS may cap it).
     pub socket_buffer: usize,
     /// Let the OS split large sends into datagrams (UDP GSO).
     pub gso: bool,
+    /// Congestion controller and its initial window.
+    pub congestion: Congestion,
+}
+
+/// Congestion control of the data path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Congestion {
+    /// CUBIC (quinn's default) starting at `initial_window` bytes (0: ten datagrams).
+    Cubic {
+        /// Initial congestion window, bytes.
+        initial_window: u64,
+    },
+    /// BBR (quinn's experimental model-based controller) starting at `initial_window` bytes.
+    Bbr {
+        /// Initial congestion window, bytes (0: ten datagrams).
+        initial_window: u64,
+    },
+}
+
+impl Congestion {
+    /// The initial window asked for (0: ten datagrams).
+    pub fn initial_window(&self) -> u64 {
+        match *self {
+            Self::Cubic { initial_window } | Self::Bbr { initial_window } => initial_window,
+        }
+    }
 }
 
 impl Default for QuicConfig {
@@ -65,19 +97,24 @@ impl Default for QuicConfig {
             mtu: 1452,
             stream_window: 16 << 20,
             connection_window: 256 << 20,
-            data_streams: 32,
+            data_streams: 8,
             socket_buffer: 8 << 20,
             gso: true,
+            congestion: Congestion::Cubic { initial_window: 0 },
         }
     }
 }
 
 impl QuicConfig {
-    /// Settings for loopback (tests, benchmarks, co-located roles): 4 KiB datagrams. (With
-    /// 8 KiB and more, connections stall here after the handshake; not yet understood.)
+    /// Settings for loopback (tests, benchmarks, co-located roles): 16,000-byte datagrams
+    /// (four per GSO send; larger ones measured no faster here), and a 4 MiB initial
+    /// congestion window, since loopback needs no slow start.
     pub fn loopback() -> Self {
         Self {
-            mtu: 4096,
+            mtu: 16_000,
+            congestion: Congestion::Cubic {
+                initial_window: 4 << 20,
+            },
             ..Self::default()
         }
     }
@@ -87,8 +124,11 @@ impl QuicConfig {
         let var = |v: u64| {
             quinn::VarInt::from_u64(v).map_err(|_| QuicError::Config(format!("{v} out of range")))
         };
+        // `min_mtu` is also the size the first Initial packet is padded to, and a long-header
+        // packet's length field holds at most 16,383 bytes (quinn-proto asserts it), so it
+        // stays below that; `initial_mtu` is what every packet after the handshake uses.
         t.initial_mtu(self.mtu.max(1200))
-            .min_mtu(self.mtu.max(1200))
+            .min_mtu(self.mtu.clamp(1200, MAX_MIN_MTU))
             .mtu_discovery_config(None)
             .stream_receive_window(var(self.stream_window)?)
             .receive_window(var(self.connection_window)?)
@@ -104,6 +144,29 @@ impl QuicConfig {
                 quinn::IdleTimeout::try_from(self.proto.idle_timeout * 2 + Duration::from_secs(1))
                     .map_err(|e| QuicError::Config(e.to_string()))?,
             ));
+        // quinn's default initial window (14,720 bytes) holds not even one 16 KiB datagram, and
+        // a window smaller than one datagram never sends anything: start at ten datagrams.
+        let default_window = (10 * u64::from(self.mtu)).max(14_720);
+        match self.congestion {
+            Congestion::Cubic { initial_window } => {
+                let mut c = quinn::congestion::CubicConfig::default();
+                c.initial_window(if initial_window > 0 {
+                    initial_window
+                } else {
+                    default_window
+                });
+                t.congestion_controller_factory(Arc::new(c));
+            }
+            Congestion::Bbr { initial_window } => {
+                let mut c = quinn::congestion::BbrConfig::default();
+                c.initial_window(if initial_window > 0 {
+                    initial_window
+                } else {
+                    default_window
+                });
+                t.congestion_controller_factory(Arc::new(c));
+            }
+        }
         Ok(t)
     }
 
@@ -134,7 +197,14 @@ impl QuicConfig {
         };
         let runtime =
             quinn::default_runtime().ok_or_else(|| QuicError::Config("no tokio runtime".into()))?;
-        Ok(quinn::Endpoint::new(ep, server_config, socket, runtime)?)
+        // Keep GSO batches within one UDP payload (see `socket`).
+        let socket = socket::CappedSocket::new(runtime.wrap_udp_socket(socket)?, self.mtu);
+        Ok(quinn::Endpoint::new_with_abstract_socket(
+            ep,
+            server_config,
+            socket,
+            runtime,
+        )?)
     }
 
     /// Client configuration for dialing with `alpn`.
