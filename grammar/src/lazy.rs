@@ -22,6 +22,72 @@ const NO_SUCC: u32 = u32::MAX - 1;
 /// Deepest call stack the matcher follows; deeper nesting is rejected.
 pub(crate) const MAX_STACK_DEPTH: u32 = 256;
 
+/// A configuration with more possible first bytes than this has its mask computed per
+/// thread (see [`Lazy::fill_mask`]).
+const SPLIT_MIN_FIRST_BYTES: u32 = 8;
+/// Masks allowing at most this many tokens are stored as id lists.
+const SPARSE_MAX: usize = 1024;
+
+/// A cached mask: dense bits, or the sorted allowed ids when there are few.
+#[derive(Clone, Debug)]
+enum Mask {
+    Dense(Arc<[u32]>),
+    Sparse(Arc<[u32]>),
+}
+
+impl Mask {
+    fn from_bits(bits: &[u32]) -> Mask {
+        let n: usize = bits.iter().map(|w| w.count_ones() as usize).sum();
+        if n > SPARSE_MAX {
+            return Mask::Dense(Arc::from(bits));
+        }
+        let mut ids = Vec::with_capacity(n);
+        for (wi, &w) in bits.iter().enumerate() {
+            let mut w = w;
+            while w != 0 {
+                ids.push(wi as u32 * 32 + w.trailing_zeros());
+                w &= w - 1;
+            }
+        }
+        Mask::Sparse(Arc::from(ids))
+    }
+
+    /// Overwrites `out` with this mask.
+    fn write(&self, out: &mut [u32]) {
+        match self {
+            Mask::Dense(m) => out.copy_from_slice(m),
+            Mask::Sparse(ids) => {
+                out.fill(0);
+                for &id in ids.iter() {
+                    out[(id >> 5) as usize] |= 1u32 << (id & 31);
+                }
+            }
+        }
+    }
+
+    /// Sets this mask's tokens in `out`.
+    fn or_into(&self, out: &mut [u32]) {
+        match self {
+            Mask::Dense(m) => {
+                for (o, w) in out.iter_mut().zip(m.iter()) {
+                    *o |= *w;
+                }
+            }
+            Mask::Sparse(ids) => {
+                for &id in ids.iter() {
+                    out[(id >> 5) as usize] |= 1u32 << (id & 31);
+                }
+            }
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Mask::Dense(m) | Mask::Sparse(m) => m.len() * 4 + 16,
+        }
+    }
+}
+
 /// Interning key of a configuration: its threads and accepting flag.
 type ConfigKey = (Box<[(u32, StateId)]>, bool);
 
@@ -45,7 +111,11 @@ pub(crate) struct Lazy {
     pub configs: Vec<Config>,
     config_map: HashMap<ConfigKey, ConfigId>,
     trans: Vec<u32>,
-    masks: Vec<Option<Arc<[u32]>>>,
+    masks: Vec<Option<Mask>>,
+    /// Configuration of each single thread `closure({(stack, state)})` (mask splitting).
+    thread_cfg: HashMap<(u32, StateId), ConfigId>,
+    /// Reused buffer for part masks.
+    scratch: Vec<u32>,
     /// Per configuration: the one configuration every plain string character leads to
     /// (`NO_SUCC`: they diverge; `UNKNOWN`: not computed).
     plain_succ: Vec<u32>,
@@ -64,6 +134,8 @@ impl Lazy {
             config_map: HashMap::new(),
             trans: Vec::new(),
             masks: Vec::new(),
+            thread_cfg: HashMap::new(),
+            scratch: Vec::new(),
             plain_succ: Vec::new(),
             mask_bytes: 0,
             mask_budget,
@@ -232,48 +304,149 @@ impl Lazy {
     }
 
     /// Writes the token mask of `c` (special tokens and EOS excluded) into `out`.
+    ///
+    /// A configuration's mask is the union of its threads' masks (a token is allowed iff
+    /// one thread survives its bytes), so a wide configuration (many possible first bytes)
+    /// that the plain-string fast path cannot take whole is split into the configurations
+    /// of its single threads, whose masks are cached separately and shared by every
+    /// configuration that holds the same thread (e.g. "any string" beside a few declared
+    /// key prefixes).
     pub fn fill_mask(&mut self, nfa: &Nfa, vocab: &TokenVocab, c: ConfigId, out: &mut [u32]) {
         let words = vocab.mask_words();
+        let out = &mut out[..words];
         if let Some(m) = &self.masks[c as usize] {
-            out[..words].copy_from_slice(m);
+            m.write(out);
             return;
         }
-        out[..words].fill(0);
+        out.fill(0);
         if c != DEAD {
-            let trie = match self.plain_run(nfa, c) {
+            match self.thread_parts(nfa, c) {
+                Some(parts) => {
+                    for p in parts {
+                        self.part_mask(nfa, vocab, p).or_into(out);
+                    }
+                }
+                None => self.walk(nfa, vocab, c, out),
+            }
+        }
+        let m = Mask::from_bits(out);
+        self.store(c, m);
+    }
+
+    /// The mask of `c` computed by one walk (cached, sparse when small).
+    fn part_mask(&mut self, nfa: &Nfa, vocab: &TokenVocab, c: ConfigId) -> Mask {
+        if let Some(m) = &self.masks[c as usize] {
+            return m.clone();
+        }
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.resize(vocab.mask_words(), 0);
+        self.walk(nfa, vocab, c, &mut buf);
+        let m = Mask::from_bits(&buf);
+        self.scratch = buf;
+        self.store(c, m.clone());
+        m
+    }
+
+    fn store(&mut self, c: ConfigId, m: Mask) {
+        let size = m.heap_bytes();
+        if self.mask_bytes + size <= self.mask_budget {
+            self.mask_bytes += size;
+            self.masks[c as usize] = Some(m);
+        }
+    }
+
+    /// The single-thread configurations to union for `c`, or `None` when one walk of `c`
+    /// is the better way (one thread, narrow, or a plain-string loop).
+    fn thread_parts(&mut self, nfa: &Nfa, c: ConfigId) -> Option<Vec<ConfigId>> {
+        if self.configs[c as usize].threads.len() < 2 {
+            return None;
+        }
+        let first: u32 = self
+            .next_bytes(nfa, c)
+            .iter()
+            .map(|w| w.count_ones())
+            .sum();
+        if first <= SPLIT_MIN_FIRST_BYTES || self.plain_successor(nfa, c) == c {
+            return None;
+        }
+        let threads = self.configs[c as usize].threads.clone();
+        let mut parts: Vec<ConfigId> = Vec::new();
+        for &t in threads.iter() {
+            let p = match self.thread_cfg.get(&t) {
+                Some(&p) => p,
+                None => {
+                    let p = self.closure(nfa, vec![t]);
+                    self.thread_cfg.insert(t, p);
+                    p
+                }
+            };
+            if p == c {
+                return None;
+            }
+            if p != DEAD && !parts.contains(&p) {
+                parts.push(p);
+            }
+        }
+        Some(parts)
+    }
+
+    /// Walks the token trie from `c`, setting allowed tokens in `out` (zeroed by the
+    /// caller). Plain-string configurations take precomputed token sets and walk only the
+    /// tokens that leave plain characters.
+    fn walk(&mut self, nfa: &Nfa, vocab: &TokenVocab, c: ConfigId, out: &mut [u32]) {
+        let trie = if self.plain_successor(nfa, c) == c {
+            // Every plain character leads back to `c`: plain tokens are allowed, any other
+            // token iff its suffix after the plain prefix is.
+            let (plain, long, suffix) = vocab.plain_loop_parts();
+            out.copy_from_slice(plain);
+            for &id in long {
+                out[(id >> 5) as usize] |= 1u32 << (id & 31);
+            }
+            suffix
+        } else {
+            match self.plain_run(nfa, c) {
                 // Plain tokens of up to `k` characters are allowed without a walk; longer
                 // ones are not (the run ends in DEAD), and the rest trie holds the others.
                 Some(k) if k > 0 => {
                     let (plain, rest) = vocab.plain_split(k);
-                    out[..words].copy_from_slice(plain);
+                    out.copy_from_slice(plain);
                     rest
                 }
                 _ => vocab.trie(),
-            };
-            let nodes = &trie.nodes;
-            let ids = &trie.ids;
-            let mut cfg_at = [DEAD; 1024];
-            cfg_at[0] = c;
-            let mut i = 0usize;
-            while i < nodes.len() {
-                let n = &nodes[i];
-                let d = n.depth as usize;
-                let nc = self.step(nfa, cfg_at[d - 1], n.byte);
-                if nc == DEAD {
-                    i = n.next as usize;
-                    continue;
-                }
-                cfg_at[d] = nc;
-                for &id in &ids[n.ids_start as usize..(n.ids_start + n.ids_len) as usize] {
-                    out[(id >> 5) as usize] |= 1u32 << (id & 31);
-                }
-                i += 1;
             }
+        };
+        let nodes = &trie.nodes;
+        let ids = &trie.ids;
+        let mut cfg_at = [DEAD; 1024];
+        cfg_at[0] = c;
+        let mut i = 0usize;
+        while i < nodes.len() {
+            let n = &nodes[i];
+            let d = n.depth as usize;
+            let nc = self.step(nfa, cfg_at[d - 1], n.byte);
+            if nc == DEAD {
+                i = n.next as usize;
+                continue;
+            }
+            cfg_at[d] = nc;
+            for &id in &ids[n.ids_start as usize..(n.ids_start + n.ids_len) as usize] {
+                out[(id >> 5) as usize] |= 1u32 << (id & 31);
+            }
+            i += 1;
         }
-        let size = words * 4;
-        if self.mask_bytes + size <= self.mask_budget {
-            self.mask_bytes += size;
-            self.masks[c as usize] = Some(Arc::from(&out[..words]));
+    }
+
+    /// The configuration every plain character leads to from `c` (`NO_SUCC` when they
+    /// diverge), cached.
+    fn plain_successor(&mut self, nfa: &Nfa, c: ConfigId) -> u32 {
+        match self.plain_succ[c as usize] {
+            UNKNOWN => {
+                let s = self.unique_plain_successor(nfa, c).unwrap_or(NO_SUCC);
+                self.plain_succ[c as usize] = s;
+                s
+            }
+            s => s,
         }
     }
 
@@ -288,15 +461,7 @@ impl Lazy {
                 return Some(crate::vocab::MAX_PLAIN_CHARS);
             }
             seen.push(x);
-            let succ = match self.plain_succ[x as usize] {
-                UNKNOWN => {
-                    let s = self.unique_plain_successor(nfa, x).unwrap_or(NO_SUCC);
-                    self.plain_succ[x as usize] = s;
-                    s
-                }
-                s => s,
-            };
-            match succ {
+            match self.plain_successor(nfa, x) {
                 NO_SUCC => return None,
                 DEAD => return Some(k),
                 y => x = y,
