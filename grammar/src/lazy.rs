@@ -112,10 +112,10 @@ pub(crate) struct Lazy {
     config_map: HashMap<ConfigKey, ConfigId>,
     trans: Vec<u32>,
     masks: Vec<Option<Mask>>,
-    /// Configuration of each single thread `closure({(stack, state)})` (mask splitting).
-    thread_cfg: HashMap<(u32, StateId), ConfigId>,
     /// Reused buffer for part masks.
     scratch: Vec<u32>,
+    /// Per NFA state: 0 unknown, 1 plain-string loop, 2 not (see `plain_loop_state`).
+    state_loop: Vec<u8>,
     /// Per configuration: the one configuration every plain string character leads to
     /// (`NO_SUCC`: they diverge; `UNKNOWN`: not computed).
     plain_succ: Vec<u32>,
@@ -134,8 +134,8 @@ impl Lazy {
             config_map: HashMap::new(),
             trans: Vec::new(),
             masks: Vec::new(),
-            thread_cfg: HashMap::new(),
             scratch: Vec::new(),
+            state_loop: Vec::new(),
             plain_succ: Vec::new(),
             mask_bytes: 0,
             mask_budget,
@@ -356,9 +356,14 @@ impl Lazy {
         }
     }
 
-    /// The single-thread configurations to union for `c`, or `None` when one walk of `c`
-    /// is the better way (one thread, narrow, or a plain-string loop).
-    fn thread_parts(&mut self, nfa: &Nfa, c: ConfigId) -> Option<Vec<ConfigId>> {
+    /// The configurations to union for `c`, or `None` when one walk of `c` is the better
+    /// way (one thread, narrow, already a plain-string loop, or nothing to separate).
+    ///
+    /// Threads sitting in a plain-string loop (any string content, whatever the call
+    /// stack) go into one part, which is itself a loop and takes the suffix fast path; the
+    /// other threads (declared key prefixes, patterns, numbers…) form the second part,
+    /// whose walk no longer has to follow every plain token.
+    fn thread_parts(&mut self, nfa: &Nfa, c: ConfigId) -> Option<[ConfigId; 2]> {
         if self.configs[c as usize].threads.len() < 2 {
             return None;
         }
@@ -371,24 +376,41 @@ impl Lazy {
             return None;
         }
         let threads = self.configs[c as usize].threads.clone();
-        let mut parts: Vec<ConfigId> = Vec::new();
+        let (mut looping, mut other) = (Vec::new(), Vec::new());
         for &t in threads.iter() {
-            let p = match self.thread_cfg.get(&t) {
-                Some(&p) => p,
-                None => {
-                    let p = self.closure(nfa, vec![t]);
-                    self.thread_cfg.insert(t, p);
-                    p
-                }
-            };
-            if p == c {
-                return None;
-            }
-            if p != DEAD && !parts.contains(&p) {
-                parts.push(p);
+            if self.plain_loop_state(nfa, t.1) {
+                looping.push(t);
+            } else {
+                other.push(t);
             }
         }
-        Some(parts)
+        if looping.is_empty() || other.is_empty() {
+            return None;
+        }
+        let l = self.closure(nfa, looping);
+        let r = self.closure(nfa, other);
+        if l == c || r == c {
+            return None;
+        }
+        Some([l, r])
+    }
+
+    /// Whether NFA state `s` alone (stack aside) is a plain-string loop: every plain
+    /// character leads from its epsilon closure back to the same set of states, without
+    /// calls or rule ends. Cached per state; only a hint for [`Lazy::thread_parts`]
+    /// (exactness never depends on it).
+    fn plain_loop_state(&mut self, nfa: &Nfa, s: StateId) -> bool {
+        if self.state_loop.len() < nfa.states.len() {
+            self.state_loop.resize(nfa.states.len(), 0);
+        }
+        match self.state_loop[s as usize] {
+            1 => return true,
+            2 => return false,
+            _ => {}
+        }
+        let ok = plain_loop_check(nfa, s);
+        self.state_loop[s as usize] = if ok { 1 } else { 2 };
+        ok
     }
 
     /// Walks the token trie from `c`, setting allowed tokens in `out` (zeroed by the
@@ -483,16 +505,7 @@ impl Lazy {
         let mut seen: HashSet<(ConfigId, u8)> = HashSet::new();
         let mut work: Vec<(ConfigId, u8)> = Vec::new();
         for lead in 0xC2u8..=0xF4 {
-            let u = match lead {
-                0xC2..=0xDF => 2,
-                0xE0 => 5,
-                0xED => 6,
-                0xE1..=0xEF => 3,
-                0xF0 => 7,
-                0xF4 => 8,
-                _ => 4,
-            };
-            work.push((self.step(nfa, c, lead), u));
+            work.push((self.step(nfa, c, lead), utf8_class(lead)));
         }
         while let Some((x, u)) = work.pop() {
             if x == DEAD {
@@ -504,15 +517,7 @@ impl Lazy {
             if !seen.insert((x, u)) {
                 continue;
             }
-            let (lo, hi, next) = match u {
-                2 => (0x80, 0xBF, 0),
-                3 => (0x80, 0xBF, 2),
-                4 => (0x80, 0xBF, 3),
-                5 => (0xA0, 0xBF, 2),
-                6 => (0x80, 0x9F, 2),
-                7 => (0x90, 0xBF, 3),
-                _ => (0x80, 0x8F, 3),
-            };
+            let (lo, hi, next) = utf8_cont(u);
             for b in lo..=hi {
                 let y = self.step(nfa, x, b);
                 if next == 0 {
@@ -530,5 +535,114 @@ impl Lazy {
     /// Rough heap size in bytes (for cache limits and reports).
     pub fn heap_bytes(&self) -> usize {
         self.trans.len() * 4 + self.mask_bytes + self.configs.len() * 64 + self.stacks.len() * 24
+    }
+}
+
+/// Byte states of the epsilon closure of `seeds` within one rule, sorted; `None` when a
+/// call or a rule end is reached (the answer would depend on the stack).
+fn rule_closure(nfa: &Nfa, seeds: &[StateId]) -> Option<Vec<StateId>> {
+    let mut seen: HashSet<StateId> = HashSet::new();
+    let mut work: Vec<StateId> = seeds.to_vec();
+    let mut out = Vec::new();
+    while let Some(s) = work.pop() {
+        if !seen.insert(s) {
+            continue;
+        }
+        let st = &nfa.states[s as usize];
+        if !st.calls.is_empty() || st.end_of.is_some() {
+            return None;
+        }
+        if !st.bytes.is_empty() {
+            out.push(s);
+        }
+        work.extend_from_slice(&st.eps);
+    }
+    out.sort_unstable();
+    Some(out)
+}
+
+/// Byte states after `b` from the byte states `set` (closed within the rule).
+fn rule_step(nfa: &Nfa, set: &[StateId], b: u8) -> Option<Vec<StateId>> {
+    let mut targets = Vec::new();
+    for &s in set {
+        for &(lo, hi, t) in &nfa.states[s as usize].bytes {
+            if lo <= b && b <= hi {
+                targets.push(t);
+            }
+        }
+    }
+    rule_closure(nfa, &targets)
+}
+
+/// See [`Lazy::plain_loop_state`].
+fn plain_loop_check(nfa: &Nfa, s: StateId) -> bool {
+    let Some(s0) = rule_closure(nfa, &[s]) else {
+        return false;
+    };
+    for b in 0x20u8..=0x7F {
+        if b != b'"' && b != b'\\' && rule_step(nfa, &s0, b).as_ref() != Some(&s0) {
+            return false;
+        }
+    }
+    // UTF-8 multi-byte characters, as in `unique_plain_successor`.
+    let mut seen: HashSet<(Vec<StateId>, u8)> = HashSet::new();
+    let mut work: Vec<(Vec<StateId>, u8)> = Vec::new();
+    for lead in 0xC2u8..=0xF4 {
+        let Some(x) = rule_step(nfa, &s0, lead) else {
+            return false;
+        };
+        work.push((x, utf8_class(lead)));
+    }
+    while let Some((x, u)) = work.pop() {
+        if x.is_empty() {
+            return false;
+        }
+        if seen.len() > 64 {
+            return false;
+        }
+        if !seen.insert((x.clone(), u)) {
+            continue;
+        }
+        let (lo, hi, next) = utf8_cont(u);
+        for b in lo..=hi {
+            let Some(y) = rule_step(nfa, &x, b) else {
+                return false;
+            };
+            if next == 0 {
+                if y != s0 {
+                    return false;
+                }
+            } else {
+                work.push((y, next));
+            }
+        }
+    }
+    true
+}
+
+/// Continuation class of a UTF-8 lead byte (see [`utf8_cont`]).
+fn utf8_class(lead: u8) -> u8 {
+    match lead {
+        0xC2..=0xDF => 2,
+        0xE0 => 5,
+        0xED => 6,
+        0xE1..=0xEF => 3,
+        0xF0 => 7,
+        0xF4 => 8,
+        _ => 4,
+    }
+}
+
+/// For a continuation class: the allowed byte range of the next byte and the class after
+/// it (0: the character is complete).
+fn utf8_cont(u: u8) -> (u8, u8, u8) {
+    match u {
+        2 => (0x80, 0xBF, 0),
+        3 => (0x80, 0xBF, 2),
+        4 => (0x80, 0xBF, 3),
+        5 => (0xA0, 0xBF, 2),
+        6 => (0x80, 0x9F, 2),
+        7 => (0x90, 0xBF, 3),
+        _ => (0x80, 0x8F, 3),
     }
 }
