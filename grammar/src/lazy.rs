@@ -22,9 +22,9 @@ const NO_SUCC: u32 = u32::MAX - 1;
 /// Deepest call stack the matcher follows; deeper nesting is rejected.
 pub(crate) const MAX_STACK_DEPTH: u32 = 256;
 
-/// A configuration with more possible first bytes than this has its mask computed per
-/// thread (see [`Lazy::fill_mask`]).
-const SPLIT_MIN_FIRST_BYTES: u32 = 8;
+/// A donor must be the successor of at least this many plain ASCII characters (see
+/// [`Lazy::fill_mask`]).
+const DONOR_MIN_BYTES: u32 = 16;
 /// Masks allowing at most this many tokens are stored as id lists.
 const SPARSE_MAX: usize = 1024;
 
@@ -65,22 +65,6 @@ impl Mask {
         }
     }
 
-    /// Sets this mask's tokens in `out`.
-    fn or_into(&self, out: &mut [u32]) {
-        match self {
-            Mask::Dense(m) => {
-                for (o, w) in out.iter_mut().zip(m.iter()) {
-                    *o |= *w;
-                }
-            }
-            Mask::Sparse(ids) => {
-                for &id in ids.iter() {
-                    out[(id >> 5) as usize] |= 1u32 << (id & 31);
-                }
-            }
-        }
-    }
-
     fn heap_bytes(&self) -> usize {
         match self {
             Mask::Dense(m) | Mask::Sparse(m) => m.len() * 4 + 16,
@@ -112,10 +96,9 @@ pub(crate) struct Lazy {
     config_map: HashMap<ConfigKey, ConfigId>,
     trans: Vec<u32>,
     masks: Vec<Option<Mask>>,
-    /// Reused buffer for part masks.
+    /// Reused buffer for donor masks.
     scratch: Vec<u32>,
-    /// Per NFA state: 0 unknown, 1 plain-string loop, 2 not (see `plain_loop_state`).
-    state_loop: Vec<u8>,
+
     /// Per configuration: the one configuration every plain string character leads to
     /// (`NO_SUCC`: they diverge; `UNKNOWN`: not computed).
     plain_succ: Vec<u32>,
@@ -135,7 +118,6 @@ impl Lazy {
             trans: Vec::new(),
             masks: Vec::new(),
             scratch: Vec::new(),
-            state_loop: Vec::new(),
             plain_succ: Vec::new(),
             mask_bytes: 0,
             mask_budget,
@@ -305,12 +287,11 @@ impl Lazy {
 
     /// Writes the token mask of `c` (special tokens and EOS excluded) into `out`.
     ///
-    /// A configuration's mask is the union of its threads' masks (a token is allowed iff
-    /// one thread survives its bytes), so a wide configuration (many possible first bytes)
-    /// that the plain-string fast path cannot take whole is split into the configurations
-    /// of its single threads, whose masks are cached separately and shared by every
-    /// configuration that holds the same thread (e.g. "any string" beside a few declared
-    /// key prefixes).
+    /// A wide configuration that is not a plain-string loop borrows the mask of a *donor*:
+    /// the configuration most plain characters lead to (e.g. "any key" beside declared key
+    /// prefixes, or "any string" beside a pattern's first characters). One walk follows the
+    /// trie from both at once and stops in every subtree where they reach the same
+    /// configuration, since there the donor's bits are already right.
     pub fn fill_mask(&mut self, nfa: &Nfa, vocab: &TokenVocab, c: ConfigId, out: &mut [u32]) {
         let words = vocab.mask_words();
         let out = &mut out[..words];
@@ -320,11 +301,10 @@ impl Lazy {
         }
         out.fill(0);
         if c != DEAD {
-            match self.thread_parts(nfa, c) {
-                Some(parts) => {
-                    for p in parts {
-                        self.part_mask(nfa, vocab, p).or_into(out);
-                    }
+            match self.donor(nfa, c) {
+                Some(g) => {
+                    self.donor_mask(nfa, vocab, g).write(out);
+                    self.paired_walk(nfa, vocab, c, g, out);
                 }
                 None => self.walk(nfa, vocab, c, out),
             }
@@ -333,18 +313,18 @@ impl Lazy {
         self.store(c, m);
     }
 
-    /// The mask of `c` computed by one walk (cached, sparse when small).
-    fn part_mask(&mut self, nfa: &Nfa, vocab: &TokenVocab, c: ConfigId) -> Mask {
-        if let Some(m) = &self.masks[c as usize] {
+    /// The mask of `g` computed by one plain walk (cached, sparse when small).
+    fn donor_mask(&mut self, nfa: &Nfa, vocab: &TokenVocab, g: ConfigId) -> Mask {
+        if let Some(m) = &self.masks[g as usize] {
             return m.clone();
         }
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
         buf.resize(vocab.mask_words(), 0);
-        self.walk(nfa, vocab, c, &mut buf);
+        self.walk(nfa, vocab, g, &mut buf);
         let m = Mask::from_bits(&buf);
         self.scratch = buf;
-        self.store(c, m.clone());
+        self.store(g, m.clone());
         m
     }
 
@@ -356,61 +336,86 @@ impl Lazy {
         }
     }
 
-    /// The configurations to union for `c`, or `None` when one walk of `c` is the better
-    /// way (one thread, narrow, already a plain-string loop, or nothing to separate).
-    ///
-    /// Threads sitting in a plain-string loop (any string content, whatever the call
-    /// stack) go into one part, which is itself a loop and takes the suffix fast path; the
-    /// other threads (declared key prefixes, patterns, numbers…) form the second part,
-    /// whose walk no longer has to follow every plain token.
-    fn thread_parts(&mut self, nfa: &Nfa, c: ConfigId) -> Option<[ConfigId; 2]> {
-        if self.configs[c as usize].threads.len() < 2 {
+    /// A donor for `c` (see [`Lazy::fill_mask`]): the most common successor over plain
+    /// ASCII characters, when `c` is not itself a plain loop, at least `DONOR_MIN_BYTES`
+    /// characters lead there, and on most first bytes `c` and the donor move alike.
+    fn donor(&mut self, nfa: &Nfa, c: ConfigId) -> Option<ConfigId> {
+        if self.plain_successor(nfa, c) == c {
             return None;
         }
-        let first: u32 = self
-            .next_bytes(nfa, c)
-            .iter()
-            .map(|w| w.count_ones())
-            .sum();
-        if first <= SPLIT_MIN_FIRST_BYTES || self.plain_successor(nfa, c) == c {
-            return None;
-        }
-        let threads = self.configs[c as usize].threads.clone();
-        let (mut looping, mut other) = (Vec::new(), Vec::new());
-        for &t in threads.iter() {
-            if self.plain_loop_state(nfa, t.1) {
-                looping.push(t);
-            } else {
-                other.push(t);
+        let mut counts: Vec<(ConfigId, u32)> = Vec::new();
+        for b in 0x20u8..=0x7F {
+            if b == b'"' || b == b'\\' {
+                continue;
+            }
+            let s = self.step(nfa, c, b);
+            if s == DEAD || s == c {
+                continue;
+            }
+            match counts.iter_mut().find(|e| e.0 == s) {
+                Some(e) => e.1 += 1,
+                None => counts.push((s, 1)),
             }
         }
-        if looping.is_empty() || other.is_empty() {
+        let &(g, n) = counts.iter().max_by_key(|e| e.1)?;
+        if n < DONOR_MIN_BYTES {
             return None;
         }
-        let l = self.closure(nfa, looping);
-        let r = self.closure(nfa, other);
-        if l == c || r == c {
-            return None;
+        let (mut alive, mut agree) = (0u32, 0u32);
+        for b in 0..=255u8 {
+            let x = self.step(nfa, c, b);
+            if x != DEAD {
+                alive += 1;
+                agree += (x == self.step(nfa, g, b)) as u32;
+            }
         }
-        Some([l, r])
+        (2 * agree >= alive).then_some(g)
     }
 
-    /// Whether NFA state `s` alone (stack aside) is a plain-string loop: every plain
-    /// character leads from its epsilon closure back to the same set of states, without
-    /// calls or rule ends. Cached per state; only a hint for [`Lazy::thread_parts`]
-    /// (exactness never depends on it).
-    fn plain_loop_state(&mut self, nfa: &Nfa, s: StateId) -> bool {
-        if self.state_loop.len() < nfa.states.len() {
-            self.state_loop.resize(nfa.states.len(), 0);
+    /// Corrects `out`, which holds the mask of `g`, into the mask of `c`: walks the trie
+    /// from `c` and `g` together and skips every subtree where both reach the same
+    /// configuration (the donor's bits are right there).
+    fn paired_walk(
+        &mut self,
+        nfa: &Nfa,
+        vocab: &TokenVocab,
+        c: ConfigId,
+        g: ConfigId,
+        out: &mut [u32],
+    ) {
+        let trie = vocab.trie();
+        let nodes = &trie.nodes;
+        let ids = &trie.ids;
+        let mut cfg_at = [(DEAD, DEAD); 1024];
+        cfg_at[0] = (c, g);
+        let mut i = 0usize;
+        while i < nodes.len() {
+            let n = &nodes[i];
+            let d = n.depth as usize;
+            let (x, y) = cfg_at[d - 1];
+            let x2 = self.step(nfa, x, n.byte);
+            let y2 = if y == DEAD {
+                DEAD
+            } else {
+                self.step(nfa, y, n.byte)
+            };
+            if x2 == y2 {
+                i = n.next as usize;
+                continue;
+            }
+            if x2 == DEAD {
+                for &id in trie.subtree_ids(i) {
+                    out[(id >> 5) as usize] &= !(1u32 << (id & 31));
+                }
+                i = n.next as usize;
+                continue;
+            }
+            cfg_at[d] = (x2, y2);
+            for &id in &ids[n.ids_start as usize..(n.ids_start + n.ids_len) as usize] {
+                out[(id >> 5) as usize] |= 1u32 << (id & 31);
+            }
+            i += 1;
         }
-        match self.state_loop[s as usize] {
-            1 => return true,
-            2 => return false,
-            _ => {}
-        }
-        let ok = plain_loop_check(nfa, s);
-        self.state_loop[s as usize] = if ok { 1 } else { 2 };
-        ok
     }
 
     /// Walks the token trie from `c`, setting allowed tokens in `out` (zeroed by the
@@ -536,88 +541,6 @@ impl Lazy {
     pub fn heap_bytes(&self) -> usize {
         self.trans.len() * 4 + self.mask_bytes + self.configs.len() * 64 + self.stacks.len() * 24
     }
-}
-
-/// Byte states of the epsilon closure of `seeds` within one rule, sorted; `None` when a
-/// call or a rule end is reached (the answer would depend on the stack).
-fn rule_closure(nfa: &Nfa, seeds: &[StateId]) -> Option<Vec<StateId>> {
-    let mut seen: HashSet<StateId> = HashSet::new();
-    let mut work: Vec<StateId> = seeds.to_vec();
-    let mut out = Vec::new();
-    while let Some(s) = work.pop() {
-        if !seen.insert(s) {
-            continue;
-        }
-        let st = &nfa.states[s as usize];
-        if !st.calls.is_empty() || st.end_of.is_some() {
-            return None;
-        }
-        if !st.bytes.is_empty() {
-            out.push(s);
-        }
-        work.extend_from_slice(&st.eps);
-    }
-    out.sort_unstable();
-    Some(out)
-}
-
-/// Byte states after `b` from the byte states `set` (closed within the rule).
-fn rule_step(nfa: &Nfa, set: &[StateId], b: u8) -> Option<Vec<StateId>> {
-    let mut targets = Vec::new();
-    for &s in set {
-        for &(lo, hi, t) in &nfa.states[s as usize].bytes {
-            if lo <= b && b <= hi {
-                targets.push(t);
-            }
-        }
-    }
-    rule_closure(nfa, &targets)
-}
-
-/// See [`Lazy::plain_loop_state`].
-fn plain_loop_check(nfa: &Nfa, s: StateId) -> bool {
-    let Some(s0) = rule_closure(nfa, &[s]) else {
-        return false;
-    };
-    for b in 0x20u8..=0x7F {
-        if b != b'"' && b != b'\\' && rule_step(nfa, &s0, b).as_ref() != Some(&s0) {
-            return false;
-        }
-    }
-    // UTF-8 multi-byte characters, as in `unique_plain_successor`.
-    let mut seen: HashSet<(Vec<StateId>, u8)> = HashSet::new();
-    let mut work: Vec<(Vec<StateId>, u8)> = Vec::new();
-    for lead in 0xC2u8..=0xF4 {
-        let Some(x) = rule_step(nfa, &s0, lead) else {
-            return false;
-        };
-        work.push((x, utf8_class(lead)));
-    }
-    while let Some((x, u)) = work.pop() {
-        if x.is_empty() {
-            return false;
-        }
-        if seen.len() > 64 {
-            return false;
-        }
-        if !seen.insert((x.clone(), u)) {
-            continue;
-        }
-        let (lo, hi, next) = utf8_cont(u);
-        for b in lo..=hi {
-            let Some(y) = rule_step(nfa, &x, b) else {
-                return false;
-            };
-            if next == 0 {
-                if y != s0 {
-                    return false;
-                }
-            } else {
-                work.push((y, next));
-            }
-        }
-    }
-    true
 }
 
 /// Continuation class of a UTF-8 lead byte (see [`utf8_cont`]).

@@ -17,6 +17,9 @@ pub(crate) struct TrieNode {
     /// Token ids ending here: `ids[ids_start .. ids_start + ids_len]`.
     pub ids_start: u32,
     pub ids_len: u32,
+    /// Start in `ids` of the ids of this whole subtree (they are contiguous; the subtree's
+    /// ids end where the node at `next` starts its own, or at the end of `ids`).
+    pub sub_start: u32,
 }
 
 /// A trie over token bytes, stored in preorder so a walk can skip a subtree in one step.
@@ -56,6 +59,7 @@ impl TokenTrie {
                     next: 0,
                     ids_start: 0,
                     ids_len: 0,
+                    sub_start: ids.len() as u32,
                 });
                 path.push(nodes.len() - 1);
             }
@@ -73,6 +77,16 @@ impl TokenTrie {
             nodes[n].next = nodes.len() as u32;
         }
         TokenTrie { nodes, ids }
+    }
+
+    /// The token ids of the subtree rooted at node `i`.
+    pub fn subtree_ids(&self, i: usize) -> &[u32] {
+        let n = &self.nodes[i];
+        let end = self
+            .nodes
+            .get(n.next as usize)
+            .map_or(self.ids.len(), |m| m.sub_start as usize);
+        &self.ids[n.sub_start as usize..end]
     }
 }
 
@@ -431,6 +445,8 @@ mod tests {
         assert_eq!(t.nodes.len(), 4); // a, b(ab), c(abc), b
         assert_eq!(t.nodes[0].next, 3);
         assert_eq!(t.nodes[1].ids_len, 2); // "ab" twice
+        assert_eq!(t.subtree_ids(0), &[0, 1, 5, 2]); // a, ab, ab, abc
+        assert_eq!(t.subtree_ids(3), &[3]);
         assert_eq!(v.greedy_tokenize(b"abcab").map(|x| x.len()), Some(2));
         assert_eq!(v.greedy_tokenize(b"zz"), None);
     }
