@@ -25,53 +25,6 @@ pub(crate) const MAX_STACK_DEPTH: u32 = 256;
 /// A donor must be the successor of at least this many plain ASCII characters (see
 /// [`Lazy::fill_mask`]).
 const DONOR_MIN_BYTES: u32 = 16;
-/// Masks allowing at most this many tokens are stored as id lists.
-const SPARSE_MAX: usize = 1024;
-
-/// A cached mask: dense bits, or the sorted allowed ids when there are few.
-#[derive(Clone, Debug)]
-enum Mask {
-    Dense(Arc<[u32]>),
-    Sparse(Arc<[u32]>),
-}
-
-impl Mask {
-    fn from_bits(bits: &[u32]) -> Mask {
-        let n: usize = bits.iter().map(|w| w.count_ones() as usize).sum();
-        if n > SPARSE_MAX {
-            return Mask::Dense(Arc::from(bits));
-        }
-        let mut ids = Vec::with_capacity(n);
-        for (wi, &w) in bits.iter().enumerate() {
-            let mut w = w;
-            while w != 0 {
-                ids.push(wi as u32 * 32 + w.trailing_zeros());
-                w &= w - 1;
-            }
-        }
-        Mask::Sparse(Arc::from(ids))
-    }
-
-    /// Overwrites `out` with this mask.
-    fn write(&self, out: &mut [u32]) {
-        match self {
-            Mask::Dense(m) => out.copy_from_slice(m),
-            Mask::Sparse(ids) => {
-                out.fill(0);
-                for &id in ids.iter() {
-                    out[(id >> 5) as usize] |= 1u32 << (id & 31);
-                }
-            }
-        }
-    }
-
-    fn heap_bytes(&self) -> usize {
-        match self {
-            Mask::Dense(m) | Mask::Sparse(m) => m.len() * 4 + 16,
-        }
-    }
-}
-
 /// Interning key of a configuration: its threads and accepting flag.
 type ConfigKey = (Box<[(u32, StateId)]>, bool);
 
@@ -95,7 +48,7 @@ pub(crate) struct Lazy {
     pub configs: Vec<Config>,
     config_map: HashMap<ConfigKey, ConfigId>,
     trans: Vec<u32>,
-    masks: Vec<Option<Mask>>,
+    masks: Vec<Option<Arc<[u32]>>>,
     /// Reused buffer for donor masks.
     scratch: Vec<u32>,
 
@@ -296,25 +249,24 @@ impl Lazy {
         let words = vocab.mask_words();
         let out = &mut out[..words];
         if let Some(m) = &self.masks[c as usize] {
-            m.write(out);
+            out.copy_from_slice(m);
             return;
         }
         out.fill(0);
         if c != DEAD {
             match self.donor(nfa, c) {
                 Some(g) => {
-                    self.donor_mask(nfa, vocab, g).write(out);
+                    out.copy_from_slice(&self.donor_mask(nfa, vocab, g));
                     self.paired_walk(nfa, vocab, c, g, out);
                 }
                 None => self.walk(nfa, vocab, c, out),
             }
         }
-        let m = Mask::from_bits(out);
-        self.store(c, m);
+        self.store(c, out);
     }
 
-    /// The mask of `g` computed by one plain walk (cached, sparse when small).
-    fn donor_mask(&mut self, nfa: &Nfa, vocab: &TokenVocab, g: ConfigId) -> Mask {
+    /// The mask of `g` computed by one plain walk (cached).
+    fn donor_mask(&mut self, nfa: &Nfa, vocab: &TokenVocab, g: ConfigId) -> Arc<[u32]> {
         if let Some(m) = &self.masks[g as usize] {
             return m.clone();
         }
@@ -322,17 +274,22 @@ impl Lazy {
         buf.clear();
         buf.resize(vocab.mask_words(), 0);
         self.walk(nfa, vocab, g, &mut buf);
-        let m = Mask::from_bits(&buf);
+        let m: Arc<[u32]> = Arc::from(&buf[..]);
         self.scratch = buf;
-        self.store(g, m.clone());
+        let size = m.len() * 4;
+        if self.mask_bytes + size <= self.mask_budget {
+            self.mask_bytes += size;
+            self.masks[g as usize] = Some(m.clone());
+        }
         m
     }
 
-    fn store(&mut self, c: ConfigId, m: Mask) {
-        let size = m.heap_bytes();
+    /// Caches `bits` as the mask of `c` while the budget allows.
+    fn store(&mut self, c: ConfigId, bits: &[u32]) {
+        let size = bits.len() * 4;
         if self.mask_bytes + size <= self.mask_budget {
             self.mask_bytes += size;
-            self.masks[c as usize] = Some(m);
+            self.masks[c as usize] = Some(Arc::from(bits));
         }
     }
 
