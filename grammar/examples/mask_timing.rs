@@ -1,46 +1,83 @@
-//! Times cold and cached token masks at a few states of a JSON Schema:
-//! `cargo run --release -p sglrs-grammar --example mask_timing -- TOKENIZER.json`.
+//! Times cold (first at a configuration) and cached token masks at a few states of JSON
+//! Schemas: `cargo run --release -p sglrs-grammar --example mask_timing -- TOKENIZER.json [REPS]`.
+//!
+//! Every cold figure compiles the grammar afresh; with `REPS` runs (default 9) it prints the
+//! minimum and the median, which stay comparable on a loaded machine (the minimum is the
+//! least disturbed run).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher, TokenVocab};
 
+/// `(schema, prefixes)`: masks are timed after each prefix.
+const CASES: &[(&str, &[&str])] = &[
+    (
+        r#"{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0},"bio":{"type":"string","maxLength":200}},"required":["name","age"]}"#,
+        &[
+            "",
+            r#"{"name":"Jo"#,
+            r#"{"name":"Jo","age":4"#,
+            r#"{"name":"Jo","age":4,""#,
+            r#"{"name":"Jo","age":4,"bio":"x"#,
+            r#"{"name":"Jo","age":4,"bio":"xy"#,
+            r#"{"name":"Jo","age":4,"extra":{"k":["#,
+            r#"{"name":"Jo","age":4,"extra":{"k":["a"#,
+        ],
+    ),
+    (
+        r#"{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z0-9_]+$"},"when":{"type":"string","format":"date-time"},"mail":{"type":"string","format":"email"}},"additionalProperties":false}"#,
+        &[r#"{"id":"ab"#, r#"{"when":"2020-"#, r#"{"mail":"a"#],
+    ),
+];
+
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let path = std::env::args()
-        .nth(1)
-        .ok_or("usage: mask_timing TOKENIZER.json")?;
+    let mut args = std::env::args().skip(1);
+    let path = args
+        .next()
+        .ok_or("usage: mask_timing TOKENIZER.json [REPS]")?;
+    let reps: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(9);
     let tok = tokenizers::Tokenizer::from_file(&path)?;
     let eos = ["<|end_of_text|>", "</s>", "<|endoftext|>"]
         .iter()
         .find_map(|n| tok.token_to_id(n))
         .ok_or("no eos")?;
     let vocab = Arc::new(TokenVocab::from_tokenizer(&tok, &[eos])?);
-    let schema = r#"{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0},"bio":{"type":"string","maxLength":200}},"required":["name","age"]}"#;
     let mut buf = vec![0u32; vocab.mask_words()];
-    for prefix in [
-        "",
-        r#"{"name":"Jo"#,
-        r#"{"name":"Jo","age":4"#,
-        r#"{"name":"Jo","age":4,"bio":"x"#,
-        r#"{"name":"Jo","age":4,"bio":"xy"#,
-    ] {
-        let g = CompiledGrammar::json_schema(schema, vocab.clone(), &CompileOptions::default())?;
-        let mut m = Matcher::new(g.clone());
-        m.try_advance_bytes(prefix.as_bytes());
-        let t0 = Instant::now();
-        m.fill_mask(&mut buf)?;
-        let cold = t0.elapsed();
-        let t1 = Instant::now();
-        m.fill_mask(&mut buf)?;
-        let warm = t1.elapsed();
-        let allowed: u32 = buf.iter().map(|w| w.count_ones()).sum();
-        println!(
-            "{prefix:40} cold {:>9.1?} cached {:>7.1?} allowed {allowed} configs {}",
-            cold,
-            warm,
-            g.num_configs()
-        );
+    for (schema, prefixes) in CASES {
+        for prefix in prefixes.iter() {
+            let mut cold: Vec<Duration> = Vec::new();
+            let mut warm = Duration::ZERO;
+            let mut allowed = 0;
+            let mut configs = 0;
+            for _ in 0..reps.max(1) {
+                let g = CompiledGrammar::json_schema(
+                    schema,
+                    vocab.clone(),
+                    &CompileOptions::default(),
+                )?;
+                let mut m = Matcher::new(g.clone());
+                if !m.try_advance_bytes(prefix.as_bytes()) {
+                    return Err(format!("prefix {prefix:?} does not match").into());
+                }
+                let t0 = Instant::now();
+                m.fill_mask(&mut buf)?;
+                cold.push(t0.elapsed());
+                let t1 = Instant::now();
+                m.fill_mask(&mut buf)?;
+                warm = t1.elapsed();
+                allowed = buf.iter().map(|w| w.count_ones()).sum::<u32>();
+                configs = g.num_configs();
+            }
+            cold.sort();
+            println!(
+                "{:44} cold min {:>9.1?} median {:>9.1?}  cached {:>7.1?}  allowed {allowed:6}  configs {configs}",
+                prefix.chars().take(44).collect::<String>(),
+                cold[0],
+                cold[cold.len() / 2],
+                warm,
+            );
+        }
     }
     Ok(())
 }

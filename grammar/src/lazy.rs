@@ -22,6 +22,9 @@ const NO_SUCC: u32 = u32::MAX - 1;
 /// Deepest call stack the matcher follows; deeper nesting is rejected.
 pub(crate) const MAX_STACK_DEPTH: u32 = 256;
 
+/// A donor must be the successor of at least this many plain ASCII characters (see
+/// [`Lazy::fill_mask`]).
+const DONOR_MIN_BYTES: u32 = 16;
 /// Interning key of a configuration: its threads and accepting flag.
 type ConfigKey = (Box<[(u32, StateId)]>, bool);
 
@@ -46,6 +49,9 @@ pub(crate) struct Lazy {
     config_map: HashMap<ConfigKey, ConfigId>,
     trans: Vec<u32>,
     masks: Vec<Option<Arc<[u32]>>>,
+    /// Reused buffer for donor masks.
+    scratch: Vec<u32>,
+
     /// Per configuration: the one configuration every plain string character leads to
     /// (`NO_SUCC`: they diverge; `UNKNOWN`: not computed).
     plain_succ: Vec<u32>,
@@ -64,6 +70,7 @@ impl Lazy {
             config_map: HashMap::new(),
             trans: Vec::new(),
             masks: Vec::new(),
+            scratch: Vec::new(),
             plain_succ: Vec::new(),
             mask_bytes: 0,
             mask_budget,
@@ -232,48 +239,198 @@ impl Lazy {
     }
 
     /// Writes the token mask of `c` (special tokens and EOS excluded) into `out`.
+    ///
+    /// A wide configuration that is not a plain-string loop borrows the mask of a *donor*:
+    /// the configuration most plain characters lead to (e.g. "any key" beside declared key
+    /// prefixes, or "any string" beside a pattern's first characters). One walk follows the
+    /// trie from both at once and stops in every subtree where they reach the same
+    /// configuration, since there the donor's bits are already right.
     pub fn fill_mask(&mut self, nfa: &Nfa, vocab: &TokenVocab, c: ConfigId, out: &mut [u32]) {
         let words = vocab.mask_words();
+        let out = &mut out[..words];
         if let Some(m) = &self.masks[c as usize] {
-            out[..words].copy_from_slice(m);
+            out.copy_from_slice(m);
             return;
         }
-        out[..words].fill(0);
+        out.fill(0);
         if c != DEAD {
-            let trie = match self.plain_run(nfa, c) {
+            match self.donor(nfa, c) {
+                Some(g) => {
+                    out.copy_from_slice(&self.donor_mask(nfa, vocab, g));
+                    self.paired_walk(nfa, vocab, c, g, out);
+                }
+                None => self.walk(nfa, vocab, c, out),
+            }
+        }
+        self.store(c, out);
+    }
+
+    /// The mask of `g` computed by one plain walk (cached).
+    fn donor_mask(&mut self, nfa: &Nfa, vocab: &TokenVocab, g: ConfigId) -> Arc<[u32]> {
+        if let Some(m) = &self.masks[g as usize] {
+            return m.clone();
+        }
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.resize(vocab.mask_words(), 0);
+        self.walk(nfa, vocab, g, &mut buf);
+        let m: Arc<[u32]> = Arc::from(&buf[..]);
+        self.scratch = buf;
+        let size = m.len() * 4;
+        if self.mask_bytes + size <= self.mask_budget {
+            self.mask_bytes += size;
+            self.masks[g as usize] = Some(m.clone());
+        }
+        m
+    }
+
+    /// Caches `bits` as the mask of `c` while the budget allows.
+    fn store(&mut self, c: ConfigId, bits: &[u32]) {
+        let size = bits.len() * 4;
+        if self.mask_bytes + size <= self.mask_budget {
+            self.mask_bytes += size;
+            self.masks[c as usize] = Some(Arc::from(bits));
+        }
+    }
+
+    /// A donor for `c` (see [`Lazy::fill_mask`]): the most common successor over plain
+    /// ASCII characters, when `c` is not itself a plain loop, at least `DONOR_MIN_BYTES`
+    /// characters lead there, and on most first bytes `c` and the donor move alike.
+    fn donor(&mut self, nfa: &Nfa, c: ConfigId) -> Option<ConfigId> {
+        if self.plain_successor(nfa, c) == c {
+            return None;
+        }
+        let mut counts: Vec<(ConfigId, u32)> = Vec::new();
+        for b in 0x20u8..=0x7F {
+            if b == b'"' || b == b'\\' {
+                continue;
+            }
+            let s = self.step(nfa, c, b);
+            if s == DEAD || s == c {
+                continue;
+            }
+            match counts.iter_mut().find(|e| e.0 == s) {
+                Some(e) => e.1 += 1,
+                None => counts.push((s, 1)),
+            }
+        }
+        let &(g, n) = counts.iter().max_by_key(|e| e.1)?;
+        if n < DONOR_MIN_BYTES {
+            return None;
+        }
+        let (mut alive, mut agree) = (0u32, 0u32);
+        for b in 0..=255u8 {
+            let x = self.step(nfa, c, b);
+            if x != DEAD {
+                alive += 1;
+                agree += (x == self.step(nfa, g, b)) as u32;
+            }
+        }
+        (2 * agree >= alive).then_some(g)
+    }
+
+    /// Corrects `out`, which holds the mask of `g`, into the mask of `c`: walks the trie
+    /// from `c` and `g` together and skips every subtree where both reach the same
+    /// configuration (the donor's bits are right there).
+    fn paired_walk(
+        &mut self,
+        nfa: &Nfa,
+        vocab: &TokenVocab,
+        c: ConfigId,
+        g: ConfigId,
+        out: &mut [u32],
+    ) {
+        let trie = vocab.trie();
+        let nodes = &trie.nodes;
+        let ids = &trie.ids;
+        let mut cfg_at = [(DEAD, DEAD); 1024];
+        cfg_at[0] = (c, g);
+        let mut i = 0usize;
+        while i < nodes.len() {
+            let n = &nodes[i];
+            let d = n.depth as usize;
+            let (x, y) = cfg_at[d - 1];
+            let x2 = self.step(nfa, x, n.byte);
+            let y2 = if y == DEAD {
+                DEAD
+            } else {
+                self.step(nfa, y, n.byte)
+            };
+            if x2 == y2 {
+                i = n.next as usize;
+                continue;
+            }
+            if x2 == DEAD {
+                for &id in trie.subtree_ids(i) {
+                    out[(id >> 5) as usize] &= !(1u32 << (id & 31));
+                }
+                i = n.next as usize;
+                continue;
+            }
+            cfg_at[d] = (x2, y2);
+            for &id in &ids[n.ids_start as usize..(n.ids_start + n.ids_len) as usize] {
+                out[(id >> 5) as usize] |= 1u32 << (id & 31);
+            }
+            i += 1;
+        }
+    }
+
+    /// Walks the token trie from `c`, setting allowed tokens in `out` (zeroed by the
+    /// caller). Plain-string configurations take precomputed token sets and walk only the
+    /// tokens that leave plain characters.
+    fn walk(&mut self, nfa: &Nfa, vocab: &TokenVocab, c: ConfigId, out: &mut [u32]) {
+        let trie = if self.plain_successor(nfa, c) == c {
+            // Every plain character leads back to `c`: plain tokens are allowed, any other
+            // token iff its suffix after the plain prefix is.
+            let (plain, long, suffix) = vocab.plain_loop_parts();
+            out.copy_from_slice(plain);
+            for &id in long {
+                out[(id >> 5) as usize] |= 1u32 << (id & 31);
+            }
+            suffix
+        } else {
+            match self.plain_run(nfa, c) {
                 // Plain tokens of up to `k` characters are allowed without a walk; longer
                 // ones are not (the run ends in DEAD), and the rest trie holds the others.
                 Some(k) if k > 0 => {
                     let (plain, rest) = vocab.plain_split(k);
-                    out[..words].copy_from_slice(plain);
+                    out.copy_from_slice(plain);
                     rest
                 }
                 _ => vocab.trie(),
-            };
-            let nodes = &trie.nodes;
-            let ids = &trie.ids;
-            let mut cfg_at = [DEAD; 1024];
-            cfg_at[0] = c;
-            let mut i = 0usize;
-            while i < nodes.len() {
-                let n = &nodes[i];
-                let d = n.depth as usize;
-                let nc = self.step(nfa, cfg_at[d - 1], n.byte);
-                if nc == DEAD {
-                    i = n.next as usize;
-                    continue;
-                }
-                cfg_at[d] = nc;
-                for &id in &ids[n.ids_start as usize..(n.ids_start + n.ids_len) as usize] {
-                    out[(id >> 5) as usize] |= 1u32 << (id & 31);
-                }
-                i += 1;
             }
+        };
+        let nodes = &trie.nodes;
+        let ids = &trie.ids;
+        let mut cfg_at = [DEAD; 1024];
+        cfg_at[0] = c;
+        let mut i = 0usize;
+        while i < nodes.len() {
+            let n = &nodes[i];
+            let d = n.depth as usize;
+            let nc = self.step(nfa, cfg_at[d - 1], n.byte);
+            if nc == DEAD {
+                i = n.next as usize;
+                continue;
+            }
+            cfg_at[d] = nc;
+            for &id in &ids[n.ids_start as usize..(n.ids_start + n.ids_len) as usize] {
+                out[(id >> 5) as usize] |= 1u32 << (id & 31);
+            }
+            i += 1;
         }
-        let size = words * 4;
-        if self.mask_bytes + size <= self.mask_budget {
-            self.mask_bytes += size;
-            self.masks[c as usize] = Some(Arc::from(&out[..words]));
+    }
+
+    /// The configuration every plain character leads to from `c` (`NO_SUCC` when they
+    /// diverge), cached.
+    fn plain_successor(&mut self, nfa: &Nfa, c: ConfigId) -> u32 {
+        match self.plain_succ[c as usize] {
+            UNKNOWN => {
+                let s = self.unique_plain_successor(nfa, c).unwrap_or(NO_SUCC);
+                self.plain_succ[c as usize] = s;
+                s
+            }
+            s => s,
         }
     }
 
@@ -288,15 +445,7 @@ impl Lazy {
                 return Some(crate::vocab::MAX_PLAIN_CHARS);
             }
             seen.push(x);
-            let succ = match self.plain_succ[x as usize] {
-                UNKNOWN => {
-                    let s = self.unique_plain_successor(nfa, x).unwrap_or(NO_SUCC);
-                    self.plain_succ[x as usize] = s;
-                    s
-                }
-                s => s,
-            };
-            match succ {
+            match self.plain_successor(nfa, x) {
                 NO_SUCC => return None,
                 DEAD => return Some(k),
                 y => x = y,
@@ -318,16 +467,7 @@ impl Lazy {
         let mut seen: HashSet<(ConfigId, u8)> = HashSet::new();
         let mut work: Vec<(ConfigId, u8)> = Vec::new();
         for lead in 0xC2u8..=0xF4 {
-            let u = match lead {
-                0xC2..=0xDF => 2,
-                0xE0 => 5,
-                0xED => 6,
-                0xE1..=0xEF => 3,
-                0xF0 => 7,
-                0xF4 => 8,
-                _ => 4,
-            };
-            work.push((self.step(nfa, c, lead), u));
+            work.push((self.step(nfa, c, lead), utf8_class(lead)));
         }
         while let Some((x, u)) = work.pop() {
             if x == DEAD {
@@ -339,15 +479,7 @@ impl Lazy {
             if !seen.insert((x, u)) {
                 continue;
             }
-            let (lo, hi, next) = match u {
-                2 => (0x80, 0xBF, 0),
-                3 => (0x80, 0xBF, 2),
-                4 => (0x80, 0xBF, 3),
-                5 => (0xA0, 0xBF, 2),
-                6 => (0x80, 0x9F, 2),
-                7 => (0x90, 0xBF, 3),
-                _ => (0x80, 0x8F, 3),
-            };
+            let (lo, hi, next) = utf8_cont(u);
             for b in lo..=hi {
                 let y = self.step(nfa, x, b);
                 if next == 0 {
@@ -365,5 +497,32 @@ impl Lazy {
     /// Rough heap size in bytes (for cache limits and reports).
     pub fn heap_bytes(&self) -> usize {
         self.trans.len() * 4 + self.mask_bytes + self.configs.len() * 64 + self.stacks.len() * 24
+    }
+}
+
+/// Continuation class of a UTF-8 lead byte (see [`utf8_cont`]).
+fn utf8_class(lead: u8) -> u8 {
+    match lead {
+        0xC2..=0xDF => 2,
+        0xE0 => 5,
+        0xED => 6,
+        0xE1..=0xEF => 3,
+        0xF0 => 7,
+        0xF4 => 8,
+        _ => 4,
+    }
+}
+
+/// For a continuation class: the allowed byte range of the next byte and the class after
+/// it (0: the character is complete).
+fn utf8_cont(u: u8) -> (u8, u8, u8) {
+    match u {
+        2 => (0x80, 0xBF, 0),
+        3 => (0x80, 0xBF, 2),
+        4 => (0x80, 0xBF, 3),
+        5 => (0xA0, 0xBF, 2),
+        6 => (0x80, 0x9F, 2),
+        7 => (0x90, 0xBF, 3),
+        _ => (0x80, 0x8F, 3),
     }
 }

@@ -17,6 +17,9 @@ pub(crate) struct TrieNode {
     /// Token ids ending here: `ids[ids_start .. ids_start + ids_len]`.
     pub ids_start: u32,
     pub ids_len: u32,
+    /// Start in `ids` of the ids of this whole subtree (they are contiguous; the subtree's
+    /// ids end where the node at `next` starts its own, or at the end of `ids`).
+    pub sub_start: u32,
 }
 
 /// A trie over token bytes, stored in preorder so a walk can skip a subtree in one step.
@@ -28,17 +31,22 @@ pub(crate) struct TokenTrie {
 
 impl TokenTrie {
     fn build(tokens: &[Vec<u8>], usable: &[bool]) -> Self {
-        let mut order: Vec<u32> = (0..tokens.len() as u32)
+        let entries: Vec<(u32, &[u8])> = (0..tokens.len() as u32)
             .filter(|&i| usable[i as usize])
+            .map(|i| (i, &tokens[i as usize][..]))
             .collect();
-        order.sort_by(|&a, &b| tokens[a as usize].cmp(&tokens[b as usize]));
+        Self::build_from(entries)
+    }
+
+    /// A trie over arbitrary non-empty `(id, bytes)` entries.
+    fn build_from(mut entries: Vec<(u32, &[u8])>) -> Self {
+        entries.sort_by(|a, b| a.1.cmp(b.1).then(a.0.cmp(&b.0)));
         let mut nodes: Vec<TrieNode> = Vec::new();
         let mut ids: Vec<u32> = Vec::new();
         // path[d] = node index at depth d+1 on the current path.
         let mut path: Vec<usize> = Vec::new();
         let mut prev: &[u8] = &[];
-        for &id in &order {
-            let t = &tokens[id as usize][..];
+        for &(id, t) in &entries {
             let lcp = prev.iter().zip(t).take_while(|(a, b)| a == b).count();
             while path.len() > lcp {
                 let n = path.pop().unwrap_or_default();
@@ -51,6 +59,7 @@ impl TokenTrie {
                     next: 0,
                     ids_start: 0,
                     ids_len: 0,
+                    sub_start: ids.len() as u32,
                 });
                 path.push(nodes.len() - 1);
             }
@@ -68,6 +77,16 @@ impl TokenTrie {
             nodes[n].next = nodes.len() as u32;
         }
         TokenTrie { nodes, ids }
+    }
+
+    /// The token ids of the subtree rooted at node `i`.
+    pub fn subtree_ids(&self, i: usize) -> &[u32] {
+        let n = &self.nodes[i];
+        let end = self
+            .nodes
+            .get(n.next as usize)
+            .map_or(self.ids.len(), |m| m.sub_start as usize);
+        &self.ids[n.sub_start as usize..end]
     }
 }
 
@@ -91,6 +110,14 @@ pub struct TokenVocab {
     plain_upto: Vec<Vec<u32>>,
     /// Trie of the usable tokens that are not plain.
     rest_trie: TokenTrie,
+    /// For the usable tokens that are not in `plain_upto[MAX_PLAIN_CHARS]`: a trie of what
+    /// follows their longest prefix of whole plain characters (the *suffix*; ids are token
+    /// ids). A configuration that every plain character leads back to itself allows such a
+    /// token iff it allows the suffix.
+    suffix_trie: TokenTrie,
+    /// Usable tokens made only of plain characters but longer than `MAX_PLAIN_CHARS`
+    /// characters (empty suffix).
+    long_plain: Vec<u32>,
     usable: Vec<bool>,
     eos: Vec<u32>,
     trie: TokenTrie,
@@ -129,6 +156,19 @@ impl TokenVocab {
             }
         }
         let rest_trie = TokenTrie::build(&tokens, &rest);
+        let mut long_plain = Vec::new();
+        let mut suffixes: Vec<(u32, &[u8])> = Vec::new();
+        for (id, t) in tokens.iter().enumerate() {
+            if rest[id] {
+                let tail = &t[plain_prefix_len(t)..];
+                if tail.is_empty() {
+                    long_plain.push(id as u32);
+                } else {
+                    suffixes.push((id as u32, tail));
+                }
+            }
+        }
+        let suffix_trie = TokenTrie::build_from(suffixes);
         let max_token_len = tokens
             .iter()
             .zip(&usable)
@@ -140,6 +180,8 @@ impl TokenVocab {
             tokens,
             plain_upto,
             rest_trie,
+            suffix_trie,
+            long_plain,
             usable,
             eos: eos.to_vec(),
             trie,
@@ -278,6 +320,17 @@ impl TokenVocab {
         (&self.plain_upto[k.min(MAX_PLAIN_CHARS)], &self.rest_trie)
     }
 
+    /// For a configuration every plain character leads back to: the mask of plain tokens
+    /// (up to [`MAX_PLAIN_CHARS`] characters), the longer all-plain tokens, and the trie of
+    /// the other tokens' suffixes after their plain prefix.
+    pub(crate) fn plain_loop_parts(&self) -> (&[u32], &[u32], &TokenTrie) {
+        (
+            &self.plain_upto[MAX_PLAIN_CHARS],
+            &self.long_plain,
+            &self.suffix_trie,
+        )
+    }
+
     /// Greedy longest-match tokenization of `bytes` over usable tokens (for tests and for
     /// turning forced bytes into tokens). `None` when some byte has no token.
     pub fn greedy_tokenize(&self, bytes: &[u8]) -> Option<Vec<u32>> {
@@ -328,6 +381,22 @@ fn plain_chars(t: &[u8]) -> Option<usize> {
     ok.then_some(n)
 }
 
+/// Length in bytes of the longest prefix of `t` made of whole plain characters.
+fn plain_prefix_len(t: &[u8]) -> usize {
+    let s = match std::str::from_utf8(t) {
+        Ok(s) => s,
+        // Only the valid UTF-8 prefix can hold whole characters.
+        Err(e) => match std::str::from_utf8(&t[..e.valid_up_to()]) {
+            Ok(s) => s,
+            Err(_) => return 0,
+        },
+    };
+    s.char_indices()
+        .find(|&(_, c)| c < ' ' || c == '"' || c == '\\')
+        .map(|(i, _)| i)
+        .unwrap_or(s.len())
+}
+
 /// GPT-2's byte → char table, inverted: char → byte.
 fn byte_level_table() -> std::collections::HashMap<char, u8> {
     let mut map = std::collections::HashMap::new();
@@ -376,8 +445,32 @@ mod tests {
         assert_eq!(t.nodes.len(), 4); // a, b(ab), c(abc), b
         assert_eq!(t.nodes[0].next, 3);
         assert_eq!(t.nodes[1].ids_len, 2); // "ab" twice
+        assert_eq!(t.subtree_ids(0), &[0, 1, 5, 2]); // a, ab, ab, abc
+        assert_eq!(t.subtree_ids(3), &[3]);
         assert_eq!(v.greedy_tokenize(b"abcab").map(|x| x.len()), Some(2));
         assert_eq!(v.greedy_tokenize(b"zz"), None);
+    }
+
+    #[test]
+    fn plain_prefix_and_suffix_trie() {
+        assert_eq!(plain_prefix_len(b"ab\"c"), 2);
+        assert_eq!(plain_prefix_len("é\\".as_bytes()), 2);
+        assert_eq!(plain_prefix_len(b"x\xE4\xB8"), 1);
+        assert_eq!(plain_prefix_len(b"\n"), 0);
+        let toks: Vec<Vec<u8>> = vec![
+            b"ab".to_vec(),
+            b"ab\",".to_vec(),
+            b"\"".to_vec(),
+            "x".repeat(70).into_bytes(),
+            b"".to_vec(),
+        ];
+        let v = TokenVocab::new(toks, &[], &[4]).unwrap();
+        let (plain, long, suffix) = v.plain_loop_parts();
+        assert_eq!(plain[0], 1);
+        assert_eq!(long, &[3]);
+        // Suffixes `"` (token 2) and `",` (token 1) share the first node.
+        assert_eq!(suffix.nodes.len(), 2);
+        assert_eq!(suffix.ids, vec![2, 1]);
     }
 
     #[test]

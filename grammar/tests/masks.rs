@@ -25,33 +25,8 @@ fn check_walks(tok: &common::Tok, g: &Arc<CompiledGrammar>, seed: u64, walks: us
     for _ in 0..walks {
         let mut m = Matcher::new(g.clone());
         for _ in 0..steps {
-            m.fill_mask(&mut mask).unwrap();
-            let mut allowed = Vec::new();
-            for id in 0..vocab.len() as u32 {
-                let bit = mask[(id / 32) as usize] >> (id % 32) & 1 == 1;
-                // Slow reference: feed the token's bytes one at a time.
-                let want = if vocab.eos().contains(&id) {
-                    m.is_accepting()
-                } else if !vocab.is_usable(id) {
-                    false
-                } else {
-                    let mut r = m.clone();
-                    vocab
-                        .token_bytes(id)
-                        .unwrap()
-                        .iter()
-                        .all(|&b| r.try_advance_bytes(&[b]))
-                };
-                assert_eq!(
-                    bit,
-                    want,
-                    "token {id} {:?}",
-                    String::from_utf8_lossy(vocab.token_bytes(id).unwrap())
-                );
-                if bit {
-                    allowed.push(id);
-                }
-            }
+            // Slow reference: feed each token's bytes one at a time.
+            let allowed = check_here(tok, &m, &mut mask);
             assert!(
                 !allowed.is_empty(),
                 "a live matcher always allows something"
@@ -62,6 +37,60 @@ fn check_walks(tok: &common::Tok, g: &Arc<CompiledGrammar>, seed: u64, walks: us
                 break;
             }
         }
+    }
+}
+
+/// Checks every token's mask bit against the byte-by-byte reference at one position.
+fn check_here(tok: &common::Tok, m: &Matcher, mask: &mut [u32]) -> Vec<u32> {
+    let vocab = &tok.vocab;
+    m.fill_mask(mask).unwrap();
+    let mut allowed = Vec::new();
+    for id in 0..vocab.len() as u32 {
+        let bit = mask[(id / 32) as usize] >> (id % 32) & 1 == 1;
+        let want = if vocab.eos().contains(&id) {
+            m.is_accepting()
+        } else if !vocab.is_usable(id) {
+            false
+        } else {
+            let mut r = m.clone();
+            vocab
+                .token_bytes(id)
+                .unwrap()
+                .iter()
+                .all(|&b| r.try_advance_bytes(&[b]))
+        };
+        assert_eq!(
+            bit,
+            want,
+            "token {id} {:?}",
+            String::from_utf8_lossy(vocab.token_bytes(id).unwrap())
+        );
+        if bit {
+            allowed.push(id);
+        }
+    }
+    allowed
+}
+
+/// Follows a valid text token by token and checks the whole mask at every position:
+/// declared keys beside undeclared ones, nested "any value" rules, escapes, counted,
+/// pattern and format strings — the configurations whose masks are split per thread.
+#[test]
+fn masks_exact_along_valid_text() {
+    let schema = r#"{"type":"object","properties":{"name":{"type":"string"},"nickname":{"type":"string","maxLength":5},"nested":{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z0-9_]+$"},"note":{"anyOf":[{"type":"string"},{"type":"integer"}]}}},"when":{"type":"string","format":"date-time"}},"required":["name"]}"#;
+    let text = r#"{"name":"Al \"x\" é","nickname":"abc","extra":{"k":[1,"s",{"n":null}],"name2":"v"},"nested":{"id":"a_1","note":"hi","more":"yes"},"when":"2020-01-01T00:00:00Z"}"#;
+    for tok in [common::llama3(), common::mistral()].into_iter().flatten() {
+        let g = CompiledGrammar::json_schema(schema, tok.vocab.clone(), &CompileOptions::default())
+            .unwrap();
+        let mut m = Matcher::new(g);
+        let mut mask = vec![0u32; tok.vocab.mask_words()];
+        for id in tok.tokenize(text) {
+            let allowed = check_here(tok, &m, &mut mask);
+            assert!(allowed.contains(&id), "valid token {id} allowed");
+            m.accept_token(id).unwrap();
+        }
+        check_here(tok, &m, &mut mask);
+        assert!(m.is_accepting());
     }
 }
 
