@@ -146,7 +146,9 @@ def test_submit_group_member_errors_stay_their_own(engine_backend: Any) -> None:
 
 def test_fork_branches_decode_together(engine_backend: Any) -> None:
     # A fork's branches reach the scheduler as one group: 4 branches x 12 tokens cost the
-    # commit's pass plus 12 (1 prefill + 11 decodes), not a staggered start.
+    # commit's pass plus 12 (1 prefill + 11 decodes), not a staggered start. The program
+    # hands the branches their work a few ms apart: without the group, the first branch
+    # would start a step alone and the others join one step later (1 + 13 passes).
     @sgl.function
     def four(s: Any, prefix: str) -> None:
         s += prefix
@@ -154,6 +156,7 @@ def test_fork_branches_decode_together(engine_backend: Any) -> None:
         for i, f in enumerate(forks):
             f += f"Option {i}:"
             f += sgl.gen("x", max_tokens=12, temperature=0, ignore_eos=True)
+            time.sleep(0.003)
         forks.join()
 
     before = _passes(engine_backend)
