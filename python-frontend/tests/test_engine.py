@@ -72,13 +72,16 @@ def test_engine_settings_are_checked() -> None:
 
 
 def _passes(engine_backend: Any) -> int:
-    """Forward passes so far, once the scheduler has published its last step (its stats
-    snapshot follows the events by a moment)."""
-    for _ in range(200):
+    """Forward passes so far, once the scheduler has published its last step: its stats
+    snapshot follows the events by a moment, so wait until it is idle and steady."""
+    last = None
+    for _ in range(100):
         st = engine_backend.get_server_info()["internal_states"][0]
-        if st["num_running_reqs"] == 0 and st["num_waiting_reqs"] == 0:
+        idle = st["num_running_reqs"] == 0 and st["num_waiting_reqs"] == 0
+        if idle and st["forward_passes"] == last:
             break
-        time.sleep(0.01)
+        last = st["forward_passes"] if idle else None
+        time.sleep(0.15)
     return int(st["forward_passes"])
 
 
