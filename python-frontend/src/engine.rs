@@ -7,6 +7,7 @@
 //! releases the GIL while it waits, so Python threads (forked branches, `run_batch`) submit
 //! concurrently and the scheduler batches them over one radix cache.
 
+use crate::direct;
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use futures_util::StreamExt;
@@ -149,31 +150,118 @@ fn request(method: Method, path: &str, body: Vec<u8>) -> Result<Request<Body>, E
         .map_err(|e| EngineError::Internal(format!("building the request: {e}")))
 }
 
+/// Answers one request through the router, as the HTTP server would.
+async fn call_router(
+    router: axum::Router,
+    method: Method,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<Answer, EngineError> {
+    let req = request(method, path, body)?;
+    let resp = router
+        .oneshot(req)
+        .await
+        .map_err(|e| EngineError::Internal(format!("route failed: {e}")))?;
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .map_err(|e| EngineError::Internal(format!("reading the answer: {e}")))?;
+    Ok(Answer {
+        status,
+        body: bytes.to_vec(),
+    })
+}
+
+/// One submitted `/generate`: wait for its JSON answer.
+pub enum Call {
+    /// On the direct path: the scheduler's events.
+    Direct(direct::Pending),
+    /// Through the router: the answer arrives on this channel.
+    Routed(mpsc::Receiver<Result<String, EngineError>>),
+    /// Refused before submission.
+    Failed(EngineError),
+}
+
+impl Call {
+    /// Blocks until the answer is complete: the response JSON text, or the error.
+    pub fn wait(self, engine: &Running) -> Result<String, EngineError> {
+        match self {
+            Call::Direct(p) => p.wait(&engine.state),
+            Call::Routed(rx) => rx
+                .recv()
+                .map_err(|_| EngineError::Internal("the request was dropped".into()))?,
+            Call::Failed(e) => Err(e),
+        }
+    }
+}
+
 impl Running {
     async fn call(&self, method: Method, path: &str, body: Vec<u8>) -> Result<Answer, EngineError> {
-        let req = request(method, path, body)?;
-        let resp = self
-            .router
-            .clone()
-            .oneshot(req)
-            .await
-            .map_err(|e| EngineError::Internal(format!("route failed: {e}")))?;
-        let status = resp.status();
-        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
-            .await
-            .map_err(|e| EngineError::Internal(format!("reading the answer: {e}")))?;
-        Ok(Answer {
-            status,
-            body: bytes.to_vec(),
-        })
+        call_router(self.router.clone(), method, path, body).await
     }
 
-    /// Answers one `/generate` body (blocking the calling thread).
+    /// Answers one `/generate` body (blocking the calling thread): a plain generation takes
+    /// the direct path to the scheduler, anything else goes through the router.
     pub fn generate(&self, body: Vec<u8>) -> Result<String, EngineError> {
-        to_result(
-            self.rt
-                .block_on(self.call(Method::POST, "/generate", body))?,
-        )
+        match self.submit_group(vec![body]).pop() {
+            Some(call) => call.wait(self),
+            None => Err(EngineError::Internal("no request was submitted".into())),
+        }
+    }
+
+    /// Submits several `/generate` bodies at once, returning a handle per body (same order).
+    /// The plain generations among them reach the scheduler in one message, so they are
+    /// admitted in the same step and decode as one batch; the others go through the router
+    /// concurrently. A body that fails validation gives a handle that returns its error.
+    pub fn submit_group(&self, bodies: Vec<Vec<u8>>) -> Vec<Call> {
+        let start = std::time::Instant::now();
+        let mut calls: Vec<Option<Call>> = Vec::with_capacity(bodies.len());
+        let mut direct_reqs = Vec::new();
+        let mut direct_slots = Vec::new();
+        for (i, body) in bodies.into_iter().enumerate() {
+            match direct::parse(&body) {
+                Some(d) => match direct::prepare(&self.state, &self.rt, d) {
+                    Ok(req) => {
+                        direct_reqs.push(req);
+                        direct_slots.push(i);
+                        calls.push(None);
+                    }
+                    Err(e) => calls.push(Some(Call::Failed(direct::api_error(&self.state, e)))),
+                },
+                None => calls.push(Some(self.spawn_routed(body))),
+            }
+        }
+        if !direct_reqs.is_empty() {
+            match direct::submit_group(&self.state, direct_reqs, start) {
+                Ok(pendings) => {
+                    for (slot, p) in direct_slots.into_iter().zip(pendings) {
+                        calls[slot] = Some(Call::Direct(p));
+                    }
+                }
+                Err(e) => {
+                    for slot in direct_slots {
+                        calls[slot] = Some(Call::Failed(EngineError::Internal(e.to_string())));
+                    }
+                }
+            }
+        }
+        calls
+            .into_iter()
+            .map(|c| {
+                c.unwrap_or_else(|| Call::Failed(EngineError::Internal("not submitted".into())))
+            })
+            .collect()
+    }
+
+    /// Runs a body through the router on the engine's tokio runtime.
+    fn spawn_routed(&self, body: Vec<u8>) -> Call {
+        let (tx, rx) = mpsc::channel();
+        let router = self.router.clone();
+        self.rt.spawn(async move {
+            let answer = call_router(router, Method::POST, "/generate", body).await;
+            let _ = tx.send(answer.and_then(to_result));
+        });
+        Call::Routed(rx)
     }
 
     /// Answers a GET route (`/get_server_info`, `/get_model_info`).

@@ -19,12 +19,13 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod direct;
 pub mod engine;
 
 use engine::{EngineError, Slot, StreamRx};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// The package version, shared by the crate and the Python module.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -62,6 +63,23 @@ impl PyEngine {
         let eng = self.slot.get().map_err(py_err)?;
         py.detach(move || eng.generate(body.into_bytes()))
             .map_err(py_err)
+    }
+
+    /// Submits several `/generate` bodies at once; one handle per body, in order. The plain
+    /// generations among them are admitted by the scheduler in the same step.
+    fn submit_group(&self, py: Python<'_>, bodies: Vec<String>) -> PyResult<Vec<PyPending>> {
+        let eng = self.slot.get().map_err(py_err)?;
+        let e2 = eng.clone();
+        let calls = py.detach(move || {
+            e2.submit_group(bodies.into_iter().map(String::into_bytes).collect())
+        });
+        Ok(calls
+            .into_iter()
+            .map(|c| PyPending {
+                engine: eng.clone(),
+                call: Mutex::new(Some(c)),
+            })
+            .collect())
     }
 
     /// Starts a streaming `/generate`; iterate for each event's JSON text.
@@ -110,6 +128,29 @@ impl PyEngine {
     }
 }
 
+/// A submitted `/generate` (from `Engine.submit_group`): `wait()` gives its response JSON.
+#[pyclass(name = "PendingGenerate", module = "sglrs._native", frozen)]
+pub struct PyPending {
+    engine: Arc<engine::Running>,
+    call: Mutex<Option<engine::Call>>,
+}
+
+#[pymethods]
+impl PyPending {
+    /// Waits (GIL released) for the response JSON text; raises the request's error. A
+    /// second call raises `RuntimeError`.
+    fn wait(&self, py: Python<'_>) -> PyResult<String> {
+        let call = self
+            .call
+            .lock()
+            .ok()
+            .and_then(|mut c| c.take())
+            .ok_or_else(|| PyRuntimeError::new_err("this request was already waited for"))?;
+        let eng = self.engine.clone();
+        py.detach(move || call.wait(&eng)).map_err(py_err)
+    }
+}
+
 /// Iterator over a streaming `/generate`'s events (JSON text each).
 #[pyclass(name = "GenerateStream", module = "sglrs._native", frozen)]
 pub struct PyStream {
@@ -141,5 +182,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", VERSION)?;
     m.add_class::<PyEngine>()?;
     m.add_class::<PyStream>()?;
+    m.add_class::<PyPending>()?;
     Ok(())
 }

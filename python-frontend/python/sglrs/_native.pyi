@@ -1,6 +1,6 @@
 """The compiled part of sglrs (PyO3): the runtime inside this process."""
 
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional
 
 __version__: str
 
@@ -18,8 +18,19 @@ class Engine:
     def generate(self, body: str) -> str:
         """Answer one SGLang-native `/generate` body (JSON text) with the response JSON text.
 
+        A plain generation goes straight to the scheduler thread (validated, tokenized and
+        answered as the route does); anything else goes through the server's router.
+
         Raises `ValueError` for a request the server would answer with HTTP 4xx, and
         `RuntimeError` for a failure of the runtime.
+        """
+    def submit_group(self, bodies: List[str]) -> List[PendingGenerate]:
+        """Submit several `/generate` bodies at once; one handle per body, in order.
+
+        Plain generations (one prompt, `sampling_params`, `priority`, `extra_key`) reach the
+        scheduler in one message and are admitted in the same step; other bodies go through
+        the server's router. A body that fails validation gives a handle whose `wait()`
+        raises its error.
         """
     def generate_stream(self, body: str) -> GenerateStream:
         """Start a streaming `/generate`; iterate for each event's JSON text."""
@@ -33,6 +44,13 @@ class Engine:
         """Empty the prefix cache; `False` while requests are running."""
     def shutdown(self) -> None:
         """Stop the engine; later calls raise `RuntimeError`."""
+
+class PendingGenerate:
+    """A submitted `/generate`."""
+
+    def wait(self) -> str:
+        """Wait (GIL released) for the response JSON text; raises `ValueError` (HTTP 4xx)
+        or `RuntimeError`; a second call raises `RuntimeError`."""
 
 class GenerateStream(Iterator[str]):
     """The events of a streaming `/generate`, as JSON text."""

@@ -75,20 +75,43 @@ def build_program(sgl: Any) -> Any:
     return fork_tree
 
 
-def time_runs(program: Any, backend: Any, runs: int, first_run_id: int) -> List[float]:
-    """Seconds per program run (one warm-up run first, not counted)."""
-    out: List[float] = []
+def outputs(st: Any) -> str:
+    """Everything the program generated (level-1 and level-2 texts), as JSON."""
+    return json.dumps({"l1": st["l1"], "l2": st["l2"]}, sort_keys=True)
+
+
+def one_run(program: Any, backend: Any, run_id: int) -> "tuple[float, str]":
+    """Seconds for one program run on a fresh prefix, and its outputs."""
+    t = time.perf_counter()
+    st = program.run(prefix=make_prefix(run_id), backend=backend)
+    st.sync()
+    _ = st.text()
+    took = time.perf_counter() - t
+    err = st.error() if hasattr(st, "error") else None
+    if err is not None:
+        raise RuntimeError(f"benchmark program failed: {err}")
+    return took, outputs(st)
+
+
+def time_runs(
+    program: Any, backend: Any, runs: int, first_run_id: int
+) -> "tuple[List[float], List[str]]":
+    """Seconds per program run (one warm-up run first, not counted) and each run's outputs."""
+    times: List[float] = []
+    outs: List[str] = []
     for k in range(runs + 1):
-        t = time.perf_counter()
-        st = program.run(prefix=make_prefix(first_run_id + k), backend=backend)
-        st.sync()
-        _ = st.text()
+        took, out = one_run(program, backend, first_run_id + k)
         if k > 0:
-            out.append(time.perf_counter() - t)
-        err = st.error() if hasattr(st, "error") else None
-        if err is not None:
-            raise RuntimeError(f"benchmark program failed: {err}")
-    return out
+            times.append(took)
+            outs.append(out)
+    return times, outs
+
+
+def forward_stats(backend: Any) -> Dict[str, float]:
+    """The scheduler's forward-pass counters (sglrs backends)."""
+    info = backend.get_server_info()
+    st = (info.get("internal_states") or [{}])[0]
+    return {k: float(st.get(k, 0)) for k in ("forward_passes", "forward_tokens", "forward_seconds")}
 
 
 def _free_port() -> int:
@@ -123,12 +146,23 @@ def start_server(binary: str, model: str) -> "tuple[subprocess.Popen[bytes], str
     raise RuntimeError(f"sglrs serve did not come up; log: {log.name}")
 
 
-def _summary(times: List[float]) -> Dict[str, float]:
-    return {
+def _summary(times: List[float], fwd: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
+    out: Dict[str, Any] = {
         "median_s": statistics.median(times),
         "min_s": min(times),
         "runs": float(len(times)),
+        "times_s": times,
     }
+    if fwd is not None:
+        # per timed run: forward passes, tokens through the model, and seconds in them
+        out["forward_per_run"] = {k: v / len(times) for k, v in fwd.items()}
+        out["forward_share_of_wall"] = fwd["forward_seconds"] / sum(times)
+    return out
+
+
+def _delta(a: Dict[str, float], b: Dict[str, float], acc: Dict[str, float]) -> None:
+    for k in a:
+        acc[k] = acc.get(k, 0.0) + b[k] - a[k]
 
 
 def worker_main(argv: List[str]) -> None:
@@ -136,8 +170,8 @@ def worker_main(argv: List[str]) -> None:
     url, runs, first_id, module = argv[0], int(argv[1]), int(argv[2]), argv[3]
     sgl = importlib.import_module(module)
     backend = sgl.RuntimeEndpoint(url)
-    times = time_runs(build_program(sgl), backend, runs, first_id)
-    print(json.dumps(times))
+    times, outs = time_runs(build_program(sgl), backend, runs, first_id)
+    print(json.dumps({"times": times, "outputs": outs}))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -162,35 +196,55 @@ def main(argv: Optional[List[str]] = None) -> int:
     results: Dict[str, Any] = {"program": {
         "prefix_tokens_approx": 500, "branches": BRANCHES, "levels": 2, "gen_tokens": GEN_TOKENS}}
     program = build_program(sgl)
+    # Every mode runs the same prefixes, each on a cold cache of its own (the in-process
+    # engine has its own; the server's is flushed before the SGLang frontend's turn), so the
+    # work is the same and the greedy outputs must be equal.
     run_id = int(time.time()) % 50000 * 10
+    warm_id, timed_ids = run_id, [run_id + 1 + k for k in range(args.runs)]
 
+    engine = None
     if hasattr(sgl, "Engine"):
         engine = sgl.Engine(model_path=args.model)
-        try:
-            results["engine"] = _summary(time_runs(program, engine, args.runs, run_id))
-        finally:
-            engine.shutdown()
-        run_id += args.runs + 1
     else:
         results["engine"] = {"skipped": "this build has no in-process Engine"}
 
     proc = None
     log = None
     url = args.url
+    outs: Dict[str, List[str]] = {}
     try:
         if url is None:
             if not args.server_bin:
                 raise SystemExit("give --server-bin (or SGLRS_BIN) or --url")
             proc, url, log = start_server(args.server_bin, args.model)
-        backend = sgl.RuntimeEndpoint(url)
-        results["http"] = _summary(time_runs(program, backend, args.runs, run_id))
-        run_id += args.runs + 1
+        http = sgl.RuntimeEndpoint(url)
+        modes: List[Any] = ([("engine", engine)] if engine is not None else []) + [("http", http)]
+        for _, backend in modes:
+            one_run(program, backend, warm_id)  # warm-up, not counted
+        times: Dict[str, List[float]] = {name: [] for name, _ in modes}
+        fwd: Dict[str, Dict[str, float]] = {name: {} for name, _ in modes}
+        for name, _ in modes:
+            outs[name] = []
+        # Interleaved (engine, http, engine, http, ...) so that load changes hit both alike.
+        for rid in timed_ids:
+            for name, backend in modes:
+                a = forward_stats(backend)
+                took, out = one_run(program, backend, rid)
+                _delta(a, forward_stats(backend), fwd[name])
+                times[name].append(took)
+                outs[name].append(out)
+        for name, _ in modes:
+            results[name] = _summary(times[name], fwd[name])
+        if engine is not None:
+            engine.shutdown()
+            engine = None
         if args.sglang_python:
+            http.flush_cache()  # the SGLang frontend's runs start on a cold cache too
             r: Optional["subprocess.CompletedProcess[str]"] = None
             try:
                 r = subprocess.run(
                     [args.sglang_python, os.path.abspath(__file__), "--worker", url,
-                     str(args.runs), str(run_id), "sglang"],
+                     str(args.runs), str(warm_id), "sglang"],
                     capture_output=True, text=True, timeout=args.mode_timeout,
                 )
             except subprocess.TimeoutExpired as exc:
@@ -199,15 +253,27 @@ def main(argv: Optional[List[str]] = None) -> int:
             if r is not None and r.returncode != 0:
                 results["sglang"] = {"error": r.stderr[-2000:]}
             elif r is not None:
-                results["sglang"] = _summary(json.loads(r.stdout.strip().splitlines()[-1]))
+                got = json.loads(r.stdout.strip().splitlines()[-1])
+                results["sglang"] = _summary(got["times"])
+                outs["sglang"] = got["outputs"]
         else:
             results["sglang"] = {"skipped": "no --sglang-python"}
     finally:
+        if engine is not None:
+            engine.shutdown()
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=30)
         if log is not None:
             os.unlink(log.name)
+
+    # Same program, same prefixes, temperature 0: every mode must generate the same texts.
+    names = list(outs)
+    same = all(outs[n] == outs[names[0]] for n in names)
+    results["outputs_equal"] = {"modes": names, "equal": same}
+    if not same:
+        for n in names:
+            results[n]["outputs"] = outs[n]
 
     def med(k: str) -> Optional[float]:
         v = results.get(k, {})
@@ -230,10 +296,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         for k in ("engine", "http", "sglang"):
             v = results[k]
             shown = f"{v['median_s']:.3f} s (min {v['min_s']:.3f})" if "median_s" in v else str(v)
+            if "forward_per_run" in v:
+                f = v["forward_per_run"]
+                shown += (f"; {f['forward_passes']:.0f} forward passes, "
+                          f"{f['forward_tokens']:.0f} tokens, {f['forward_seconds']:.3f} s in "
+                          f"them ({100 * v['forward_share_of_wall']:.0f}% of wall)")
             print(f"  {k:8s} {shown}")
         for k, v in ratios.items():
             print(f"  {k}: {v:.2f}x")
-    return 0
+        print(f"  outputs equal across {', '.join(names)}: {same}")
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ use tokio::sync::{mpsc, oneshot};
 pub enum Command {
     /// Queue a request; its events go to the sender.
     Submit(Box<SchedRequest>, mpsc::UnboundedSender<SchedEvent>),
+    /// Queue several requests at once (each with its sender): they are all waiting before
+    /// the next step is planned, so they are admitted together (e.g. a fork's branches).
+    SubmitGroup(Vec<(Box<SchedRequest>, mpsc::UnboundedSender<SchedEvent>)>),
     /// Abort a request.
     Abort(RequestId),
     /// Drop the cache if idle; answers whether it did.
@@ -60,6 +63,26 @@ impl SchedulerHandle {
             .send(Command::Submit(Box::new(req), tx))
             .map_err(|_| SchedError::Shutdown)?;
         Ok(rx)
+    }
+
+    /// Queues several requests in one message, so that the scheduler takes them in the same
+    /// step (a fork's branches prefill and decode as one batch from their first step).
+    /// Receivers in request order; each behaves as [`SchedulerHandle::submit`]'s.
+    pub fn submit_group(
+        &self,
+        reqs: Vec<SchedRequest>,
+    ) -> Result<Vec<mpsc::UnboundedReceiver<SchedEvent>>, SchedError> {
+        let mut items = Vec::with_capacity(reqs.len());
+        let mut rxs = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let (tx, rx) = mpsc::unbounded_channel();
+            items.push((Box::new(req), tx));
+            rxs.push(rx);
+        }
+        self.tx
+            .send(Command::SubmitGroup(items))
+            .map_err(|_| SchedError::Shutdown)?;
+        Ok(rxs)
     }
 
     /// Aborts a request (no error if it already finished).
@@ -185,6 +208,11 @@ impl Driver {
                 let n = req.n.max(1);
                 self.senders.insert(req.id, (tx, n));
                 self.core.handle_request(*req, Instant::now());
+            }
+            Command::SubmitGroup(items) => {
+                for (req, tx) in items {
+                    self.command(Command::Submit(req, tx));
+                }
             }
             Command::Abort(id) => {
                 self.core.handle_abort(id, "aborted by request");

@@ -74,6 +74,13 @@ class BaseBackend(abc.ABC):
     def end_program(self, s: "StreamExecutor") -> None:
         """A program state ended; release anything kept for it."""
 
+    def open_group(self, size: int) -> Optional[Any]:
+        """A token linking `size` states that start together (a fork's branches, a batch's
+        programs), or `None`. The interpreter stores it as each state's `submit_group`; a
+        backend that can hand their first requests to its scheduler as one group (admitted in
+        the same step) uses it, and must never let a member wait on one that does not come."""
+        return None
+
     def flush_cache(self) -> None:
         """Empty the prefix cache."""
 

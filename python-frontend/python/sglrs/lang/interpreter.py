@@ -83,6 +83,9 @@ class StreamExecutor:
         self.cur_role: Optional[str] = None
         self.cur_role_begin_pos: Optional[int] = None
         self.fork_start_text_pos: Optional[int] = None
+        # The backend's token linking this state to siblings started with it (`open_group`);
+        # the backend consumes it with the state's first request.
+        self.submit_group: Optional[Any] = None
 
         # Streaming readers wait on this condition for new text or the end.
         self._changed = threading.Condition()
@@ -119,10 +122,10 @@ class StreamExecutor:
             return
         self._ended = True
         if self.use_thread and self._worker is not None and self._worker.is_alive():
-            self._queue.put(None)
+            self._queue.put(None)  # the worker tells the backend once the queue drained
         else:
             self._mark_finished()
-        self.backend.end_program(self)
+            self.backend.end_program(self)
 
     def get_var(self, name: Optional[str]) -> Any:
         """The value of variable `name`, waiting for it to be produced."""
@@ -192,6 +195,9 @@ class StreamExecutor:
             child.cur_role_begin_pos = self.cur_role_begin_pos
             child.fork_start_text_pos = len(self.text_)
             children.append(child)
+        group = self.backend.open_group(size) if size > 1 else None
+        for child in children:
+            child.submit_group = group
         return children
 
     # -- streaming ---------------------------------------------------------------------------
@@ -255,6 +261,7 @@ class StreamExecutor:
             self._run_guarded(expr)
             self._queue.task_done()
         self._mark_finished()
+        self.backend.end_program(self)
 
     def _run_guarded(self, expr: SglExpr) -> None:
         if self.error_ is not None:
@@ -592,10 +599,13 @@ def run_program(
     default_sampling_params: SamplingParams,
     stream: bool,
     sync: bool = False,
+    submit_group: Optional[Any] = None,
 ) -> ProgramState:
-    """Run one program; with `stream`, the function itself runs on a thread."""
+    """Run one program; with `stream`, the function itself runs on a thread. `submit_group`
+    is the backend's token linking this program to others started with it."""
     kwargs = {**kwargs, **program.bind_arguments}
     executor = StreamExecutor(backend, kwargs, default_sampling_params, None, stream)
+    executor.submit_group = submit_group
     state = ProgramState(executor)
     if stream:
         t = threading.Thread(
@@ -634,8 +644,22 @@ def run_program_batch(
 
         pbar = tqdm.tqdm(total=len(batch_kwargs))
 
+    # The programs the pool starts at once may hand their first requests to the backend as
+    # one group (one scheduler step in-process); later ones arrive as the programs get there.
+    first_wave = backend.open_group(n) if n > 1 else None
+    started = [0]
+    started_lock = threading.Lock()
+
+    def group_for_next() -> Optional[Any]:
+        with started_lock:
+            started[0] += 1
+            return first_wave if started[0] <= n else None
+
     def one(kw: Dict[str, Any]) -> ProgramState:
-        st = run_program(program, backend, (), kw, default_sampling_params, False, sync=True)
+        st = run_program(
+            program, backend, (), kw, default_sampling_params, False, sync=True,
+            submit_group=group_for_next(),
+        )
         if pbar is not None:
             pbar.update()
         return st
