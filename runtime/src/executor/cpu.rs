@@ -3,7 +3,7 @@
 use super::kv::KvPool;
 use super::rope::Rope;
 use super::{Batch, ExecError, Executor, KvDtype, KvLayout, Logits, LogitsWanted};
-use crate::kernels::attention::{attend, AttnTile, KvGather};
+use crate::kernels::attention::{attend, AttnTile, KvGather, MAX_ROWS};
 use crate::kernels::elementwise::{rms_norm, silu_mul};
 use crate::kernels::packed::{OutPtr, PackedMatrix};
 use crate::kernels::pool::ThreadPool;
@@ -538,7 +538,7 @@ impl Executor for CpuExecutor {
                         let rows: Vec<(usize, usize)> = (task.t0..task.t1)
                             .flat_map(|t| (0..group).map(move |k| (t, task.kv_head * group + k)))
                             .collect();
-                        for chunk in rows.chunks(4) {
+                        for chunk in rows.chunks(MAX_ROWS) {
                             let qs: Vec<&[f32]> = chunk
                                 .iter()
                                 .map(|&(t, hh)| {

@@ -50,13 +50,17 @@ impl KvGather {
 
 /// Query rows to attend: each `q[i]` sees positions `0..lens[i]` and writes `out[i]`.
 pub struct AttnTile<'a> {
-    /// Query vectors (`head_dim` each), at most 4.
+    /// Query vectors (`head_dim` each), at most [`MAX_ROWS`].
     pub q: &'a [&'a [f32]],
     /// Visible positions per query (at least 1, at most the gathered length).
     pub lens: &'a [usize],
 }
 
-/// Runs attention for up to 4 query rows against `g`, writing each result to `out[i]`.
+/// Query rows per [`attend`] call: their scores share one pass over K.
+pub const MAX_ROWS: usize = 8;
+
+/// Runs attention for up to [`MAX_ROWS`] query rows against `g`, writing each result to
+/// `out[i]`.
 /// `scores` is scratch.
 pub fn attend(
     isa: Isa,
@@ -67,9 +71,9 @@ pub fn attend(
     out: &mut [&mut [f32]],
 ) {
     let nq = tile.q.len();
-    debug_assert!(nq <= 4 && tile.lens.iter().all(|&l| l >= 1 && l <= g.len));
+    debug_assert!(nq <= MAX_ROWS && tile.lens.iter().all(|&l| l >= 1 && l <= g.len));
     scores.clear();
-    scores.resize(4 * g.stride, 0.0);
+    scores.resize(MAX_ROWS * g.stride, 0.0);
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni && g.head_dim.is_multiple_of(16) {
         // SAFETY: AVX-512 F detected; shapes checked above.
@@ -117,6 +121,10 @@ unsafe fn attend_avx512(
     out: &mut [&mut [f32]],
 ) {
     match tile.q.len() {
+        8 => attend_n::<8>(tile, g, scale, scores, out),
+        7 => attend_n::<7>(tile, g, scale, scores, out),
+        6 => attend_n::<6>(tile, g, scale, scores, out),
+        5 => attend_n::<5>(tile, g, scale, scores, out),
         4 => attend_n::<4>(tile, g, scale, scores, out),
         3 => attend_n::<3>(tile, g, scale, scores, out),
         2 => attend_n::<2>(tile, g, scale, scores, out),
@@ -186,16 +194,47 @@ unsafe fn attend_n<const N: usize>(
         }
         inv[i] = 1.0 / _mm512_reduce_add_ps(sum);
     }
-    // Weighted sum of V rows: 64 dimensions × N queries per register tile, then the rest
-    // 16 at a time.
-    let chunks = hd / 16;
+    // Weighted sum of V rows: 64 dimensions × up to 4 queries per register tile, then the
+    // rest 16 at a time.
+    let mut i0 = 0;
+    while i0 < N {
+        let nr = (N - i0).min(4);
+        let len = tile.lens[i0..i0 + nr].iter().copied().max().unwrap_or(0);
+        let (sp, inv, out) = (
+            sp.add(i0 * stride),
+            &inv[i0..i0 + nr],
+            &mut out[i0..i0 + nr],
+        );
+        match nr {
+            4 => pv_rows::<4>(g, sp, stride, len, inv, out),
+            3 => pv_rows::<3>(g, sp, stride, len, inv, out),
+            2 => pv_rows::<2>(g, sp, stride, len, inv, out),
+            _ => pv_rows::<1>(g, sp, stride, len, inv, out),
+        }
+        i0 += nr;
+    }
+}
+
+/// [`pv`] over every dimension for `N` query rows.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn pv_rows<const N: usize>(
+    g: &KvGather,
+    sp: *const f32,
+    stride: usize,
+    maxlen: usize,
+    inv: &[f32],
+    out: &mut [&mut [f32]],
+) {
+    let chunks = g.head_dim / 16;
     let mut c = 0;
     while c + 4 <= chunks {
-        pv::<N, 4>(g, sp, stride, maxlen, c, &inv, out);
+        pv::<N, 4>(g, sp, stride, maxlen, c, inv, out);
         c += 4;
     }
     while c < chunks {
-        pv::<N, 1>(g, sp, stride, maxlen, c, &inv, out);
+        pv::<N, 1>(g, sp, stride, maxlen, c, inv, out);
         c += 1;
     }
 }
@@ -210,7 +249,7 @@ unsafe fn pv<const N: usize, const C: usize>(
     stride: usize,
     maxlen: usize,
     c: usize,
-    inv: &[f32; N],
+    inv: &[f32],
     out: &mut [&mut [f32]],
 ) {
     let (hd, v) = (g.head_dim, g.v.as_ptr());
@@ -270,12 +309,12 @@ mod tests {
                 g.v[p * hd + d] = v[p * hd + d];
             }
         }
-        let qs: Vec<Vec<f32>> = (0..4).map(|i| vals(hd, 10 + i)).collect();
+        let qs: Vec<Vec<f32>> = (0..8).map(|i| vals(hd, 10 + i)).collect();
         let qrefs: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
-        let lens = [37, 20, 1, 16];
+        let lens = [37, 20, 1, 16, 33, 32, 5, 36];
         let scale = 0.125;
         for isa in Isa::all_supported() {
-            for nq in 1..=4 {
+            for nq in 1..=MAX_ROWS {
                 let mut outs = vec![vec![0.0f32; hd]; nq];
                 let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
                 let tile = AttnTile {
