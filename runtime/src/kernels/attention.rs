@@ -30,15 +30,21 @@ pub struct KvGather {
 }
 
 impl KvGather {
-    /// Resizes for `len` positions (contents unspecified, the `kt` tail zeroed).
+    /// Resizes for `len` positions (contents unspecified except the zeroed `kt` padding).
     pub fn reset(&mut self, len: usize, head_dim: usize) {
         self.len = len;
         self.head_dim = head_dim;
         self.stride = len.div_ceil(32) * 32;
-        self.kt.clear();
+        // Only the padding positions of the last panel must be zero: the caller overwrites
+        // every position below `len` (zeroing whole buffers was 7% of a batch-32 decode).
         self.kt.resize(head_dim * self.stride, 0.0);
-        self.v.clear();
         self.v.resize(len * head_dim, 0.0);
+        for p in len..self.stride {
+            for d in 0..head_dim {
+                let i = self.kt_index(d, p);
+                self.kt[i] = 0.0;
+            }
+        }
     }
 
     /// Index of key `p`'s dimension `d` in `kt`.
@@ -72,7 +78,7 @@ pub fn attend(
 ) {
     let nq = tile.q.len();
     debug_assert!(nq <= MAX_ROWS && tile.lens.iter().all(|&l| l >= 1 && l <= g.len));
-    scores.clear();
+    // Every score read is written first (up to the tile's padded length).
     scores.resize(MAX_ROWS * g.stride, 0.0);
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni && g.head_dim.is_multiple_of(16) {
