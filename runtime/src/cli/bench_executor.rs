@@ -4,6 +4,12 @@
 //! each, then greedy steps for all of them in one batch per step, at batch 1, 8 and 32.
 //! With `--json` the last line is
 //! `{"prefill_tok_s": …, "decode_tok_s": {"1": …, "8": …, "32": …}}`.
+//!
+//! `--llama-python PATH` also measures llama.cpp in the same run: a small Python script
+//! (embedded here) runs through that interpreter with `llama_cpp` (llama-cpp-python) on the
+//! same GGUF, the same prefill prompt ids and the same batch-1 decode prompt, with the same
+//! thread count; the JSON object then gains `"llama_cpp": {"prefill_tok_s", "decode_tok_s_1"}`
+//! and `"vs_llama_cpp": {"prefill", "decode_1"}` (our figure / llama.cpp's).
 
 use crate::executor::{
     Batch, CpuExecutor, ExecConfig, Executor, KvCapacity, LogitsWanted, SeqChunk,
@@ -37,6 +43,107 @@ pub struct BenchExecutorArgs {
     /// Print a JSON object on the last line.
     #[arg(long)]
     pub json: bool,
+    /// A Python interpreter with llama-cpp-python installed: measure llama.cpp on the same
+    /// prompts in the same run (skipped with a message if it cannot import `llama_cpp`).
+    #[arg(long)]
+    pub llama_python: Option<PathBuf>,
+}
+
+/// The llama.cpp side of the benchmark (see the module docs).
+const LLAMA_SCRIPT: &str = include_str!("assets/llama_cpp_bench.py");
+
+/// Prompt length of the decode measurement.
+const DECODE_PROMPT: usize = 64;
+
+/// llama.cpp's figures on the same workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaCppBench {
+    /// Prefill tokens per second.
+    pub prefill_tok_s: f64,
+    /// Decode tokens per second at batch 1.
+    pub decode_tok_s_1: f64,
+}
+
+/// Runs the embedded script through `python` on `model` (a GGUF file). `Ok(None)`, with the
+/// reason printed, when the interpreter has no `llama_cpp` or the model is not a GGUF file.
+pub fn bench_llama_cpp(
+    python: &std::path::Path,
+    model: &std::path::Path,
+    args: &BenchExecutorArgs,
+    threads: usize,
+    vocab: usize,
+) -> anyhow::Result<Option<LlamaCppBench>> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    if model.is_dir() {
+        eprintln!(
+            "llama.cpp: skipped, it needs a GGUF file ({} is a folder)",
+            model.display()
+        );
+        return Ok(None);
+    }
+    let probe = Command::new(python)
+        .args(["-c", "import llama_cpp"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !matches!(probe, Ok(s) if s.success()) {
+        eprintln!(
+            "llama.cpp: skipped, {} cannot import llama_cpp (install llama-cpp-python==0.3.36, \
+             see shared/peers/README.md)",
+            python.display()
+        );
+        return Ok(None);
+    }
+    let script = std::env::temp_dir().join(format!("sglrs-llama-bench-{}.py", std::process::id()));
+    std::fs::write(&script, LLAMA_SCRIPT)
+        .with_context(|| format!("writing {}", script.display()))?;
+    let ids = serde_json::json!({
+        "prefill": synthetic_tokens(args.prefill_tokens, 1, vocab),
+        "decode_prompt": synthetic_tokens(DECODE_PROMPT, 100, vocab),
+    });
+    let run = || -> anyhow::Result<std::process::Output> {
+        let mut child = Command::new(python)
+            .arg(&script)
+            .arg(model)
+            .arg(threads.to_string())
+            .arg(args.decode_steps.to_string())
+            .arg(args.repeat.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {}", python.display()))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(ids.to_string().as_bytes())?;
+        }
+        Ok(child.wait_with_output()?)
+    };
+    let out = run();
+    let _ = std::fs::remove_file(&script);
+    let out = out?;
+    anyhow::ensure!(
+        out.status.success(),
+        "llama.cpp benchmark failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(last)
+        .with_context(|| format!("llama.cpp benchmark printed {last:?}"))?;
+    let field = |k: &str| {
+        v[k].as_f64()
+            .with_context(|| format!("llama.cpp benchmark output lacks {k}: {last}"))
+    };
+    let r = LlamaCppBench {
+        prefill_tok_s: field("prefill_tok_s")?,
+        decode_tok_s_1: field("decode_tok_s_1")?,
+    };
+    eprintln!(
+        "llama.cpp: prefill {:.1} tok/s, decode batch 1 {:.1} tok/s",
+        r.prefill_tok_s, r.decode_tok_s_1
+    );
+    Ok(Some(r))
 }
 
 /// Measured throughput.
@@ -105,7 +212,7 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
     );
 
     let mut decode = Vec::new();
-    const PROMPT: usize = 64;
+    const PROMPT: usize = DECODE_PROMPT;
     for &b in &args.batch {
         let per = (PROMPT + args.decode_steps).div_ceil(ps);
         anyhow::ensure!(
@@ -191,6 +298,10 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
         exec.isa()
     );
     let r = bench(&mut exec, args)?;
+    let llama = match &args.llama_python {
+        Some(py) => bench_llama_cpp(py, &path, args, exec.threads(), exec.vocab_size())?,
+        None => None,
+    };
     println!("| measurement | tokens/s |");
     println!("|---|---|");
     println!(
@@ -200,20 +311,56 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
     for (b, t) in &r.decode_tok_s {
         println!("| decode, batch {b} (aggregate) | {t:.1} |");
     }
+    let ours_1 = r
+        .decode_tok_s
+        .iter()
+        .find(|(b, _)| *b == 1)
+        .map(|(_, t)| *t);
+    if let Some(l) = &llama {
+        println!(
+            "| llama.cpp prefill ({} tokens) | {:.1} (sglrs/llama.cpp {:.2}x) |",
+            args.prefill_tokens,
+            l.prefill_tok_s,
+            r.prefill_tok_s / l.prefill_tok_s
+        );
+        println!(
+            "| llama.cpp decode, batch 1 | {:.1}{} |",
+            l.decode_tok_s_1,
+            ours_1.map_or(String::new(), |o| format!(
+                " (sglrs/llama.cpp {:.2}x)",
+                o / l.decode_tok_s_1
+            ))
+        );
+    }
     if args.json {
         let decode: serde_json::Map<String, serde_json::Value> = r
             .decode_tok_s
             .iter()
             .map(|(b, t)| (b.to_string(), serde_json::json!(round1(*t))))
             .collect();
-        println!(
-            "{}",
-            serde_json::json!({ "prefill_tok_s": round1(r.prefill_tok_s), "decode_tok_s": decode })
-        );
+        let mut obj = serde_json::json!({
+            "prefill_tok_s": round1(r.prefill_tok_s),
+            "decode_tok_s": decode,
+        });
+        if let Some(l) = &llama {
+            obj["llama_cpp"] = serde_json::json!({
+                "prefill_tok_s": round1(l.prefill_tok_s),
+                "decode_tok_s_1": round1(l.decode_tok_s_1),
+            });
+            obj["vs_llama_cpp"] = serde_json::json!({
+                "prefill": round2(r.prefill_tok_s / l.prefill_tok_s),
+                "decode_1": ours_1.map(|o| round2(o / l.decode_tok_s_1)),
+            });
+        }
+        println!("{obj}");
     }
     Ok(())
 }
 
 fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
 }

@@ -3,7 +3,7 @@
 use super::kv::KvPool;
 use super::rope::Rope;
 use super::{Batch, ExecError, Executor, KvDtype, KvLayout, Logits, LogitsWanted};
-use crate::kernels::attention::{attend, AttnTile, KvGather};
+use crate::kernels::attention::{attend, AttnTile, KvGather, MAX_ROWS};
 use crate::kernels::elementwise::{rms_norm, silu_mul};
 use crate::kernels::packed::{OutPtr, PackedMatrix};
 use crate::kernels::pool::ThreadPool;
@@ -99,6 +99,8 @@ struct Scratch {
     act: Vec<f32>,
     acts: QuantActs,
     rope: Vec<(f32, f32)>,
+    /// K/V of each (sequence, KV head) of the current layer, gathered once per layer.
+    gathers: Vec<KvGather>,
 }
 
 /// The CPU executor (see the module docs and [`Executor`]).
@@ -141,8 +143,8 @@ fn check_shape(name: &str, w: &Weight, rows: usize, cols: usize) -> Result<(), B
     Ok(())
 }
 
-fn pack(name: &str, ws: &[&Weight]) -> Result<PackedMatrix, BuildError> {
-    PackedMatrix::pack(ws).map_err(|source| BuildError::Weight {
+fn pack(name: &str, ws: &[&Weight], isa: Isa) -> Result<PackedMatrix, BuildError> {
+    PackedMatrix::pack(ws, isa).map_err(|source| BuildError::Weight {
         name: name.to_string(),
         source,
     })
@@ -159,11 +161,52 @@ struct AttnTask {
     pos0: usize,
 }
 
+/// Gathers shared by the tasks that fill them (one each).
+struct GatherPtr(*mut KvGather);
+// SAFETY: only used for disjoint writes while the owning vector is borrowed.
+unsafe impl Sync for GatherPtr {}
+
 /// Query tokens per attention task.
 const ATTN_BLOCK: usize = 32;
 
 thread_local! {
-    static ATTN_SCRATCH: RefCell<(KvGather, Vec<f32>)> = RefCell::new(Default::default());
+    static ATTN_SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Tokens below which the per-token element-wise work stays on the calling thread.
+const PAR_TOKENS: usize = 8;
+
+/// Runs `f(t)` for every token `t in 0..n`, spread over the pool when `n` is large enough.
+fn par_tokens(pool: &ThreadPool, n: usize, f: &(dyn Fn(usize) + Sync)) {
+    if n < PAR_TOKENS || pool.threads() == 1 {
+        (0..n).for_each(f);
+        return;
+    }
+    let per = n.div_ceil(pool.threads() * 4);
+    pool.run(n.div_ceil(per), &|c| {
+        (c * per..((c + 1) * per).min(n)).for_each(f)
+    });
+}
+
+/// Row `t` (of width `w`) of the buffer behind `p`.
+///
+/// # Safety
+/// The buffer must hold `(t + 1) * w` floats and no other live reference may cover the row.
+#[allow(clippy::mut_from_ref)]
+unsafe fn row_mut(p: &OutPtr, t: usize, w: usize) -> &mut [f32] {
+    std::slice::from_raw_parts_mut(p.0.add(t * w), w)
+}
+
+/// RMSNorm of every row of `x` into `out` (rows of `h`), parallel over tokens.
+fn rms_norm_rows(pool: &ThreadPool, x: &[f32], w: &[f32], eps: f32, h: usize, out: &mut [f32]) {
+    let n = x.len() / h;
+    let o = OutPtr(out.as_mut_ptr());
+    debug_assert!(out.len() >= n * h);
+    par_tokens(pool, n, &|t| {
+        // SAFETY: each token's row is written by one call only; `out` holds `n * h` floats.
+        let dst = unsafe { row_mut(&o, t, h) };
+        rms_norm(&x[t * h..(t + 1) * h], w, eps, dst);
+    });
 }
 
 impl CpuExecutor {
@@ -200,6 +243,7 @@ impl CpuExecutor {
             name: "token_embd".into(),
             source,
         })?;
+        let isa = Isa::detect();
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for (i, l) in w.layers.iter().enumerate() {
             let n = |s: &str| format!("blk.{i}.{s}");
@@ -230,20 +274,20 @@ impl CpuExecutor {
             };
             layers.push(Layer {
                 attn_norm: l.attn_norm.clone(),
-                qkv: pack(&n("attn_qkv"), &[&l.wq, &l.wk, &l.wv])?,
+                qkv: pack(&n("attn_qkv"), &[&l.wq, &l.wk, &l.wv], isa)?,
                 qkv_bias,
-                wo: pack(&n("attn_output"), &[&l.wo])?,
+                wo: pack(&n("attn_output"), &[&l.wo], isa)?,
                 ffn_norm: l.ffn_norm.clone(),
-                gate_up: pack(&n("ffn_gate_up"), &[&l.w_gate, &l.w_up])?,
-                down: pack(&n("ffn_down"), &[&l.w_down])?,
+                gate_up: pack(&n("ffn_gate_up"), &[&l.w_gate, &l.w_up], isa)?,
+                down: pack(&n("ffn_down"), &[&l.w_down], isa)?,
             });
         }
         let lm_head = match &w.lm_head {
             Some(head) => {
                 check_shape("output", head, cfg.vocab_size, h)?;
-                pack("output", &[head])?
+                pack("output", &[head], isa)?
             }
-            None => pack("token_embd", &[&w.embed])?,
+            None => pack("token_embd", &[&w.embed], isa)?,
         };
         let layout = KvLayout {
             num_layers: cfg.num_layers,
@@ -266,7 +310,7 @@ impl CpuExecutor {
             kv: KvPool::new(layout, num_pages),
             rope: Rope::new(cfg),
             pool: ThreadPool::new(ec.threads.max(1)),
-            isa: Isa::detect(),
+            isa,
             s: Scratch::default(),
         })
     }
@@ -427,32 +471,36 @@ impl Executor for CpuExecutor {
         for (li, layer) in layers.iter().enumerate() {
             // Attention block.
             s.h.resize(n * h, 0.0);
-            for t in 0..n {
-                rms_norm(
-                    &s.x[t * h..(t + 1) * h],
-                    &layer.attn_norm,
-                    eps,
-                    &mut s.h[t * h..(t + 1) * h],
-                );
-            }
-            s.acts.quantize(&s.h, n, h);
+            rms_norm_rows(pool, &s.x, &layer.attn_norm, eps, h, &mut s.h);
+            s.acts.quantize_par(pool, &s.h, n, h);
             s.qkv.resize(n * qkv_w, 0.0);
             layer.qkv.matmul(pool, isa, &s.h, &s.acts, n, &mut s.qkv);
-            for t in 0..n {
-                let row = &mut s.qkv[t * qkv_w..(t + 1) * qkv_w];
-                if let Some(b) = &layer.qkv_bias {
-                    row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
-                }
-                let table = &s.rope[t * half..(t + 1) * half];
-                Rope::apply(table, &mut row[..qd + kvd]);
-                // llama.cpp converts Q to the KV type (f16) before QKᵀ, in both its attention
-                // paths; doing the same keeps our logits within its noise (the teacher-forced
-                // golden test: p99 |Δlogprob| 0.21 → 0.18 nat, no clear-margin flips).
-                if kv.layout().dtype == KvDtype::F16 {
-                    for x in &mut row[..qd] {
-                        *x = half::f16::from_f32(*x).to_f32();
+            {
+                let (qkv_ptr, table, f16_q) = (
+                    OutPtr(s.qkv.as_mut_ptr()),
+                    &s.rope,
+                    kv.layout().dtype == KvDtype::F16,
+                );
+                par_tokens(pool, n, &|t| {
+                    // SAFETY: each token's row is touched by one call only.
+                    let row = unsafe { row_mut(&qkv_ptr, t, qkv_w) };
+                    if let Some(b) = &layer.qkv_bias {
+                        row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
                     }
-                }
+                    Rope::apply(&table[t * half..(t + 1) * half], &mut row[..qd + kvd]);
+                    // llama.cpp converts Q to the KV type (f16) before QKᵀ, in both its
+                    // attention paths; doing the same keeps our logits within its noise (the
+                    // teacher-forced golden test: p99 |Δlogprob| 0.21 → 0.18 nat, no
+                    // clear-margin flips).
+                    if f16_q {
+                        for x in &mut row[..qd] {
+                            *x = half::f16::from_f32(*x).to_f32();
+                        }
+                    }
+                });
+            }
+            for t in 0..n {
+                let row = &s.qkv[t * qkv_w..(t + 1) * qkv_w];
                 let q = &batch.seqs[seq_of[t]];
                 let p = pos_of[t];
                 kv.write_token(
@@ -465,19 +513,32 @@ impl Executor for CpuExecutor {
             }
             s.attn.resize(n * qd, 0.0);
             {
+                // K/V of every (sequence, KV head) up to the chunk's end, once per layer.
+                let nseq = batch.seqs.len();
+                s.gathers.resize_with(nseq * nkv, KvGather::default);
+                let gptr = GatherPtr(s.gathers.as_mut_ptr());
+                let (kvr, seqs) = (&*kv, &batch.seqs);
+                pool.run(nseq * nkv, &|i| {
+                    let gptr = &gptr;
+                    let q = &seqs[i / nkv];
+                    // SAFETY: task `i` alone writes gather `i`; the vector outlives `run`.
+                    let g = unsafe { &mut *gptr.0.add(i) };
+                    kvr.gather(li, q.pages, i % nkv, q.start_pos + q.tokens.len(), g);
+                });
+            }
+            {
                 let out = OutPtr(s.attn.as_mut_ptr());
-                let (kv, qkv, seqs) = (&*kv, &s.qkv, &batch.seqs);
+                let (qkv, gathers) = (&s.qkv, &s.gathers);
                 pool.run(tasks.len(), &|ti| {
                     let task = &tasks[ti];
                     let out = &out;
-                    ATTN_SCRATCH.with(|c| {
-                        let (g, scores) = &mut *c.borrow_mut();
-                        let last_pos = task.pos0 + (task.t1 - task.t0);
-                        kv.gather(li, seqs[task.seq].pages, task.kv_head, last_pos, g);
+                    let g = &gathers[task.seq * nkv + task.kv_head];
+                    ATTN_SCORES.with(|c| {
+                        let scores = &mut *c.borrow_mut();
                         let rows: Vec<(usize, usize)> = (task.t0..task.t1)
                             .flat_map(|t| (0..group).map(move |k| (t, task.kv_head * group + k)))
                             .collect();
-                        for chunk in rows.chunks(4) {
+                        for chunk in rows.chunks(MAX_ROWS) {
                             let qs: Vec<&[f32]> = chunk
                                 .iter()
                                 .map(|&(t, hh)| {
@@ -510,33 +571,27 @@ impl Executor for CpuExecutor {
                     });
                 });
             }
-            s.acts.quantize(&s.attn, n, qd);
+            s.acts.quantize_par(pool, &s.attn, n, qd);
             s.o.resize(n * h, 0.0);
             layer.wo.matmul(pool, isa, &s.attn, &s.acts, n, &mut s.o);
             s.x.iter_mut().zip(&s.o).for_each(|(x, o)| *x += o);
 
             // MLP block.
-            for t in 0..n {
-                rms_norm(
-                    &s.x[t * h..(t + 1) * h],
-                    &layer.ffn_norm,
-                    eps,
-                    &mut s.h[t * h..(t + 1) * h],
-                );
-            }
-            s.acts.quantize(&s.h, n, h);
+            rms_norm_rows(pool, &s.x, &layer.ffn_norm, eps, h, &mut s.h);
+            s.acts.quantize_par(pool, &s.h, n, h);
             s.gu.resize(n * 2 * inter, 0.0);
             layer.gate_up.matmul(pool, isa, &s.h, &s.acts, n, &mut s.gu);
             s.act.resize(n * inter, 0.0);
-            for t in 0..n {
-                let gu = &s.gu[t * 2 * inter..(t + 1) * 2 * inter];
-                silu_mul(
-                    &gu[..inter],
-                    &gu[inter..],
-                    &mut s.act[t * inter..(t + 1) * inter],
-                );
+            {
+                let (gu, act) = (&s.gu, OutPtr(s.act.as_mut_ptr()));
+                par_tokens(pool, n, &|t| {
+                    let gu = &gu[t * 2 * inter..(t + 1) * 2 * inter];
+                    // SAFETY: each token's row is written by one call only.
+                    let dst = unsafe { row_mut(&act, t, inter) };
+                    silu_mul(&gu[..inter], &gu[inter..], dst);
+                });
             }
-            s.acts.quantize(&s.act, n, inter);
+            s.acts.quantize_par(pool, &s.act, n, inter);
             layer.down.matmul(pool, isa, &s.act, &s.acts, n, &mut s.o);
             s.x.iter_mut().zip(&s.o).for_each(|(x, o)| *x += o);
         }
@@ -571,7 +626,7 @@ impl Executor for CpuExecutor {
                 &mut s.h[r * h..(r + 1) * h],
             );
         }
-        s.acts.quantize(&s.h[..m * h], m, h);
+        s.acts.quantize_par(pool, &s.h[..m * h], m, h);
         logits.data = vec![0.0; m * cfg.vocab_size];
         lm_head.matmul(pool, isa, &s.h[..m * h], &s.acts, m, &mut logits.data);
         Ok(logits)

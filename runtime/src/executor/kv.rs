@@ -85,14 +85,16 @@ impl KvPool {
         g.reset(len, hd);
         let raw = self.raw();
         let mut tmp = vec![0.0f32; hd];
+        let panel = hd * 32;
         for pos in 0..len {
             let page = pages[pos / l.page_size] as usize;
             let slot = pos % l.page_size;
             let koff = self.offset(page, layer, false, slot) + kv_head * hd * es;
             let voff = self.offset(page, layer, true, slot) + kv_head * hd * es;
             load(l.dtype, &raw[koff..koff + hd * es], &mut tmp);
+            let base = (pos / 32) * panel + pos % 32;
             for (d, &kv) in tmp.iter().enumerate() {
-                g.kt[d * g.stride + pos] = kv;
+                g.kt[base + d * 32] = kv;
             }
             load(
                 l.dtype,
@@ -217,7 +219,7 @@ mod tests {
         pool.gather(1, &pages, 1, 7, &mut g);
         for pos in 0..7 {
             for d in 0..4 {
-                assert_eq!(g.kt[d * g.stride + pos], (pos * 10 + 4 + d) as f32);
+                assert_eq!(g.kt[g.kt_index(d, pos)], (pos * 10 + 4 + d) as f32);
                 assert_eq!(g.v[pos * 4 + d], -((pos * 10 + 4 + d) as f32));
             }
         }

@@ -1,10 +1,17 @@
-//! AVX-512 VNNI quantized matmul: two blocks of 32 per 512-bit `vpdpbusd`, register tiles of
-//! up to 4 weight rows × 4 activation rows so each unpacked weight vector serves 4 tokens.
+//! AVX-512 VNNI quantized matmul over the [`QuantLayout::Vnni16`] weight layout.
+//!
+//! A register tile is `R` groups of 16 weight rows × `T` tokens. Per 32-block, each 64-byte
+//! weight vector (16 rows × 4 consecutive values, nibbles unpacked once) meets a broadcast of
+//! the same 4 activation bytes of each token (`vpbroadcastd`) in a `vpdpbusd` into int32
+//! accumulators, one per (row group, token); after the block, each is converted and FMA'd
+//! with the 16 row scales × the token's scale, plus the offsets × the token's block sum, into
+//! f32 accumulators. The result lanes are 16 consecutive output rows of one token, so the
+//! tile is stored directly: no horizontal reductions.
 
-// Register tiles are indexed by (row, token) on purpose: the loops mirror the tile shape.
+// Register tiles are indexed by (row group, token) on purpose: the loops mirror the tile.
 #![allow(clippy::needless_range_loop)]
 
-use super::packed::QuantMatrix;
+use super::packed::{QuantLayout, QuantMatrix};
 use super::quant::{QuantActs, QK};
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -16,8 +23,9 @@ const TOKEN_BLOCK: usize = 64;
 /// Computes rows `r0..r1` of `out[t * rows + r]` for every activation row.
 ///
 /// # Safety
-/// The CPU must support AVX-512 F/BW/VL/VNNI; `out` must point to `a.n * w.rows` writable
-/// floats and no other thread writes these rows.
+/// The CPU must support AVX-512 F/BW/VL/VNNI; `w` must be in the VNNI layout with `r0` a
+/// multiple of 16; `out` must point to `a.n * w.rows` writable floats and no other thread
+/// writes these rows.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn matmul_rows(
@@ -27,6 +35,7 @@ pub(super) unsafe fn matmul_rows(
     a: &QuantActs,
     out: *mut f32,
 ) {
+    debug_assert!(w.layout == QuantLayout::Vnni16 && r0.is_multiple_of(16));
     if w.nibble {
         rows_impl::<true>(w, r0, r1, a, out)
     } else {
@@ -45,102 +54,124 @@ unsafe fn rows_impl<const NIB: bool>(
     out: *mut f32,
 ) {
     let n = a.n;
+    let (g0, g1) = (r0 / 16, r1.div_ceil(16));
     let mut t0 = 0;
     while t0 < n {
         let t1 = (t0 + TOKEN_BLOCK).min(n);
-        let mut r = r0;
-        while r < r1 {
-            let nr = if r1 - r >= 4 { 4 } else { 1 };
+        let mut g = g0;
+        while g < g1 {
+            // Few tokens (decode): more row groups per tile to keep the vpdpbusd chain busy.
+            let ng = if t1 - t0 == 1 && g1 - g >= 4 {
+                4
+            } else if g1 - g >= 2 {
+                2
+            } else {
+                1
+            };
             let mut t = t0;
             while t < t1 {
                 let nt = (t1 - t).min(4);
-                match (nr, nt) {
-                    (4, 4) => tile::<4, 4, NIB>(w, r, a, t, out),
-                    (4, 3) => tile::<4, 3, NIB>(w, r, a, t, out),
-                    (4, 2) => tile::<4, 2, NIB>(w, r, a, t, out),
-                    (4, _) => tile::<4, 1, NIB>(w, r, a, t, out),
-                    (_, 4) => tile::<1, 4, NIB>(w, r, a, t, out),
-                    (_, 3) => tile::<1, 3, NIB>(w, r, a, t, out),
-                    (_, 2) => tile::<1, 2, NIB>(w, r, a, t, out),
-                    _ => tile::<1, 1, NIB>(w, r, a, t, out),
+                match (ng, nt) {
+                    (4, _) => tile::<4, 1, NIB>(w, g, a, t, out),
+                    (2, 4) => tile::<2, 4, NIB>(w, g, a, t, out),
+                    (2, 3) => tile::<2, 3, NIB>(w, g, a, t, out),
+                    (2, 2) => tile::<2, 2, NIB>(w, g, a, t, out),
+                    (2, _) => tile::<2, 1, NIB>(w, g, a, t, out),
+                    (_, 4) => tile::<1, 4, NIB>(w, g, a, t, out),
+                    (_, 3) => tile::<1, 3, NIB>(w, g, a, t, out),
+                    (_, 2) => tile::<1, 2, NIB>(w, g, a, t, out),
+                    _ => tile::<1, 1, NIB>(w, g, a, t, out),
                 }
                 t += nt;
             }
-            r += nr;
+            g += ng;
         }
         t0 = t1;
     }
 }
 
-/// `[x0, x1]` at `p` → `[x0 × 8, x1 × 8]`: one scale per 32-value block in a 512-bit vector.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f")]
-unsafe fn pair_bcast(p: *const f32, idx: __m512i) -> __m512 {
-    let v = _mm_castsi128_ps(_mm_loadl_epi64(p as *const __m128i));
-    _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v))
-}
-
+/// One register tile: row groups `g..g + R`, tokens `t..t + T`.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tile<const R: usize, const T: usize, const NIB: bool>(
     w: &QuantMatrix,
-    r: usize,
+    g: usize,
     a: &QuantActs,
     t: usize,
     out: *mut f32,
 ) {
-    let (nbp, rq) = (w.nbp, w.row_qs());
-    let idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    let mask = _mm256_set1_epi8(0x0F);
     let mut acc = [[_mm512_setzero_ps(); T]; R];
-    let (wq, wd) = (w.qs.as_ptr(), w.d.as_ptr());
-    let (aq, ad) = (a.qs.as_ptr(), a.d.as_ptr());
-    for j in 0..nbp / 2 {
-        let mut wv = [_mm512_setzero_si512(); R];
-        let mut dw = [_mm512_setzero_ps(); R];
-        for i in 0..R {
-            let row = r + i;
-            wv[i] = if NIB {
-                let p = _mm256_loadu_si256(wq.add(row * rq + j * QK) as *const __m256i);
-                let lo = _mm256_and_si256(p, mask);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(p, 4), mask);
-                _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1)
-            } else {
-                _mm512_loadu_si512(wq.add(row * rq + j * 2 * QK) as *const __m512i)
-            };
-            dw[i] = pair_bcast(wd.add(row * nbp + 2 * j), idx);
-        }
-        for k in 0..T {
-            let tk = t + k;
-            let av = _mm512_loadu_si512(aq.add((tk * nbp + 2 * j) * QK) as *const __m512i);
-            let da = pair_bcast(ad.add(tk * nbp + 2 * j), idx);
-            for i in 0..R {
-                let dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[i], av);
-                acc[i][k] =
-                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_mul_ps(dw[i], da), acc[i][k]);
-            }
-        }
-    }
-    // The offsets: Σ_b m[b] s[b], folded into the same accumulators.
-    let (wm, asum) = (w.m.as_ptr(), a.sums(w.exact_sums).as_ptr());
-    let mut b = 0;
-    while b < nbp {
-        let cnt = (nbp - b).min(16);
-        let mk: __mmask16 = if cnt == 16 { 0xFFFF } else { (1u16 << cnt) - 1 };
-        for i in 0..R {
-            let mv = _mm512_maskz_loadu_ps(mk, wm.add((r + i) * nbp + b));
-            for k in 0..T {
-                let sv = _mm512_maskz_loadu_ps(mk, asum.add((t + k) * nbp + b));
-                acc[i][k] = _mm512_fmadd_ps(mv, sv, acc[i][k]);
-            }
-        }
-        b += 16;
+    // Blocks come in pairs (`nbp` is even); four-bit pairs share their bytes.
+    for b in (0..w.nbp).step_by(2) {
+        block::<R, T, NIB, false>(w, g, a, t, b, &mut acc);
+        block::<R, T, NIB, true>(w, g, a, t, b + 1, &mut acc);
     }
     for i in 0..R {
-        for k in 0..T {
-            *out.add((t + k) * w.rows + r + i) = _mm512_reduce_add_ps(acc[i][k]);
+        let r = (g + i) * 16;
+        let valid = w.rows.saturating_sub(r).min(16);
+        let mk: __mmask16 = if valid == 16 {
+            0xFFFF
+        } else {
+            ((1u32 << valid) - 1) as u16
+        };
+        for j in 0..T {
+            _mm512_mask_storeu_ps(out.add((t + j) * w.rows + r), mk, acc[i][j]);
+        }
+    }
+}
+
+/// Adds block `b` (odd: `ODD`) of row groups `g..g + R` × tokens `t..t + T` to `acc`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn block<const R: usize, const T: usize, const NIB: bool, const ODD: bool>(
+    w: &QuantMatrix,
+    g: usize,
+    a: &QuantActs,
+    t: usize,
+    b: usize,
+    acc: &mut [[__m512; T]; R],
+) {
+    let nbp = w.nbp;
+    let mask = _mm512_set1_epi8(0x0F);
+    let (wq, wd, wm) = (w.qs.as_ptr(), w.d.as_ptr(), w.m.as_ptr());
+    let (aq, ad) = (a.qs.as_ptr() as *const u8, a.d.as_ptr());
+    let asum = a.sums(w.exact_sums).as_ptr();
+    let mut iacc = [[_mm512_setzero_si512(); T]; R];
+    for k in 0..QK / 4 {
+        let mut wv = [_mm512_setzero_si512(); R];
+        for i in 0..R {
+            wv[i] = if NIB {
+                // Even blocks in the low nibbles, odd blocks in the high ones.
+                let at = (((g + i) * (nbp / 2) + b / 2) * 8 + k) * 64;
+                let p = _mm512_loadu_si512(wq.add(at) as *const __m512i);
+                if ODD {
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(p), mask)
+                } else {
+                    _mm512_and_si512(p, mask)
+                }
+            } else {
+                let at = (((g + i) * nbp + b) * 8 + k) * 64;
+                _mm512_loadu_si512(wq.add(at) as *const __m512i)
+            };
+        }
+        for j in 0..T {
+            let p = aq.add(((t + j) * nbp + b) * QK + 4 * k) as *const i32;
+            let av = _mm512_set1_epi32(p.read_unaligned());
+            for i in 0..R {
+                iacc[i][j] = _mm512_dpbusd_epi32(iacc[i][j], wv[i], av);
+            }
+        }
+    }
+    for i in 0..R {
+        let dw = _mm512_loadu_ps(wd.add(((g + i) * nbp + b) * 16));
+        let mv = _mm512_loadu_ps(wm.add(((g + i) * nbp + b) * 16));
+        for j in 0..T {
+            let ai = (t + j) * nbp + b;
+            let sc = _mm512_mul_ps(dw, _mm512_set1_ps(*ad.add(ai)));
+            acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[i][j]), sc, acc[i][j]);
+            acc[i][j] = _mm512_fmadd_ps(mv, _mm512_set1_ps(*asum.add(ai)), acc[i][j]);
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Portable quantized matmul (the reference the SIMD kernels are tested against).
+//! Portable quantized matmul over either weight layout (the reference the SIMD kernels are
+//! tested against).
 
 use super::packed::QuantMatrix;
 use super::quant::{QuantActs, QK};
@@ -14,7 +15,7 @@ pub(super) unsafe fn matmul_rows(
     a: &QuantActs,
     out: *mut f32,
 ) {
-    let (nbp, rq) = (w.nbp, w.row_qs());
+    let nbp = w.nbp;
     let sums = a.sums(w.exact_sums);
     for t in 0..a.n {
         for r in r0..r1 {
@@ -23,19 +24,10 @@ pub(super) unsafe fn matmul_rows(
                 let ai = t * nbp + b;
                 let aq = &a.qs[ai * QK..(ai + 1) * QK];
                 let mut isum = 0i32;
-                if w.nibble {
-                    let pair = &w.qs[r * rq + (b / 2) * QK..][..QK];
-                    let sh = (b % 2) * 4;
-                    for j in 0..QK {
-                        isum += ((pair[j] >> sh) & 0x0F) as i32 * aq[j] as i32;
-                    }
-                } else {
-                    let q = &w.qs[r * rq + b * QK..][..QK];
-                    for j in 0..QK {
-                        isum += q[j] as i32 * aq[j] as i32;
-                    }
+                for (k, &q) in aq.iter().enumerate() {
+                    isum += w.value(r, b, k) as i32 * q as i32;
                 }
-                let wi = r * nbp + b;
+                let wi = w.scale_index(r, b);
                 s += w.d[wi] * a.d[ai] * isum as f32 + w.m[wi] * sums[ai];
             }
             *out.add(t * w.rows + r) = s;

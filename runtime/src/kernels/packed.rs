@@ -26,21 +26,122 @@ pub struct QuantMatrix {
     pub nbp: usize,
     /// Four-bit values, two blocks per 32 bytes; otherwise one byte per value.
     pub nibble: bool,
-    /// Packed values, `rows * nbp * (16 | 32)` bytes.
+    /// Layout of `qs`, `d` and `m` (see [`QuantLayout`]).
+    pub layout: QuantLayout,
+    /// Packed values, `rows_padded * nbp * (16 | 32)` bytes.
     pub qs: Vec<u8>,
-    /// Block scales, `rows * nbp`.
+    /// Block scales, `rows_padded * nbp`.
     pub d: Vec<f32>,
-    /// Block offsets, `rows * nbp`.
+    /// Block offsets, `rows_padded * nbp`.
     pub m: Vec<f32>,
     /// The offsets are unsigned-encoding offsets (Q4_0, Q8_0) that must cancel exactly, so
     /// they pair with the exact activation sums; Q4_1 minimums pair with llama.cpp's f16 sums.
     pub exact_sums: bool,
 }
 
+/// How a [`QuantMatrix`] lays out its values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantLayout {
+    /// Row by row: row `r`'s packed values at `qs[r * row_qs..]`, its block `b`'s scale and
+    /// offset at `d[r * nbp + b]`, `m[r * nbp + b]` (the AVX2 and scalar kernels).
+    Rows,
+    /// VNNI tiles for the AVX-512 kernel: rows in groups of 16 (the last one zero-padded),
+    /// each group's values in 64-byte vectors whose lane `i` holds 4 consecutive values of
+    /// row `16g + i` (`vpdpbusd` order). Four-bit: vector `((grp * nbp/2 + j) * 8 + k)` holds
+    /// values `4k..4k+4` of block `2j` (low nibbles) and `2j + 1` (high nibbles); eight-bit:
+    /// vector `((grp * nbp + b) * 8 + k)` holds values `4k..4k+4` of block `b`. Scales and
+    /// offsets: `d[(grp * nbp + b) * 16 + i]`.
+    Vnni16,
+}
+
 impl QuantMatrix {
     /// Bytes of packed values per row.
     pub fn row_qs(&self) -> usize {
         self.nbp * if self.nibble { QK / 2 } else { QK }
+    }
+
+    /// Rows including the padding of the last 16-row group in the VNNI layout.
+    pub fn rows_padded(&self) -> usize {
+        match self.layout {
+            QuantLayout::Rows => self.rows,
+            QuantLayout::Vnni16 => self.rows.div_ceil(16) * 16,
+        }
+    }
+
+    /// Unsigned value `k` of block `b` of row `r`, in either layout (reference kernels).
+    pub fn value(&self, r: usize, b: usize, k: usize) -> u8 {
+        match self.layout {
+            QuantLayout::Rows => {
+                if self.nibble {
+                    (self.qs[r * self.row_qs() + (b / 2) * QK + k] >> ((b % 2) * 4)) & 0x0F
+                } else {
+                    self.qs[r * self.row_qs() + b * QK + k]
+                }
+            }
+            QuantLayout::Vnni16 => {
+                let (grp, i) = (r / 16, r % 16);
+                let lane = i * 4 + k % 4;
+                if self.nibble {
+                    let v = ((grp * (self.nbp / 2) + b / 2) * 8 + k / 4) * 64 + lane;
+                    (self.qs[v] >> ((b % 2) * 4)) & 0x0F
+                } else {
+                    self.qs[((grp * self.nbp + b) * 8 + k / 4) * 64 + lane]
+                }
+            }
+        }
+    }
+
+    /// Index of row `r`'s block `b` in `d` and `m`.
+    pub fn scale_index(&self, r: usize, b: usize) -> usize {
+        match self.layout {
+            QuantLayout::Rows => r * self.nbp + b,
+            QuantLayout::Vnni16 => ((r / 16) * self.nbp + b) * 16 + r % 16,
+        }
+    }
+
+    /// Rewrites a row-layout matrix into the VNNI layout.
+    fn to_vnni(&self) -> QuantMatrix {
+        let rp = self.rows.div_ceil(16) * 16;
+        let mut out = QuantMatrix {
+            layout: QuantLayout::Vnni16,
+            qs: vec![0u8; rp * self.row_qs()],
+            d: vec![0.0; rp * self.nbp],
+            m: vec![0.0; rp * self.nbp],
+            ..self.clone_header()
+        };
+        for r in 0..self.rows {
+            for b in 0..self.nbp {
+                let (src, dst) = (self.scale_index(r, b), out.scale_index(r, b));
+                out.d[dst] = self.d[src];
+                out.m[dst] = self.m[src];
+                let (grp, i) = (r / 16, r % 16);
+                for k in 0..QK {
+                    let v = self.value(r, b, k);
+                    let lane = i * 4 + k % 4;
+                    if self.nibble {
+                        let at = ((grp * (self.nbp / 2) + b / 2) * 8 + k / 4) * 64 + lane;
+                        out.qs[at] |= v << ((b % 2) * 4);
+                    } else {
+                        out.qs[((grp * self.nbp + b) * 8 + k / 4) * 64 + lane] = v;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn clone_header(&self) -> QuantMatrix {
+        QuantMatrix {
+            rows: self.rows,
+            cols: self.cols,
+            nbp: self.nbp,
+            nibble: self.nibble,
+            layout: self.layout,
+            qs: Vec::new(),
+            d: Vec::new(),
+            m: Vec::new(),
+            exact_sums: self.exact_sums,
+        }
     }
 }
 
@@ -65,9 +166,10 @@ fn rd_f16(b: &[u8], at: usize) -> f32 {
 }
 
 impl PackedMatrix {
-    /// Repacks weights; several weights with the same input width may be stacked into one
-    /// matrix (their rows concatenated), so that e.g. Q, K and V run as one matmul.
-    pub fn pack(ws: &[&Weight]) -> Result<PackedMatrix, DequantError> {
+    /// Repacks weights for the kernels of `isa` (the VNNI tile layout for AVX-512, rows
+    /// otherwise); several weights with the same input width may be stacked into one matrix
+    /// (their rows concatenated), so that e.g. Q, K and V run as one matmul.
+    pub fn pack(ws: &[&Weight], isa: Isa) -> Result<PackedMatrix, DequantError> {
         let cols = ws[0].cols;
         let rows: usize = ws.iter().map(|w| w.rows).sum();
         let all_q4 = ws
@@ -131,15 +233,21 @@ impl PackedMatrix {
                 r_out += 1;
             }
         }
-        Ok(PackedMatrix::Quant(QuantMatrix {
+        let q = QuantMatrix {
             rows,
             cols,
             nbp,
             nibble: all_q4,
+            layout: QuantLayout::Rows,
             qs,
             d,
             m,
             exact_sums: ws.iter().any(|w| w.dtype != WeightType::Q4_1),
+        };
+        Ok(PackedMatrix::Quant(if isa == Isa::Avx512Vnni {
+            q.to_vnni()
+        } else {
+            q
         }))
     }
 
@@ -184,12 +292,16 @@ impl PackedMatrix {
                     let (r0, r1) = (i * per, ((i + 1) * per).min(rows));
                     let out = &ptr;
                     // SAFETY: tasks write disjoint row ranges of `out`, which outlives `run`;
-                    // the ISA was detected on this CPU.
+                    // the ISA was detected on this CPU (the VNNI layout is only built for it).
                     unsafe {
-                        match isa {
-                            Isa::Avx512Vnni => dot_avx512::matmul_rows(w, r0, r1, acts, out.0),
-                            Isa::Avx2 => dot_avx2::matmul_rows(w, r0, r1, acts, out.0),
-                            Isa::Scalar => dot_scalar::matmul_rows(w, r0, r1, acts, out.0),
+                        match (w.layout, isa) {
+                            (QuantLayout::Vnni16, Isa::Avx512Vnni) => {
+                                dot_avx512::matmul_rows(w, r0, r1, acts, out.0)
+                            }
+                            (QuantLayout::Rows, Isa::Avx2 | Isa::Avx512Vnni) => {
+                                dot_avx2::matmul_rows(w, r0, r1, acts, out.0)
+                            }
+                            _ => dot_scalar::matmul_rows(w, r0, r1, acts, out.0),
                         }
                     }
                 });
@@ -309,10 +421,10 @@ mod tests {
         let mut acts = QuantActs::default();
         acts.quantize(&x, n, w.cols);
         let want = reference(w, &acts);
-        let p = PackedMatrix::pack(&[w]).unwrap();
         for threads in [1, 3] {
             let pool = ThreadPool::new(threads);
             for isa in Isa::all_supported() {
+                let p = PackedMatrix::pack(&[w], isa).unwrap();
                 let mut got = vec![0.0; n * w.rows];
                 p.matmul(&pool, isa, &x, &acts, n, &mut got);
                 let tol = 1e-4;
@@ -329,10 +441,12 @@ mod tests {
 
     #[test]
     fn quantized_matmuls_match_naive_reference() {
-        // 3 blocks per row (odd: exercises the padding block), 37 rows, 1..9 tokens.
-        for (rows, cols) in [(37, 96), (64, 576)] {
+        // 3 blocks per row (odd: exercises the padding block), 37 rows (a partial 16-row
+        // group), 80 rows (the 4-group decode tile plus one group), 1..70 tokens (tiles of
+        // 1..4 tokens, more than one token block).
+        for (rows, cols) in [(37, 96), (64, 576), (80, 160)] {
             let x = rand_vec(rows * cols, 5);
-            for n in [1, 2, 3, 4, 5, 9] {
+            for n in [1, 2, 3, 4, 5, 9, 70] {
                 check(
                     &quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1),
                     n,
@@ -365,7 +479,7 @@ mod tests {
         acts.quantize(&x, 3, cols);
         let pool = ThreadPool::new(2);
         let isa = Isa::detect();
-        let stacked = PackedMatrix::pack(&[&a, &b]).unwrap();
+        let stacked = PackedMatrix::pack(&[&a, &b], isa).unwrap();
         assert!(matches!(stacked, PackedMatrix::F32 { .. }));
         let mut got = vec![0.0; 3 * 2 * rows];
         stacked.matmul(&pool, isa, &x, &acts, 3, &mut got);
@@ -383,6 +497,37 @@ mod tests {
                     .map(|(p, q)| p * q)
                     .sum();
                 assert!((got[t * 2 * rows + r] - e).abs() < 1e-3 * (1.0 + e.abs()));
+            }
+        }
+    }
+
+    #[test]
+    fn vnni_layout_holds_the_same_values() {
+        let (rows, cols) = (21, 160);
+        let x = rand_vec(rows * cols, 7);
+        for w in [
+            quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1),
+            quantized::<k_quants::BlockQ8_0>(&x, rows, cols, WeightType::Q8_0),
+        ] {
+            let (PackedMatrix::Quant(a), PackedMatrix::Quant(b)) = (
+                PackedMatrix::pack(&[&w], Isa::Scalar).unwrap(),
+                PackedMatrix::pack(&[&w], Isa::Avx512Vnni).unwrap(),
+            ) else {
+                panic!("not quantized");
+            };
+            assert_eq!(
+                (a.layout, b.layout),
+                (QuantLayout::Rows, QuantLayout::Vnni16)
+            );
+            assert_eq!(b.rows_padded(), 32);
+            for r in 0..rows {
+                for blk in 0..a.nbp {
+                    let (i, j) = (a.scale_index(r, blk), b.scale_index(r, blk));
+                    assert_eq!((a.d[i], a.m[i]), (b.d[j], b.m[j]));
+                    for k in 0..QK {
+                        assert_eq!(a.value(r, blk, k), b.value(r, blk, k), "{r} {blk} {k}");
+                    }
+                }
             }
         }
     }

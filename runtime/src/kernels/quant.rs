@@ -5,6 +5,7 @@
 //! to llama.cpp's. The block sums `s = d * Σq` serve the Q4_1 minimum and the unsigned offsets
 //! of the packed weights.
 
+use super::pool::ThreadPool;
 use crate::model::{Weight, WeightType};
 use half::{bf16, f16};
 
@@ -53,7 +54,35 @@ impl QuantActs {
 impl QuantActs {
     /// Quantizes `n` rows of `cols` values (`x.len() == n * cols`), reusing the buffers.
     pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
-        debug_assert_eq!(x.len(), n * cols);
+        self.resize(n, cols);
+        let nbp = self.nbp;
+        for r in 0..n {
+            let (qs, d, s, se) = self.row_parts(r);
+            quantize_row(&x[r * cols..(r + 1) * cols], nbp, qs, d, s, se);
+        }
+    }
+
+    /// [`QuantActs::quantize`] with the rows spread over `pool` (same results).
+    pub fn quantize_par(&mut self, pool: &ThreadPool, x: &[f32], n: usize, cols: usize) {
+        if n < 4 || pool.threads() == 1 {
+            return self.quantize(x, n, cols);
+        }
+        self.resize(n, cols);
+        let nbp = self.nbp;
+        let per = n.div_ceil(pool.threads() * 4);
+        let this = SyncPtr(self as *mut QuantActs);
+        pool.run(n.div_ceil(per), &|c| {
+            let this = &this;
+            for r in c * per..((c + 1) * per).min(n) {
+                // SAFETY: each task owns rows `c * per..`; `row_parts` hands out disjoint
+                // parts of the buffers, which `resize` sized and nothing else touches.
+                let (qs, d, s, se) = unsafe { (*this.0).row_parts_raw(r) };
+                quantize_row(&x[r * cols..(r + 1) * cols], nbp, qs, d, s, se);
+            }
+        });
+    }
+
+    fn resize(&mut self, n: usize, cols: usize) {
         let nbp = padded_blocks(cols);
         self.n = n;
         self.cols = cols;
@@ -66,17 +95,61 @@ impl QuantActs {
         self.s.resize(n * nbp, 0.0);
         self.se.clear();
         self.se.resize(n * nbp, 0.0);
-        for r in 0..n {
-            let row = &x[r * cols..(r + 1) * cols];
-            for (b, chunk) in row.chunks(QK).enumerate() {
-                let i = r * nbp + b;
-                let q = &mut self.qs[i * QK..i * QK + chunk.len()];
-                let (d, s, se) = quantize_block(chunk, q);
-                self.d[i] = d;
-                self.s[i] = s;
-                self.se[i] = se;
-            }
-        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn row_parts(&mut self, r: usize) -> (&mut [i8], &mut [f32], &mut [f32], &mut [f32]) {
+        // SAFETY: `&mut self` is exclusive.
+        unsafe { self.row_parts_raw(r) }
+    }
+
+    /// Row `r`'s parts of the buffers.
+    ///
+    /// # Safety
+    /// No two live borrows may cover the same row.
+    #[allow(clippy::type_complexity, clippy::mut_from_ref)]
+    unsafe fn row_parts_raw(&self, r: usize) -> (&mut [i8], &mut [f32], &mut [f32], &mut [f32]) {
+        let nbp = self.nbp;
+        let part =
+            |p: *const f32| std::slice::from_raw_parts_mut((p as *mut f32).add(r * nbp), nbp);
+        (
+            std::slice::from_raw_parts_mut(
+                (self.qs.as_ptr() as *mut i8).add(r * nbp * QK),
+                nbp * QK,
+            ),
+            part(self.d.as_ptr()),
+            part(self.s.as_ptr()),
+            part(self.se.as_ptr()),
+        )
+    }
+}
+
+struct SyncPtr(*mut QuantActs);
+// SAFETY: used only for disjoint per-row writes while `quantize_par` holds `&mut self`.
+unsafe impl Sync for SyncPtr {}
+
+/// Quantizes one row into its blocks (the padding blocks stay zero).
+fn quantize_row(
+    x: &[f32],
+    nbp: usize,
+    qs: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
+    se: &mut [f32],
+) {
+    debug_assert!(x.len().div_ceil(QK) <= nbp);
+    for (b, chunk) in x.chunks(QK).enumerate() {
+        let q = &mut qs[b * QK..b * QK + chunk.len()];
+        #[cfg(target_arch = "x86_64")]
+        let r = if chunk.len() == QK && super::Isa::detect() == super::Isa::Avx512Vnni {
+            // SAFETY: AVX-512 F detected; the block is full.
+            unsafe { quantize_block_avx512(chunk, q) }
+        } else {
+            quantize_block(chunk, q)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let r = quantize_block(chunk, q);
+        (d[b], s[b], se[b]) = r;
     }
 }
 
@@ -95,12 +168,45 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32, f32) {
         *qi = v as i8;
         sum += v;
     }
+    block_scales(d, sum)
+}
+
+fn block_scales(d: f32, sum: i32) -> (f32, f32, f32) {
     let d16 = f16::from_f32(d).to_f32();
     (
         d16,
         f16::from_f32(d * sum as f32).to_f32(),
         d16 * sum as f32,
     )
+}
+
+/// [`quantize_block`] for a full block, with the same f32 operations (identical results).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn quantize_block_avx512(x: &[f32], q: &mut [i8]) -> (f32, f32, f32) {
+    use std::arch::x86_64::*;
+    let (a, b) = (
+        _mm512_loadu_ps(x.as_ptr()),
+        _mm512_loadu_ps(x.as_ptr().add(16)),
+    );
+    let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+    let d = amax / 127.0;
+    let id = _mm512_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+    let magic = _mm512_set1_ps(12_582_912.0);
+    let round = |v: __m512| {
+        _mm512_cvttps_epi32(_mm512_sub_ps(
+            _mm512_add_ps(_mm512_mul_ps(v, id), magic),
+            magic,
+        ))
+    };
+    let (qa, qb) = (round(a), round(b));
+    let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+    _mm_storeu_si128(q.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(qa));
+    _mm_storeu_si128(
+        q.as_mut_ptr().add(16) as *mut __m128i,
+        _mm512_cvtepi32_epi8(qb),
+    );
+    block_scales(d, sum)
 }
 
 /// Why a weight cannot be dequantized.
@@ -320,6 +426,32 @@ mod tests {
                 let sum: i32 = a.qs[i * 32..i * 32 + 32].iter().map(|&q| q as i32).sum();
                 assert!((a.s[i] - a.d[i] * sum as f32).abs() <= 1e-3 * a.s[i].abs().max(1.0));
             }
+        }
+    }
+
+    #[test]
+    fn simd_and_parallel_quantization_are_identical_to_scalar() {
+        // Values on exact half steps exercise the ties-to-even rounding.
+        let mut x = rand_vec(37 * 100, 11);
+        for (i, v) in x.iter_mut().enumerate().step_by(7) {
+            *v = (i % 255) as f32 * 0.5 - 63.5;
+        }
+        let mut want = QuantActs::default();
+        want.resize(37, 100);
+        for r in 0..37 {
+            let row = &x[r * 100..(r + 1) * 100];
+            for (b, chunk) in row.chunks(QK).enumerate() {
+                let i = r * want.nbp + b;
+                let (d, s, se) = quantize_block(chunk, &mut want.qs[i * QK..i * QK + chunk.len()]);
+                (want.d[i], want.s[i], want.se[i]) = (d, s, se);
+            }
+        }
+        for threads in [1, 2, 3] {
+            let pool = ThreadPool::new(threads);
+            let mut got = QuantActs::default();
+            got.quantize_par(&pool, &x, 37, 100);
+            assert_eq!(got.qs, want.qs);
+            assert_eq!((&got.d, &got.s, &got.se), (&want.d, &want.s, &want.se));
         }
     }
 }
