@@ -162,6 +162,22 @@ pub(crate) fn emit_hir(
     hir: &Hir,
     esc: Escape,
 ) -> Result<StateId, String> {
+    emit_hir_len(b, from, hir, esc, 0, None)
+}
+
+/// Largest product (regex states × character counts) [`emit_hir_len`] builds.
+const MAX_PRODUCT: usize = 300_000;
+
+/// Like [`emit_hir`], but only texts of `min..=max` characters (code points) match: the
+/// product of the regex automaton with a character counter (exact).
+pub(crate) fn emit_hir_len(
+    b: &mut Builder,
+    from: StateId,
+    hir: &Hir,
+    esc: Escape,
+    min: u64,
+    max: Option<u64>,
+) -> Result<StateId, String> {
     let nfa = thompson::Compiler::new()
         .configure(
             thompson::Config::new()
@@ -170,45 +186,73 @@ pub(crate) fn emit_hir(
         )
         .build_from_hir(hir)
         .map_err(|e| e.to_string())?;
-    let exit = b.state().map_err(|e| e.to_string())?;
+    // Counts 0..=cap; without a maximum the count saturates at `min`.
+    let cap = max.unwrap_or(min) as usize;
     let n = nfa.states().len();
-    let mut map: Vec<Option<StateId>> = vec![None; n];
+    if n.saturating_mul(cap + 1) > MAX_PRODUCT {
+        return Err(format!(
+            "length bounds up to {cap} on a regex of {n} states are too large to enforce"
+        ));
+    }
+    let exit = b.state().map_err(|e| e.to_string())?;
+    let mut map: Vec<Option<StateId>> = vec![None; n * (cap + 1)];
     let start = nfa.start_anchored();
-    let mut work: Vec<TStateId> = vec![start];
+    let mut work: Vec<(TStateId, usize)> = vec![(start, 0)];
     let s0 = b.state().map_err(|e| e.to_string())?;
     b.eps(from, s0);
-    map[start.as_usize()] = Some(s0);
+    map[start.as_usize() * (cap + 1)] = Some(s0);
     let get = |b: &mut Builder,
                map: &mut Vec<Option<StateId>>,
-               work: &mut Vec<TStateId>,
-               id: TStateId|
+               work: &mut Vec<(TStateId, usize)>,
+               id: TStateId,
+               c: usize|
      -> Result<StateId, String> {
-        if let Some(s) = map[id.as_usize()] {
+        let slot = id.as_usize() * (cap + 1) + c;
+        if let Some(s) = map[slot] {
             return Ok(s);
         }
         let s = b.state().map_err(|e| e.to_string())?;
-        map[id.as_usize()] = Some(s);
-        work.push(id);
+        map[slot] = Some(s);
+        work.push((id, c));
         Ok(s)
     };
-    while let Some(tid) = work.pop() {
-        let me = map[tid.as_usize()].ok_or("internal: unmapped state")?;
+    // The count after a byte range: a range starting a character counts one.
+    let next_count = |c: usize, lo: u8| -> Option<usize> {
+        let starts_char = !(0x80..0xC0).contains(&lo);
+        if !starts_char {
+            Some(c)
+        } else if c < cap {
+            Some(c + 1)
+        } else if max.is_none() {
+            Some(c)
+        } else {
+            None
+        }
+    };
+    while let Some((tid, c)) = work.pop() {
+        let me = map[tid.as_usize() * (cap + 1) + c].ok_or("internal: unmapped state")?;
         match nfa.state(tid) {
             TState::ByteRange { trans } => {
-                let t = get(b, &mut map, &mut work, trans.next)?;
-                edge(b, me, trans.start, trans.end, t, esc)?;
+                if let Some(c2) = next_count(c, trans.start) {
+                    let t = get(b, &mut map, &mut work, trans.next, c2)?;
+                    edge(b, me, trans.start, trans.end, t, esc)?;
+                }
             }
             TState::Sparse(sp) => {
                 for tr in sp.transitions.iter() {
-                    let t = get(b, &mut map, &mut work, tr.next)?;
-                    edge(b, me, tr.start, tr.end, t, esc)?;
+                    if let Some(c2) = next_count(c, tr.start) {
+                        let t = get(b, &mut map, &mut work, tr.next, c2)?;
+                        edge(b, me, tr.start, tr.end, t, esc)?;
+                    }
                 }
             }
             TState::Dense(d) => {
                 for (byte, &nx) in d.transitions.iter().enumerate() {
                     if nx != TStateId::ZERO {
-                        let t = get(b, &mut map, &mut work, nx)?;
-                        edge(b, me, byte as u8, byte as u8, t, esc)?;
+                        if let Some(c2) = next_count(c, byte as u8) {
+                            let t = get(b, &mut map, &mut work, nx, c2)?;
+                            edge(b, me, byte as u8, byte as u8, t, esc)?;
+                        }
                     }
                 }
             }
@@ -217,22 +261,26 @@ pub(crate) fn emit_hir(
             }
             TState::Union { alternates } => {
                 for &a in alternates.iter() {
-                    let t = get(b, &mut map, &mut work, a)?;
+                    let t = get(b, &mut map, &mut work, a, c)?;
                     b.eps(me, t);
                 }
             }
             TState::BinaryUnion { alt1, alt2 } => {
                 for a in [*alt1, *alt2] {
-                    let t = get(b, &mut map, &mut work, a)?;
+                    let t = get(b, &mut map, &mut work, a, c)?;
                     b.eps(me, t);
                 }
             }
             TState::Capture { next, .. } => {
-                let t = get(b, &mut map, &mut work, *next)?;
+                let t = get(b, &mut map, &mut work, *next, c)?;
                 b.eps(me, t);
             }
             TState::Fail => {}
-            TState::Match { .. } => b.eps(me, exit),
+            TState::Match { .. } => {
+                if c as u64 >= min {
+                    b.eps(me, exit)
+                }
+            }
         }
     }
     Ok(exit)

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use super::formats::{format_regex, int_range, number_range};
 use super::JsonCompiler;
 use crate::nfa::StateId;
-use crate::regex::{emit_hir, parse, Escape, Flavor};
+use crate::regex::{emit_hir, emit_hir_len, parse, Escape, Flavor};
 use crate::CompileError;
 
 /// Bounded repetitions longer than this are refused (they would not be enforced cheaply).
@@ -190,47 +190,84 @@ impl JsonCompiler<'_> {
             format = None;
         }
         let format_re = format.and_then(|(_, r)| r).filter(|r| !r.is_empty());
-        let lengths = min > 0 || max.is_some();
         let res: Vec<(&str, String, Flavor)> = pattern
             .map(|p| ("pattern", p.to_string(), Flavor::EcmaSearch))
             .into_iter()
             .chain(format_re.map(|r| ("format", r, Flavor::FullMatch)))
             .collect();
-        // Length bounds implied by the regex itself (e.g. `^[0-9]{5}$` with maxLength 5).
-        let implied = res.len() == 1 && {
-            let (_, re, flavor) = &res[0];
-            match parse(re, *flavor) {
-                Ok(h) => {
-                    let p = h.properties();
-                    let min_chars = p.minimum_len().map_or(0, |b| b.div_ceil(4)) as u64;
-                    let max_chars = p.maximum_len().map(|b| b as u64);
-                    min_chars >= min && max.is_none_or(|m| max_chars.is_some_and(|x| x <= m))
+        // `not: {enum: [..strings]}`: any string but those (written canonically).
+        let excluded: Vec<String> = s
+            .get("__not_enum")
+            .and_then(|e| e.as_array())
+            .map(|e| {
+                e.iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !excluded.is_empty() {
+            if res.is_empty() && min == 0 && max.is_none() {
+                let exits = self.other_key(from, &excluded, &[], true, ptr)?;
+                let exit = self.b.state()?;
+                for (_, e) in exits {
+                    self.b.eps(e, exit);
                 }
-                Err(_) => false,
+                return Ok(exit);
             }
-        };
-        if res.len() > 1 || (!res.is_empty() && lengths && !implied) {
-            let kw = if lengths { "maxLength" } else { "format" };
+            self.unsupported("not", ptr, "excluded strings together with other string keywords")?;
+        }
+        if res.len() > 1 {
             self.unsupported(
-                kw,
+                "format",
                 ptr,
-                "only one of pattern / format / length bounds can be enforced on a string",
+                "a pattern and a format on the same string cannot be intersected",
             )?;
         }
         if let Some((kw, re, flavor)) = res.into_iter().next() {
+            let hir = match parse(&re, flavor) {
+                Ok(h) => h,
+                Err(e) => {
+                    return Err(CompileError::Unsupported {
+                        keyword: kw.into(),
+                        pointer: ptr.into(),
+                        reason: format!("{re:?}: {e}"),
+                    })
+                }
+            };
+            // Length bounds the regex already implies are dropped (no product needed).
+            let p = hir.properties();
+            let min_chars = p.minimum_len().map_or(0, |b| b.div_ceil(4)) as u64;
+            let max_bytes = p.maximum_len().map(|b| b as u64);
+            let lmin = if min_chars >= min { 0 } else { min };
+            let lmax = max.filter(|m| max_bytes.is_none_or(|x| x > *m));
             let a = self.b.lit(from, b"\"")?;
-            let e = self.emit_regex(a, &re, flavor, Escape::JsonString, kw, ptr)?;
+            let e = emit_hir_len(self.b, a, &hir, Escape::JsonString, lmin, lmax).map_err(|e| {
+                if e.contains("too many states") {
+                    CompileError::TooLarge {
+                        states: self.b.states.len(),
+                    }
+                } else if e.contains("deadline") {
+                    CompileError::Timeout
+                } else {
+                    CompileError::Unsupported {
+                        keyword: if lmin > 0 || lmax.is_some() { "maxLength" } else { kw }.into(),
+                        pointer: ptr.into(),
+                        reason: format!("{re:?}: {e}"),
+                    }
+                }
+            })?;
             return self.b.lit(e, b"\"");
         }
-        if min > MAX_COUNT || max.is_some_and(|m| m > MAX_COUNT) {
+        if min > MAX_COUNT {
             self.unsupported(
-                "maxLength",
+                "minLength",
                 ptr,
                 &format!("length bounds above {MAX_COUNT} are not enforced"),
             )?;
-            return self.string_free(from, min.min(MAX_COUNT), None);
+            return self.string_free(from, MAX_COUNT, None);
         }
-        self.string_free(from, min, max)
+        // A maximum above MAX_COUNT is clamped to it: stricter, never looser.
+        self.string_free(from, min, max.map(|m| m.min(MAX_COUNT)))
     }
 
     pub(super) fn array(
@@ -433,25 +470,24 @@ impl JsonCompiler<'_> {
                 }
             }
         }
+        // Property counts: tracks 0..=cap; exact up to maxProperties, else saturating at
+        // max(minProperties, 1).
         let n_req = items.iter().filter(|i| i.2).count();
-        if let Some(m) = min_p {
-            if m > n_req {
-                self.unsupported(
-                    "minProperties",
-                    ptr,
-                    "more properties than the required ones",
-                )?;
-            }
+        let cap = match (min_p, max_p) {
+            (_, Some(mx)) => mx,
+            (Some(mn), None) => mn.max(1),
+            (None, None) => 1,
+        };
+        let exact = max_p.is_some();
+        let min_count = min_p.unwrap_or(0);
+        if max_p.is_some_and(|m| m < n_req || m < min_count) {
+            return self.nothing();
         }
-        if let Some(m) = max_p {
-            if m < items.len() || additional.is_some() {
-                self.unsupported(
-                    "maxProperties",
-                    ptr,
-                    "fewer properties than could be produced",
-                )?;
-            }
+        if cap > 32 {
+            let kw = if exact { "maxProperties" } else { "minProperties" };
+            self.unsupported(kw, ptr, "property counts above 32 are not enforced")?;
         }
+        let cap = cap.min(32);
         for k in s.keys() {
             if k == "propertyNames" && additional.is_some() {
                 self.unsupported(k, ptr, "property name constraints")?;
@@ -491,78 +527,110 @@ impl JsonCompiler<'_> {
             }
             Some(r)
         };
-        let join =
-            |c: &mut Self, acc: &mut Option<StateId>, e: StateId| -> Result<(), CompileError> {
-                match acc {
-                    Some(a) => c.b.eps(e, *a),
-                    None => {
-                        let a = c.b.state()?;
-                        c.b.eps(e, a);
-                        *acc = Some(a);
+        let tracks_n = cap + 1;
+        // tracks[c]: the state after writing c properties (saturating at `cap` unless exact).
+        let mut tracks: Vec<Option<StateId>> = vec![None; tracks_n];
+        tracks[0] = Some(open);
+        let bump = |c: usize| -> Option<usize> {
+            if c < cap {
+                Some(c + 1)
+            } else if exact {
+                None
+            } else {
+                Some(cap)
+            }
+        };
+        let gap = |me: &mut Self, tracks: &mut Vec<Option<StateId>>| -> Result<(), CompileError> {
+            let Some(r) = extra_rule else { return Ok(()) };
+            let mut new: Vec<Option<StateId>> = vec![None; tracks_n];
+            for c in 0..tracks_n {
+                let reach_prev = c > 0 && new[c - 1].is_some();
+                if tracks[c].is_none() && !reach_prev {
+                    continue;
+                }
+                let lp = me.b.state()?;
+                if let Some(t) = tracks[c] {
+                    me.b.eps(t, lp);
+                }
+                if c > 0 {
+                    if let Some(p) = new[c - 1] {
+                        let s = if c > 1 { me.punct(p, b',')? } else { p };
+                        let e = me.b.call(s, r)?;
+                        me.b.eps(e, lp);
                     }
                 }
-                Ok(())
-            };
-        // Two tracks: `none` = nothing written yet, `some` = at least one property written.
-        let mut none = Some(open);
-        let mut some: Option<StateId> = None;
-        let gap = |c: &mut Self,
-                   none: Option<StateId>,
-                   some: &mut Option<StateId>|
-         -> Result<(), CompileError> {
-            let Some(r) = extra_rule else { return Ok(()) };
-            let lp = c.b.state()?;
-            if let Some(n) = none {
-                let e = c.b.call(n, r)?;
-                c.b.eps(e, lp);
+                new[c] = Some(lp);
             }
-            if let Some(sm) = *some {
-                c.b.eps(sm, lp);
-                let cm = c.punct(sm, b',')?;
-                let e = c.b.call(cm, r)?;
-                c.b.eps(e, lp);
+            // Saturated: more undeclared properties keep the count.
+            if !exact {
+                if let Some(lp) = new[cap] {
+                    let cm = me.punct(lp, b',')?;
+                    let e = me.b.call(cm, r)?;
+                    me.b.eps(e, lp);
+                }
             }
-            let cm = c.punct(lp, b',')?;
-            let e = c.b.call(cm, r)?;
-            c.b.eps(e, lp);
-            *some = Some(lp);
+            *tracks = new;
             Ok(())
         };
+        let share = tracks.len() > 2;
         for (k, v, req) in &items {
-            gap(self, none, &mut some)?;
+            gap(self, &mut tracks)?;
             let key = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
             let vptr = format!(
                 "{ptr}/properties/{}",
                 k.replace('~', "~0").replace('/', "~1")
             );
+            let rule = if share {
+                Some(self.schema_rule(v, &vptr)?)
+            } else {
+                None
+            };
             let kv = |c: &mut Self, s: StateId, comma: bool| -> Result<StateId, CompileError> {
                 let s = if comma { c.punct(s, b',')? } else { s };
                 let s = c.b.lit(s, key.as_bytes())?;
                 let s = c.punct(s, b':')?;
-                c.value(s, v, &vptr)
-            };
-            let mut new_some = None;
-            if let Some(n) = none {
-                let e = kv(self, n, false)?;
-                join(self, &mut new_some, e)?;
-            }
-            if let Some(sm) = some {
-                let e = kv(self, sm, true)?;
-                join(self, &mut new_some, e)?;
-            }
-            if !*req {
-                if let Some(sm) = some {
-                    join(self, &mut new_some, sm)?;
+                match rule {
+                    Some(r) => c.b.call(s, r),
+                    None => c.value(s, v, &vptr),
                 }
-            } else {
-                none = None;
+            };
+            let mut new: Vec<Option<StateId>> = vec![None; tracks_n];
+            for c in 0..tracks_n {
+                let Some(t) = tracks[c] else { continue };
+                if !*req {
+                    let a = match new[c] {
+                        Some(a) => a,
+                        None => {
+                            let a = self.b.state()?;
+                            new[c] = Some(a);
+                            a
+                        }
+                    };
+                    self.b.eps(t, a);
+                }
+                if let Some(c2) = bump(c) {
+                    let e = kv(self, t, c > 0)?;
+                    let a = match new[c2] {
+                        Some(a) => a,
+                        None => {
+                            let a = self.b.state()?;
+                            new[c2] = Some(a);
+                            a
+                        }
+                    };
+                    self.b.eps(e, a);
+                }
             }
-            some = new_some;
+            tracks = new;
         }
-        gap(self, none, &mut some)?;
+        gap(self, &mut tracks)?;
         let close = self.b.state()?;
-        for st in [none, some].into_iter().flatten() {
-            self.b.eps(st, close);
+        for (c, st) in tracks.iter().enumerate() {
+            if let Some(st) = st {
+                if c >= min_count {
+                    self.b.eps(*st, close);
+                }
+            }
         }
         let c = self.ws(close)?;
         self.b.lit(c, b"}")

@@ -1,0 +1,221 @@
+//! JSON Schema keywords: for each schema, listed valid texts are accepted and listed
+//! invalid texts rejected (byte vocabulary, compact policy), so an enforcement that loosens
+//! or over-tightens a keyword fails here.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use sglrs_grammar::{CompileError, CompileOptions, CompiledGrammar, Matcher, TokenVocab};
+
+fn vocab() -> Arc<TokenVocab> {
+    let mut toks: Vec<Vec<u8>> = vec![Vec::new()];
+    toks.extend((0u8..=255).map(|b| vec![b]));
+    Arc::new(TokenVocab::new(toks, &[], &[0]).unwrap())
+}
+
+fn compile(schema: &serde_json::Value) -> Result<Arc<CompiledGrammar>, CompileError> {
+    CompiledGrammar::json_schema_value(schema, vocab(), &CompileOptions::default())
+}
+
+fn accepts(g: &Arc<CompiledGrammar>, text: &str) -> bool {
+    let mut m = Matcher::new(g.clone());
+    m.try_advance_bytes(text.as_bytes()) && m.is_accepting()
+}
+
+fn check(schema: serde_json::Value, valid: &[&str], invalid: &[&str]) {
+    let g = compile(&schema).unwrap_or_else(|e| panic!("{schema}: {e}"));
+    for v in valid {
+        assert!(accepts(&g, v), "{schema}: valid {v} rejected");
+    }
+    for v in invalid {
+        assert!(!accepts(&g, v), "{schema}: invalid {v} accepted");
+    }
+}
+
+#[test]
+fn double_not_is_the_schema() {
+    check(
+        json!({"not": {"not": {"type": "integer", "minimum": 3}}}),
+        &["3", "17"],
+        &["2", "\"x\"", "null"],
+    );
+}
+
+#[test]
+fn not_required_admits_objects_without_the_key_only() {
+    check(
+        json!({"not": {"required": ["a"]}}),
+        &["{}", r#"{"b":1}"#],
+        &[r#"{"a":1}"#, "\"s\"", "1", "null"],
+    );
+}
+
+#[test]
+fn not_enum_excludes_strings_and_literals() {
+    check(
+        json!({"type": ["string", "boolean", "null"], "not": {"enum": ["a", "bc", false, null]}}),
+        &["\"b\"", "\"abc\"", "\"\"", "true"],
+        &["\"a\"", "\"bc\"", "false", "null"],
+    );
+}
+
+#[test]
+fn not_of_a_general_schema_is_its_complement() {
+    // not (object with a:string required) = non-objects, objects without a, a not a string.
+    check(
+        json!({"type": ["object", "integer"], "not": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}}),
+        &["1", "{}", r#"{"a":1}"#, r#"{"b":"x"}"#],
+        &[r#"{"a":"x"}"#, "\"s\""],
+    );
+    check(
+        json!({"type": "integer", "not": {"minimum": 10}}),
+        &["9", "-4"],
+        &["10", "11"],
+    );
+}
+
+#[test]
+fn two_nots_in_all_of_are_both_enforced() {
+    check(
+        json!({"type": "string", "allOf": [{"not": {"const": "a"}}, {"not": {"const": "b"}}]}),
+        &["\"c\"", "\"ab\""],
+        &["\"a\"", "\"b\""],
+    );
+}
+
+#[test]
+fn overlapping_one_of_excludes_values_matching_two_branches() {
+    // Both branches accept {"a":1,"b":2}: oneOf rejects it.
+    let s = json!({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]});
+    check(s, &[r#"{"a":1}"#, r#"{"b":2}"#], &[r#"{"a":1,"b":2}"#, "{}"]);
+    check(
+        json!({"oneOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 10}]}),
+        &["-5", "11", "100"],
+        &["0", "5", "10"],
+    );
+}
+
+#[test]
+fn if_then_else_on_a_discriminator() {
+    let s = json!({
+        "type": "object",
+        "properties": {"kind": {"type": "string"}, "n": {"type": "integer"}},
+        "required": ["kind"],
+        "if": {"properties": {"kind": {"const": "num"}}},
+        "then": {"required": ["n"]},
+        "else": {"not": {"required": ["n"]}}
+    });
+    check(
+        s,
+        &[r#"{"kind":"num","n":1}"#, r#"{"kind":"txt"}"#],
+        &[r#"{"kind":"num"}"#, r#"{"kind":"txt","n":1}"#],
+    );
+}
+
+#[test]
+fn dependencies_and_dependent_required() {
+    let s = json!({
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+        "dependencies": {"a": ["b"], "c": {"properties": {"a": {"minimum": 5}}}}
+    });
+    check(
+        s,
+        &["{}", r#"{"b":1}"#, r#"{"a":1,"b":2}"#, r#"{"a":5,"b":1,"c":0}"#, r#"{"c":1}"#],
+        &[r#"{"a":1}"#, r#"{"a":4,"b":1,"c":0}"#],
+    );
+    check(
+        json!({"type": "object", "dependentRequired": {"x": ["y"]}}),
+        &[r#"{"x":1,"y":2}"#, r#"{"y":2}"#],
+        &[r#"{"x":1}"#],
+    );
+}
+
+#[test]
+fn pattern_with_length_bounds() {
+    check(
+        json!({"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 4}),
+        &["\"ab\"", "\"abcd\""],
+        &["\"a\"", "\"abcde\"", "\"AB\""],
+    );
+    // Search semantics plus a character (not byte) count.
+    check(
+        json!({"type": "string", "pattern": "x", "maxLength": 3}),
+        &["\"x\"", "\"éxé\""],
+        &["\"\"", "\"abcx\"", "\"éxéé\""],
+    );
+    check(
+        json!({"type": "string", "format": "email", "maxLength": 7}),
+        &["\"a@b.co\""],
+        &["\"ab@cd.co\""],
+    );
+}
+
+#[test]
+fn enum_beside_unknown_keywords_compiles() {
+    check(
+        json!({"_id": "x", "enum": ["A", "B"], "x-extra": {"minimum": 3}}),
+        &["\"A\""],
+        &["\"C\""],
+    );
+}
+
+#[test]
+fn enum_filtered_by_sibling_keywords() {
+    check(
+        json!({"enum": [1, 5, "abc", "toolong"], "maxLength": 3, "minimum": 2}),
+        &["5", "\"abc\""],
+        &["1", "\"toolong\""],
+    );
+}
+
+#[test]
+fn recursive_ref_through_all_of_compiles() {
+    let s = json!({
+        "definitions": {"item": {"type": "object", "properties": {
+            "children": {"type": "array", "items": {"allOf": [{"$ref": "#/definitions/item"}]}}
+        }, "additionalProperties": false}},
+        "allOf": [{"$ref": "#/definitions/item"}]
+    });
+    check(
+        s,
+        &[r#"{"children":[{"children":[]}]}"#],
+        &[r#"{"children":[{"x":1}]}"#],
+    );
+}
+
+#[test]
+fn very_deep_schema_is_an_error_not_a_crash() {
+    let mut s = json!({"type": "integer"});
+    for _ in 0..2000 {
+        s = json!({"type": "array", "items": s});
+    }
+    // Run on a small stack like a cache worker's.
+    let r = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || compile(&s).map(|_| ()))
+        .unwrap()
+        .join()
+        .unwrap();
+    assert!(r.is_err());
+}
+
+#[test]
+fn min_and_max_properties_count_declared_and_undeclared_keys() {
+    let s = json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                   "minProperties": 2});
+    check(
+        s,
+        &[r#"{"a":1,"b":2}"#, r#"{"a":1,"x":2}"#, r#"{"x":1,"y":2,"z":3}"#],
+        &["{}", r#"{"a":1}"#, r#"{"x":1}"#],
+    );
+    let s = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "maxProperties": 2,
+                   "minProperties": 1});
+    check(
+        s,
+        &[r#"{"a":1}"#, r#"{"a":1,"x":2}"#, r#"{"x":1,"y":2}"#],
+        &["{}", r#"{"a":1,"x":2,"y":3}"#, r#"{"x":1,"y":2,"z":3}"#],
+    );
+    // maxProperties below the required count: nothing is valid.
+    assert!(compile(&json!({"type": "object", "required": ["a", "b"], "maxProperties": 1})).is_err());
+}
