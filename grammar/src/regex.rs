@@ -381,3 +381,101 @@ pub(crate) fn emit_pattern(
         }
     })
 }
+
+/// Largest intersection automaton [`emit_intersection`] builds (states).
+const MAX_PRODUCT_DFA: usize = 20_000;
+
+/// The intersection of several whole-text regexes, copied into `b` from `from` (product
+/// of their dense DFAs, exact); returns the exit state.
+pub(crate) fn emit_intersection(
+    b: &mut Builder,
+    from: StateId,
+    hirs: &[Hir],
+    esc: Escape,
+) -> Result<StateId, String> {
+    use regex_automata::dfa::{dense, Automaton, StartKind};
+    use std::collections::HashMap;
+    let mut dfas = Vec::new();
+    let mut start = Vec::new();
+    for h in hirs {
+        let nfa = thompson::Compiler::new()
+            .configure(thompson::Config::new().which_captures(WhichCaptures::None))
+            .build_from_hir(h)
+            .map_err(|e| e.to_string())?;
+        let dfa = dense::Builder::new()
+            .configure(
+                dense::Config::new()
+                    .start_kind(StartKind::Anchored)
+                    .dfa_size_limit(Some(1 << 22)),
+            )
+            .build_from_nfa(&nfa)
+            .map_err(|e| e.to_string())?;
+        let s = dfa
+            .start_state(
+                &regex_automata::util::start::Config::new().anchored(regex_automata::Anchored::Yes),
+            )
+            .map_err(|e| e.to_string())?;
+        start.push(s);
+        dfas.push(dfa);
+    }
+    type Key = Vec<regex_automata::util::primitives::StateID>;
+    let exit = b.state().map_err(|e| e.to_string())?;
+    let s0 = b.state().map_err(|e| e.to_string())?;
+    b.eps(from, s0);
+    let mut ids: HashMap<Key, StateId> = HashMap::new();
+    ids.insert(start.clone(), s0);
+    let mut work = vec![start];
+    while let Some(key) = work.pop() {
+        let me = ids[&key];
+        if dfas
+            .iter()
+            .zip(&key)
+            .all(|(d, &s)| d.is_match_state(d.next_eoi_state(s)))
+        {
+            b.eps(me, exit);
+        }
+        let mut run: Option<(u8, u8, StateId)> = None;
+        for byte in 0u8..=255 {
+            let next: Key = dfas
+                .iter()
+                .zip(&key)
+                .map(|(d, &s)| d.next_state(s, byte))
+                .collect();
+            let dead = dfas
+                .iter()
+                .zip(&next)
+                .any(|(d, &s)| d.is_dead_state(s) || d.is_quit_state(s));
+            let target = if dead {
+                None
+            } else {
+                Some(match ids.get(&next) {
+                    Some(&id) => id,
+                    None => {
+                        if ids.len() >= MAX_PRODUCT_DFA {
+                            return Err("intersection of the regexes is too large".into());
+                        }
+                        let id = b.state().map_err(|e| e.to_string())?;
+                        ids.insert(next.clone(), id);
+                        work.push(next);
+                        id
+                    }
+                })
+            };
+            match (run, target) {
+                (Some((lo, hi, id)), Some(t)) if t == id && hi as u16 + 1 == byte as u16 => {
+                    run = Some((lo, byte, id))
+                }
+                (r, t) => {
+                    if let Some((lo, hi, id)) = r {
+                        edge(b, me, lo, hi, id, esc)?;
+                    }
+                    run = t.map(|id| (byte, byte, id));
+                }
+            }
+        }
+        if let Some((lo, hi, id)) = run {
+            edge(b, me, lo, hi, id, esc)?;
+        }
+    }
+    Ok(exit)
+}

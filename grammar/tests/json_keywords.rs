@@ -219,3 +219,38 @@ fn min_and_max_properties_count_declared_and_undeclared_keys() {
     // maxProperties below the required count: nothing is valid.
     assert!(compile(&json!({"type": "object", "required": ["a", "b"], "maxProperties": 1})).is_err());
 }
+
+#[test]
+fn decimal_bounds_and_multiple_of() {
+    check(
+        json!({"type": "number", "minimum": 0.5, "exclusiveMaximum": 2.25}),
+        &["0.5", "1", "2.249", "2.2"],
+        &["0.49", "2.25", "2.3", "-1", "3"],
+    );
+    check(
+        json!({"type": "number", "multipleOf": 0.01, "minimum": 0}),
+        &["0", "1.5", "2.25", "3.100"],
+        &["1.255", "-0.01", "0.001"],
+    );
+    check(
+        json!({"type": "number", "multipleOf": 1}),
+        &["3", "-4", "2.0"],
+        &["2.5"],
+    );
+    check(json!({"type": "integer", "multipleOf": 0.1}), &["3"], &["3.5"]);
+}
+
+#[test]
+fn not_pattern_excludes_matching_strings() {
+    check(
+        json!({"type": "string", "pattern": "^[a-z]+$", "not": {"pattern": "^x"}}),
+        &["\"abc\""],
+        &["\"xyz\"", "\"ABC\""],
+    );
+    // oneOf of two overlapping patterns: a string matching both is rejected.
+    check(
+        json!({"type": "string", "oneOf": [{"pattern": "^a"}, {"pattern": "b$"}]}),
+        &["\"ax\"", "\"xb\""],
+        &["\"ab\"", "\"xx\""],
+    );
+}

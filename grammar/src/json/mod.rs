@@ -100,6 +100,8 @@ enum NotForm {
     NotTypes(Vec<String>),
     /// `not: {"enum": …}` / `not: {"const": …}`: these values are excluded.
     NotValues(Vec<Value>),
+    /// `not: {"pattern": p}`: strings must not match `p` (other types unaffected).
+    NotPattern(Value),
     /// `not: {"not": x}`: `x` itself.
     Positive(Value),
     /// Anything else.
@@ -155,6 +157,7 @@ pub(crate) const CONSTRAINTS: &[&str] = &[
     "__false",
     "__forbidden",
     "__not_enum",
+    "__not_pattern",
 ];
 
 /// True for keywords that carry no constraint.
@@ -481,6 +484,7 @@ impl<'a> JsonCompiler<'a> {
                             _ => return self.nothing(),
                         };
                     }
+                    NotForm::NotPattern(p) => push_list(&mut owned, "__not_pattern", p),
                     NotForm::NotValues(vals) => {
                         for v in vals {
                             push_list(&mut owned, "__not_enum", v);
@@ -858,6 +862,9 @@ impl JsonCompiler<'_> {
                 None => out.push(NotForm::Other),
             },
             [k] if k.as_str() == "const" => out.push(NotForm::NotValues(vec![m["const"].clone()])),
+            [k] if k.as_str() == "pattern" && m["pattern"].is_string() => {
+                out.push(NotForm::NotPattern(m["pattern"].clone()))
+            }
             _ => out.push(NotForm::Other),
         }
     }

@@ -120,7 +120,7 @@ impl JsonCompiler<'_> {
                     }
                     out.insert(k.clone(), Value::Array(both));
                 }
-                "required" | "__forbidden" | "__not_enum" => {
+                "required" | "__forbidden" | "__not_enum" | "__not_pattern" => {
                     let mut r = av.as_array().cloned().unwrap_or_default();
                     for x in bv.as_array().into_iter().flatten() {
                         if !r.contains(x) {
@@ -324,6 +324,12 @@ impl JsonCompiler<'_> {
                     alts.push(json!({ "not": { k.clone(): v.clone() } }))
                 }
                 "__not_enum" => alts.push(json!({ "enum": v.clone() })),
+                "pattern" => alts.push(json!({"type": "string", "__not_pattern": [v]})),
+                "__not_pattern" => {
+                    for p in v.as_array().into_iter().flatten() {
+                        alts.push(json!({"type": "string", "pattern": p}));
+                    }
+                }
                 "not" => alts.push(v.clone()),
                 "required" => {
                     for key in v.as_array().into_iter().flatten() {

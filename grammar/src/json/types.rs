@@ -4,10 +4,10 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::formats::{format_regex, int_range, number_range};
+use super::formats::{dec_ge, dec_le, format_regex, int_range, number_range, Dec};
 use super::JsonCompiler;
 use crate::nfa::StateId;
-use crate::regex::{emit_hir, emit_hir_len, parse, Escape, Flavor};
+use crate::regex::{emit_hir, emit_hir_len, emit_intersection, parse, Escape, Flavor};
 use crate::CompileError;
 
 /// Bounded repetitions longer than this are refused (they would not be enforced cheaply).
@@ -82,9 +82,15 @@ impl JsonCompiler<'_> {
         s: &Map<String, Value>,
         ptr: &str,
     ) -> Result<StateId, CompileError> {
-        if let Some(m) = f(s.get("multipleOf")) {
-            if m != 1.0 {
-                self.unsupported("multipleOf", ptr, "only multipleOf 1 is enforced")?;
+        if let Some(m) = s.get("multipleOf").and_then(|m| m.as_number()) {
+            // Every integer is a multiple of 10^-k (k >= 0).
+            let unit = super::check::decimal(m).is_some_and(|(mm, e)| {
+                mm > 0
+                    && mm.to_string().trim_start_matches('1').bytes().all(|c| c == b'0')
+                    && e + mm.to_string().len() as i32 - 1 <= 0
+            });
+            if !unit {
+                self.unsupported("multipleOf", ptr, "only multipleOf 10^-k is enforced on integers")?;
             }
         }
         let (lo, hi) = Self::bounds(s);
@@ -131,30 +137,81 @@ impl JsonCompiler<'_> {
         s: &Map<String, Value>,
         ptr: &str,
     ) -> Result<StateId, CompileError> {
-        if s.contains_key("multipleOf") {
-            self.unsupported("multipleOf", ptr, "multipleOf on numbers is not enforced")?;
-        }
+        let mult = s.get("multipleOf").and_then(|m| m.as_number()).cloned();
         let (lo, hi) = Self::bounds(s);
-        if lo.is_none() && hi.is_none() {
+        if lo.is_none() && hi.is_none() && mult.is_none() {
             return self.number_plain(from);
         }
-        let as_int = |b: Option<(f64, bool)>, kw: &str| -> Result<Option<(i64, bool)>, String> {
+        let as_int = |b: Option<(f64, bool)>| -> Option<Option<(i64, bool)>> {
             match b {
-                None => Ok(None),
-                Some((v, inc)) if v.fract() == 0.0 && v.abs() < 1e15 => Ok(Some((v as i64, inc))),
-                Some(_) => Err(kw.to_string()),
+                None => Some(None),
+                Some((v, inc)) if v.fract() == 0.0 && v.abs() < 1e15 => Some(Some((v as i64, inc))),
+                Some(_) => None,
             }
         };
-        match (as_int(lo, "minimum"), as_int(hi, "maximum")) {
-            (Ok(l), Ok(h)) => {
+        if mult.is_none() {
+            if let (Some(l), Some(h)) = (as_int(lo), as_int(hi)) {
                 let re = number_range(l, h);
-                self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr)
-            }
-            (Err(kw), _) | (_, Err(kw)) => {
-                self.unsupported(&kw, ptr, "non-integer bounds on numbers are not enforced")?;
-                self.number_plain(from)
+                return self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr);
             }
         }
+        // Decimal bounds and multipleOf 10^-k: an intersection of regexes (no exponent).
+        let mut res: Vec<String> = Vec::new();
+        match &mult {
+            None => res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into()),
+            Some(m) => match super::check::decimal(m) {
+                Some((mm, e)) if mm > 0 && mm.to_string().trim_start_matches('1').bytes().all(|c| c == b'0') => {
+                    let k = e + mm.to_string().len() as i32 - 1;
+                    if k > 0 {
+                        self.unsupported("multipleOf", ptr, "multipleOf above 1 on numbers")?;
+                        res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into());
+                    } else if k == 0 {
+                        res.push(r"-?(0|[1-9][0-9]*)(\.0+)?".into());
+                    } else {
+                        res.push(format!(r"-?(0|[1-9][0-9]*)(\.[0-9]{{1,{}}}0*)?", -k));
+                    }
+                }
+                _ => {
+                    self.unsupported("multipleOf", ptr, "only multipleOf 10^-k is enforced on numbers")?;
+                    res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into());
+                }
+            },
+        }
+        let dec = |v: f64| -> Option<Dec> {
+            let n = serde_json::Number::from_f64(v)?;
+            let (m, e) = super::check::decimal(&n)?;
+            Dec::new(m, e)
+        };
+        for (bound, is_lo) in [(lo, true), (hi, false)] {
+            let Some((v, inc)) = bound else { continue };
+            match dec(v) {
+                Some(d) => res.push(if is_lo { dec_ge(&d, !inc) } else { dec_le(&d, !inc) }),
+                None if is_lo && v < 0.0 || !is_lo && v > 0.0 => {
+                    // Beyond ±10^15: clamp inward (stricter).
+                    let d = Dec { neg: v < 0.0, int: 999_999_999_999_999, frac: Vec::new() };
+                    res.push(if is_lo { dec_ge(&d, false) } else { dec_le(&d, false) });
+                }
+                None => return self.nothing(),
+            }
+        }
+        let mut hirs = Vec::new();
+        for re in &res {
+            hirs.push(parse(re, Flavor::FullMatch).map_err(|e| CompileError::Regex {
+                pattern: re.clone(),
+                reason: e,
+            })?);
+        }
+        emit_intersection(self.b, from, &hirs, Escape::Raw).map_err(|e| {
+            if e.contains("too many states") {
+                CompileError::TooLarge { states: self.b.states.len() }
+            } else {
+                CompileError::Unsupported {
+                    keyword: "minimum".into(),
+                    pointer: ptr.into(),
+                    reason: e,
+                }
+            }
+        })
     }
 
     /// A string of `min..=max` characters, any content.
@@ -205,12 +262,29 @@ impl JsonCompiler<'_> {
                     .collect()
             })
             .unwrap_or_default();
-        if !excluded.is_empty() {
-            if res.is_empty() && min == 0 && max.is_none() {
-                let exits = self.other_key(from, &excluded, &[], true, ptr)?;
+        let not_patterns: Vec<&str> = s
+            .get("__not_pattern")
+            .and_then(|e| e.as_array())
+            .map(|e| e.iter().filter_map(|x| x.as_str()).collect())
+            .unwrap_or_default();
+        if !excluded.is_empty() || !not_patterns.is_empty() {
+            // Key automaton: excluded spellings, then pattern i (bit i): the pattern itself
+            // (if any) must match, none of the excluded patterns may.
+            let pos = res.iter().all(|r| r.0 == "pattern") && min == 0 && max.is_none();
+            if pos && not_patterns.len() < 16 {
+                let mut pats: Vec<&str> = Vec::new();
+                if let Some(p) = pattern {
+                    pats.push(p);
+                }
+                let first_not = pats.len();
+                pats.extend(not_patterns.iter().copied());
+                let exits = self.other_key(from, &excluded, &pats, true, ptr)?;
                 let exit = self.b.state()?;
-                for (_, e) in exits {
-                    self.b.eps(e, exit);
+                for (set, e) in exits {
+                    let has_pos = pattern.is_none() || set & 1 == 1;
+                    if has_pos && set >> first_not == 0 {
+                        self.b.eps(e, exit);
+                    }
                 }
                 return Ok(exit);
             }
