@@ -254,3 +254,25 @@ fn not_pattern_excludes_matching_strings() {
         &["\"ab\"", "\"xx\""],
     );
 }
+
+#[test]
+fn pattern_and_format_are_intersected() {
+    check(
+        json!({"type": "string", "format": "date", "pattern": "^2020-"}),
+        &["\"2020-02-29\""],
+        &["\"2021-01-01\"", "\"2020-02-30\"", "\"2020-\""],
+    );
+}
+
+#[test]
+fn negative_zero_is_not_below_zero() {
+    for s in [
+        json!({"type": "number", "exclusiveMaximum": 0}),
+        json!({"type": "number", "exclusiveMaximum": 0.5, "exclusiveMinimum": 0}),
+    ] {
+        let g = compile(&s).unwrap();
+        for t in ["-0", "-0.0"] {
+            assert!(!accepts(&g, t), "{s} accepts {t}");
+        }
+    }
+}

@@ -430,7 +430,8 @@ pub(crate) fn dec_le(b: &Dec, strict: bool) -> String {
     let a = b.int;
     let parts = if !b.neg {
         vec![
-            Some(format!("-{}{ANY}", uint_range(0, None))),
+            // Negative values, `-0` forms excluded (they equal 0: stricter, never looser).
+            Some(r"-(0\.[0-9]*[1-9][0-9]*|[1-9][0-9]*(\.[0-9]+)?)".to_string()),
             (a >= 1).then(|| format!("{}{ANY}", uint_range(0, Some(a - 1)))),
             frac_text(frac_le(&b.frac, strict)).map(|t| format!("{a}{t}")),
         ]

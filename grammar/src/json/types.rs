@@ -290,6 +290,27 @@ impl JsonCompiler<'_> {
             }
             self.unsupported("not", ptr, "excluded strings together with other string keywords")?;
         }
+        if res.len() > 1 && min == 0 && max.is_none() {
+            // pattern and format: the product of their DFAs.
+            let mut hirs = Vec::new();
+            for (kw, re, flavor) in &res {
+                hirs.push(parse(re, *flavor).map_err(|e| CompileError::Unsupported {
+                    keyword: (*kw).into(),
+                    pointer: ptr.into(),
+                    reason: format!("{re:?}: {e}"),
+                })?);
+            }
+            let a = self.b.lit(from, b"\"")?;
+            match emit_intersection(self.b, a, &hirs, Escape::JsonString) {
+                Ok(e) => return self.b.lit(e, b"\""),
+                Err(e) if e.contains("too many states") => {
+                    return Err(CompileError::TooLarge {
+                        states: self.b.states.len(),
+                    })
+                }
+                Err(_) => {}
+            }
+        }
         if res.len() > 1 {
             self.unsupported(
                 "format",
