@@ -144,7 +144,9 @@ impl Feeder {
 
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().collect();
-    let dir = args.get(1).ok_or("usage: jsb_coverage DIR [--only S] [--list FILE]")?;
+    let dir = args
+        .get(1)
+        .ok_or("usage: jsb_coverage DIR [--only S] [--list FILE]")?;
     let opt = |name: &str| {
         args.iter()
             .position(|a| a == name)
@@ -257,7 +259,10 @@ fn main() -> Res<()> {
                 }
                 if !valid && (ac || af) {
                     ia += 1;
-                    println!("INVALID ACCEPTED {name}: {}", &compact[..compact.len().min(200)]);
+                    println!(
+                        "INVALID ACCEPTED {name}: {}",
+                        &compact[..compact.len().min(200)]
+                    );
                 }
             }
             if order > 0 {

@@ -87,7 +87,11 @@ fn two_nots_in_all_of_are_both_enforced() {
 fn overlapping_one_of_excludes_values_matching_two_branches() {
     // Both branches accept {"a":1,"b":2}: oneOf rejects it.
     let s = json!({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]});
-    check(s, &[r#"{"a":1}"#, r#"{"b":2}"#], &[r#"{"a":1,"b":2}"#, "{}"]);
+    check(
+        s,
+        &[r#"{"a":1}"#, r#"{"b":2}"#],
+        &[r#"{"a":1,"b":2}"#, "{}"],
+    );
     check(
         json!({"oneOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 10}]}),
         &["-5", "11", "100"],
@@ -121,7 +125,13 @@ fn dependencies_and_dependent_required() {
     });
     check(
         s,
-        &["{}", r#"{"b":1}"#, r#"{"a":1,"b":2}"#, r#"{"a":5,"b":1,"c":0}"#, r#"{"c":1}"#],
+        &[
+            "{}",
+            r#"{"b":1}"#,
+            r#"{"a":1,"b":2}"#,
+            r#"{"a":5,"b":1,"c":0}"#,
+            r#"{"c":1}"#,
+        ],
         &[r#"{"a":1}"#, r#"{"a":4,"b":1,"c":0}"#],
     );
     check(
@@ -206,7 +216,11 @@ fn min_and_max_properties_count_declared_and_undeclared_keys() {
                    "minProperties": 2});
     check(
         s,
-        &[r#"{"a":1,"b":2}"#, r#"{"a":1,"x":2}"#, r#"{"x":1,"y":2,"z":3}"#],
+        &[
+            r#"{"a":1,"b":2}"#,
+            r#"{"a":1,"x":2}"#,
+            r#"{"x":1,"y":2,"z":3}"#,
+        ],
         &["{}", r#"{"a":1}"#, r#"{"x":1}"#],
     );
     let s = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "maxProperties": 2,
@@ -217,7 +231,9 @@ fn min_and_max_properties_count_declared_and_undeclared_keys() {
         &["{}", r#"{"a":1,"x":2,"y":3}"#, r#"{"x":1,"y":2,"z":3}"#],
     );
     // maxProperties below the required count: nothing is valid.
-    assert!(compile(&json!({"type": "object", "required": ["a", "b"], "maxProperties": 1})).is_err());
+    assert!(
+        compile(&json!({"type": "object", "required": ["a", "b"], "maxProperties": 1})).is_err()
+    );
 }
 
 #[test]
@@ -237,7 +253,11 @@ fn decimal_bounds_and_multiple_of() {
         &["3", "-4", "2.0"],
         &["2.5"],
     );
-    check(json!({"type": "integer", "multipleOf": 0.1}), &["3"], &["3.5"]);
+    check(
+        json!({"type": "integer", "multipleOf": 0.1}),
+        &["3"],
+        &["3.5"],
+    );
 }
 
 #[test]

@@ -165,7 +165,6 @@ pub(crate) fn is_annotation(k: &str) -> bool {
     !CONSTRAINTS.contains(&k)
 }
 
-
 impl<'a> JsonCompiler<'a> {
     pub fn unsupported(
         &self,
@@ -381,10 +380,8 @@ impl<'a> JsonCompiler<'a> {
         };
         // A bare `$ref`: inline, or call when recursive / reused a lot.
         if let Some(reference) = map.get("$ref").and_then(|r| r.as_str()) {
-            let only_ref = map
-                .keys()
-                .all(|k| k == "$ref" || is_annotation(k))
-                || !self.is_modern_draft();
+            let only_ref =
+                map.keys().all(|k| k == "$ref" || is_annotation(k)) || !self.is_modern_draft();
             if only_ref {
                 let reference = reference.to_string();
                 let count = self.inline_count.entry(reference.clone()).or_insert(0);
@@ -518,8 +515,7 @@ impl<'a> JsonCompiler<'a> {
                             }
                         }
                         // "number" minus "integer" is not expressible: refuse.
-                        if ts.iter().any(|b| b == "integer") && keep.iter().any(|k| k == "number")
-                        {
+                        if ts.iter().any(|b| b == "integer") && keep.iter().any(|k| k == "number") {
                             self.unsupported("not", ptr, "number but not integer")?;
                         }
                         if keep.is_empty() {
@@ -624,8 +620,7 @@ impl<'a> JsonCompiler<'a> {
                         self.value(from, br, &bptr)?
                     } else {
                         let mark = self.merged_refs.len();
-                        let merged =
-                            self.merge_schemas(&Value::Object(rest.clone()), br, &bptr, 0);
+                        let merged = self.merge_schemas(&Value::Object(rest.clone()), br, &bptr, 0);
                         match merged {
                             Ok(Value::Object(m)) => {
                                 self.normalized_marked(from, Ok(m), mark, &bptr)?

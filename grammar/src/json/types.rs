@@ -86,11 +86,19 @@ impl JsonCompiler<'_> {
             // Every integer is a multiple of 10^-k (k >= 0).
             let unit = super::check::decimal(m).is_some_and(|(mm, e)| {
                 mm > 0
-                    && mm.to_string().trim_start_matches('1').bytes().all(|c| c == b'0')
+                    && mm
+                        .to_string()
+                        .trim_start_matches('1')
+                        .bytes()
+                        .all(|c| c == b'0')
                     && e + mm.to_string().len() as i32 - 1 <= 0
             });
             if !unit {
-                self.unsupported("multipleOf", ptr, "only multipleOf 10^-k is enforced on integers")?;
+                self.unsupported(
+                    "multipleOf",
+                    ptr,
+                    "only multipleOf 10^-k is enforced on integers",
+                )?;
             }
         }
         let (lo, hi) = Self::bounds(s);
@@ -160,7 +168,14 @@ impl JsonCompiler<'_> {
         match &mult {
             None => res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into()),
             Some(m) => match super::check::decimal(m) {
-                Some((mm, e)) if mm > 0 && mm.to_string().trim_start_matches('1').bytes().all(|c| c == b'0') => {
+                Some((mm, e))
+                    if mm > 0
+                        && mm
+                            .to_string()
+                            .trim_start_matches('1')
+                            .bytes()
+                            .all(|c| c == b'0') =>
+                {
                     let k = e + mm.to_string().len() as i32 - 1;
                     if k > 0 {
                         self.unsupported("multipleOf", ptr, "multipleOf above 1 on numbers")?;
@@ -172,7 +187,11 @@ impl JsonCompiler<'_> {
                     }
                 }
                 _ => {
-                    self.unsupported("multipleOf", ptr, "only multipleOf 10^-k is enforced on numbers")?;
+                    self.unsupported(
+                        "multipleOf",
+                        ptr,
+                        "only multipleOf 10^-k is enforced on numbers",
+                    )?;
                     res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into());
                 }
             },
@@ -185,25 +204,41 @@ impl JsonCompiler<'_> {
         for (bound, is_lo) in [(lo, true), (hi, false)] {
             let Some((v, inc)) = bound else { continue };
             match dec(v) {
-                Some(d) => res.push(if is_lo { dec_ge(&d, !inc) } else { dec_le(&d, !inc) }),
+                Some(d) => res.push(if is_lo {
+                    dec_ge(&d, !inc)
+                } else {
+                    dec_le(&d, !inc)
+                }),
                 None if is_lo && v < 0.0 || !is_lo && v > 0.0 => {
                     // Beyond ±10^15: clamp inward (stricter).
-                    let d = Dec { neg: v < 0.0, int: 999_999_999_999_999, frac: Vec::new() };
-                    res.push(if is_lo { dec_ge(&d, false) } else { dec_le(&d, false) });
+                    let d = Dec {
+                        neg: v < 0.0,
+                        int: 999_999_999_999_999,
+                        frac: Vec::new(),
+                    };
+                    res.push(if is_lo {
+                        dec_ge(&d, false)
+                    } else {
+                        dec_le(&d, false)
+                    });
                 }
                 None => return self.nothing(),
             }
         }
         let mut hirs = Vec::new();
         for re in &res {
-            hirs.push(parse(re, Flavor::FullMatch).map_err(|e| CompileError::Regex {
-                pattern: re.clone(),
-                reason: e,
-            })?);
+            hirs.push(
+                parse(re, Flavor::FullMatch).map_err(|e| CompileError::Regex {
+                    pattern: re.clone(),
+                    reason: e,
+                })?,
+            );
         }
         emit_intersection(self.b, from, &hirs, Escape::Raw).map_err(|e| {
             if e.contains("too many states") {
-                CompileError::TooLarge { states: self.b.states.len() }
+                CompileError::TooLarge {
+                    states: self.b.states.len(),
+                }
             } else {
                 CompileError::Unsupported {
                     keyword: "minimum".into(),
@@ -288,7 +323,11 @@ impl JsonCompiler<'_> {
                 }
                 return Ok(exit);
             }
-            self.unsupported("not", ptr, "excluded strings together with other string keywords")?;
+            self.unsupported(
+                "not",
+                ptr,
+                "excluded strings together with other string keywords",
+            )?;
         }
         if res.len() > 1 && min == 0 && max.is_none() {
             // pattern and format: the product of their DFAs.
@@ -345,7 +384,12 @@ impl JsonCompiler<'_> {
                     CompileError::Timeout
                 } else {
                     CompileError::Unsupported {
-                        keyword: if lmin > 0 || lmax.is_some() { "maxLength" } else { kw }.into(),
+                        keyword: if lmin > 0 || lmax.is_some() {
+                            "maxLength"
+                        } else {
+                            kw
+                        }
+                        .into(),
                         pointer: ptr.into(),
                         reason: format!("{re:?}: {e}"),
                     }
@@ -579,7 +623,11 @@ impl JsonCompiler<'_> {
             return self.nothing();
         }
         if cap > 32 {
-            let kw = if exact { "maxProperties" } else { "minProperties" };
+            let kw = if exact {
+                "maxProperties"
+            } else {
+                "minProperties"
+            };
             self.unsupported(kw, ptr, "property counts above 32 are not enforced")?;
         }
         let cap = cap.min(32);
