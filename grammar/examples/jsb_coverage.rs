@@ -305,7 +305,7 @@ fn main() -> Res<()> {
     print_row("overall", &tot);
     println!("\nrefusal reasons:");
     let mut r: Vec<_> = refusals.into_iter().collect();
-    r.sort_by(|a, b| b.1.cmp(&a.1));
+    r.sort_by_key(|x| std::cmp::Reverse(x.1));
     for (k, n) in r {
         println!("{n:6}  {k}");
     }
