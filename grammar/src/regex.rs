@@ -406,6 +406,7 @@ pub(crate) fn emit_intersection(
             .configure(
                 dense::Config::new()
                     .start_kind(StartKind::Anchored)
+                    .match_kind(regex_automata::MatchKind::All)
                     .dfa_size_limit(Some(1 << 22)),
             )
             .build_from_nfa(&nfa)

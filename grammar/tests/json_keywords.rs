@@ -296,3 +296,27 @@ fn negative_zero_is_not_below_zero() {
         }
     }
 }
+
+#[test]
+fn decimal_bounds_on_multi_digit_numbers() {
+    check(
+        json!({"type": "number", "minimum": 0.5, "maximum": 5000.5}),
+        &["10.99", "100", "1000.5", "5000.5", "5000"],
+        &["5000.51", "0.4"],
+    );
+    check(
+        json!({"type": "number", "multipleOf": 0.01}),
+        &["10.99", "100", "-12.5"],
+        &["10.999"],
+    );
+}
+
+#[test]
+fn pattern_properties_with_prefix_alternatives() {
+    // Leftmost-first DFAs would stop at "a" and miss that "ab" matches too.
+    check(
+        json!({"type": "object", "patternProperties": {"^(a|ab)$": {"type": "integer"}}}),
+        &[r#"{"ab":1}"#, r#"{"a":1}"#, r#"{"abc":"x"}"#],
+        &[r#"{"ab":"x"}"#, r#"{"a":"x"}"#],
+    );
+}

@@ -834,7 +834,8 @@ impl JsonCompiler<'_> {
                 .configure(
                     regex_automata::dfa::dense::Config::new()
                         .start_kind(regex_automata::dfa::StartKind::Anchored)
-                        .dfa_size_limit(Some(1 << 22)),
+                        .match_kind(regex_automata::MatchKind::All)
+                    .dfa_size_limit(Some(1 << 22)),
                 )
                 .build_from_nfa(&nfa)
                 .map_err(|e| unsupported(e.to_string()))?;
