@@ -33,11 +33,52 @@ pub(crate) fn parse(pattern: &str, flavor: Flavor) -> Result<Hir, String> {
         Flavor::FullMatch => pattern.to_string(),
         Flavor::EcmaSearch => ecma_to_rust(pattern)?,
     };
+    // Top-level branches are parsed one by one, so that each keeps its own `^`/`$`
+    // (regex-syntax would factor `^$|^a$` into a look-around in the middle).
+    let branches = split_top_level(&src);
+    if branches.len() > 1 && !src.contains("(?") {
+        let mut alts = Vec::new();
+        for b in branches {
+            alts.push(parse_one(b, flavor)?);
+        }
+        return Ok(Hir::alternation(alts));
+    }
+    parse_one(&src, flavor)
+}
+
+/// Splits a Rust-syntax regex at its top-level `|` (outside groups and classes).
+fn split_top_level(src: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut in_class, mut esc, mut start) = (0i32, false, false, 0usize);
+    for (i, c) in src.char_indices() {
+        if esc {
+            esc = false;
+            continue;
+        }
+        match c {
+            '\\' => esc = true,
+            '[' if !in_class => in_class = true,
+            ']' if in_class => in_class = false,
+            '(' if !in_class => depth += 1,
+            ')' if !in_class => depth -= 1,
+            '|' if !in_class && depth == 0 => {
+                out.push(&src[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&src[start..]);
+    out
+}
+
+/// Parses one branch (already in Rust syntax) into the HIR of a whole-text match.
+fn parse_one(src: &str, flavor: Flavor) -> Result<Hir, String> {
     let hir = regex_syntax::ParserBuilder::new()
         .utf8(true)
         .unicode(true)
         .build()
-        .parse(&src)
+        .parse(src)
         .map_err(|e| {
             e.to_string()
                 .lines()

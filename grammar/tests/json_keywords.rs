@@ -320,3 +320,26 @@ fn pattern_properties_with_prefix_alternatives() {
         &[r#"{"ab":"x"}"#, r#"{"a":"x"}"#],
     );
 }
+
+#[test]
+fn anchored_alternatives_in_patterns() {
+    check(
+        json!({"type": "string", "pattern": "^$|^[a-z]+$"}),
+        &["\"\"", "\"abc\""],
+        &["\"aB\"", "\"1\""],
+    );
+    check(
+        json!({"type": "string", "pattern": "^\\S+$|^$"}),
+        &["\"\"", "\"a-b\""],
+        &["\"a b\""],
+    );
+}
+
+#[test]
+fn one_of_through_nested_one_of_types_is_disjoint() {
+    let s = json!({"definitions": {
+            "a": {"oneOf": [{"type": "string"}, {"type": "array"}]},
+            "b": {"oneOf": [{"type": "object"}, {"type": "integer"}]}},
+        "oneOf": [{"$ref": "#/definitions/a"}, {"$ref": "#/definitions/b"}]});
+    check(s, &["\"x\"", "[]", "{}", "3"], &["null", "true"]);
+}

@@ -280,13 +280,45 @@ impl JsonCompiler<'_> {
         for i in 0..sigs.len() {
             for j in i + 1..sigs.len() {
                 if let (Some(a), Some(b)) = (&sigs[i], &sigs[j]) {
-                    if !disjoint(a, b) {
+                    if !disjoint(a, b) && self.deep_type_bits(a, 0) & self.deep_type_bits(b, 0) != 0
+                    {
                         out.push((i, j));
                     }
                 }
             }
         }
         Ok(out)
+    }
+
+    /// The types a schema admits, looking through `$ref`, `allOf`, `anyOf` and `oneOf`
+    /// (a superset: 127 when unsure).
+    fn deep_type_bits(&mut self, m: &Map<String, Value>, depth: u32) -> u8 {
+        let mut bits = type_bits(m);
+        if depth > 6 {
+            return bits;
+        }
+        for kw in ["anyOf", "oneOf"] {
+            let Some(Value::Array(branches)) = m.get(kw) else { continue };
+            let mut u = 0u8;
+            for br in branches {
+                u |= match br {
+                    Value::Bool(true) => 127,
+                    Value::Bool(false) => 0,
+                    Value::Object(bm) => {
+                        let mark = self.merged_refs.len();
+                        let n = self.normalize(bm, "#", depth + 1);
+                        self.merged_refs.truncate(mark);
+                        match n {
+                            Ok(n) => self.deep_type_bits(&n, depth + 1),
+                            Err(_) => 127,
+                        }
+                    }
+                    _ => 127,
+                };
+            }
+            bits &= u;
+        }
+        bits
     }
 
     /// A schema for the complement of `s` (the values `s` rejects), when it can be written
