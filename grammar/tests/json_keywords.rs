@@ -343,3 +343,23 @@ fn one_of_through_nested_one_of_types_is_disjoint() {
         "oneOf": [{"$ref": "#/definitions/a"}, {"$ref": "#/definitions/b"}]});
     check(s, &["\"x\"", "[]", "{}", "3"], &["null", "true"]);
 }
+
+#[test]
+fn property_names_constrain_declared_and_undeclared_keys() {
+    check(
+        json!({"type": "object", "propertyNames": {"type": "string"}}),
+        &[r#"{"a":1}"#],
+        &["[]"],
+    );
+    check(
+        json!({"type": "object", "properties": {"ok": {}, "Bad": {}},
+               "propertyNames": {"pattern": "^[a-z]+$", "maxLength": 3}}),
+        &[r#"{"ok":1}"#, r#"{"abc":1}"#, "{}"],
+        &[r#"{"Bad":1}"#, r#"{"abcd":1}"#, r#"{"A":1}"#],
+    );
+    check(
+        json!({"type": "object", "propertyNames": {"not": {"enum": ["x", "y"]}}}),
+        &[r#"{"z":1}"#, r#"{"xy":1}"#],
+        &[r#"{"x":1}"#, r#"{"z":1,"y":2}"#],
+    );
+}

@@ -89,7 +89,7 @@ pub(crate) fn compile(
 }
 
 /// What a `not` schema amounts to.
-enum NotForm {
+pub(crate) enum NotForm {
     /// `not: {}` / `not: true`: nothing is valid.
     Unsat,
     /// `not: false`: no constraint.
@@ -648,8 +648,7 @@ impl<'a> JsonCompiler<'a> {
                 | "minContains"
                 | "maxContains"
                 | "$dynamicRef"
-                | "$recursiveRef"
-                | "propertyNames" => {
+                | "$recursiveRef" => {
                     self.unsupported(kw, ptr, "cannot be enforced exactly")?;
                 }
                 _ => {}
@@ -815,7 +814,7 @@ impl<'a> JsonCompiler<'a> {
 
 impl JsonCompiler<'_> {
     /// The conjunction of constraints `not: n` amounts to, appended to `out`.
-    fn not_forms(&self, n: &Value, out: &mut Vec<NotForm>) {
+    pub(crate) fn not_forms(&self, n: &Value, out: &mut Vec<NotForm>) {
         let m = match n {
             Value::Bool(true) => return out.push(NotForm::Unsat),
             Value::Bool(false) => return out.push(NotForm::NoOp),

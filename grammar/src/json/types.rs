@@ -539,7 +539,7 @@ impl JsonCompiler<'_> {
                     .collect()
             })
             .unwrap_or_default();
-        let additional = match s.get("additionalProperties") {
+        let mut additional = match s.get("additionalProperties") {
             Some(Value::Bool(false)) => None,
             Some(v) => Some(v.clone()),
             None if self.opts.allow_undeclared_properties => Some(Value::Bool(true)),
@@ -609,6 +609,94 @@ impl JsonCompiler<'_> {
                 }
             }
         }
+        // propertyNames: declared keys checked here, undeclared keys through patterns.
+        let mut name_pos: Vec<String> = Vec::new();
+        let mut name_neg: Vec<String> = Vec::new();
+        let mut name_excl: Vec<String> = Vec::new();
+        if let Some(pn) = s.get("propertyNames") {
+            let pn_ptr = format!("{ptr}/propertyNames");
+            let pn_map = match pn {
+                Value::Bool(true) => Map::new(),
+                Value::Bool(false) => {
+                    let mut m = Map::new();
+                    m.insert("__false".into(), Value::Bool(true));
+                    m
+                }
+                Value::Object(m) => {
+                    let mark = self.merged_refs.len();
+                    let n = self.normalize(m, &pn_ptr, 0);
+                    self.merged_refs.truncate(mark);
+                    n?
+                }
+                _ => return Err(self.invalid(&pn_ptr, "a schema must be an object or a boolean")),
+            };
+            let mut keep = Vec::new();
+            for item in items.drain(..) {
+                match super::check::check_value(&Value::String(item.0.clone()), &pn_map) {
+                    Some(true) => keep.push(item),
+                    Some(false) if item.2 => return self.nothing(),
+                    Some(false) => {}
+                    None => {
+                        self.unsupported("propertyNames", &pn_ptr, "cannot check a declared key")?;
+                        keep.push(item);
+                    }
+                }
+            }
+            items = keep;
+            if additional.is_some() || !patterns.is_empty() {
+                for (k, v) in &pn_map {
+                    if super::is_annotation(k) {
+                        continue;
+                    }
+                    match (k.as_str(), v) {
+                        ("type", t) if super::norm::type_list(t).iter().any(|t| t == "string") => {}
+                        ("type", _) | ("__false", _) => {
+                            additional = None;
+                            patterns.clear();
+                            matchers.clear();
+                        }
+                        ("pattern", Value::String(p)) => name_pos.push(p.clone()),
+                        ("minLength" | "maxLength", _) => {
+                            let lo = pn_map.get("minLength").and_then(|x| x.as_u64()).unwrap_or(0);
+                            let hi = pn_map.get("maxLength").and_then(|x| x.as_u64());
+                            let re = match hi {
+                                Some(h) => format!("^[\\s\\S]{{{lo},{h}}}$"),
+                                None => format!("^[\\s\\S]{{{lo},}}$"),
+                            };
+                            if !name_pos.contains(&re) {
+                                name_pos.push(re);
+                            }
+                        }
+                        ("__not_enum", Value::Array(vals)) => {
+                            name_excl.extend(vals.iter().filter_map(|x| x.as_str().map(String::from)))
+                        }
+                        ("__not_pattern", Value::Array(ps)) => {
+                            name_neg.extend(ps.iter().filter_map(|x| x.as_str().map(String::from)))
+                        }
+                        ("not", n) => {
+                            let mut forms = Vec::new();
+                            self.not_forms(n, &mut forms);
+                            for f in forms {
+                                match f {
+                                    super::NotForm::NotValues(vals) => name_excl.extend(
+                                        vals.iter().filter_map(|x| x.as_str().map(String::from)),
+                                    ),
+                                    super::NotForm::NotPattern(Value::String(p)) => name_neg.push(p),
+                                    super::NotForm::NoOp => {}
+                                    _ => self.unsupported("propertyNames", &pn_ptr, "this `not` form")?,
+                                }
+                            }
+                        }
+                        _ => self.unsupported("propertyNames", &pn_ptr, &format!("`{k}` on keys"))?,
+                    }
+                }
+            }
+            if patterns.len() + name_pos.len() + name_neg.len() > 30 {
+                self.unsupported("propertyNames", &pn_ptr, "too many key patterns")?;
+                name_pos.clear();
+                name_neg.clear();
+            }
+        }
         // Property counts: tracks 0..=cap; exact up to maxProperties, else saturating at
         // max(minProperties, 1).
         let n_req = items.iter().filter(|i| i.2).count();
@@ -631,11 +719,6 @@ impl JsonCompiler<'_> {
             self.unsupported(kw, ptr, "property counts above 32 are not enforced")?;
         }
         let cap = cap.min(32);
-        for k in s.keys() {
-            if k == "propertyNames" && additional.is_some() {
-                self.unsupported(k, ptr, "property name constraints")?;
-            }
-        }
         let open = self.b.lit(from, b"{")?;
         let open = self.ws(open)?;
         // Undeclared properties: one rule (`"other key": value`), called from every gap
@@ -645,11 +728,23 @@ impl JsonCompiler<'_> {
         } else {
             let mut declared: Vec<String> = items.iter().map(|i| i.0.clone()).collect();
             declared.extend(forbidden.iter().cloned());
+            declared.extend(name_excl.iter().cloned());
             let r = self.b.new_rule()?;
             let rr = self.b.rules[r as usize];
-            let pats: Vec<&str> = patterns.iter().map(|p| p.0.as_str()).collect();
-            let exits = self.other_key(rr.start, &declared, &pats, additional.is_some(), ptr)?;
+            let mut pats: Vec<&str> = patterns.iter().map(|p| p.0.as_str()).collect();
+            let n_pp = pats.len();
+            pats.extend(name_pos.iter().map(|p| p.as_str()));
+            pats.extend(name_neg.iter().map(|p| p.as_str()));
+            let pos_mask: u32 = ((1u32 << name_pos.len()) - 1) << n_pp;
+            let neg_mask: u32 = ((1u32 << name_neg.len()) - 1) << (n_pp + name_pos.len());
+            let any = additional.is_some() || pats.len() > n_pp;
+            let exits = self.other_key(rr.start, &declared, &pats, any, ptr)?;
             for (set, exit) in exits {
+                // propertyNames: every positive pattern matches, no negative one does.
+                if set & pos_mask != pos_mask || set & neg_mask != 0 {
+                    continue;
+                }
+                let set = set & ((1u32 << n_pp) - 1);
                 let k = self.punct(exit, b':')?;
                 let e = if set == 0 {
                     match &additional {
