@@ -363,3 +363,23 @@ fn property_names_constrain_declared_and_undeclared_keys() {
         &[r#"{"x":1}"#, r#"{"z":1,"y":2}"#],
     );
 }
+
+#[test]
+fn all_of_with_two_ifs_and_two_one_ofs() {
+    let s = json!({"type": "object",
+        "properties": {"a": {}, "b": {}, "c": {}, "d": {}}, "allOf": [
+        {"if": {"required": ["a"]}, "then": {"required": ["b"]}},
+        {"if": {"required": ["c"]}, "then": {"required": ["d"]}},
+    ]});
+    check(
+        s,
+        &["{}", r#"{"a":1,"b":1}"#, r#"{"c":1,"d":1}"#, r#"{"a":1,"b":1,"c":1,"d":1}"#],
+        &[r#"{"a":1}"#, r#"{"c":1}"#, r#"{"a":1,"b":1,"c":1}"#],
+    );
+    let s = json!({"type": "integer", "allOf": [
+        {"oneOf": [{"minimum": 5}, {"maximum": 10}]},
+        {"oneOf": [{"minimum": 0}, {"maximum": -1}]},
+    ]});
+    // First: x < 5 or x > 10; second: always exactly one.
+    check(s, &["4", "11", "-3"], &["5", "10", "7"]);
+}

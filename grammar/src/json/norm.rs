@@ -83,7 +83,18 @@ impl JsonCompiler<'_> {
             _ => return Err(self.invalid(ptr, "a schema must be an object or a boolean")),
         };
         let a = self.normalize(a, ptr, depth + 1)?;
-        let b = self.normalize(b, ptr, depth + 1)?;
+        let mut b = self.normalize(b, ptr, depth + 1)?;
+        // Two different `if` or `oneOf`: b's one is rewritten as an `anyOf` (exact), which
+        // merges with anything by distribution.
+        for kw in ["if", "oneOf"] {
+            if let (Some(x), Some(y)) = (a.get(kw), b.get(kw)) {
+                if !json_eq(x, y) {
+                    if let Some(d) = self.desugar(&b, kw, ptr)? {
+                        b = d;
+                    }
+                }
+            }
+        }
         let mut out = a.clone();
         let unsat = |out: &mut Map<String, Value>| {
             out.insert("__false".into(), Value::Bool(true));
@@ -288,6 +299,59 @@ impl JsonCompiler<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// `s` with its `if`/`then`/`else` (kw = "if") or `oneOf` replaced by an equivalent
+    /// `anyOf` of disjoint branches (merged with `s`'s own `anyOf`); `None` when a needed
+    /// complement cannot be expressed.
+    fn desugar(
+        &mut self,
+        s: &Map<String, Value>,
+        kw: &str,
+        ptr: &str,
+    ) -> Result<Option<Map<String, Value>>, CompileError> {
+        use serde_json::json;
+        let mut rest = s.clone();
+        let alts: Vec<Value> = if kw == "if" {
+            let Some(cond) = rest.remove("if") else { return Ok(None) };
+            let then = rest.remove("then").unwrap_or(Value::Bool(true));
+            let els = rest.remove("else").unwrap_or(Value::Bool(true));
+            let Some(neg) = self.negate(&cond, ptr, 0)? else { return Ok(None) };
+            vec![json!({"allOf": [cond, then]}), json!({"allOf": [neg, els]})]
+        } else {
+            let Some(Value::Array(branches)) = rest.remove("oneOf") else { return Ok(None) };
+            let mut out = Vec::new();
+            for (i, bi) in branches.iter().enumerate() {
+                let mut parts = vec![bi.clone()];
+                for (j, bj) in branches.iter().enumerate() {
+                    if i == j {
+                        continue;
+                    }
+                    let (Value::Object(mi), Value::Object(mj)) = (bi, bj) else {
+                        match self.negate(bj, ptr, 0)? {
+                            Some(n) => parts.push(n),
+                            None => return Ok(None),
+                        }
+                        continue;
+                    };
+                    if disjoint(mi, mj) {
+                        continue;
+                    }
+                    match self.negate(bj, ptr, 0)? {
+                        Some(n) => parts.push(n),
+                        None => return Ok(None),
+                    }
+                }
+                out.push(json!({ "allOf": parts }));
+            }
+            out
+        };
+        let all = json!({"allOf": [Value::Object(rest), {"anyOf": alts}]});
+        let Value::Object(m) = all else { return Ok(None) };
+        let mark = self.merged_refs.len();
+        let r = self.normalize(&m, ptr, 1);
+        self.merged_refs.truncate(mark);
+        r.map(Some)
     }
 
     /// The types a schema admits, looking through `$ref`, `allOf`, `anyOf` and `oneOf`
