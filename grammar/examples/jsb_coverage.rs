@@ -162,7 +162,9 @@ fn main() -> Res<()> {
     };
     let only = opt("--only");
     // Wall-clock compile deadline (the box may be loaded: CPU time is reported too).
-    let timeout_ms: u64 = opt("--timeout-ms").and_then(|t| t.parse().ok()).unwrap_or(1000);
+    let timeout_ms: u64 = opt("--timeout-ms")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1000);
     let copts = CompileOptions {
         timeout: Some(std::time::Duration::from_millis(timeout_ms)),
         ..CompileOptions::default()

@@ -373,7 +373,12 @@ fn all_of_with_two_ifs_and_two_one_ofs() {
     ]});
     check(
         s,
-        &["{}", r#"{"a":1,"b":1}"#, r#"{"c":1,"d":1}"#, r#"{"a":1,"b":1,"c":1,"d":1}"#],
+        &[
+            "{}",
+            r#"{"a":1,"b":1}"#,
+            r#"{"c":1,"d":1}"#,
+            r#"{"a":1,"b":1,"c":1,"d":1}"#,
+        ],
         &[r#"{"a":1}"#, r#"{"c":1}"#, r#"{"a":1,"b":1,"c":1}"#],
     );
     let s = json!({"type": "integer", "allOf": [
@@ -382,4 +387,19 @@ fn all_of_with_two_ifs_and_two_one_ofs() {
     ]});
     // First: x < 5 or x > 10; second: always exactly one.
     check(s, &["4", "11", "-3"], &["5", "10", "7"]);
+}
+
+#[test]
+fn unique_items_over_small_enums() {
+    check(
+        json!({"type": "array", "uniqueItems": true, "minItems": 1,
+               "items": {"enum": ["a", "b", "c"]}}),
+        &[r#"["a"]"#, r#"["c","a"]"#, r#"["b","a","c"]"#],
+        &["[]", r#"["a","a"]"#, r#"["a","b","a"]"#, r#"["d"]"#],
+    );
+    check(
+        json!({"type": "array", "uniqueItems": true, "items": {"type": "boolean"}}),
+        &["[]", "[true,false]"],
+        &["[true,true]", "[false,true,false]"],
+    );
 }

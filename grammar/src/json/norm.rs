@@ -313,13 +313,19 @@ impl JsonCompiler<'_> {
         use serde_json::json;
         let mut rest = s.clone();
         let alts: Vec<Value> = if kw == "if" {
-            let Some(cond) = rest.remove("if") else { return Ok(None) };
+            let Some(cond) = rest.remove("if") else {
+                return Ok(None);
+            };
             let then = rest.remove("then").unwrap_or(Value::Bool(true));
             let els = rest.remove("else").unwrap_or(Value::Bool(true));
-            let Some(neg) = self.negate(&cond, ptr, 0)? else { return Ok(None) };
+            let Some(neg) = self.negate(&cond, ptr, 0)? else {
+                return Ok(None);
+            };
             vec![json!({"allOf": [cond, then]}), json!({"allOf": [neg, els]})]
         } else {
-            let Some(Value::Array(branches)) = rest.remove("oneOf") else { return Ok(None) };
+            let Some(Value::Array(branches)) = rest.remove("oneOf") else {
+                return Ok(None);
+            };
             let mut out = Vec::new();
             for (i, bi) in branches.iter().enumerate() {
                 let mut parts = vec![bi.clone()];
@@ -347,7 +353,9 @@ impl JsonCompiler<'_> {
             out
         };
         let all = json!({"allOf": [Value::Object(rest), {"anyOf": alts}]});
-        let Value::Object(m) = all else { return Ok(None) };
+        let Value::Object(m) = all else {
+            return Ok(None);
+        };
         let mark = self.merged_refs.len();
         let r = self.normalize(&m, ptr, 1);
         self.merged_refs.truncate(mark);
@@ -362,7 +370,9 @@ impl JsonCompiler<'_> {
             return bits;
         }
         for kw in ["anyOf", "oneOf"] {
-            let Some(Value::Array(branches)) = m.get(kw) else { continue };
+            let Some(Value::Array(branches)) = m.get(kw) else {
+                continue;
+            };
             let mut u = 0u8;
             for br in branches {
                 u |= match br {

@@ -421,6 +421,9 @@ impl JsonCompiler<'_> {
             return self.nothing();
         }
         if s.get("uniqueItems") == Some(&Value::Bool(true)) && max.is_none_or(|m| m > 1) {
+            if let Some(e) = self.unique_finite(from, s, min, max, ptr)? {
+                return Ok(e);
+            }
             self.unsupported("uniqueItems", ptr, "uniqueness of items is not enforced")?;
         }
         // Tuple part and the schema for the rest.
@@ -517,6 +520,86 @@ impl JsonCompiler<'_> {
         }
         let c = self.ws(close)?;
         self.b.lit(c, b"]")
+    }
+
+    /// `uniqueItems` over a small finite item set (`enum`/`const`/boolean/null items, ≤ 8
+    /// values): one state per set of values used so far. `None` when not applicable.
+    fn unique_finite(
+        &mut self,
+        from: StateId,
+        s: &Map<String, Value>,
+        min: u64,
+        max: Option<u64>,
+        ptr: &str,
+    ) -> Result<Option<StateId>, CompileError> {
+        if s.contains_key("prefixItems") || s.get("items").is_some_and(|i| i.is_array()) {
+            return Ok(None);
+        }
+        let Some(Value::Object(item)) = s.get("items") else {
+            return Ok(None);
+        };
+        let mark = self.merged_refs.len();
+        let item = self.normalize(item, ptr, 0);
+        self.merged_refs.truncate(mark);
+        let item = item?;
+        let candidates: Vec<Value> = if let Some(Value::Array(e)) = item.get("enum") {
+            e.clone()
+        } else if let Some(c) = item.get("const") {
+            vec![c.clone()]
+        } else {
+            match item.get("type").and_then(|t| t.as_str()) {
+                Some("boolean") => vec![Value::Bool(true), Value::Bool(false)],
+                Some("null") => vec![Value::Null],
+                _ => return Ok(None),
+            }
+        };
+        let mut vals: Vec<Value> = Vec::new();
+        for v in candidates {
+            match super::check::check_value(&v, &item) {
+                Some(true) if !vals.iter().any(|x| super::json_eq(x, &v)) => vals.push(v),
+                Some(_) => {}
+                None => return Ok(None),
+            }
+        }
+        if vals.len() > 8 {
+            return Ok(None);
+        }
+        let n = vals.len();
+        let max = max.unwrap_or(n as u64).min(n as u64);
+        let open = self.b.lit(from, b"[")?;
+        let open = self.ws(open)?;
+        let close = self.b.state()?;
+        let mut ids: Vec<Option<StateId>> = vec![None; 1 << n];
+        ids[0] = Some(open);
+        for mask in 0usize..(1 << n) {
+            let Some(me) = ids[mask] else { continue };
+            let used = mask.count_ones() as u64;
+            if used >= min {
+                self.b.eps(me, close);
+            }
+            if used >= max {
+                continue;
+            }
+            for (i, v) in vals.iter().enumerate() {
+                if mask >> i & 1 == 1 {
+                    continue;
+                }
+                let st = if mask == 0 { me } else { self.punct(me, b',')? };
+                let e = self.literal(st, v)?;
+                let next = mask | 1 << i;
+                let t = match ids[next] {
+                    Some(t) => t,
+                    None => {
+                        let t = self.b.state()?;
+                        ids[next] = Some(t);
+                        t
+                    }
+                };
+                self.b.eps(e, t);
+            }
+        }
+        let c = self.ws(close)?;
+        Ok(Some(self.b.lit(c, b"]")?))
     }
 
     pub(super) fn object(
@@ -657,7 +740,10 @@ impl JsonCompiler<'_> {
                         }
                         ("pattern", Value::String(p)) => name_pos.push(p.clone()),
                         ("minLength" | "maxLength", _) => {
-                            let lo = pn_map.get("minLength").and_then(|x| x.as_u64()).unwrap_or(0);
+                            let lo = pn_map
+                                .get("minLength")
+                                .and_then(|x| x.as_u64())
+                                .unwrap_or(0);
                             let hi = pn_map.get("maxLength").and_then(|x| x.as_u64());
                             let re = match hi {
                                 Some(h) => format!("^[\\s\\S]{{{lo},{h}}}$"),
@@ -667,9 +753,8 @@ impl JsonCompiler<'_> {
                                 name_pos.push(re);
                             }
                         }
-                        ("__not_enum", Value::Array(vals)) => {
-                            name_excl.extend(vals.iter().filter_map(|x| x.as_str().map(String::from)))
-                        }
+                        ("__not_enum", Value::Array(vals)) => name_excl
+                            .extend(vals.iter().filter_map(|x| x.as_str().map(String::from))),
                         ("__not_pattern", Value::Array(ps)) => {
                             name_neg.extend(ps.iter().filter_map(|x| x.as_str().map(String::from)))
                         }
@@ -681,13 +766,21 @@ impl JsonCompiler<'_> {
                                     super::NotForm::NotValues(vals) => name_excl.extend(
                                         vals.iter().filter_map(|x| x.as_str().map(String::from)),
                                     ),
-                                    super::NotForm::NotPattern(Value::String(p)) => name_neg.push(p),
+                                    super::NotForm::NotPattern(Value::String(p)) => {
+                                        name_neg.push(p)
+                                    }
                                     super::NotForm::NoOp => {}
-                                    _ => self.unsupported("propertyNames", &pn_ptr, "this `not` form")?,
+                                    _ => self.unsupported(
+                                        "propertyNames",
+                                        &pn_ptr,
+                                        "this `not` form",
+                                    )?,
                                 }
                             }
                         }
-                        _ => self.unsupported("propertyNames", &pn_ptr, &format!("`{k}` on keys"))?,
+                        _ => {
+                            self.unsupported("propertyNames", &pn_ptr, &format!("`{k}` on keys"))?
+                        }
                     }
                 }
             }
@@ -930,7 +1023,7 @@ impl JsonCompiler<'_> {
                     regex_automata::dfa::dense::Config::new()
                         .start_kind(regex_automata::dfa::StartKind::Anchored)
                         .match_kind(regex_automata::MatchKind::All)
-                    .dfa_size_limit(Some(1 << 22)),
+                        .dfa_size_limit(Some(1 << 22)),
                 )
                 .build_from_nfa(&nfa)
                 .map_err(|e| unsupported(e.to_string()))?;
