@@ -403,3 +403,13 @@ fn unique_items_over_small_enums() {
         &["[true,true]", "[false,true,false]"],
     );
 }
+
+#[test]
+fn long_max_length_strings() {
+    let g = compile(&json!({"type": "string", "minLength": 70, "maxLength": 100})).unwrap();
+    for n in [69usize, 70, 100, 101] {
+        let t = format!("\"{}é\"", "a".repeat(n - 1));
+        assert_eq!(accepts(&g, &t), (70..=100).contains(&n), "length {n}");
+    }
+    assert!(accepts(&g, &format!("\"{}\\n\"", "b".repeat(99))));
+}

@@ -34,6 +34,8 @@ pub(crate) struct JsonCompiler<'a> {
     ref_rules: HashMap<String, RuleId>,
     inline_count: HashMap<String, u32>,
     any_rule: Option<RuleId>,
+    /// One JSON string character, shared by long counted strings.
+    pub(crate) char_rule: Option<RuleId>,
     pending: Vec<(RuleId, Pending)>,
     /// `$ref`s resolved by `normalize` (merged with siblings) since the caller's mark.
     merged_refs: Vec<String>,
@@ -60,6 +62,7 @@ pub(crate) fn compile(
         ref_rules: HashMap::new(),
         inline_count: HashMap::new(),
         any_rule: None,
+        char_rule: None,
         pending: Vec::new(),
         depth: 0,
         merged_refs: Vec::new(),

@@ -257,7 +257,25 @@ impl JsonCompiler<'_> {
         max: Option<u64>,
     ) -> Result<StateId, CompileError> {
         let a = self.b.lit(from, b"\"")?;
-        let e = self.b.repeat(a, min, max, &mut json_char_into)?;
+        // Long counted strings call one shared character rule: 2 states per position
+        // instead of ~14.
+        let long = min.max(max.unwrap_or(0)) > 64;
+        let e = if long {
+            let rule = match self.char_rule {
+                Some(r) => r,
+                None => {
+                    let r = self.b.new_rule()?;
+                    let rr = self.b.rules[r as usize];
+                    let e = json_char_into(self.b, rr.start)?;
+                    self.b.eps(e, rr.end);
+                    self.char_rule = Some(r);
+                    r
+                }
+            };
+            self.b.repeat(a, min, max, &mut |b, s| b.call(s, rule))?
+        } else {
+            self.b.repeat(a, min, max, &mut json_char_into)?
+        };
         self.b.lit(e, b"\"")
     }
 
