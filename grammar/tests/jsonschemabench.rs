@@ -20,6 +20,7 @@ use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher};
 const PROPERTY_ORDER: &[&str] = &[
     "Github_easy---o10094.json",
     "Github_medium---o10078.json",
+    "JsonSchemaStore---aiproj-1.1.json",
     "WashingtonPost---wp_29_Normalized.json",
     "WashingtonPost---wp_100_Normalized.json",
 ];
