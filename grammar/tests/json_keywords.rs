@@ -413,3 +413,18 @@ fn long_max_length_strings() {
     }
     assert!(accepts(&g, &format!("\"{}\\n\"", "b".repeat(99))));
 }
+
+#[test]
+fn all_of_with_two_patterns_intersects_them() {
+    check(
+        json!({"type": "string", "allOf": [{"pattern": "^a"}, {"pattern": "b$"}]}),
+        &["\"ab\"", "\"axb\""],
+        &["\"a\"", "\"b\"", "\"xb\""],
+    );
+    check(
+        json!({"type": "string", "allOf": [{"pattern": "^a"}, {"pattern": "b$"}],
+               "not": {"pattern": "x"}}),
+        &["\"ab\""],
+        &["\"axb\"", "\"a\""],
+    );
+}

@@ -69,6 +69,14 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                 Some(ok)
             }
             ("__not_pattern", _) => Some(true),
+            ("__patterns", Value::String(t)) => {
+                let mut ok = true;
+                for p in x.as_array()? {
+                    ok &= regex_full_match(p.as_str()?, Flavor::EcmaSearch, t)?;
+                }
+                Some(ok)
+            }
+            ("__patterns", _) => Some(true),
             ("type", _) => {
                 let bits = type_bits(&Map::from_iter([("type".to_string(), x.clone())]));
                 let vb = match v {

@@ -161,6 +161,7 @@ pub(crate) const CONSTRAINTS: &[&str] = &[
     "__forbidden",
     "__not_enum",
     "__not_pattern",
+    "__patterns",
 ];
 
 /// True for keywords that carry no constraint.

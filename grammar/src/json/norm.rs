@@ -131,7 +131,9 @@ impl JsonCompiler<'_> {
                     }
                     out.insert(k.clone(), Value::Array(both));
                 }
-                "required" | "__forbidden" | "__not_enum" | "__not_pattern" => {
+                // Two patterns: both must match (intersected when compiled).
+                "pattern" => push_all(&mut out, "__patterns", std::slice::from_ref(bv)),
+                "required" | "__forbidden" | "__not_enum" | "__not_pattern" | "__patterns" => {
                     let mut r = av.as_array().cloned().unwrap_or_default();
                     for x in bv.as_array().into_iter().flatten() {
                         if !r.contains(x) {
@@ -431,6 +433,11 @@ impl JsonCompiler<'_> {
                 }
                 "__not_enum" => alts.push(json!({ "enum": v.clone() })),
                 "pattern" => alts.push(json!({"type": "string", "__not_pattern": [v]})),
+                "__patterns" => {
+                    for p in v.as_array().into_iter().flatten() {
+                        alts.push(json!({"type": "string", "__not_pattern": [p]}));
+                    }
+                }
                 "__not_pattern" => {
                     for p in v.as_array().into_iter().flatten() {
                         alts.push(json!({"type": "string", "pattern": p}));
@@ -631,4 +638,19 @@ fn disjoint(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
         return true;
     }
     false
+}
+
+/// Appends `vals` to the list under `key` (created when absent), skipping duplicates.
+fn push_all(m: &mut Map<String, Value>, key: &str, vals: &[Value]) {
+    let mut list = m
+        .get(key)
+        .and_then(|x| x.as_array())
+        .cloned()
+        .unwrap_or_default();
+    for v in vals {
+        if !list.contains(v) {
+            list.push(v.clone());
+        }
+    }
+    m.insert(key.into(), Value::Array(list));
 }

@@ -300,9 +300,17 @@ impl JsonCompiler<'_> {
             format = None;
         }
         let format_re = format.and_then(|(_, r)| r).filter(|r| !r.is_empty());
+        let extra_patterns = s
+            .get("__patterns")
+            .and_then(|p| p.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.as_str())
+            .map(|p| ("pattern", p.to_string(), Flavor::EcmaSearch));
         let res: Vec<(&str, String, Flavor)> = pattern
             .map(|p| ("pattern", p.to_string(), Flavor::EcmaSearch))
             .into_iter()
+            .chain(extra_patterns)
             .chain(format_re.map(|r| ("format", r, Flavor::FullMatch)))
             .collect();
         // `not: {enum: [..strings]}`: any string but those (written canonically).
@@ -324,17 +332,16 @@ impl JsonCompiler<'_> {
             // Key automaton: excluded spellings, then pattern i (bit i): the pattern itself
             // (if any) must match, none of the excluded patterns may.
             let pos = res.iter().all(|r| r.0 == "pattern") && min == 0 && max.is_none();
-            if pos && not_patterns.len() < 16 {
-                let mut pats: Vec<&str> = Vec::new();
-                if let Some(p) = pattern {
-                    pats.push(p);
-                }
+            if pos && not_patterns.len() + res.len() < 24 {
+                // Every positive pattern (all of `res` here) must match.
+                let mut pats: Vec<&str> = res.iter().map(|r| r.1.as_str()).collect();
                 let first_not = pats.len();
+                let pos_mask: u32 = (1u32 << first_not) - 1;
                 pats.extend(not_patterns.iter().copied());
                 let exits = self.other_key(from, &excluded, &pats, true, ptr)?;
                 let exit = self.b.state()?;
                 for (set, e) in exits {
-                    let has_pos = pattern.is_none() || set & 1 == 1;
+                    let has_pos = set & pos_mask == pos_mask;
                     if has_pos && set >> first_not == 0 {
                         self.b.eps(e, exit);
                     }
