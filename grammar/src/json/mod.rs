@@ -44,6 +44,9 @@ pub(crate) struct JsonCompiler<'a> {
     depth: u32,
 }
 
+/// Most NFA states a JSON Schema may compile to (the post-passes are not interruptible).
+const MAX_JSON_STATES: usize = 600_000;
+
 /// Deepest schema nesting compiled inline.
 const MAX_DEPTH: u32 = 96;
 
@@ -87,6 +90,12 @@ pub(crate) fn compile(
             Pending::Any => c.any_value_body(r.start)?,
         };
         c.b.eps(e, r.end);
+    }
+    // Trimming and distances after this are not interruptible: keep them small.
+    if c.b.states.len() > MAX_JSON_STATES {
+        return Err(CompileError::TooLarge {
+            states: c.b.states.len(),
+        });
     }
     Ok(())
 }

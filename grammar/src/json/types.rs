@@ -1069,9 +1069,17 @@ impl JsonCompiler<'_> {
         let k0: Key = (0, 0, starts);
         ids.insert(k0.clone(), start);
         let mut work = vec![k0];
+        let mut steps = 0u32;
         while let Some(key) = work.pop() {
+            steps += 1;
+            if steps.is_multiple_of(256) {
+                self.b.check_deadline()?;
+            }
             let (d, t, ref ps) = key;
             let me = ids[&key];
+            // The previous byte's successor: runs of bytes with the same successor skip
+            // the hash lookup.
+            let mut prev: Option<(Key, StateId)> = None;
             if d == 0 && (t == OFF || !terminal[t]) {
                 let mut set = 0u32;
                 for (i, dfa) in dfas.iter().enumerate() {
@@ -1120,12 +1128,19 @@ impl JsonCompiler<'_> {
                                 .collect(),
                         };
                         let k2: Key = (d2, t2, ps2);
-                        let id = match ids.get(&k2) {
-                            Some(&id) => id,
-                            None => {
-                                let id = self.b.state()?;
-                                ids.insert(k2.clone(), id);
-                                work.push(k2);
+                        let id = match &prev {
+                            Some((pk, pid)) if *pk == k2 => *pid,
+                            _ => {
+                                let id = match ids.get(&k2) {
+                                    Some(&id) => id,
+                                    None => {
+                                        let id = self.b.state()?;
+                                        ids.insert(k2.clone(), id);
+                                        work.push(k2.clone());
+                                        id
+                                    }
+                                };
+                                prev = Some((k2, id));
                                 id
                             }
                         };
