@@ -33,11 +33,52 @@ pub(crate) fn parse(pattern: &str, flavor: Flavor) -> Result<Hir, String> {
         Flavor::FullMatch => pattern.to_string(),
         Flavor::EcmaSearch => ecma_to_rust(pattern)?,
     };
+    // Top-level branches are parsed one by one, so that each keeps its own `^`/`$`
+    // (regex-syntax would factor `^$|^a$` into a look-around in the middle).
+    let branches = split_top_level(&src);
+    if branches.len() > 1 && !src.contains("(?") {
+        let mut alts = Vec::new();
+        for b in branches {
+            alts.push(parse_one(b, flavor)?);
+        }
+        return Ok(Hir::alternation(alts));
+    }
+    parse_one(&src, flavor)
+}
+
+/// Splits a Rust-syntax regex at its top-level `|` (outside groups and classes).
+fn split_top_level(src: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut in_class, mut esc, mut start) = (0i32, false, false, 0usize);
+    for (i, c) in src.char_indices() {
+        if esc {
+            esc = false;
+            continue;
+        }
+        match c {
+            '\\' => esc = true,
+            '[' if !in_class => in_class = true,
+            ']' if in_class => in_class = false,
+            '(' if !in_class => depth += 1,
+            ')' if !in_class => depth -= 1,
+            '|' if !in_class && depth == 0 => {
+                out.push(&src[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&src[start..]);
+    out
+}
+
+/// Parses one branch (already in Rust syntax) into the HIR of a whole-text match.
+fn parse_one(src: &str, flavor: Flavor) -> Result<Hir, String> {
     let hir = regex_syntax::ParserBuilder::new()
         .utf8(true)
         .unicode(true)
         .build()
-        .parse(&src)
+        .parse(src)
         .map_err(|e| {
             e.to_string()
                 .lines()
@@ -162,6 +203,22 @@ pub(crate) fn emit_hir(
     hir: &Hir,
     esc: Escape,
 ) -> Result<StateId, String> {
+    emit_hir_len(b, from, hir, esc, 0, None)
+}
+
+/// Largest product (regex states × character counts) [`emit_hir_len`] builds.
+const MAX_PRODUCT: usize = 60_000;
+
+/// Like [`emit_hir`], but only texts of `min..=max` characters (code points) match: the
+/// product of the regex automaton with a character counter (exact).
+pub(crate) fn emit_hir_len(
+    b: &mut Builder,
+    from: StateId,
+    hir: &Hir,
+    esc: Escape,
+    min: u64,
+    max: Option<u64>,
+) -> Result<StateId, String> {
     let nfa = thompson::Compiler::new()
         .configure(
             thompson::Config::new()
@@ -170,45 +227,73 @@ pub(crate) fn emit_hir(
         )
         .build_from_hir(hir)
         .map_err(|e| e.to_string())?;
-    let exit = b.state().map_err(|e| e.to_string())?;
+    // Counts 0..=cap; without a maximum the count saturates at `min`.
+    let cap = max.unwrap_or(min) as usize;
     let n = nfa.states().len();
-    let mut map: Vec<Option<StateId>> = vec![None; n];
+    if n.saturating_mul(cap + 1) > MAX_PRODUCT {
+        return Err(format!(
+            "length bounds up to {cap} on a regex of {n} states are too large to enforce"
+        ));
+    }
+    let exit = b.state().map_err(|e| e.to_string())?;
+    let mut map: Vec<Option<StateId>> = vec![None; n * (cap + 1)];
     let start = nfa.start_anchored();
-    let mut work: Vec<TStateId> = vec![start];
+    let mut work: Vec<(TStateId, usize)> = vec![(start, 0)];
     let s0 = b.state().map_err(|e| e.to_string())?;
     b.eps(from, s0);
-    map[start.as_usize()] = Some(s0);
+    map[start.as_usize() * (cap + 1)] = Some(s0);
     let get = |b: &mut Builder,
                map: &mut Vec<Option<StateId>>,
-               work: &mut Vec<TStateId>,
-               id: TStateId|
+               work: &mut Vec<(TStateId, usize)>,
+               id: TStateId,
+               c: usize|
      -> Result<StateId, String> {
-        if let Some(s) = map[id.as_usize()] {
+        let slot = id.as_usize() * (cap + 1) + c;
+        if let Some(s) = map[slot] {
             return Ok(s);
         }
         let s = b.state().map_err(|e| e.to_string())?;
-        map[id.as_usize()] = Some(s);
-        work.push(id);
+        map[slot] = Some(s);
+        work.push((id, c));
         Ok(s)
     };
-    while let Some(tid) = work.pop() {
-        let me = map[tid.as_usize()].ok_or("internal: unmapped state")?;
+    // The count after a byte range: a range starting a character counts one.
+    let next_count = |c: usize, lo: u8| -> Option<usize> {
+        let starts_char = !(0x80..0xC0).contains(&lo);
+        if !starts_char {
+            Some(c)
+        } else if c < cap {
+            Some(c + 1)
+        } else if max.is_none() {
+            Some(c)
+        } else {
+            None
+        }
+    };
+    while let Some((tid, c)) = work.pop() {
+        let me = map[tid.as_usize() * (cap + 1) + c].ok_or("internal: unmapped state")?;
         match nfa.state(tid) {
             TState::ByteRange { trans } => {
-                let t = get(b, &mut map, &mut work, trans.next)?;
-                edge(b, me, trans.start, trans.end, t, esc)?;
+                if let Some(c2) = next_count(c, trans.start) {
+                    let t = get(b, &mut map, &mut work, trans.next, c2)?;
+                    edge(b, me, trans.start, trans.end, t, esc)?;
+                }
             }
             TState::Sparse(sp) => {
                 for tr in sp.transitions.iter() {
-                    let t = get(b, &mut map, &mut work, tr.next)?;
-                    edge(b, me, tr.start, tr.end, t, esc)?;
+                    if let Some(c2) = next_count(c, tr.start) {
+                        let t = get(b, &mut map, &mut work, tr.next, c2)?;
+                        edge(b, me, tr.start, tr.end, t, esc)?;
+                    }
                 }
             }
             TState::Dense(d) => {
                 for (byte, &nx) in d.transitions.iter().enumerate() {
                     if nx != TStateId::ZERO {
-                        let t = get(b, &mut map, &mut work, nx)?;
-                        edge(b, me, byte as u8, byte as u8, t, esc)?;
+                        if let Some(c2) = next_count(c, byte as u8) {
+                            let t = get(b, &mut map, &mut work, nx, c2)?;
+                            edge(b, me, byte as u8, byte as u8, t, esc)?;
+                        }
                     }
                 }
             }
@@ -217,22 +302,26 @@ pub(crate) fn emit_hir(
             }
             TState::Union { alternates } => {
                 for &a in alternates.iter() {
-                    let t = get(b, &mut map, &mut work, a)?;
+                    let t = get(b, &mut map, &mut work, a, c)?;
                     b.eps(me, t);
                 }
             }
             TState::BinaryUnion { alt1, alt2 } => {
                 for a in [*alt1, *alt2] {
-                    let t = get(b, &mut map, &mut work, a)?;
+                    let t = get(b, &mut map, &mut work, a, c)?;
                     b.eps(me, t);
                 }
             }
             TState::Capture { next, .. } => {
-                let t = get(b, &mut map, &mut work, *next)?;
+                let t = get(b, &mut map, &mut work, *next, c)?;
                 b.eps(me, t);
             }
             TState::Fail => {}
-            TState::Match { .. } => b.eps(me, exit),
+            TState::Match { .. } => {
+                if c as u64 >= min {
+                    b.eps(me, exit)
+                }
+            }
         }
     }
     Ok(exit)
@@ -332,4 +421,103 @@ pub(crate) fn emit_pattern(
             }
         }
     })
+}
+
+/// Largest intersection automaton [`emit_intersection`] builds (states).
+const MAX_PRODUCT_DFA: usize = 20_000;
+
+/// The intersection of several whole-text regexes, copied into `b` from `from` (product
+/// of their dense DFAs, exact); returns the exit state.
+pub(crate) fn emit_intersection(
+    b: &mut Builder,
+    from: StateId,
+    hirs: &[Hir],
+    esc: Escape,
+) -> Result<StateId, String> {
+    use regex_automata::dfa::{dense, Automaton, StartKind};
+    use std::collections::HashMap;
+    let mut dfas = Vec::new();
+    let mut start = Vec::new();
+    for h in hirs {
+        let nfa = thompson::Compiler::new()
+            .configure(thompson::Config::new().which_captures(WhichCaptures::None))
+            .build_from_hir(h)
+            .map_err(|e| e.to_string())?;
+        let dfa = dense::Builder::new()
+            .configure(
+                dense::Config::new()
+                    .start_kind(StartKind::Anchored)
+                    .match_kind(regex_automata::MatchKind::All)
+                    .dfa_size_limit(Some(1 << 22)),
+            )
+            .build_from_nfa(&nfa)
+            .map_err(|e| e.to_string())?;
+        let s = dfa
+            .start_state(
+                &regex_automata::util::start::Config::new().anchored(regex_automata::Anchored::Yes),
+            )
+            .map_err(|e| e.to_string())?;
+        start.push(s);
+        dfas.push(dfa);
+    }
+    type Key = Vec<regex_automata::util::primitives::StateID>;
+    let exit = b.state().map_err(|e| e.to_string())?;
+    let s0 = b.state().map_err(|e| e.to_string())?;
+    b.eps(from, s0);
+    let mut ids: HashMap<Key, StateId> = HashMap::new();
+    ids.insert(start.clone(), s0);
+    let mut work = vec![start];
+    while let Some(key) = work.pop() {
+        let me = ids[&key];
+        if dfas
+            .iter()
+            .zip(&key)
+            .all(|(d, &s)| d.is_match_state(d.next_eoi_state(s)))
+        {
+            b.eps(me, exit);
+        }
+        let mut run: Option<(u8, u8, StateId)> = None;
+        for byte in 0u8..=255 {
+            let next: Key = dfas
+                .iter()
+                .zip(&key)
+                .map(|(d, &s)| d.next_state(s, byte))
+                .collect();
+            let dead = dfas
+                .iter()
+                .zip(&next)
+                .any(|(d, &s)| d.is_dead_state(s) || d.is_quit_state(s));
+            let target = if dead {
+                None
+            } else {
+                Some(match ids.get(&next) {
+                    Some(&id) => id,
+                    None => {
+                        if ids.len() >= MAX_PRODUCT_DFA {
+                            return Err("intersection of the regexes is too large".into());
+                        }
+                        let id = b.state().map_err(|e| e.to_string())?;
+                        ids.insert(next.clone(), id);
+                        work.push(next);
+                        id
+                    }
+                })
+            };
+            match (run, target) {
+                (Some((lo, hi, id)), Some(t)) if t == id && hi as u16 + 1 == byte as u16 => {
+                    run = Some((lo, byte, id))
+                }
+                (r, t) => {
+                    if let Some((lo, hi, id)) = r {
+                        edge(b, me, lo, hi, id, esc)?;
+                    }
+                    run = t.map(|id| (byte, byte, id));
+                }
+            }
+        }
+        if let Some((lo, hi, id)) = run {
+            edge(b, me, lo, hi, id, esc)?;
+        }
+    }
+    Ok(exit)
 }

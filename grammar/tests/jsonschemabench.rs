@@ -19,7 +19,10 @@ use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher};
 /// rejection fails the test.
 const PROPERTY_ORDER: &[&str] = &[
     "Github_easy---o10094.json",
+    "Github_medium---o10078.json",
+    "JsonSchemaStore---aiproj-1.1.json",
     "WashingtonPost---wp_29_Normalized.json",
+    "WashingtonPost---wp_100_Normalized.json",
 ];
 
 struct Entry {

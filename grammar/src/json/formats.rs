@@ -287,3 +287,216 @@ mod tests {
         assert!(r.is_match("2023-12-31"));
     }
 }
+
+/// A decimal bound split for regex building: sign, integer part, fraction digits (no
+/// trailing zeros).
+pub(crate) struct Dec {
+    /// Below zero.
+    pub neg: bool,
+    /// The integer part of the magnitude.
+    pub int: u64,
+    /// The fraction digits of the magnitude, trailing zeros removed.
+    pub frac: Vec<u8>,
+}
+
+impl Dec {
+    /// From `mantissa * 10^exp` (see `check::decimal`); `None` beyond ±10^15.
+    pub(crate) fn new(m: i128, exp: i32) -> Option<Dec> {
+        let neg = m < 0;
+        let mag = m.unsigned_abs();
+        let digits = mag.to_string();
+        let (int, frac) = if exp >= 0 {
+            let s = format!("{digits}{}", "0".repeat(exp as usize));
+            (s, String::new())
+        } else {
+            let k = (-exp) as usize;
+            let padded = format!("{}{digits}", "0".repeat(k.saturating_sub(digits.len())));
+            let cut = padded.len() - k;
+            (padded[..cut].to_string(), padded[cut..].to_string())
+        };
+        let int: u64 = if int.is_empty() { 0 } else { int.parse().ok()? };
+        if int >= 1_000_000_000_000_000 {
+            return None;
+        }
+        let frac: Vec<u8> = frac.trim_end_matches('0').bytes().collect();
+        let zero = int == 0 && frac.is_empty();
+        Some(Dec {
+            neg: neg && !zero,
+            int,
+            frac,
+        })
+    }
+}
+
+/// Fraction digit strings `s` (the digits after the point) compared with `f` as `0.s ? 0.f`:
+/// whether the empty fraction qualifies, and a regex for the non-empty ones (`None` = none).
+type Frac = (bool, Option<String>);
+
+fn cls(lo: u8, hi: u8) -> Option<String> {
+    (lo <= hi).then(|| format!("[{}-{}][0-9]*", lo as char, hi as char))
+}
+
+fn alt(parts: Vec<Option<String>>) -> Option<String> {
+    let v: Vec<String> = parts.into_iter().flatten().collect();
+    (!v.is_empty()).then(|| format!("({})", v.join("|")))
+}
+
+fn opt(empty: bool, ne: Option<String>) -> Option<String> {
+    match (empty, ne) {
+        (true, Some(r)) => Some(format!("({r})?")),
+        (true, None) => Some(String::new()),
+        (false, r) => r,
+    }
+}
+
+fn frac_ge(f: &[u8], strict: bool) -> Frac {
+    let Some((&f1, rest)) = f.split_first() else {
+        return if strict {
+            (false, Some("[0-9]*[1-9][0-9]*".into()))
+        } else {
+            (true, Some("[0-9]+".into()))
+        };
+    };
+    let tail = if rest.is_empty() && !strict {
+        Some("[0-9]*".to_string())
+    } else {
+        let (e, ne) = frac_ge(rest, strict);
+        opt(e, ne)
+    };
+    let d = f1 - b'0';
+    let ne = alt(vec![
+        cls(b'0' + d + 1, b'9'),
+        tail.map(|t| format!("{}{t}", f1 as char)),
+    ]);
+    (false, ne)
+}
+
+fn frac_le(f: &[u8], strict: bool) -> Frac {
+    let Some((&f1, rest)) = f.split_first() else {
+        return if strict {
+            (false, None)
+        } else {
+            (true, Some("0+".into()))
+        };
+    };
+    let tail = if rest.is_empty() {
+        if strict {
+            Some(String::new()).filter(|_| false)
+        } else {
+            Some("0*".to_string())
+        }
+    } else {
+        let (e, ne) = frac_le(rest, strict);
+        opt(e, ne)
+    };
+    let d = f1 - b'0';
+    let ne = alt(vec![
+        if d > 0 { cls(b'0', b'0' + d - 1) } else { None },
+        tail.map(|t| format!("{}{t}", f1 as char)),
+    ]);
+    (true, ne)
+}
+
+fn frac_text((empty, ne): Frac) -> Option<String> {
+    opt(empty, ne.map(|r| format!(r"\.{r}")))
+}
+
+/// Regex (no exponent) for numbers `x >= b` (`x > b` when `strict`).
+pub(crate) fn dec_ge(b: &Dec, strict: bool) -> String {
+    const ANY: &str = r"(\.[0-9]+)?";
+    let a = b.int;
+    let parts = if !b.neg {
+        vec![
+            Some(format!("{}{ANY}", uint_range(a + 1, None))),
+            frac_text(frac_ge(&b.frac, strict)).map(|t| format!("{a}{t}")),
+        ]
+    } else {
+        let mut neg = vec![
+            (a >= 1).then(|| format!("{}{ANY}", uint_range(0, Some(a - 1)))),
+            frac_text(frac_le(&b.frac, strict)).map(|t| format!("{a}{t}")),
+        ];
+        neg.retain(|x| x.is_some());
+        vec![
+            Some(format!("{}{ANY}", uint_range(0, None))),
+            alt(neg).map(|n| format!("-{n}")),
+        ]
+    };
+    alt(parts).unwrap_or_else(|| "[^\\s\\S]".into())
+}
+
+/// Regex (no exponent) for numbers `x <= b` (`x < b` when `strict`).
+pub(crate) fn dec_le(b: &Dec, strict: bool) -> String {
+    const ANY: &str = r"(\.[0-9]+)?";
+    let a = b.int;
+    let parts = if !b.neg {
+        vec![
+            // Negative values, `-0` forms excluded (they equal 0: stricter, never looser).
+            Some(r"-(0\.[0-9]*[1-9][0-9]*|[1-9][0-9]*(\.[0-9]+)?)".to_string()),
+            (a >= 1).then(|| format!("{}{ANY}", uint_range(0, Some(a - 1)))),
+            frac_text(frac_le(&b.frac, strict)).map(|t| format!("{a}{t}")),
+        ]
+    } else {
+        vec![
+            Some(format!("-{}{ANY}", uint_range(a + 1, None))),
+            frac_text(frac_ge(&b.frac, strict)).map(|t| format!("-{a}{t}")),
+        ]
+    };
+    alt(parts).unwrap_or_else(|| "[^\\s\\S]".into())
+}
+
+#[cfg(test)]
+mod dec_tests {
+    use super::*;
+
+    fn full(re: &str) -> regex_automata::meta::Regex {
+        regex_automata::meta::Regex::new(&format!("^({re})$")).unwrap()
+    }
+
+    #[test]
+    fn decimal_bounds_match_brute_force() {
+        let texts: Vec<String> = {
+            let mut v = Vec::new();
+            for i in 0..=30 {
+                for fr in ["", ".0", ".5", ".05", ".25", ".250", ".3", ".99", ".001"] {
+                    v.push(format!("{i}{fr}"));
+                    v.push(format!("-{i}{fr}"));
+                }
+            }
+            v
+        };
+        for (m, e) in [
+            (25i128, -1i32),
+            (-25, -1),
+            (5, -2),
+            (-5, -2),
+            (3, 0),
+            (0, 0),
+            (-7, 0),
+            (125, -2),
+        ] {
+            let b = Dec::new(m, e).unwrap();
+            let bv = m as f64 * 10f64.powi(e);
+            for strict in [false, true] {
+                let ge = full(&dec_ge(&b, strict));
+                let le = full(&dec_le(&b, strict));
+                for t in &texts {
+                    let x: f64 = t.parse().unwrap();
+                    let want_ge = if strict { x > bv } else { x >= bv };
+                    let want_le = if strict { x < bv } else { x <= bv };
+                    // -0 forms may be refused (stricter), never wrongly accepted.
+                    let neg_zero = t.starts_with('-') && x == 0.0;
+                    if !neg_zero || !want_ge {
+                        assert_eq!(ge.is_match(t), want_ge, "{t} >= {bv} strict={strict}");
+                    } else {
+                        assert!(!ge.is_match(t) || want_ge);
+                    }
+                    if !neg_zero || !want_le {
+                        assert_eq!(le.is_match(t), want_le, "{t} <= {bv} strict={strict}");
+                    } else {
+                        assert!(!le.is_match(t) || want_le);
+                    }
+                }
+            }
+        }
+    }
+}

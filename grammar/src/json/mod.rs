@@ -6,6 +6,7 @@
 //! allowed, fixed property order, no `\u` escapes in pattern strings), or refused with
 //! [`CompileError::Unsupported`] naming the keyword and its JSON pointer.
 
+mod check;
 mod formats;
 mod norm;
 mod types;
@@ -33,8 +34,21 @@ pub(crate) struct JsonCompiler<'a> {
     ref_rules: HashMap<String, RuleId>,
     inline_count: HashMap<String, u32>,
     any_rule: Option<RuleId>,
+    /// One JSON string character, shared by long counted strings.
+    pub(crate) char_rule: Option<RuleId>,
     pending: Vec<(RuleId, Pending)>,
+    /// `$ref`s resolved by `normalize` (merged with siblings) since the caller's mark.
+    merged_refs: Vec<String>,
+    /// Nesting depth of `value` calls (bounded: deep inputs get an error, not a stack
+    /// overflow).
+    depth: u32,
 }
+
+/// Most NFA states a JSON Schema may compile to (the post-passes are not interruptible).
+const MAX_JSON_STATES: usize = 600_000;
+
+/// Deepest schema nesting compiled inline.
+const MAX_DEPTH: u32 = 96;
 
 /// Compiles `schema` into `b`; rule 0 is the root.
 pub(crate) fn compile(
@@ -51,7 +65,10 @@ pub(crate) fn compile(
         ref_rules: HashMap::new(),
         inline_count: HashMap::new(),
         any_rule: None,
+        char_rule: None,
         pending: Vec::new(),
+        depth: 0,
+        merged_refs: Vec::new(),
     };
     let r = c.b.rules[root_rule as usize];
     c.inlining.push("#".to_string());
@@ -74,11 +91,17 @@ pub(crate) fn compile(
         };
         c.b.eps(e, r.end);
     }
+    // Trimming and distances after this are not interruptible: keep them small.
+    if c.b.states.len() > MAX_JSON_STATES {
+        return Err(CompileError::TooLarge {
+            states: c.b.states.len(),
+        });
+    }
     Ok(())
 }
 
 /// What a `not` schema amounts to.
-enum NotForm {
+pub(crate) enum NotForm {
     /// `not: {}` / `not: true`: nothing is valid.
     Unsat,
     /// `not: false`: no constraint.
@@ -87,39 +110,73 @@ enum NotForm {
     ForbidKey(String),
     /// `not: {"type": …}`: these types are excluded.
     NotTypes(Vec<String>),
+    /// `not: {"enum": …}` / `not: {"const": …}`: these values are excluded.
+    NotValues(Vec<Value>),
+    /// `not: {"pattern": p}`: strings must not match `p` (other types unaffected).
+    NotPattern(Value),
+    /// `not: {"not": x}`: `x` itself.
+    Positive(Value),
     /// Anything else.
     Other,
 }
 
-/// Keywords that carry no constraint.
-const ANNOTATIONS: &[&str] = &[
-    "$schema",
-    "$id",
-    "id",
-    "title",
-    "description",
-    "default",
-    "examples",
-    "$comment",
-    "deprecated",
-    "readOnly",
-    "writeOnly",
-    "definitions",
-    "$defs",
-    "contentMediaType",
-    "contentEncoding",
-    "contentSchema",
-    "$anchor",
-    "$vocabulary",
-    "example",
-    "nullable",
-    "discriminator",
-    "externalDocs",
-    "xml",
-    "markdownDescription",
-    "enumDescriptions",
+/// Keywords that constrain instances (everything else is an annotation or an unknown
+/// extension keyword, which validators ignore).
+pub(crate) const CONSTRAINTS: &[&str] = &[
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "patternProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "dependencies",
+    "dependentRequired",
+    "dependentSchemas",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "items",
+    "prefixItems",
+    "additionalItems",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "$ref",
+    "$dynamicRef",
+    "$recursiveRef",
+    "__false",
     "__forbidden",
+    "__not_enum",
+    "__not_pattern",
+    "__patterns",
 ];
+
+/// True for keywords that carry no constraint.
+pub(crate) fn is_annotation(k: &str) -> bool {
+    !CONSTRAINTS.contains(&k)
+}
 
 impl<'a> JsonCompiler<'a> {
     pub fn unsupported(
@@ -267,23 +324,28 @@ impl<'a> JsonCompiler<'a> {
         schema: &Value,
         ptr: &str,
     ) -> Result<StateId, CompileError> {
+        let rule = self.schema_rule(schema, ptr)?;
+        self.b.call(from, rule)
+    }
+
+    /// A rule whose body is `schema` (a bare `$ref` reuses the reference's rule).
+    pub fn schema_rule(&mut self, schema: &Value, ptr: &str) -> Result<RuleId, CompileError> {
         if let Some(r) = schema
             .as_object()
             .and_then(|m| m.get("$ref"))
             .and_then(|r| r.as_str())
         {
-            if schema.as_object().is_some_and(|m| {
-                m.keys()
-                    .all(|k| k == "$ref" || ANNOTATIONS.contains(&k.as_str()))
-            }) {
-                let rule = self.ref_rule(r);
-                return self.b.call(from, rule?);
+            if schema
+                .as_object()
+                .is_some_and(|m| m.keys().all(|k| k == "$ref" || is_annotation(k)))
+            {
+                return self.ref_rule(r);
             }
         }
         let rule = self.b.new_rule()?;
         self.pending
             .push((rule, Pending::Schema(schema.clone(), ptr.to_string())));
-        self.b.call(from, rule)
+        Ok(rule)
     }
 
     fn ref_rule(&mut self, reference: &str) -> Result<RuleId, CompileError> {
@@ -304,6 +366,25 @@ impl<'a> JsonCompiler<'a> {
         ptr: &str,
     ) -> Result<StateId, CompileError> {
         self.b.check_deadline()?;
+        if self.depth >= MAX_DEPTH {
+            return Err(CompileError::Unsupported {
+                keyword: "$ref".into(),
+                pointer: ptr.into(),
+                reason: format!("schema nesting deeper than {MAX_DEPTH} levels"),
+            });
+        }
+        self.depth += 1;
+        let r = self.value_inner(from, schema, ptr);
+        self.depth -= 1;
+        r
+    }
+
+    fn value_inner(
+        &mut self,
+        from: StateId,
+        schema: &Value,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
         let map = match schema {
             Value::Bool(true) => return self.any_value(from),
             Value::Bool(false) => return self.nothing(),
@@ -312,10 +393,8 @@ impl<'a> JsonCompiler<'a> {
         };
         // A bare `$ref`: inline, or call when recursive / reused a lot.
         if let Some(reference) = map.get("$ref").and_then(|r| r.as_str()) {
-            let only_ref = map
-                .keys()
-                .all(|k| k == "$ref" || ANNOTATIONS.contains(&k.as_str()))
-                || !self.is_modern_draft();
+            let only_ref =
+                map.keys().all(|k| k == "$ref" || is_annotation(k)) || !self.is_modern_draft();
             if only_ref {
                 let reference = reference.to_string();
                 let count = self.inline_count.entry(reference.clone()).or_insert(0);
@@ -332,8 +411,34 @@ impl<'a> JsonCompiler<'a> {
                 return r;
             }
         }
-        let norm = self.normalize(map, ptr, 0)?;
-        self.normalized(from, &norm, ptr)
+        // `allOf: [x]` alone is `x` (keeps `$ref` recursion going through rules).
+        let mut constraints = map.iter().filter(|(k, _)| !is_annotation(k));
+        if let (Some((k, Value::Array(all))), None) = (constraints.next(), constraints.next()) {
+            if k == "allOf" && all.len() == 1 {
+                return self.value(from, &all[0], &format!("{ptr}/allOf/0"));
+            }
+        }
+        let mark = self.merged_refs.len();
+        let norm = self.normalize(map, ptr, 0);
+        self.normalized_marked(from, norm, mark, ptr)
+    }
+
+    /// Compiles a schema `normalize` produced, with the references it merged (pushed since
+    /// `mark`) marked as being inlined, so that a recursive reference inside becomes a rule.
+    fn normalized_marked(
+        &mut self,
+        from: StateId,
+        norm: Result<Map<String, Value>, CompileError>,
+        mark: usize,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
+        let merged: Vec<String> = self.merged_refs.drain(mark..).collect();
+        let norm = norm?;
+        let depth = self.inlining.len();
+        self.inlining.extend(merged);
+        let r = self.normalized(from, &norm, ptr);
+        self.inlining.truncate(depth);
+        r
     }
 
     fn is_modern_draft(&self) -> bool {
@@ -358,47 +463,140 @@ impl<'a> JsonCompiler<'a> {
         if s.get("__false").is_some() {
             return self.nothing();
         }
+        // enum/const: when every listed value can be checked against the rest, emit them.
+        if let Some(values) = s
+            .get("enum")
+            .and_then(|e| e.as_array())
+            .cloned()
+            .or_else(|| s.get("const").map(|c| vec![c.clone()]))
+        {
+            if values.iter().all(|v| check::check_value(v, s).is_some()) {
+                return self.enum_values(from, &values, s, ptr);
+            }
+        }
         if let Some(n) = s.get("not") {
             let mut owned = s.clone();
             owned.remove("not");
-            match self.not_form(n) {
-                NotForm::Unsat => return self.nothing(),
-                NotForm::NoOp => {}
-                NotForm::ForbidKey(k) => {
-                    let mut f = owned
-                        .get("__forbidden")
-                        .and_then(|v| v.as_array())
-                        .cloned()
-                        .unwrap_or_default();
-                    f.push(Value::String(k));
-                    owned.insert("__forbidden".into(), Value::Array(f));
-                }
-                NotForm::NotTypes(ts) => {
-                    let mut keep: Vec<Value> = Vec::new();
-                    for t in self.types_of(&owned, ptr)? {
-                        let expanded: &[&str] = if t == "number" {
-                            &["number", "integer"]
-                        } else {
-                            std::slice::from_ref(&t)
+            let mut forms = Vec::new();
+            self.not_forms(n, &mut forms);
+            for form in forms {
+                match form {
+                    NotForm::Unsat => return self.nothing(),
+                    NotForm::NoOp => {}
+                    // Non-objects satisfy `required`, so `not required` admits objects only.
+                    NotForm::ForbidKey(k) => {
+                        let v = serde_json::json!({"type": "object", "__forbidden": [k]});
+                        let mark = self.merged_refs.len();
+                        let m = self.merge_schemas(&Value::Object(owned), &v, ptr, 0);
+                        self.merged_refs.truncate(mark);
+                        owned = match m? {
+                            Value::Object(m) => m,
+                            _ => return self.nothing(),
                         };
-                        for &x in expanded {
-                            let banned = ts
-                                .iter()
-                                .any(|b| b == x || (b == "number" && x == "integer"));
-                            if !banned {
-                                keep.push(Value::String(x.into()));
-                            }
+                    }
+                    NotForm::NotPattern(p) => push_list(&mut owned, "__not_pattern", p),
+                    NotForm::NotValues(vals) => {
+                        for v in vals {
+                            push_list(&mut owned, "__not_enum", v);
                         }
                     }
-                    // "number" minus "integer" is not expressible: refuse.
-                    if ts.iter().any(|b| b == "integer") && keep.iter().any(|k| k == "number") {
-                        self.unsupported("not", ptr, "number but not integer")?;
+                    NotForm::Positive(v) => {
+                        let mark = self.merged_refs.len();
+                        let m = self.merge_schemas(&Value::Object(owned), &v, ptr, 0);
+                        self.merged_refs.truncate(mark);
+                        owned = match m? {
+                            Value::Object(m) => m,
+                            Value::Bool(true) => Map::new(),
+                            _ => return self.nothing(),
+                        };
                     }
-                    owned.insert("type".into(), Value::Array(keep));
+                    NotForm::NotTypes(ts) => {
+                        let mut keep: Vec<Value> = Vec::new();
+                        for t in self.types_of(&owned, ptr)? {
+                            let expanded: &[&str] = if t == "number" {
+                                &["number", "integer"]
+                            } else {
+                                std::slice::from_ref(&t)
+                            };
+                            for &x in expanded {
+                                let banned = ts
+                                    .iter()
+                                    .any(|b| b == x || (b == "number" && x == "integer"));
+                                if !banned {
+                                    keep.push(Value::String(x.into()));
+                                }
+                            }
+                        }
+                        // "number" minus "integer" is not expressible: refuse.
+                        if ts.iter().any(|b| b == "integer") && keep.iter().any(|k| k == "number") {
+                            self.unsupported("not", ptr, "number but not integer")?;
+                        }
+                        if keep.is_empty() {
+                            return self.nothing();
+                        }
+                        owned.insert("type".into(), Value::Array(keep));
+                    }
+                    NotForm::Other => {
+                        // The complement as a union of per-keyword complements.
+                        match self.negate(n, ptr, 0)? {
+                            Some(neg) => {
+                                let all = serde_json::json!({"allOf": [Value::Object(owned), neg]});
+                                return self.value(from, &all, ptr);
+                            }
+                            None => self.unsupported("not", ptr, "cannot be enforced exactly")?,
+                        }
+                    }
                 }
-                NotForm::Other => self.unsupported("not", ptr, "cannot be enforced exactly")?,
             }
             return self.normalized(from, &owned, ptr);
+        }
+        // if/then/else = (if and then) or (not if and else), the two sides disjoint.
+        if let Some(cond) = s.get("if") {
+            let mut rest = s.clone();
+            rest.remove("if");
+            let then = rest.remove("then").unwrap_or(Value::Bool(true));
+            let els = rest.remove("else").unwrap_or(Value::Bool(true));
+            let Some(neg) = self.negate(cond, &format!("{ptr}/if"), 0)? else {
+                self.unsupported("if", ptr, "the condition's complement cannot be expressed")?;
+                return self.normalized(from, &rest, ptr);
+            };
+            let all = serde_json::json!({"allOf": [Value::Object(rest), {"anyOf": [
+                {"allOf": [cond, then]},
+                {"allOf": [neg, els]},
+            ]}]});
+            return self.value(from, &all, ptr);
+        }
+        // Dependencies: for each trigger key, absent, or present with what it needs.
+        if ["dependencies", "dependentRequired", "dependentSchemas"]
+            .iter()
+            .any(|k| s.contains_key(*k))
+        {
+            let mut rest = s.clone();
+            let mut parts = vec![];
+            for kw in ["dependencies", "dependentRequired", "dependentSchemas"] {
+                let Some(d) = rest.remove(kw) else { continue };
+                let d = d
+                    .as_object()
+                    .ok_or_else(|| self.invalid(ptr, &format!("{kw} must be an object")))?;
+                for (k, need) in d {
+                    let present = match need {
+                        Value::Array(keys) => {
+                            let mut r = vec![Value::String(k.clone())];
+                            r.extend(keys.iter().cloned());
+                            serde_json::json!({"required": r})
+                        }
+                        other => serde_json::json!({"allOf": [{"required": [k]}, other]}),
+                    };
+                    parts.push(serde_json::json!({"anyOf": [{"__forbidden": [k]}, present]}));
+                }
+            }
+            if parts.len() > 6 {
+                self.unsupported("dependencies", ptr, "more than 6 dependencies")?;
+                return self.normalized(from, &rest, ptr);
+            }
+            parts.insert(0, Value::Object(rest));
+            let all = serde_json::json!({ "allOf": parts });
+            return self.value(from, &all, ptr);
         }
         // anyOf / oneOf: distribute the rest of the schema over the branches.
         for kw in ["anyOf", "oneOf"] {
@@ -408,20 +606,46 @@ impl<'a> JsonCompiler<'a> {
                     .ok_or_else(|| self.invalid(ptr, &format!("{kw} must be an array")))?;
                 let mut rest = s.clone();
                 rest.remove(kw);
+                let mut owned_branches = branches.clone();
                 if kw == "oneOf" {
-                    self.check_one_of(branches, &rest, ptr)?;
+                    // Branches that may overlap: each excludes the others' values.
+                    let overlaps = self.check_one_of(branches, &rest, ptr)?;
+                    for (i, j) in overlaps {
+                        for (a, b) in [(i, j), (j, i)] {
+                            let Some(neg) = self.negate(&branches[b], ptr, 0)? else {
+                                self.unsupported(
+                                    "oneOf",
+                                    ptr,
+                                    &format!("branches {i} and {j} may both match a value"),
+                                )?;
+                                continue;
+                            };
+                            let cur = owned_branches[a].clone();
+                            owned_branches[a] = serde_json::json!({"allOf": [cur, neg]});
+                        }
+                    }
                 }
+                let branches = &owned_branches;
                 let exit = self.b.state()?;
                 for (i, br) in branches.iter().enumerate() {
                     let bptr = format!("{ptr}/{kw}/{i}");
-                    let e = if rest.keys().all(|k| ANNOTATIONS.contains(&k.as_str())) {
+                    let e = if rest.keys().all(|k| is_annotation(k)) {
                         self.value(from, br, &bptr)?
                     } else {
-                        let merged =
-                            self.merge_schemas(&Value::Object(rest.clone()), br, &bptr, 0)?;
+                        let mark = self.merged_refs.len();
+                        let merged = self.merge_schemas(&Value::Object(rest.clone()), br, &bptr, 0);
                         match merged {
-                            Value::Object(m) => self.normalized(from, &m, &bptr)?,
-                            other => self.value(from, &other, &bptr)?,
+                            Ok(Value::Object(m)) => {
+                                self.normalized_marked(from, Ok(m), mark, &bptr)?
+                            }
+                            Ok(other) => {
+                                self.merged_refs.truncate(mark);
+                                self.value(from, &other, &bptr)?
+                            }
+                            Err(e) => {
+                                self.merged_refs.truncate(mark);
+                                return Err(e);
+                            }
                         }
                     };
                     self.b.eps(e, exit);
@@ -431,18 +655,13 @@ impl<'a> JsonCompiler<'a> {
         }
         for kw in s.keys() {
             match kw.as_str() {
-                "if"
-                | "dependencies"
-                | "dependentRequired"
-                | "dependentSchemas"
-                | "unevaluatedProperties"
+                "unevaluatedProperties"
                 | "unevaluatedItems"
                 | "contains"
                 | "minContains"
                 | "maxContains"
                 | "$dynamicRef"
-                | "$recursiveRef"
-                | "propertyNames" => {
+                | "$recursiveRef" => {
                     self.unsupported(kw, ptr, "cannot be enforced exactly")?;
                 }
                 _ => {}
@@ -455,16 +674,33 @@ impl<'a> JsonCompiler<'a> {
             return self.enum_values(from, &[c], s, ptr);
         }
         let types = self.types_of(s, ptr)?;
+        let excluded: Vec<Value> = s
+            .get("__not_enum")
+            .and_then(|e| e.as_array())
+            .cloned()
+            .unwrap_or_default();
         let exit = self.b.state()?;
         for t in types {
+            let excl_here = excluded.iter().any(|v| match v {
+                Value::Number(_) => matches!(t, "number" | "integer"),
+                Value::Array(_) => t == "array",
+                Value::Object(_) => t == "object",
+                _ => false,
+            });
+            if excl_here {
+                self.unsupported("not", ptr, &format!("excluded {t} values"))?;
+            }
             let e = match t {
+                "null" if excluded.contains(&Value::Null) => continue,
                 "null" => self.b.lit(from, b"null")?,
                 "boolean" => {
                     let x = self.b.state()?;
-                    let a = self.b.lit(from, b"true")?;
-                    let f = self.b.lit(from, b"false")?;
-                    self.b.eps(a, x);
-                    self.b.eps(f, x);
+                    for (lit, v) in [("true", true), ("false", false)] {
+                        if !excluded.contains(&Value::Bool(v)) {
+                            let a = self.b.lit(from, lit.as_bytes())?;
+                            self.b.eps(a, x);
+                        }
+                    }
                     x
                 }
                 "integer" => self.integer(from, s, ptr)?,
@@ -532,7 +768,7 @@ impl<'a> JsonCompiler<'a> {
                     continue;
                 }
             }
-            match norm::check_value(v, s) {
+            match check::check_value(v, s) {
                 Some(true) => {}
                 Some(false) => continue,
                 None => {
@@ -590,39 +826,68 @@ impl<'a> JsonCompiler<'a> {
 }
 
 impl JsonCompiler<'_> {
-    fn not_form(&self, n: &Value) -> NotForm {
-        match n {
-            Value::Bool(true) => NotForm::Unsat,
-            Value::Bool(false) => NotForm::NoOp,
-            Value::Object(m) => {
-                let keys: Vec<&String> = m
-                    .keys()
-                    .filter(|k| !ANNOTATIONS.contains(&k.as_str()))
-                    .collect();
-                match keys.as_slice() {
-                    [] => NotForm::Unsat,
-                    [k] if k.as_str() == "required" => {
-                        match m["required"].as_array().map(|a| a.as_slice()) {
-                            Some([Value::String(key)]) => NotForm::ForbidKey(key.clone()),
-                            Some([]) => NotForm::Unsat,
-                            _ => NotForm::Other,
-                        }
+    /// The conjunction of constraints `not: n` amounts to, appended to `out`.
+    pub(crate) fn not_forms(&self, n: &Value, out: &mut Vec<NotForm>) {
+        let m = match n {
+            Value::Bool(true) => return out.push(NotForm::Unsat),
+            Value::Bool(false) => return out.push(NotForm::NoOp),
+            Value::Object(m) => m,
+            _ => return out.push(NotForm::Other),
+        };
+        let keys: Vec<&String> = m.keys().filter(|k| !is_annotation(k)).collect();
+        match keys.as_slice() {
+            [] => out.push(NotForm::Unsat),
+            // not not x = x.
+            [k] if k.as_str() == "not" => out.push(NotForm::Positive(m["not"].clone())),
+            // not (a or b) = not a and not b.
+            [k] if k.as_str() == "anyOf" => match m["anyOf"].as_array() {
+                Some(branches) => {
+                    for b in branches {
+                        self.not_forms(b, out);
                     }
-                    [k] if k.as_str() == "type" => match &m["type"] {
-                        Value::String(t) => NotForm::NotTypes(vec![t.clone()]),
-                        Value::Array(a) => NotForm::NotTypes(
-                            a.iter()
-                                .filter_map(|x| x.as_str().map(String::from))
-                                .collect(),
-                        ),
-                        _ => NotForm::Other,
-                    },
-                    _ => NotForm::Other,
+                }
+                None => out.push(NotForm::Other),
+            },
+            [k] if k.as_str() == "required" => {
+                match m["required"].as_array().map(|a| a.as_slice()) {
+                    Some([Value::String(key)]) => out.push(NotForm::ForbidKey(key.clone())),
+                    Some([]) => out.push(NotForm::Unsat),
+                    _ => out.push(NotForm::Other),
                 }
             }
-            _ => NotForm::Other,
+            [k] if k.as_str() == "type" => match &m["type"] {
+                Value::String(t) => out.push(NotForm::NotTypes(vec![t.clone()])),
+                Value::Array(a) => out.push(NotForm::NotTypes(
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect(),
+                )),
+                _ => out.push(NotForm::Other),
+            },
+            [k] if k.as_str() == "enum" => match m["enum"].as_array() {
+                Some(vals) => out.push(NotForm::NotValues(vals.clone())),
+                None => out.push(NotForm::Other),
+            },
+            [k] if k.as_str() == "const" => out.push(NotForm::NotValues(vec![m["const"].clone()])),
+            [k] if k.as_str() == "pattern" && m["pattern"].is_string() => {
+                out.push(NotForm::NotPattern(m["pattern"].clone()))
+            }
+            _ => out.push(NotForm::Other),
         }
     }
+}
+
+/// Appends `v` to the list under `key` (created when absent).
+fn push_list(m: &mut Map<String, Value>, key: &str, v: Value) {
+    let mut list = m
+        .get(key)
+        .and_then(|x| x.as_array())
+        .cloned()
+        .unwrap_or_default();
+    if !list.iter().any(|x| json_eq(x, &v)) {
+        list.push(v);
+    }
+    m.insert(key.into(), Value::Array(list));
 }
 
 fn static_type(t: &str) -> Option<&'static str> {

@@ -4,8 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{json_eq, JsonCompiler, ANNOTATIONS};
-use crate::regex::{parse, Flavor};
+use super::{is_annotation, json_eq, JsonCompiler};
 use crate::CompileError;
 
 const MAX_MERGE_DEPTH: u32 = 24;
@@ -42,6 +41,7 @@ impl JsonCompiler<'_> {
                     reason: "recursive reference combined with other keywords".into(),
                 });
             }
+            self.merged_refs.push(r.clone());
             parts.push((self.resolve(&r, ptr)?.clone(), r));
         }
         if let Some(all) = out.remove("allOf") {
@@ -83,7 +83,18 @@ impl JsonCompiler<'_> {
             _ => return Err(self.invalid(ptr, "a schema must be an object or a boolean")),
         };
         let a = self.normalize(a, ptr, depth + 1)?;
-        let b = self.normalize(b, ptr, depth + 1)?;
+        let mut b = self.normalize(b, ptr, depth + 1)?;
+        // Two different `if` or `oneOf`: b's one is rewritten as an `anyOf` (exact), which
+        // merges with anything by distribution.
+        for kw in ["if", "oneOf"] {
+            if let (Some(x), Some(y)) = (a.get(kw), b.get(kw)) {
+                if !json_eq(x, y) {
+                    if let Some(d) = self.desugar(&b, kw, ptr)? {
+                        b = d;
+                    }
+                }
+            }
+        }
         let mut out = a.clone();
         let unsat = |out: &mut Map<String, Value>| {
             out.insert("__false".into(), Value::Bool(true));
@@ -120,7 +131,9 @@ impl JsonCompiler<'_> {
                     }
                     out.insert(k.clone(), Value::Array(both));
                 }
-                "required" => {
+                // Two patterns: both must match (intersected when compiled).
+                "pattern" => push_all(&mut out, "__patterns", std::slice::from_ref(bv)),
+                "required" | "__forbidden" | "__not_enum" | "__not_pattern" | "__patterns" => {
                     let mut r = av.as_array().cloned().unwrap_or_default();
                     for x in bv.as_array().into_iter().flatten() {
                         if !r.contains(x) {
@@ -172,7 +185,12 @@ impl JsonCompiler<'_> {
                         out.insert(k.clone(), bv.clone());
                     }
                 }
-                "items" | "additionalProperties" | "additionalItems" | "not"
+                // not A and not B = not (A or B).
+                "not" => {
+                    let both = serde_json::json!({"anyOf": [av.clone(), bv.clone()]});
+                    out.insert(k.clone(), both);
+                }
+                "items" | "additionalProperties" | "additionalItems"
                     if !av.is_array() && !bv.is_array() =>
                 {
                     let m = self.merge_schemas(av, bv, &format!("{ptr}/{k}"), depth + 1)?;
@@ -196,7 +214,7 @@ impl JsonCompiler<'_> {
                     }
                     out.insert(k.clone(), Value::Array(alts));
                 }
-                _ if ANNOTATIONS.contains(&k.as_str()) => {}
+                _ if is_annotation(k) => {}
                 _ => {
                     return Err(CompileError::Unsupported {
                         keyword: "allOf".into(),
@@ -244,45 +262,266 @@ impl JsonCompiler<'_> {
         Ok(Value::Object(out))
     }
 
-    /// `oneOf` is exact as a union only when no value can match two branches.
+    /// `oneOf` is exact as a union only when no value can match two branches: the pairs of
+    /// branches not provably disjoint.
     pub(super) fn check_one_of(
         &mut self,
         branches: &[Value],
         rest: &Map<String, Value>,
         ptr: &str,
-    ) -> Result<(), CompileError> {
+    ) -> Result<Vec<(usize, usize)>, CompileError> {
         let mut sigs = Vec::new();
         for (i, br) in branches.iter().enumerate() {
             let bptr = format!("{ptr}/oneOf/{i}");
             let m = match self.merge_schemas(&Value::Object(rest.clone()), br, &bptr, 0) {
                 Ok(Value::Object(m)) => m,
-                Ok(Value::Bool(false)) => continue,
+                Ok(Value::Bool(false)) => {
+                    sigs.push(None);
+                    continue;
+                }
                 Ok(_) => Map::new(),
                 Err(e) => {
                     if self.opts.lenient {
-                        return Ok(());
+                        return Ok(Vec::new());
                     }
                     return Err(e);
                 }
             };
-            sigs.push(m);
+            sigs.push(Some(m));
         }
+        let mut out = Vec::new();
         for i in 0..sigs.len() {
             for j in i + 1..sigs.len() {
-                if !disjoint(&sigs[i], &sigs[j]) {
-                    return self.unsupported(
-                        "oneOf",
-                        ptr,
-                        &format!("branches {i} and {j} may both match a value"),
-                    );
+                if let (Some(a), Some(b)) = (&sigs[i], &sigs[j]) {
+                    if !disjoint(a, b) && self.deep_type_bits(a, 0) & self.deep_type_bits(b, 0) != 0
+                    {
+                        out.push((i, j));
+                    }
                 }
             }
         }
-        Ok(())
+        Ok(out)
+    }
+
+    /// `s` with its `if`/`then`/`else` (kw = "if") or `oneOf` replaced by an equivalent
+    /// `anyOf` of disjoint branches (merged with `s`'s own `anyOf`); `None` when a needed
+    /// complement cannot be expressed.
+    fn desugar(
+        &mut self,
+        s: &Map<String, Value>,
+        kw: &str,
+        ptr: &str,
+    ) -> Result<Option<Map<String, Value>>, CompileError> {
+        use serde_json::json;
+        let mut rest = s.clone();
+        let alts: Vec<Value> = if kw == "if" {
+            let Some(cond) = rest.remove("if") else {
+                return Ok(None);
+            };
+            let then = rest.remove("then").unwrap_or(Value::Bool(true));
+            let els = rest.remove("else").unwrap_or(Value::Bool(true));
+            let Some(neg) = self.negate(&cond, ptr, 0)? else {
+                return Ok(None);
+            };
+            vec![json!({"allOf": [cond, then]}), json!({"allOf": [neg, els]})]
+        } else {
+            let Some(Value::Array(branches)) = rest.remove("oneOf") else {
+                return Ok(None);
+            };
+            let mut out = Vec::new();
+            for (i, bi) in branches.iter().enumerate() {
+                let mut parts = vec![bi.clone()];
+                for (j, bj) in branches.iter().enumerate() {
+                    if i == j {
+                        continue;
+                    }
+                    let (Value::Object(mi), Value::Object(mj)) = (bi, bj) else {
+                        match self.negate(bj, ptr, 0)? {
+                            Some(n) => parts.push(n),
+                            None => return Ok(None),
+                        }
+                        continue;
+                    };
+                    if disjoint(mi, mj) {
+                        continue;
+                    }
+                    match self.negate(bj, ptr, 0)? {
+                        Some(n) => parts.push(n),
+                        None => return Ok(None),
+                    }
+                }
+                out.push(json!({ "allOf": parts }));
+            }
+            out
+        };
+        let all = json!({"allOf": [Value::Object(rest), {"anyOf": alts}]});
+        let Value::Object(m) = all else {
+            return Ok(None);
+        };
+        let mark = self.merged_refs.len();
+        let r = self.normalize(&m, ptr, 1);
+        self.merged_refs.truncate(mark);
+        r.map(Some)
+    }
+
+    /// The types a schema admits, looking through `$ref`, `allOf`, `anyOf` and `oneOf`
+    /// (a superset: 127 when unsure).
+    fn deep_type_bits(&mut self, m: &Map<String, Value>, depth: u32) -> u8 {
+        let mut bits = type_bits(m);
+        if depth > 6 {
+            return bits;
+        }
+        for kw in ["anyOf", "oneOf"] {
+            let Some(Value::Array(branches)) = m.get(kw) else {
+                continue;
+            };
+            let mut u = 0u8;
+            for br in branches {
+                u |= match br {
+                    Value::Bool(true) => 127,
+                    Value::Bool(false) => 0,
+                    Value::Object(bm) => {
+                        let mark = self.merged_refs.len();
+                        let n = self.normalize(bm, "#", depth + 1);
+                        self.merged_refs.truncate(mark);
+                        match n {
+                            Ok(n) => self.deep_type_bits(&n, depth + 1),
+                            Err(_) => 127,
+                        }
+                    }
+                    _ => 127,
+                };
+            }
+            bits &= u;
+        }
+        bits
+    }
+
+    /// A schema for the complement of `s` (the values `s` rejects), when it can be written
+    /// with keywords the compiler enforces: the union of each keyword's complement.
+    pub(super) fn negate(
+        &mut self,
+        s: &Value,
+        ptr: &str,
+        depth: u32,
+    ) -> Result<Option<Value>, CompileError> {
+        use serde_json::json;
+        let m = match s {
+            Value::Bool(b) => return Ok(Some(Value::Bool(!b))),
+            Value::Object(m) => m,
+            _ => return Err(self.invalid(ptr, "a schema must be an object or a boolean")),
+        };
+        if depth > 8 {
+            return Ok(None);
+        }
+        let mark = self.merged_refs.len();
+        let m = self.normalize(m, ptr, depth + 1);
+        self.merged_refs.truncate(mark);
+        let m = m?;
+        let mut alts: Vec<Value> = Vec::new();
+        let excl_min = m.get("exclusiveMinimum") == Some(&Value::Bool(true));
+        let excl_max = m.get("exclusiveMaximum") == Some(&Value::Bool(true));
+        for (k, v) in &m {
+            if is_annotation(k) {
+                continue;
+            }
+            let n = || v.as_f64().unwrap_or(f64::NAN);
+            match k.as_str() {
+                "__false" => return Ok(Some(Value::Bool(true))),
+                "type" | "enum" | "const" | "__not_enum" if k != "__not_enum" => {
+                    alts.push(json!({ "not": { k.clone(): v.clone() } }))
+                }
+                "__not_enum" => alts.push(json!({ "enum": v.clone() })),
+                "pattern" => alts.push(json!({"type": "string", "__not_pattern": [v]})),
+                "__patterns" => {
+                    for p in v.as_array().into_iter().flatten() {
+                        alts.push(json!({"type": "string", "__not_pattern": [p]}));
+                    }
+                }
+                "__not_pattern" => {
+                    for p in v.as_array().into_iter().flatten() {
+                        alts.push(json!({"type": "string", "pattern": p}));
+                    }
+                }
+                "not" => alts.push(v.clone()),
+                "required" => {
+                    for key in v.as_array().into_iter().flatten() {
+                        alts.push(json!({"type": "object", "__forbidden": [key]}));
+                    }
+                }
+                "__forbidden" => {
+                    for key in v.as_array().into_iter().flatten() {
+                        alts.push(json!({"type": "object", "required": [key]}));
+                    }
+                }
+                "properties" => {
+                    for (pk, pv) in v.as_object().into_iter().flatten() {
+                        match self.negate(pv, ptr, depth + 1)? {
+                            Some(Value::Bool(false)) => {}
+                            Some(neg) => alts.push(json!({
+                                "type": "object", "required": [pk], "properties": { pk.clone(): neg }
+                            })),
+                            None => return Ok(None),
+                        }
+                    }
+                }
+                "anyOf" => {
+                    let mut all = Vec::new();
+                    for b in v.as_array().into_iter().flatten() {
+                        match self.negate(b, ptr, depth + 1)? {
+                            Some(neg) => all.push(neg),
+                            None => return Ok(None),
+                        }
+                    }
+                    alts.push(json!({ "allOf": all }));
+                }
+                "minimum" if v.is_number() => alts.push(if excl_min {
+                    json!({"type": "number", "maximum": v})
+                } else {
+                    json!({"type": "number", "exclusiveMaximum": v})
+                }),
+                "maximum" if v.is_number() => alts.push(if excl_max {
+                    json!({"type": "number", "minimum": v})
+                } else {
+                    json!({"type": "number", "exclusiveMinimum": v})
+                }),
+                "exclusiveMinimum" | "exclusiveMaximum" if v.is_boolean() => {}
+                "exclusiveMinimum" if v.is_number() => {
+                    alts.push(json!({"type": "number", "maximum": v}))
+                }
+                "exclusiveMaximum" if v.is_number() => {
+                    alts.push(json!({"type": "number", "minimum": v}))
+                }
+                "minLength" | "minItems" | "minProperties" if n() >= 0.0 => {
+                    let (t, other) = match k.as_str() {
+                        "minLength" => ("string", "maxLength"),
+                        "minItems" => ("array", "maxItems"),
+                        _ => ("object", "maxProperties"),
+                    };
+                    if n() >= 1.0 {
+                        alts.push(json!({"type": t, other: n().ceil() - 1.0}));
+                    }
+                }
+                "maxLength" | "maxItems" | "maxProperties" if n() >= 0.0 => {
+                    let (t, other) = match k.as_str() {
+                        "maxLength" => ("string", "minLength"),
+                        "maxItems" => ("array", "minItems"),
+                        _ => ("object", "minProperties"),
+                    };
+                    alts.push(json!({"type": t, other: n().floor() + 1.0}));
+                }
+                _ => return Ok(None),
+            }
+        }
+        Ok(Some(if alts.is_empty() {
+            Value::Bool(false)
+        } else {
+            json!({ "anyOf": alts })
+        }))
     }
 }
 
-fn type_list(v: &Value) -> Vec<String> {
+pub(super) fn type_list(v: &Value) -> Vec<String> {
     match v {
         Value::String(s) => vec![s.clone()],
         Value::Array(a) => a
@@ -293,12 +532,12 @@ fn type_list(v: &Value) -> Vec<String> {
     }
 }
 
-fn num(v: &Value) -> f64 {
+pub(super) fn num(v: &Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)
 }
 
 /// Type bits: null 1, boolean 2, object 4, array 8, string 16, number 32 (integer 64).
-fn type_bits(s: &Map<String, Value>) -> u8 {
+pub(super) fn type_bits(s: &Map<String, Value>) -> u8 {
     let of_value = |v: &Value| -> u8 {
         match v {
             Value::Null => 1,
@@ -401,70 +640,17 @@ fn disjoint(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     false
 }
 
-/// Checks a value against a schema's simple keywords: `Some(valid)`, or `None` when a
-/// keyword that applies to the value cannot be checked here.
-pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
-    for (k, x) in s {
-        let ok = match (k.as_str(), v) {
-            ("enum" | "const", _) => true,
-            ("__false", _) => false,
-            ("__forbidden", Value::Object(o)) => !x.as_array().is_some_and(|f| {
-                f.iter()
-                    .any(|k| k.as_str().is_some_and(|k| o.contains_key(k)))
-            }),
-            (kw, _) if ANNOTATIONS.contains(&kw) => true,
-            ("type", _) => {
-                let bits = type_bits(&Map::from_iter([("type".to_string(), x.clone())]));
-                let vb = match v {
-                    Value::Number(n) if n.as_f64().is_some_and(|f| f.fract() == 0.0) => 64 | 32,
-                    other => type_bits(&Map::from_iter([("const".to_string(), other.clone())])),
-                };
-                bits & vb != 0
-            }
-            ("minLength", Value::String(t)) => (t.chars().count() as f64) >= num(x),
-            ("maxLength", Value::String(t)) => (t.chars().count() as f64) <= num(x),
-            ("minimum", Value::Number(n)) => n.as_f64()? >= num(x),
-            ("maximum", Value::Number(n)) => n.as_f64()? <= num(x),
-            ("exclusiveMinimum", Value::Number(n)) if x.is_number() => n.as_f64()? > num(x),
-            ("exclusiveMaximum", Value::Number(n)) if x.is_number() => n.as_f64()? < num(x),
-            ("pattern", Value::String(t)) => {
-                let hir = parse(x.as_str()?, Flavor::EcmaSearch).ok()?;
-                let full = regex_syntax::hir::Hir::concat(vec![
-                    regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),
-                    hir,
-                    regex_syntax::hir::Hir::look(regex_syntax::hir::Look::End),
-                ]);
-                regex_automata::meta::Regex::builder()
-                    .build_from_hir(&full)
-                    .ok()?
-                    .is_match(t.as_str())
-            }
-            ("minLength" | "maxLength" | "pattern" | "format", _) if !v.is_string() => true,
-            ("minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" | "multipleOf", _)
-                if !v.is_number() =>
-            {
-                true
-            }
-            (
-                "properties"
-                | "required"
-                | "additionalProperties"
-                | "patternProperties"
-                | "minProperties"
-                | "maxProperties"
-                | "propertyNames",
-                _,
-            ) if !v.is_object() => true,
-            (
-                "items" | "prefixItems" | "additionalItems" | "minItems" | "maxItems"
-                | "uniqueItems" | "contains",
-                _,
-            ) if !v.is_array() => true,
-            _ => return None,
-        };
-        if !ok {
-            return Some(false);
+/// Appends `vals` to the list under `key` (created when absent), skipping duplicates.
+fn push_all(m: &mut Map<String, Value>, key: &str, vals: &[Value]) {
+    let mut list = m
+        .get(key)
+        .and_then(|x| x.as_array())
+        .cloned()
+        .unwrap_or_default();
+    for v in vals {
+        if !list.contains(v) {
+            list.push(v.clone());
         }
     }
-    Some(true)
+    m.insert(key.into(), Value::Array(list));
 }

@@ -4,10 +4,10 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::formats::{format_regex, int_range, number_range};
+use super::formats::{dec_ge, dec_le, format_regex, int_range, number_range, Dec};
 use super::JsonCompiler;
 use crate::nfa::StateId;
-use crate::regex::{emit_hir, parse, Escape, Flavor};
+use crate::regex::{emit_hir, emit_hir_len, emit_intersection, parse, Escape, Flavor};
 use crate::CompileError;
 
 /// Bounded repetitions longer than this are refused (they would not be enforced cheaply).
@@ -82,9 +82,23 @@ impl JsonCompiler<'_> {
         s: &Map<String, Value>,
         ptr: &str,
     ) -> Result<StateId, CompileError> {
-        if let Some(m) = f(s.get("multipleOf")) {
-            if m != 1.0 {
-                self.unsupported("multipleOf", ptr, "only multipleOf 1 is enforced")?;
+        if let Some(m) = s.get("multipleOf").and_then(|m| m.as_number()) {
+            // Every integer is a multiple of 10^-k (k >= 0).
+            let unit = super::check::decimal(m).is_some_and(|(mm, e)| {
+                mm > 0
+                    && mm
+                        .to_string()
+                        .trim_start_matches('1')
+                        .bytes()
+                        .all(|c| c == b'0')
+                    && e + mm.to_string().len() as i32 - 1 <= 0
+            });
+            if !unit {
+                self.unsupported(
+                    "multipleOf",
+                    ptr,
+                    "only multipleOf 10^-k is enforced on integers",
+                )?;
             }
         }
         let (lo, hi) = Self::bounds(s);
@@ -131,30 +145,108 @@ impl JsonCompiler<'_> {
         s: &Map<String, Value>,
         ptr: &str,
     ) -> Result<StateId, CompileError> {
-        if s.contains_key("multipleOf") {
-            self.unsupported("multipleOf", ptr, "multipleOf on numbers is not enforced")?;
-        }
+        let mult = s.get("multipleOf").and_then(|m| m.as_number()).cloned();
         let (lo, hi) = Self::bounds(s);
-        if lo.is_none() && hi.is_none() {
+        if lo.is_none() && hi.is_none() && mult.is_none() {
             return self.number_plain(from);
         }
-        let as_int = |b: Option<(f64, bool)>, kw: &str| -> Result<Option<(i64, bool)>, String> {
+        let as_int = |b: Option<(f64, bool)>| -> Option<Option<(i64, bool)>> {
             match b {
-                None => Ok(None),
-                Some((v, inc)) if v.fract() == 0.0 && v.abs() < 1e15 => Ok(Some((v as i64, inc))),
-                Some(_) => Err(kw.to_string()),
+                None => Some(None),
+                Some((v, inc)) if v.fract() == 0.0 && v.abs() < 1e15 => Some(Some((v as i64, inc))),
+                Some(_) => None,
             }
         };
-        match (as_int(lo, "minimum"), as_int(hi, "maximum")) {
-            (Ok(l), Ok(h)) => {
+        if mult.is_none() {
+            if let (Some(l), Some(h)) = (as_int(lo), as_int(hi)) {
                 let re = number_range(l, h);
-                self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr)
-            }
-            (Err(kw), _) | (_, Err(kw)) => {
-                self.unsupported(&kw, ptr, "non-integer bounds on numbers are not enforced")?;
-                self.number_plain(from)
+                return self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr);
             }
         }
+        // Decimal bounds and multipleOf 10^-k: an intersection of regexes (no exponent).
+        let mut res: Vec<String> = Vec::new();
+        match &mult {
+            None => res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into()),
+            Some(m) => match super::check::decimal(m) {
+                Some((mm, e))
+                    if mm > 0
+                        && mm
+                            .to_string()
+                            .trim_start_matches('1')
+                            .bytes()
+                            .all(|c| c == b'0') =>
+                {
+                    let k = e + mm.to_string().len() as i32 - 1;
+                    if k > 0 {
+                        self.unsupported("multipleOf", ptr, "multipleOf above 1 on numbers")?;
+                        res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into());
+                    } else if k == 0 {
+                        res.push(r"-?(0|[1-9][0-9]*)(\.0+)?".into());
+                    } else {
+                        res.push(format!(r"-?(0|[1-9][0-9]*)(\.[0-9]{{1,{}}}0*)?", -k));
+                    }
+                }
+                _ => {
+                    self.unsupported(
+                        "multipleOf",
+                        ptr,
+                        "only multipleOf 10^-k is enforced on numbers",
+                    )?;
+                    res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into());
+                }
+            },
+        }
+        let dec = |v: f64| -> Option<Dec> {
+            let n = serde_json::Number::from_f64(v)?;
+            let (m, e) = super::check::decimal(&n)?;
+            Dec::new(m, e)
+        };
+        for (bound, is_lo) in [(lo, true), (hi, false)] {
+            let Some((v, inc)) = bound else { continue };
+            match dec(v) {
+                Some(d) => res.push(if is_lo {
+                    dec_ge(&d, !inc)
+                } else {
+                    dec_le(&d, !inc)
+                }),
+                None if is_lo && v < 0.0 || !is_lo && v > 0.0 => {
+                    // Beyond ±10^15: clamp inward (stricter).
+                    let d = Dec {
+                        neg: v < 0.0,
+                        int: 999_999_999_999_999,
+                        frac: Vec::new(),
+                    };
+                    res.push(if is_lo {
+                        dec_ge(&d, false)
+                    } else {
+                        dec_le(&d, false)
+                    });
+                }
+                None => return self.nothing(),
+            }
+        }
+        let mut hirs = Vec::new();
+        for re in &res {
+            hirs.push(
+                parse(re, Flavor::FullMatch).map_err(|e| CompileError::Regex {
+                    pattern: re.clone(),
+                    reason: e,
+                })?,
+            );
+        }
+        emit_intersection(self.b, from, &hirs, Escape::Raw).map_err(|e| {
+            if e.contains("too many states") {
+                CompileError::TooLarge {
+                    states: self.b.states.len(),
+                }
+            } else {
+                CompileError::Unsupported {
+                    keyword: "minimum".into(),
+                    pointer: ptr.into(),
+                    reason: e,
+                }
+            }
+        })
     }
 
     /// A string of `min..=max` characters, any content.
@@ -165,7 +257,25 @@ impl JsonCompiler<'_> {
         max: Option<u64>,
     ) -> Result<StateId, CompileError> {
         let a = self.b.lit(from, b"\"")?;
-        let e = self.b.repeat(a, min, max, &mut json_char_into)?;
+        // Long counted strings call one shared character rule: 2 states per position
+        // instead of ~14.
+        let long = min.max(max.unwrap_or(0)) > 64;
+        let e = if long {
+            let rule = match self.char_rule {
+                Some(r) => r,
+                None => {
+                    let r = self.b.new_rule()?;
+                    let rr = self.b.rules[r as usize];
+                    let e = json_char_into(self.b, rr.start)?;
+                    self.b.eps(e, rr.end);
+                    self.char_rule = Some(r);
+                    r
+                }
+            };
+            self.b.repeat(a, min, max, &mut |b, s| b.call(s, rule))?
+        } else {
+            self.b.repeat(a, min, max, &mut json_char_into)?
+        };
         self.b.lit(e, b"\"")
     }
 
@@ -190,47 +300,138 @@ impl JsonCompiler<'_> {
             format = None;
         }
         let format_re = format.and_then(|(_, r)| r).filter(|r| !r.is_empty());
-        let lengths = min > 0 || max.is_some();
+        let extra_patterns = s
+            .get("__patterns")
+            .and_then(|p| p.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.as_str())
+            .map(|p| ("pattern", p.to_string(), Flavor::EcmaSearch));
         let res: Vec<(&str, String, Flavor)> = pattern
             .map(|p| ("pattern", p.to_string(), Flavor::EcmaSearch))
             .into_iter()
+            .chain(extra_patterns)
             .chain(format_re.map(|r| ("format", r, Flavor::FullMatch)))
             .collect();
-        // Length bounds implied by the regex itself (e.g. `^[0-9]{5}$` with maxLength 5).
-        let implied = res.len() == 1 && {
-            let (_, re, flavor) = &res[0];
-            match parse(re, *flavor) {
-                Ok(h) => {
-                    let p = h.properties();
-                    let min_chars = p.minimum_len().map_or(0, |b| b.div_ceil(4)) as u64;
-                    let max_chars = p.maximum_len().map(|b| b as u64);
-                    min_chars >= min && max.is_none_or(|m| max_chars.is_some_and(|x| x <= m))
+        // `not: {enum: [..strings]}`: any string but those (written canonically).
+        let excluded: Vec<String> = s
+            .get("__not_enum")
+            .and_then(|e| e.as_array())
+            .map(|e| {
+                e.iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let not_patterns: Vec<&str> = s
+            .get("__not_pattern")
+            .and_then(|e| e.as_array())
+            .map(|e| e.iter().filter_map(|x| x.as_str()).collect())
+            .unwrap_or_default();
+        if !excluded.is_empty() || !not_patterns.is_empty() {
+            // Key automaton: excluded spellings, then pattern i (bit i): the pattern itself
+            // (if any) must match, none of the excluded patterns may.
+            let pos = res.iter().all(|r| r.0 == "pattern") && min == 0 && max.is_none();
+            if pos && not_patterns.len() + res.len() < 24 {
+                // Every positive pattern (all of `res` here) must match.
+                let mut pats: Vec<&str> = res.iter().map(|r| r.1.as_str()).collect();
+                let first_not = pats.len();
+                let pos_mask: u32 = (1u32 << first_not) - 1;
+                pats.extend(not_patterns.iter().copied());
+                let exits = self.other_key(from, &excluded, &pats, true, ptr)?;
+                let exit = self.b.state()?;
+                for (set, e) in exits {
+                    let has_pos = set & pos_mask == pos_mask;
+                    if has_pos && set >> first_not == 0 {
+                        self.b.eps(e, exit);
+                    }
                 }
-                Err(_) => false,
+                return Ok(exit);
             }
-        };
-        if res.len() > 1 || (!res.is_empty() && lengths && !implied) {
-            let kw = if lengths { "maxLength" } else { "format" };
             self.unsupported(
-                kw,
+                "not",
                 ptr,
-                "only one of pattern / format / length bounds can be enforced on a string",
+                "excluded strings together with other string keywords",
+            )?;
+        }
+        if res.len() > 1 && min == 0 && max.is_none() {
+            // pattern and format: the product of their DFAs.
+            let mut hirs = Vec::new();
+            for (kw, re, flavor) in &res {
+                hirs.push(parse(re, *flavor).map_err(|e| CompileError::Unsupported {
+                    keyword: (*kw).into(),
+                    pointer: ptr.into(),
+                    reason: format!("{re:?}: {e}"),
+                })?);
+            }
+            let a = self.b.lit(from, b"\"")?;
+            match emit_intersection(self.b, a, &hirs, Escape::JsonString) {
+                Ok(e) => return self.b.lit(e, b"\""),
+                Err(e) if e.contains("too many states") => {
+                    return Err(CompileError::TooLarge {
+                        states: self.b.states.len(),
+                    })
+                }
+                Err(_) => {}
+            }
+        }
+        if res.len() > 1 {
+            self.unsupported(
+                "format",
+                ptr,
+                "a pattern and a format on the same string cannot be intersected",
             )?;
         }
         if let Some((kw, re, flavor)) = res.into_iter().next() {
+            let hir = match parse(&re, flavor) {
+                Ok(h) => h,
+                Err(e) => {
+                    return Err(CompileError::Unsupported {
+                        keyword: kw.into(),
+                        pointer: ptr.into(),
+                        reason: format!("{re:?}: {e}"),
+                    })
+                }
+            };
+            // Length bounds the regex already implies are dropped (no product needed).
+            let p = hir.properties();
+            let min_chars = p.minimum_len().map_or(0, |b| b.div_ceil(4)) as u64;
+            let max_bytes = p.maximum_len().map(|b| b as u64);
+            let lmin = if min_chars >= min { 0 } else { min };
+            let lmax = max.filter(|m| max_bytes.is_none_or(|x| x > *m));
             let a = self.b.lit(from, b"\"")?;
-            let e = self.emit_regex(a, &re, flavor, Escape::JsonString, kw, ptr)?;
+            let e = emit_hir_len(self.b, a, &hir, Escape::JsonString, lmin, lmax).map_err(|e| {
+                if e.contains("too many states") {
+                    CompileError::TooLarge {
+                        states: self.b.states.len(),
+                    }
+                } else if e.contains("deadline") {
+                    CompileError::Timeout
+                } else {
+                    CompileError::Unsupported {
+                        keyword: if lmin > 0 || lmax.is_some() {
+                            "maxLength"
+                        } else {
+                            kw
+                        }
+                        .into(),
+                        pointer: ptr.into(),
+                        reason: format!("{re:?}: {e}"),
+                    }
+                }
+            })?;
             return self.b.lit(e, b"\"");
         }
-        if min > MAX_COUNT || max.is_some_and(|m| m > MAX_COUNT) {
+        if min > MAX_COUNT {
             self.unsupported(
-                "maxLength",
+                "minLength",
                 ptr,
                 &format!("length bounds above {MAX_COUNT} are not enforced"),
             )?;
-            return self.string_free(from, min.min(MAX_COUNT), None);
+            return self.string_free(from, MAX_COUNT, None);
         }
-        self.string_free(from, min, max)
+        // A maximum above MAX_COUNT is clamped to it: stricter, never looser.
+        self.string_free(from, min, max.map(|m| m.min(MAX_COUNT)))
     }
 
     pub(super) fn array(
@@ -245,6 +446,9 @@ impl JsonCompiler<'_> {
             return self.nothing();
         }
         if s.get("uniqueItems") == Some(&Value::Bool(true)) && max.is_none_or(|m| m > 1) {
+            if let Some(e) = self.unique_finite(from, s, min, max, ptr)? {
+                return Ok(e);
+            }
             self.unsupported("uniqueItems", ptr, "uniqueness of items is not enforced")?;
         }
         // Tuple part and the schema for the rest.
@@ -343,6 +547,86 @@ impl JsonCompiler<'_> {
         self.b.lit(c, b"]")
     }
 
+    /// `uniqueItems` over a small finite item set (`enum`/`const`/boolean/null items, ≤ 8
+    /// values): one state per set of values used so far. `None` when not applicable.
+    fn unique_finite(
+        &mut self,
+        from: StateId,
+        s: &Map<String, Value>,
+        min: u64,
+        max: Option<u64>,
+        ptr: &str,
+    ) -> Result<Option<StateId>, CompileError> {
+        if s.contains_key("prefixItems") || s.get("items").is_some_and(|i| i.is_array()) {
+            return Ok(None);
+        }
+        let Some(Value::Object(item)) = s.get("items") else {
+            return Ok(None);
+        };
+        let mark = self.merged_refs.len();
+        let item = self.normalize(item, ptr, 0);
+        self.merged_refs.truncate(mark);
+        let item = item?;
+        let candidates: Vec<Value> = if let Some(Value::Array(e)) = item.get("enum") {
+            e.clone()
+        } else if let Some(c) = item.get("const") {
+            vec![c.clone()]
+        } else {
+            match item.get("type").and_then(|t| t.as_str()) {
+                Some("boolean") => vec![Value::Bool(true), Value::Bool(false)],
+                Some("null") => vec![Value::Null],
+                _ => return Ok(None),
+            }
+        };
+        let mut vals: Vec<Value> = Vec::new();
+        for v in candidates {
+            match super::check::check_value(&v, &item) {
+                Some(true) if !vals.iter().any(|x| super::json_eq(x, &v)) => vals.push(v),
+                Some(_) => {}
+                None => return Ok(None),
+            }
+        }
+        if vals.len() > 8 {
+            return Ok(None);
+        }
+        let n = vals.len();
+        let max = max.unwrap_or(n as u64).min(n as u64);
+        let open = self.b.lit(from, b"[")?;
+        let open = self.ws(open)?;
+        let close = self.b.state()?;
+        let mut ids: Vec<Option<StateId>> = vec![None; 1 << n];
+        ids[0] = Some(open);
+        for mask in 0usize..(1 << n) {
+            let Some(me) = ids[mask] else { continue };
+            let used = mask.count_ones() as u64;
+            if used >= min {
+                self.b.eps(me, close);
+            }
+            if used >= max {
+                continue;
+            }
+            for (i, v) in vals.iter().enumerate() {
+                if mask >> i & 1 == 1 {
+                    continue;
+                }
+                let st = if mask == 0 { me } else { self.punct(me, b',')? };
+                let e = self.literal(st, v)?;
+                let next = mask | 1 << i;
+                let t = match ids[next] {
+                    Some(t) => t,
+                    None => {
+                        let t = self.b.state()?;
+                        ids[next] = Some(t);
+                        t
+                    }
+                };
+                self.b.eps(e, t);
+            }
+        }
+        let c = self.ws(close)?;
+        Ok(Some(self.b.lit(c, b"]")?))
+    }
+
     pub(super) fn object(
         &mut self,
         from: StateId,
@@ -363,7 +647,7 @@ impl JsonCompiler<'_> {
                     .collect()
             })
             .unwrap_or_default();
-        let additional = match s.get("additionalProperties") {
+        let mut additional = match s.get("additionalProperties") {
             Some(Value::Bool(false)) => None,
             Some(v) => Some(v.clone()),
             None if self.opts.allow_undeclared_properties => Some(Value::Bool(true)),
@@ -433,30 +717,126 @@ impl JsonCompiler<'_> {
                 }
             }
         }
+        // propertyNames: declared keys checked here, undeclared keys through patterns.
+        let mut name_pos: Vec<String> = Vec::new();
+        let mut name_neg: Vec<String> = Vec::new();
+        let mut name_excl: Vec<String> = Vec::new();
+        if let Some(pn) = s.get("propertyNames") {
+            let pn_ptr = format!("{ptr}/propertyNames");
+            let pn_map = match pn {
+                Value::Bool(true) => Map::new(),
+                Value::Bool(false) => {
+                    let mut m = Map::new();
+                    m.insert("__false".into(), Value::Bool(true));
+                    m
+                }
+                Value::Object(m) => {
+                    let mark = self.merged_refs.len();
+                    let n = self.normalize(m, &pn_ptr, 0);
+                    self.merged_refs.truncate(mark);
+                    n?
+                }
+                _ => return Err(self.invalid(&pn_ptr, "a schema must be an object or a boolean")),
+            };
+            let mut keep = Vec::new();
+            for item in items.drain(..) {
+                match super::check::check_value(&Value::String(item.0.clone()), &pn_map) {
+                    Some(true) => keep.push(item),
+                    Some(false) if item.2 => return self.nothing(),
+                    Some(false) => {}
+                    None => {
+                        self.unsupported("propertyNames", &pn_ptr, "cannot check a declared key")?;
+                        keep.push(item);
+                    }
+                }
+            }
+            items = keep;
+            if additional.is_some() || !patterns.is_empty() {
+                for (k, v) in &pn_map {
+                    if super::is_annotation(k) {
+                        continue;
+                    }
+                    match (k.as_str(), v) {
+                        ("type", t) if super::norm::type_list(t).iter().any(|t| t == "string") => {}
+                        ("type", _) | ("__false", _) => {
+                            additional = None;
+                            patterns.clear();
+                            matchers.clear();
+                        }
+                        ("pattern", Value::String(p)) => name_pos.push(p.clone()),
+                        ("minLength" | "maxLength", _) => {
+                            let lo = pn_map
+                                .get("minLength")
+                                .and_then(|x| x.as_u64())
+                                .unwrap_or(0);
+                            let hi = pn_map.get("maxLength").and_then(|x| x.as_u64());
+                            let re = match hi {
+                                Some(h) => format!("^[\\s\\S]{{{lo},{h}}}$"),
+                                None => format!("^[\\s\\S]{{{lo},}}$"),
+                            };
+                            if !name_pos.contains(&re) {
+                                name_pos.push(re);
+                            }
+                        }
+                        ("__not_enum", Value::Array(vals)) => name_excl
+                            .extend(vals.iter().filter_map(|x| x.as_str().map(String::from))),
+                        ("__not_pattern", Value::Array(ps)) => {
+                            name_neg.extend(ps.iter().filter_map(|x| x.as_str().map(String::from)))
+                        }
+                        ("not", n) => {
+                            let mut forms = Vec::new();
+                            self.not_forms(n, &mut forms);
+                            for f in forms {
+                                match f {
+                                    super::NotForm::NotValues(vals) => name_excl.extend(
+                                        vals.iter().filter_map(|x| x.as_str().map(String::from)),
+                                    ),
+                                    super::NotForm::NotPattern(Value::String(p)) => {
+                                        name_neg.push(p)
+                                    }
+                                    super::NotForm::NoOp => {}
+                                    _ => self.unsupported(
+                                        "propertyNames",
+                                        &pn_ptr,
+                                        "this `not` form",
+                                    )?,
+                                }
+                            }
+                        }
+                        _ => {
+                            self.unsupported("propertyNames", &pn_ptr, &format!("`{k}` on keys"))?
+                        }
+                    }
+                }
+            }
+            if patterns.len() + name_pos.len() + name_neg.len() > 30 {
+                self.unsupported("propertyNames", &pn_ptr, "too many key patterns")?;
+                name_pos.clear();
+                name_neg.clear();
+            }
+        }
+        // Property counts: tracks 0..=cap; exact up to maxProperties, else saturating at
+        // max(minProperties, 1).
         let n_req = items.iter().filter(|i| i.2).count();
-        if let Some(m) = min_p {
-            if m > n_req {
-                self.unsupported(
-                    "minProperties",
-                    ptr,
-                    "more properties than the required ones",
-                )?;
-            }
+        let cap = match (min_p, max_p) {
+            (_, Some(mx)) => mx,
+            (Some(mn), None) => mn.max(1),
+            (None, None) => 1,
+        };
+        let exact = max_p.is_some();
+        let min_count = min_p.unwrap_or(0);
+        if max_p.is_some_and(|m| m < n_req || m < min_count) {
+            return self.nothing();
         }
-        if let Some(m) = max_p {
-            if m < items.len() || additional.is_some() {
-                self.unsupported(
-                    "maxProperties",
-                    ptr,
-                    "fewer properties than could be produced",
-                )?;
-            }
+        if cap > 32 {
+            let kw = if exact {
+                "maxProperties"
+            } else {
+                "minProperties"
+            };
+            self.unsupported(kw, ptr, "property counts above 32 are not enforced")?;
         }
-        for k in s.keys() {
-            if k == "propertyNames" && additional.is_some() {
-                self.unsupported(k, ptr, "property name constraints")?;
-            }
-        }
+        let cap = cap.min(32);
         let open = self.b.lit(from, b"{")?;
         let open = self.ws(open)?;
         // Undeclared properties: one rule (`"other key": value`), called from every gap
@@ -466,11 +846,23 @@ impl JsonCompiler<'_> {
         } else {
             let mut declared: Vec<String> = items.iter().map(|i| i.0.clone()).collect();
             declared.extend(forbidden.iter().cloned());
+            declared.extend(name_excl.iter().cloned());
             let r = self.b.new_rule()?;
             let rr = self.b.rules[r as usize];
-            let pats: Vec<&str> = patterns.iter().map(|p| p.0.as_str()).collect();
-            let exits = self.other_key(rr.start, &declared, &pats, additional.is_some(), ptr)?;
+            let mut pats: Vec<&str> = patterns.iter().map(|p| p.0.as_str()).collect();
+            let n_pp = pats.len();
+            pats.extend(name_pos.iter().map(|p| p.as_str()));
+            pats.extend(name_neg.iter().map(|p| p.as_str()));
+            let pos_mask: u32 = ((1u32 << name_pos.len()) - 1) << n_pp;
+            let neg_mask: u32 = ((1u32 << name_neg.len()) - 1) << (n_pp + name_pos.len());
+            let any = additional.is_some() || pats.len() > n_pp;
+            let exits = self.other_key(rr.start, &declared, &pats, any, ptr)?;
             for (set, exit) in exits {
+                // propertyNames: every positive pattern matches, no negative one does.
+                if set & pos_mask != pos_mask || set & neg_mask != 0 {
+                    continue;
+                }
+                let set = set & ((1u32 << n_pp) - 1);
                 let k = self.punct(exit, b':')?;
                 let e = if set == 0 {
                     match &additional {
@@ -491,78 +883,110 @@ impl JsonCompiler<'_> {
             }
             Some(r)
         };
-        let join =
-            |c: &mut Self, acc: &mut Option<StateId>, e: StateId| -> Result<(), CompileError> {
-                match acc {
-                    Some(a) => c.b.eps(e, *a),
-                    None => {
-                        let a = c.b.state()?;
-                        c.b.eps(e, a);
-                        *acc = Some(a);
+        let tracks_n = cap + 1;
+        // tracks[c]: the state after writing c properties (saturating at `cap` unless exact).
+        let mut tracks: Vec<Option<StateId>> = vec![None; tracks_n];
+        tracks[0] = Some(open);
+        let bump = |c: usize| -> Option<usize> {
+            if c < cap {
+                Some(c + 1)
+            } else if exact {
+                None
+            } else {
+                Some(cap)
+            }
+        };
+        let gap = |me: &mut Self, tracks: &mut Vec<Option<StateId>>| -> Result<(), CompileError> {
+            let Some(r) = extra_rule else { return Ok(()) };
+            let mut new: Vec<Option<StateId>> = vec![None; tracks_n];
+            for c in 0..tracks_n {
+                let reach_prev = c > 0 && new[c - 1].is_some();
+                if tracks[c].is_none() && !reach_prev {
+                    continue;
+                }
+                let lp = me.b.state()?;
+                if let Some(t) = tracks[c] {
+                    me.b.eps(t, lp);
+                }
+                if c > 0 {
+                    if let Some(p) = new[c - 1] {
+                        let s = if c > 1 { me.punct(p, b',')? } else { p };
+                        let e = me.b.call(s, r)?;
+                        me.b.eps(e, lp);
                     }
                 }
-                Ok(())
-            };
-        // Two tracks: `none` = nothing written yet, `some` = at least one property written.
-        let mut none = Some(open);
-        let mut some: Option<StateId> = None;
-        let gap = |c: &mut Self,
-                   none: Option<StateId>,
-                   some: &mut Option<StateId>|
-         -> Result<(), CompileError> {
-            let Some(r) = extra_rule else { return Ok(()) };
-            let lp = c.b.state()?;
-            if let Some(n) = none {
-                let e = c.b.call(n, r)?;
-                c.b.eps(e, lp);
+                new[c] = Some(lp);
             }
-            if let Some(sm) = *some {
-                c.b.eps(sm, lp);
-                let cm = c.punct(sm, b',')?;
-                let e = c.b.call(cm, r)?;
-                c.b.eps(e, lp);
+            // Saturated: more undeclared properties keep the count.
+            if !exact {
+                if let Some(lp) = new[cap] {
+                    let cm = me.punct(lp, b',')?;
+                    let e = me.b.call(cm, r)?;
+                    me.b.eps(e, lp);
+                }
             }
-            let cm = c.punct(lp, b',')?;
-            let e = c.b.call(cm, r)?;
-            c.b.eps(e, lp);
-            *some = Some(lp);
+            *tracks = new;
             Ok(())
         };
+        let share = tracks.len() > 2;
         for (k, v, req) in &items {
-            gap(self, none, &mut some)?;
+            gap(self, &mut tracks)?;
             let key = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
             let vptr = format!(
                 "{ptr}/properties/{}",
                 k.replace('~', "~0").replace('/', "~1")
             );
+            let rule = if share {
+                Some(self.schema_rule(v, &vptr)?)
+            } else {
+                None
+            };
             let kv = |c: &mut Self, s: StateId, comma: bool| -> Result<StateId, CompileError> {
                 let s = if comma { c.punct(s, b',')? } else { s };
                 let s = c.b.lit(s, key.as_bytes())?;
                 let s = c.punct(s, b':')?;
-                c.value(s, v, &vptr)
-            };
-            let mut new_some = None;
-            if let Some(n) = none {
-                let e = kv(self, n, false)?;
-                join(self, &mut new_some, e)?;
-            }
-            if let Some(sm) = some {
-                let e = kv(self, sm, true)?;
-                join(self, &mut new_some, e)?;
-            }
-            if !*req {
-                if let Some(sm) = some {
-                    join(self, &mut new_some, sm)?;
+                match rule {
+                    Some(r) => c.b.call(s, r),
+                    None => c.value(s, v, &vptr),
                 }
-            } else {
-                none = None;
+            };
+            let mut new: Vec<Option<StateId>> = vec![None; tracks_n];
+            for c in 0..tracks_n {
+                let Some(t) = tracks[c] else { continue };
+                if !*req {
+                    let a = match new[c] {
+                        Some(a) => a,
+                        None => {
+                            let a = self.b.state()?;
+                            new[c] = Some(a);
+                            a
+                        }
+                    };
+                    self.b.eps(t, a);
+                }
+                if let Some(c2) = bump(c) {
+                    let e = kv(self, t, c > 0)?;
+                    let a = match new[c2] {
+                        Some(a) => a,
+                        None => {
+                            let a = self.b.state()?;
+                            new[c2] = Some(a);
+                            a
+                        }
+                    };
+                    self.b.eps(e, a);
+                }
             }
-            some = new_some;
+            tracks = new;
         }
-        gap(self, none, &mut some)?;
+        gap(self, &mut tracks)?;
         let close = self.b.state()?;
-        for st in [none, some].into_iter().flatten() {
-            self.b.eps(st, close);
+        for (c, st) in tracks.iter().enumerate() {
+            if let Some(st) = st {
+                if c >= min_count {
+                    self.b.eps(*st, close);
+                }
+            }
         }
         let c = self.ws(close)?;
         self.b.lit(c, b"}")
@@ -623,6 +1047,7 @@ impl JsonCompiler<'_> {
                 .configure(
                     regex_automata::dfa::dense::Config::new()
                         .start_kind(regex_automata::dfa::StartKind::Anchored)
+                        .match_kind(regex_automata::MatchKind::All)
                         .dfa_size_limit(Some(1 << 22)),
                 )
                 .build_from_nfa(&nfa)
@@ -644,9 +1069,17 @@ impl JsonCompiler<'_> {
         let k0: Key = (0, 0, starts);
         ids.insert(k0.clone(), start);
         let mut work = vec![k0];
+        let mut steps = 0u32;
         while let Some(key) = work.pop() {
+            steps += 1;
+            if steps.is_multiple_of(256) {
+                self.b.check_deadline()?;
+            }
             let (d, t, ref ps) = key;
             let me = ids[&key];
+            // The previous byte's successor: runs of bytes with the same successor skip
+            // the hash lookup.
+            let mut prev: Option<(Key, StateId)> = None;
             if d == 0 && (t == OFF || !terminal[t]) {
                 let mut set = 0u32;
                 for (i, dfa) in dfas.iter().enumerate() {
@@ -695,12 +1128,19 @@ impl JsonCompiler<'_> {
                                 .collect(),
                         };
                         let k2: Key = (d2, t2, ps2);
-                        let id = match ids.get(&k2) {
-                            Some(&id) => id,
-                            None => {
-                                let id = self.b.state()?;
-                                ids.insert(k2.clone(), id);
-                                work.push(k2);
+                        let id = match &prev {
+                            Some((pk, pid)) if *pk == k2 => *pid,
+                            _ => {
+                                let id = match ids.get(&k2) {
+                                    Some(&id) => id,
+                                    None => {
+                                        let id = self.b.state()?;
+                                        ids.insert(k2.clone(), id);
+                                        work.push(k2.clone());
+                                        id
+                                    }
+                                };
+                                prev = Some((k2, id));
                                 id
                             }
                         };

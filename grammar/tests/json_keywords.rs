@@ -1,0 +1,430 @@
+//! JSON Schema keywords: for each schema, listed valid texts are accepted and listed
+//! invalid texts rejected (byte vocabulary, compact policy), so an enforcement that loosens
+//! or over-tightens a keyword fails here.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use sglrs_grammar::{CompileError, CompileOptions, CompiledGrammar, Matcher, TokenVocab};
+
+fn vocab() -> Arc<TokenVocab> {
+    let mut toks: Vec<Vec<u8>> = vec![Vec::new()];
+    toks.extend((0u8..=255).map(|b| vec![b]));
+    Arc::new(TokenVocab::new(toks, &[], &[0]).unwrap())
+}
+
+fn compile(schema: &serde_json::Value) -> Result<Arc<CompiledGrammar>, CompileError> {
+    CompiledGrammar::json_schema_value(schema, vocab(), &CompileOptions::default())
+}
+
+fn accepts(g: &Arc<CompiledGrammar>, text: &str) -> bool {
+    let mut m = Matcher::new(g.clone());
+    m.try_advance_bytes(text.as_bytes()) && m.is_accepting()
+}
+
+fn check(schema: serde_json::Value, valid: &[&str], invalid: &[&str]) {
+    let g = compile(&schema).unwrap_or_else(|e| panic!("{schema}: {e}"));
+    for v in valid {
+        assert!(accepts(&g, v), "{schema}: valid {v} rejected");
+    }
+    for v in invalid {
+        assert!(!accepts(&g, v), "{schema}: invalid {v} accepted");
+    }
+}
+
+#[test]
+fn double_not_is_the_schema() {
+    check(
+        json!({"not": {"not": {"type": "integer", "minimum": 3}}}),
+        &["3", "17"],
+        &["2", "\"x\"", "null"],
+    );
+}
+
+#[test]
+fn not_required_admits_objects_without_the_key_only() {
+    check(
+        json!({"not": {"required": ["a"]}}),
+        &["{}", r#"{"b":1}"#],
+        &[r#"{"a":1}"#, "\"s\"", "1", "null"],
+    );
+}
+
+#[test]
+fn not_enum_excludes_strings_and_literals() {
+    check(
+        json!({"type": ["string", "boolean", "null"], "not": {"enum": ["a", "bc", false, null]}}),
+        &["\"b\"", "\"abc\"", "\"\"", "true"],
+        &["\"a\"", "\"bc\"", "false", "null"],
+    );
+}
+
+#[test]
+fn not_of_a_general_schema_is_its_complement() {
+    // not (object with a:string required) = non-objects, objects without a, a not a string.
+    check(
+        json!({"type": ["object", "integer"], "not": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}}),
+        &["1", "{}", r#"{"a":1}"#, r#"{"b":"x"}"#],
+        &[r#"{"a":"x"}"#, "\"s\""],
+    );
+    check(
+        json!({"type": "integer", "not": {"minimum": 10}}),
+        &["9", "-4"],
+        &["10", "11"],
+    );
+}
+
+#[test]
+fn two_nots_in_all_of_are_both_enforced() {
+    check(
+        json!({"type": "string", "allOf": [{"not": {"const": "a"}}, {"not": {"const": "b"}}]}),
+        &["\"c\"", "\"ab\""],
+        &["\"a\"", "\"b\""],
+    );
+}
+
+#[test]
+fn overlapping_one_of_excludes_values_matching_two_branches() {
+    // Both branches accept {"a":1,"b":2}: oneOf rejects it.
+    let s = json!({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]});
+    check(
+        s,
+        &[r#"{"a":1}"#, r#"{"b":2}"#],
+        &[r#"{"a":1,"b":2}"#, "{}"],
+    );
+    check(
+        json!({"oneOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 10}]}),
+        &["-5", "11", "100"],
+        &["0", "5", "10"],
+    );
+}
+
+#[test]
+fn if_then_else_on_a_discriminator() {
+    let s = json!({
+        "type": "object",
+        "properties": {"kind": {"type": "string"}, "n": {"type": "integer"}},
+        "required": ["kind"],
+        "if": {"properties": {"kind": {"const": "num"}}},
+        "then": {"required": ["n"]},
+        "else": {"not": {"required": ["n"]}}
+    });
+    check(
+        s,
+        &[r#"{"kind":"num","n":1}"#, r#"{"kind":"txt"}"#],
+        &[r#"{"kind":"num"}"#, r#"{"kind":"txt","n":1}"#],
+    );
+}
+
+#[test]
+fn dependencies_and_dependent_required() {
+    let s = json!({
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+        "dependencies": {"a": ["b"], "c": {"properties": {"a": {"minimum": 5}}}}
+    });
+    check(
+        s,
+        &[
+            "{}",
+            r#"{"b":1}"#,
+            r#"{"a":1,"b":2}"#,
+            r#"{"a":5,"b":1,"c":0}"#,
+            r#"{"c":1}"#,
+        ],
+        &[r#"{"a":1}"#, r#"{"a":4,"b":1,"c":0}"#],
+    );
+    check(
+        json!({"type": "object", "dependentRequired": {"x": ["y"]}}),
+        &[r#"{"x":1,"y":2}"#, r#"{"y":2}"#],
+        &[r#"{"x":1}"#],
+    );
+}
+
+#[test]
+fn pattern_with_length_bounds() {
+    check(
+        json!({"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 4}),
+        &["\"ab\"", "\"abcd\""],
+        &["\"a\"", "\"abcde\"", "\"AB\""],
+    );
+    // Search semantics plus a character (not byte) count.
+    check(
+        json!({"type": "string", "pattern": "x", "maxLength": 3}),
+        &["\"x\"", "\"éxé\""],
+        &["\"\"", "\"abcx\"", "\"éxéé\""],
+    );
+    check(
+        json!({"type": "string", "format": "email", "maxLength": 7}),
+        &["\"a@b.co\""],
+        &["\"ab@cd.co\""],
+    );
+}
+
+#[test]
+fn enum_beside_unknown_keywords_compiles() {
+    check(
+        json!({"_id": "x", "enum": ["A", "B"], "x-extra": {"minimum": 3}}),
+        &["\"A\""],
+        &["\"C\""],
+    );
+}
+
+#[test]
+fn enum_filtered_by_sibling_keywords() {
+    check(
+        json!({"enum": [1, 5, "abc", "toolong"], "maxLength": 3, "minimum": 2}),
+        &["5", "\"abc\""],
+        &["1", "\"toolong\""],
+    );
+}
+
+#[test]
+fn recursive_ref_through_all_of_compiles() {
+    let s = json!({
+        "definitions": {"item": {"type": "object", "properties": {
+            "children": {"type": "array", "items": {"allOf": [{"$ref": "#/definitions/item"}]}}
+        }, "additionalProperties": false}},
+        "allOf": [{"$ref": "#/definitions/item"}]
+    });
+    check(
+        s,
+        &[r#"{"children":[{"children":[]}]}"#],
+        &[r#"{"children":[{"x":1}]}"#],
+    );
+}
+
+#[test]
+fn very_deep_schema_is_an_error_not_a_crash() {
+    let mut s = json!({"type": "integer"});
+    for _ in 0..2000 {
+        s = json!({"type": "array", "items": s});
+    }
+    // Run on a small stack like a cache worker's.
+    let r = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || compile(&s).map(|_| ()))
+        .unwrap()
+        .join()
+        .unwrap();
+    assert!(r.is_err());
+}
+
+#[test]
+fn min_and_max_properties_count_declared_and_undeclared_keys() {
+    let s = json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                   "minProperties": 2});
+    check(
+        s,
+        &[
+            r#"{"a":1,"b":2}"#,
+            r#"{"a":1,"x":2}"#,
+            r#"{"x":1,"y":2,"z":3}"#,
+        ],
+        &["{}", r#"{"a":1}"#, r#"{"x":1}"#],
+    );
+    let s = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "maxProperties": 2,
+                   "minProperties": 1});
+    check(
+        s,
+        &[r#"{"a":1}"#, r#"{"a":1,"x":2}"#, r#"{"x":1,"y":2}"#],
+        &["{}", r#"{"a":1,"x":2,"y":3}"#, r#"{"x":1,"y":2,"z":3}"#],
+    );
+    // maxProperties below the required count: nothing is valid.
+    assert!(
+        compile(&json!({"type": "object", "required": ["a", "b"], "maxProperties": 1})).is_err()
+    );
+}
+
+#[test]
+fn decimal_bounds_and_multiple_of() {
+    check(
+        json!({"type": "number", "minimum": 0.5, "exclusiveMaximum": 2.25}),
+        &["0.5", "1", "2.249", "2.2"],
+        &["0.49", "2.25", "2.3", "-1", "3"],
+    );
+    check(
+        json!({"type": "number", "multipleOf": 0.01, "minimum": 0}),
+        &["0", "1.5", "2.25", "3.100"],
+        &["1.255", "-0.01", "0.001"],
+    );
+    check(
+        json!({"type": "number", "multipleOf": 1}),
+        &["3", "-4", "2.0"],
+        &["2.5"],
+    );
+    check(
+        json!({"type": "integer", "multipleOf": 0.1}),
+        &["3"],
+        &["3.5"],
+    );
+}
+
+#[test]
+fn not_pattern_excludes_matching_strings() {
+    check(
+        json!({"type": "string", "pattern": "^[a-z]+$", "not": {"pattern": "^x"}}),
+        &["\"abc\""],
+        &["\"xyz\"", "\"ABC\""],
+    );
+    // oneOf of two overlapping patterns: a string matching both is rejected.
+    check(
+        json!({"type": "string", "oneOf": [{"pattern": "^a"}, {"pattern": "b$"}]}),
+        &["\"ax\"", "\"xb\""],
+        &["\"ab\"", "\"xx\""],
+    );
+}
+
+#[test]
+fn pattern_and_format_are_intersected() {
+    check(
+        json!({"type": "string", "format": "date", "pattern": "^2020-"}),
+        &["\"2020-02-29\""],
+        &["\"2021-01-01\"", "\"2020-02-30\"", "\"2020-\""],
+    );
+}
+
+#[test]
+fn negative_zero_is_not_below_zero() {
+    for s in [
+        json!({"type": "number", "exclusiveMaximum": 0}),
+        json!({"type": "number", "exclusiveMaximum": 0.5, "exclusiveMinimum": 0}),
+    ] {
+        let g = compile(&s).unwrap();
+        for t in ["-0", "-0.0"] {
+            assert!(!accepts(&g, t), "{s} accepts {t}");
+        }
+    }
+}
+
+#[test]
+fn decimal_bounds_on_multi_digit_numbers() {
+    check(
+        json!({"type": "number", "minimum": 0.5, "maximum": 5000.5}),
+        &["10.99", "100", "1000.5", "5000.5", "5000"],
+        &["5000.51", "0.4"],
+    );
+    check(
+        json!({"type": "number", "multipleOf": 0.01}),
+        &["10.99", "100", "-12.5"],
+        &["10.999"],
+    );
+}
+
+#[test]
+fn pattern_properties_with_prefix_alternatives() {
+    // Leftmost-first DFAs would stop at "a" and miss that "ab" matches too.
+    check(
+        json!({"type": "object", "patternProperties": {"^(a|ab)$": {"type": "integer"}}}),
+        &[r#"{"ab":1}"#, r#"{"a":1}"#, r#"{"abc":"x"}"#],
+        &[r#"{"ab":"x"}"#, r#"{"a":"x"}"#],
+    );
+}
+
+#[test]
+fn anchored_alternatives_in_patterns() {
+    check(
+        json!({"type": "string", "pattern": "^$|^[a-z]+$"}),
+        &["\"\"", "\"abc\""],
+        &["\"aB\"", "\"1\""],
+    );
+    check(
+        json!({"type": "string", "pattern": "^\\S+$|^$"}),
+        &["\"\"", "\"a-b\""],
+        &["\"a b\""],
+    );
+}
+
+#[test]
+fn one_of_through_nested_one_of_types_is_disjoint() {
+    let s = json!({"definitions": {
+            "a": {"oneOf": [{"type": "string"}, {"type": "array"}]},
+            "b": {"oneOf": [{"type": "object"}, {"type": "integer"}]}},
+        "oneOf": [{"$ref": "#/definitions/a"}, {"$ref": "#/definitions/b"}]});
+    check(s, &["\"x\"", "[]", "{}", "3"], &["null", "true"]);
+}
+
+#[test]
+fn property_names_constrain_declared_and_undeclared_keys() {
+    check(
+        json!({"type": "object", "propertyNames": {"type": "string"}}),
+        &[r#"{"a":1}"#],
+        &["[]"],
+    );
+    check(
+        json!({"type": "object", "properties": {"ok": {}, "Bad": {}},
+               "propertyNames": {"pattern": "^[a-z]+$", "maxLength": 3}}),
+        &[r#"{"ok":1}"#, r#"{"abc":1}"#, "{}"],
+        &[r#"{"Bad":1}"#, r#"{"abcd":1}"#, r#"{"A":1}"#],
+    );
+    check(
+        json!({"type": "object", "propertyNames": {"not": {"enum": ["x", "y"]}}}),
+        &[r#"{"z":1}"#, r#"{"xy":1}"#],
+        &[r#"{"x":1}"#, r#"{"z":1,"y":2}"#],
+    );
+}
+
+#[test]
+fn all_of_with_two_ifs_and_two_one_ofs() {
+    let s = json!({"type": "object",
+        "properties": {"a": {}, "b": {}, "c": {}, "d": {}}, "allOf": [
+        {"if": {"required": ["a"]}, "then": {"required": ["b"]}},
+        {"if": {"required": ["c"]}, "then": {"required": ["d"]}},
+    ]});
+    check(
+        s,
+        &[
+            "{}",
+            r#"{"a":1,"b":1}"#,
+            r#"{"c":1,"d":1}"#,
+            r#"{"a":1,"b":1,"c":1,"d":1}"#,
+        ],
+        &[r#"{"a":1}"#, r#"{"c":1}"#, r#"{"a":1,"b":1,"c":1}"#],
+    );
+    let s = json!({"type": "integer", "allOf": [
+        {"oneOf": [{"minimum": 5}, {"maximum": 10}]},
+        {"oneOf": [{"minimum": 0}, {"maximum": -1}]},
+    ]});
+    // First: x < 5 or x > 10; second: always exactly one.
+    check(s, &["4", "11", "-3"], &["5", "10", "7"]);
+}
+
+#[test]
+fn unique_items_over_small_enums() {
+    check(
+        json!({"type": "array", "uniqueItems": true, "minItems": 1,
+               "items": {"enum": ["a", "b", "c"]}}),
+        &[r#"["a"]"#, r#"["c","a"]"#, r#"["b","a","c"]"#],
+        &["[]", r#"["a","a"]"#, r#"["a","b","a"]"#, r#"["d"]"#],
+    );
+    check(
+        json!({"type": "array", "uniqueItems": true, "items": {"type": "boolean"}}),
+        &["[]", "[true,false]"],
+        &["[true,true]", "[false,true,false]"],
+    );
+}
+
+#[test]
+fn long_max_length_strings() {
+    let g = compile(&json!({"type": "string", "minLength": 70, "maxLength": 100})).unwrap();
+    for n in [69usize, 70, 100, 101] {
+        let t = format!("\"{}é\"", "a".repeat(n - 1));
+        assert_eq!(accepts(&g, &t), (70..=100).contains(&n), "length {n}");
+    }
+    assert!(accepts(&g, &format!("\"{}\\n\"", "b".repeat(99))));
+}
+
+#[test]
+fn all_of_with_two_patterns_intersects_them() {
+    check(
+        json!({"type": "string", "allOf": [{"pattern": "^a"}, {"pattern": "b$"}]}),
+        &["\"ab\"", "\"axb\""],
+        &["\"a\"", "\"b\"", "\"xb\""],
+    );
+    check(
+        json!({"type": "string", "allOf": [{"pattern": "^a"}, {"pattern": "b$"}],
+               "not": {"pattern": "x"}}),
+        &["\"ab\""],
+        &["\"axb\"", "\"a\""],
+    );
+}
