@@ -595,15 +595,14 @@ impl SchedulerCore {
         }
         let want_lp = s.shared.logprobs.is_some();
         let raw = want_lp.then(|| LogSoftmax::new(row));
-        let sampled = sampler::sample(
+        // The chosen token's logprob only when asked for: one pass over the vocabulary less.
+        let token = match sampler::sample_token(
             &mut self.scratch,
             &s.shared.sampling,
             &mut s.sampler,
             use_mask.then_some(&self.mask[..]),
-            raw.as_ref(),
-        );
-        let sampled = match sampled {
-            Ok(x) => x,
+        ) {
+            Ok(t) => t,
             Err(e) => {
                 self.finish(key, FinishReason::Abort(format!("sampling failed: {e}")));
                 return;
@@ -613,8 +612,8 @@ impl SchedulerCore {
             .as_ref()
             .zip(s.shared.logprobs.as_ref())
             .map(|(ls, lp)| TokenLogprob {
-                token: sampled.token,
-                logprob: Some(sampled.logprob),
+                token,
+                logprob: Some(ls.logprob(token)),
                 top: ls.top(lp.top_n),
                 chosen: lp
                     .token_ids
@@ -622,7 +621,7 @@ impl SchedulerCore {
                     .map(|&id| (id, ls.logprob(id)))
                     .collect(),
             });
-        self.append_tokens(key, &[sampled.token], lp_entry.into_iter().collect(), true);
+        self.append_tokens(key, &[token], lp_entry.into_iter().collect(), true);
     }
 
     /// Appends tokens (sampled, or forced by the grammar), updates the detokenizer and
@@ -636,7 +635,8 @@ impl SchedulerCore {
     ) {
         let tok = self.tokenizer.clone();
         let s = self.seqs.get_mut(&key).expect("live key");
-        let stop = s.shared.stop.clone();
+        let shared = s.shared.clone();
+        let stop = &shared.stop;
         let mut finish: Option<FinishReason> = None;
         let mut accepted = Vec::with_capacity(tokens.len());
         for &t in tokens {
