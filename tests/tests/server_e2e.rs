@@ -157,14 +157,21 @@ fn stop_regex_stops_trims_and_never_streams_the_match() {
     let (s, _g) = server();
     let s = &s;
     let prompt = "Count: 1, 2, 3,";
-    let (_, v) = s.post("/generate", &json!({"text": prompt, "sampling_params": {"max_new_tokens": 24, "temperature": 0}}));
+    let (_, v) = s.post(
+        "/generate",
+        &json!({"text": prompt, "sampling_params": {"max_new_tokens": 24, "temperature": 0}}),
+    );
     let full = v["text"].as_str().unwrap().to_string();
     // A two-character alphanumeric pair from the greedy output (not at its very start), as
     // a regex of two one-character classes; the first place it occurs is where it stops.
     let b = full.as_bytes();
     let i = (2..b.len().saturating_sub(1))
         .find(|&i| b[i].is_ascii_alphanumeric() && b[i + 1].is_ascii_alphanumeric())
-        .or_else(|| (1..b.len()).find(|&i| b[i].is_ascii_alphanumeric()).map(|i| i - 1))
+        .or_else(|| {
+            (1..b.len())
+                .find(|&i| b[i].is_ascii_alphanumeric())
+                .map(|i| i - 1)
+        })
         .unwrap_or_else(|| panic!("no alphanumeric text in {full:?}"));
     let pair = &full[i..i + 2];
     let pattern: String = pair.chars().map(|c| format!("[{c}]")).collect();
@@ -177,7 +184,10 @@ fn stop_regex_stops_trims_and_never_streams_the_match() {
     // no_stop_trim keeps the match.
     let mut sp2 = sp.clone();
     sp2["no_stop_trim"] = json!(true);
-    let (_, v) = s.post("/generate", &json!({"text": prompt, "sampling_params": sp2}));
+    let (_, v) = s.post(
+        "/generate",
+        &json!({"text": prompt, "sampling_params": sp2}),
+    );
     assert_eq!(v["text"], full[..cut + 2], "{v}");
     // Streamed: the text so far never shows the match, and ends where the plain one does.
     let (status, body) = s.post(

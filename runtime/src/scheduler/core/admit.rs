@@ -125,20 +125,16 @@ impl SchedulerCore {
                 return false;
             }
             let prompt = &r.tokens[..r.shared.prompt_len];
-            // Only the part `r` has not computed yet matters (what it has is in the cache
-            // already, or will be once its current chunk is inserted).
+            // Cheap rejection first: the pages right after the cached part must agree.
             if prompt.len() < cached + share_min
                 || want[cached..cached + share_min] != prompt[cached..cached + share_min]
             {
                 return false;
             }
-            let lcp = cached
-                + want[cached..]
-                    .iter()
-                    .zip(&prompt[cached..])
-                    .take_while(|(a, b)| a == b)
-                    .count();
-            lcp >= cached + share_min && r.computed < lcp && r.phase == Phase::Running
+            let lcp = want.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+            // Only a part `r` has not computed yet is worth waiting for (what it has computed
+            // is in the cache already).
+            lcp >= cached + share_min && r.computed < lcp
         })
     }
 }
