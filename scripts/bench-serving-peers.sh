@@ -73,9 +73,15 @@ bench() {
     local name=$1 peer=$2 url=$3
     shift 3
     echo "== $name: load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-    "$SGLRS" bench serving --base-url "$url" --peer "$peer" --only "$ONLY" \
-        --json-requests "$JSON_REQUESTS" --json "$@" | tee "$OUT/$name.bench.txt" >&2
-    tail -n 1 "$OUT/$name.bench.txt" >"$OUT/$name.json"
+    if "$SGLRS" bench serving --base-url "$url" --peer "$peer" --only "$ONLY" \
+        --json-requests "$JSON_REQUESTS" --json "$@" >"$OUT/$name.bench.txt" 2>&1; then
+        tail -n 1 "$OUT/$name.bench.txt" >"$OUT/$name.json"
+    else
+        # A peer that fails a workload (or times out) is reported, not fatal.
+        python3 -c 'import json,sys; print(json.dumps({"error": sys.argv[1]}))' \
+            "$(grep -m1 '^Error' "$OUT/$name.bench.txt" || echo failed)" >"$OUT/$name.json"
+    fi
+    cat "$OUT/$name.bench.txt" >&2
 }
 
 RESULTS=()
