@@ -2,9 +2,9 @@
 //! server) with three workloads and reports what each one measures.
 //!
 //! - `shared_prefix`: 32 requests sharing a ~1,000-token prefix, each with a unique
-//!   ~20-token question and 16 output tokens, from 4 concurrent clients (streamed, so the
+//!   ~23-token question and 16 output tokens, from 4 concurrent clients (streamed, so the
 //!   time to first token is measured). Reports `total_s` and `mean_ttft_s`.
-//! - `concurrent`: 8 concurrent requests with ~100-token prompts and 128 output tokens.
+//! - `concurrent`: 8 concurrent requests with ~94-token prompts and 128 output tokens.
 //!   Reports `output_tok_s`.
 //! - `json`: chat requests constrained by a JSON schema (a person with a nested address, a
 //!   5-digit zip pattern and an email list; `max_tokens` 200) at temperature 0 and 0.7.
@@ -12,7 +12,10 @@
 //!   versus the same requests unconstrained.
 //!
 //! With `--compare-url` (e.g. a second sglrs started with `--disable-jump-forward`) the
-//! `json` workload also runs there and the constrained tokens/s ratio is reported.
+//! `json` workload also runs there and `"jump_forward": {"tok_s_on", "tok_s_off",
+//! "speedup"}` reports the constrained tokens/s ratio. Otherwise the result has exactly the
+//! shape `{"shared_prefix": {"total_s", "mean_ttft_s"}, "concurrent": {"output_tok_s"},
+//! "json": {"valid_rate_t0", "valid_rate_t07", "tok_s_constrained", "tok_s_unconstrained"}}`.
 
 use anyhow::{anyhow, Context};
 use serde_json::{json, Value};
@@ -42,12 +45,10 @@ pub struct ServingArgs {
     /// Requests per temperature in the json workload.
     #[arg(long, default_value_t = 8)]
     pub json_requests: usize,
-    /// A second server to run the json workload against (e.g. jump-forward off).
+    /// A second server to run the json workload against (e.g. jump-forward off); adds
+    /// `"jump_forward": {"tok_s_on", "tok_s_off", "speedup"}` to the result.
     #[arg(long)]
     pub compare_url: Option<String>,
-    /// Print one JSON object with the results on the last line.
-    #[arg(long)]
-    pub json: bool,
 }
 
 struct Client {
@@ -227,8 +228,9 @@ where
 }
 
 fn shared_prefix(c: &Client) -> anyhow::Result<Value> {
+    // 68 facts: 1,007 tokens with SmolLM2's tokenizer (the "1,000-token prefix").
     let mut prefix = String::from("You are a helpful assistant. Here are some facts.\n");
-    for i in 0..105 {
+    for i in 0..68 {
         prefix.push_str(&format!(
             "Fact {i}: item {i} costs {} dollars. ",
             (i * 37) % 101
@@ -259,7 +261,7 @@ fn concurrent(c: &Client) -> anyhow::Result<Value> {
             "the sky",
         ][i];
         let prompt = format!(
-            "Write a long, detailed essay about {topic}. Describe its history, the people who live near it, the animals, the plants, the weather across the seasons, and why travellers love to visit it. Use vivid language and many examples. Essay:"
+            "Write a long, detailed essay about {topic}. Describe its history, the people who live near it, the animals, the plants, the weather across the seasons, and why travellers love to visit it. Cover how it was formed, the oldest stories told about it, how trade and travel changed it over the centuries, what it looks like at dawn and at night, and what it may look like in a hundred years. Use vivid language and many examples. Essay:"
         );
         let mut body = json!({"prompt": prompt, "temperature": 0});
         c.exact_tokens(&mut body, 128);
@@ -268,7 +270,7 @@ fn concurrent(c: &Client) -> anyhow::Result<Value> {
     let tokens: u64 = outs.iter().map(|o| o.completion_tokens).sum();
     let tps = tokens as f64 / wall;
     println!("concurrent: 8 requests x 128 tokens: {tokens} tokens in {wall:.2} s = {tps:.1} output tok/s");
-    Ok(json!({"output_tok_s": tps, "total_s": wall, "output_tokens": tokens}))
+    Ok(json!({"output_tok_s": tps}))
 }
 
 /// The person schema of the json workload.
@@ -372,19 +374,14 @@ pub fn run(args: &ServingArgs) -> anyhow::Result<Value> {
         out["json"] = json_workload(&c, args.json_requests)?;
         if let Some(url) = &args.compare_url {
             let other = Client::new(url, args.model.clone(), args.api_key.clone(), &args.peer)?;
+            println!("json: the same workload at {url}");
             let o = json_workload(&other, args.json_requests)?;
-            let a = out["json"]["tok_s_constrained"].as_f64().unwrap_or(0.0);
-            let b = o["tok_s_constrained"].as_f64().unwrap_or(0.0);
-            println!(
-                "json: constrained tok/s here / at {url}: {:.2}x",
-                a / b.max(1e-9)
-            );
-            out["json"]["compare"] =
-                json!({"base_url": url, "tok_s_constrained": b, "speedup": a / b.max(1e-9)});
+            let on = out["json"]["tok_s_constrained"].as_f64().unwrap_or(0.0);
+            let off = o["tok_s_constrained"].as_f64().unwrap_or(0.0);
+            let speedup = on / off.max(1e-9);
+            println!("json: constrained tok/s here / at {url}: {speedup:.2}x");
+            out["jump_forward"] = json!({"tok_s_on": on, "tok_s_off": off, "speedup": speedup});
         }
-    }
-    if args.json {
-        println!("{out}");
     }
     Ok(out)
 }

@@ -6,8 +6,13 @@
 //! emits text once the window no longer ends in an incomplete character. Decoding a window (not
 //! single tokens) also keeps SentencePiece's leading-space handling right.
 //!
-//! [`DetokStream`] adds stop strings on top: it holds back any tail of the text that could
-//! still grow into a stop string, trims the match (unless `no_stop_trim`), and reports it.
+//! [`DetokStream`] adds stop strings and stop regexes ([`StopRegex`]) on top: it holds back
+//! any tail of the text that could still grow into a match, trims the match (unless
+//! `no_stop_trim`), and reports it.
+
+mod stop_regex;
+
+pub use stop_regex::{RegexMatch, RegexScan, StopRegex, StopRegexError, MAX_STOP_REGEX};
 
 /// Turns token ids into text; implemented for `tokenizers::Tokenizer` and the runtime's
 /// tokenizer wrapper.
@@ -117,16 +122,18 @@ pub struct DetokStream {
     sent: usize,
     stops: Vec<String>,
     max_stop_len: usize,
+    regex: Option<RegexScan>,
     no_stop_trim: bool,
     matched: Option<String>,
 }
 
 impl DetokStream {
-    /// A stream continuing after `context` with these stop strings.
+    /// A stream continuing after `context` with these stop strings and stop regexes.
     pub fn new(
         context: &[u32],
         skip_special: bool,
         stops: Vec<String>,
+        stop_regex: Option<StopRegex>,
         no_stop_trim: bool,
     ) -> Self {
         let stops: Vec<String> = stops.into_iter().filter(|s| !s.is_empty()).collect();
@@ -137,23 +144,27 @@ impl DetokStream {
             sent: 0,
             stops,
             max_stop_len,
+            regex: stop_regex.map(RegexScan::new),
             no_stop_trim,
             matched: None,
         }
     }
 
-    /// Appends a token. Returns the stop string it completed, if any (the stream is then
-    /// finished and further tokens are ignored).
+    /// Appends a token. Returns the stop string (or the stop regex's pattern) it completed,
+    /// if any: the stream is then finished and further tokens are ignored. With `check`
+    /// unset (before `min_new_tokens`) the text grows but nothing matches yet; a match that
+    /// completes later still counts.
     pub fn push(
         &mut self,
         dec: &dyn TokenDecoder,
         token: u32,
+        check: bool,
     ) -> Result<Option<String>, DetokError> {
         if self.matched.is_some() {
             return Ok(None);
         }
         let piece = self.decoder.push(dec, token)?;
-        Ok(self.append(piece))
+        Ok(self.append(piece, check))
     }
 
     /// Decodes whatever the decoder still holds (end of generation).
@@ -162,10 +173,10 @@ impl DetokStream {
             return Ok(None);
         }
         let piece = self.decoder.flush(dec)?;
-        Ok(self.append(piece))
+        Ok(self.append(piece, true))
     }
 
-    fn append(&mut self, piece: String) -> Option<String> {
+    fn append(&mut self, piece: String, check: bool) -> Option<String> {
         if piece.is_empty() {
             return None;
         }
@@ -174,29 +185,44 @@ impl DetokStream {
             .len()
             .saturating_sub(self.max_stop_len.saturating_sub(1));
         self.text.push_str(&piece);
-        let mut best: Option<(usize, &String)> = None;
-        for s in &self.stops {
-            let mut from = search_from;
-            while !self.text.is_char_boundary(from) {
-                from -= 1;
-            }
-            if let Some(pos) = self.text[from..].find(s.as_str()) {
-                let at = from + pos;
-                if best.is_none_or(|(b, _)| at < b) {
-                    best = Some((at, s));
+        // (start, end, what matched)
+        let mut best: Option<(usize, usize, &str)> = None;
+        if check {
+            for s in &self.stops {
+                let mut from = search_from;
+                while !self.text.is_char_boundary(from) {
+                    from -= 1;
+                }
+                if let Some(pos) = self.text[from..].find(s.as_str()) {
+                    let at = from + pos;
+                    if best.is_none_or(|(b, _, _)| at < b) {
+                        best = Some((at, at + s.len(), s));
+                    }
                 }
             }
         }
-        let (at, s) = best?;
-        let s = s.clone();
-        let end = if self.no_stop_trim { at + s.len() } else { at };
-        self.text.truncate(end);
-        self.sent = self.sent.min(end);
+        if let Some(scan) = self.regex.as_mut() {
+            if let Some(m) = scan.feed(piece.as_bytes(), check) {
+                if best.is_none_or(|(_, e, _)| m.end < e) {
+                    let pattern = &scan.regex().patterns()[m.pattern];
+                    best = Some((m.start, m.end, pattern));
+                }
+            }
+        }
+        let (start, end, s) = best?;
+        let s = s.to_string();
+        let mut cut = if self.no_stop_trim { end } else { start };
+        // A regex may match inside a character's bytes; cut on a character boundary.
+        while !self.text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        self.text.truncate(cut);
+        self.sent = self.sent.min(cut);
         self.matched = Some(s.clone());
         Some(s)
     }
 
-    /// The stop string that ended the stream, if any.
+    /// The stop string (or stop regex pattern) that ended the stream, if any.
     pub fn matched(&self) -> Option<&str> {
         self.matched.as_deref()
     }
@@ -206,12 +232,21 @@ impl DetokStream {
         &self.text
     }
 
-    /// Text not yet taken, minus any tail that might still become a stop string (all of it
-    /// when `finished` or once a stop matched).
+    /// Text not yet taken, minus any tail that might still become a stop string or a stop
+    /// regex match (all of it when `finished` or once a stop matched).
     pub fn take_delta(&mut self, finished: bool) -> String {
         let mut end = self.text.len();
-        if !finished && self.matched.is_none() && self.max_stop_len > 0 {
-            end = self.safe_end();
+        if !finished && self.matched.is_none() {
+            if self.max_stop_len > 0 {
+                end = self.safe_end();
+            }
+            if let Some(from) = self.regex.as_ref().and_then(RegexScan::hold_from) {
+                let mut from = from.min(end);
+                while !self.text.is_char_boundary(from) {
+                    from -= 1;
+                }
+                end = from;
+            }
         }
         if end <= self.sent {
             return String::new();
@@ -288,11 +323,11 @@ mod tests {
 
     #[test]
     fn stop_string_is_trimmed_and_never_streamed() {
-        let mut st = DetokStream::new(&[], false, vec!["END".into()], false);
+        let mut st = DetokStream::new(&[], false, vec!["END".into()], None, false);
         let mut streamed = String::new();
         let mut matched = None;
         for t in toks("hello ENxEND tail") {
-            if let Some(m) = st.push(&Bytes, t).unwrap() {
+            if let Some(m) = st.push(&Bytes, t, true).unwrap() {
                 matched = Some(m);
                 break;
             }
@@ -306,9 +341,9 @@ mod tests {
 
     #[test]
     fn no_stop_trim_keeps_the_stop_string() {
-        let mut st = DetokStream::new(&[], false, vec!["\n\n".into(), "x".into()], true);
+        let mut st = DetokStream::new(&[], false, vec!["\n\n".into(), "x".into()], None, true);
         for t in toks("ab\n\ncd") {
-            if st.push(&Bytes, t).unwrap().is_some() {
+            if st.push(&Bytes, t, true).unwrap().is_some() {
                 break;
             }
         }
@@ -318,11 +353,61 @@ mod tests {
 
     #[test]
     fn hold_back_releases_at_finish() {
-        let mut st = DetokStream::new(&[], false, vec!["STOP".into()], false);
+        let mut st = DetokStream::new(&[], false, vec!["STOP".into()], None, false);
         for t in toks("go ST") {
-            st.push(&Bytes, t).unwrap();
+            st.push(&Bytes, t, true).unwrap();
         }
         assert_eq!(st.take_delta(false), "go ");
         assert_eq!(st.take_delta(true), "ST");
+    }
+
+    fn regex(p: &str) -> Option<StopRegex> {
+        Some(StopRegex::new(&[p.to_string()]).unwrap())
+    }
+
+    #[test]
+    fn stop_regex_is_held_back_trimmed_and_reported() {
+        let mut st = DetokStream::new(&[], false, vec![], regex(r"Answer: [0-9]+\."), false);
+        let mut streamed = String::new();
+        let mut matched = None;
+        for t in toks("so. Answer: x. Answer: 42. More") {
+            if let Some(m) = st.push(&Bytes, t, true).unwrap() {
+                matched = Some(m);
+                break;
+            }
+            let d = st.take_delta(false);
+            // Nothing that could still be a match is ever streamed.
+            assert!(!d.contains("Answer: 4"), "{d:?}");
+            streamed.push_str(&d);
+        }
+        streamed.push_str(&st.take_delta(true));
+        assert_eq!(matched.as_deref(), Some(r"Answer: [0-9]+\."));
+        assert_eq!(streamed, "so. Answer: x. ");
+        assert_eq!(st.text(), "so. Answer: x. ");
+    }
+
+    #[test]
+    fn stop_regex_no_trim_and_min_tokens() {
+        let mut st = DetokStream::new(&[], false, vec![], regex("[0-9]{2}"), true);
+        let text = "a 12 b 34 c";
+        let mut matched = None;
+        for (i, t) in toks(text).into_iter().enumerate() {
+            // Not armed for the first 5 bytes (as before min_new_tokens): "12" is skipped.
+            if let Some(m) = st.push(&Bytes, t, i >= 5).unwrap() {
+                matched = Some(m);
+                break;
+            }
+        }
+        assert_eq!(matched.as_deref(), Some("[0-9]{2}"));
+        assert_eq!(st.text(), "a 12 b 34");
+        // With stop strings too, the earlier end wins.
+        let mut st = DetokStream::new(&[], false, vec!["b 3".into()], regex("[0-9]{2}"), false);
+        for t in toks(text) {
+            if st.push(&Bytes, t, true).unwrap().is_some() {
+                break;
+            }
+        }
+        assert_eq!(st.text(), "a ");
+        assert_eq!(st.matched(), Some("[0-9]{2}"));
     }
 }

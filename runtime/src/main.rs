@@ -20,6 +20,8 @@ enum Command {
     Generate(cli::generate::GenerateArgs),
     /// Start the HTTP server.
     Serve(cli::serve::ServeArgs),
+    /// Write an HF folder (bf16 safetensors, config, tokenizer, chat template) from a GGUF.
+    ExportHf(cli::export_hf::ExportHfArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -63,6 +65,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Generate(a) => cli::generate::run(&a),
         Command::Serve(a) => cli::serve::run(&a),
+        Command::ExportHf(a) => cli::export_hf::run(&a),
         Command::Bench(BenchCommand::Executor(a)) => cli::bench_executor::run(&a),
         Command::Bench(BenchCommand::Radix(b)) => b.run(sglrs_benches::radix::run),
         Command::Bench(BenchCommand::Grammar(b)) => b.run(sglrs_benches::grammar::run),

@@ -1,5 +1,6 @@
 //! The `sglrs` subcommands.
 
 pub mod bench_executor;
+pub mod export_hf;
 pub mod generate;
 pub mod serve;

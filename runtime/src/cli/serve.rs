@@ -28,6 +28,10 @@ pub struct ServeArgs {
     /// KV cache memory in MiB.
     #[arg(long, default_value_t = 1024)]
     pub kv_memory_mb: usize,
+    /// Element type of the KV cache: f16, bf16 or f32 (f32 holds half as many tokens in the
+    /// same memory but skips the conversion when attention reads the cache).
+    #[arg(long, default_value = "f16", value_parser = ["f16", "bf16", "f32"])]
+    pub kv_cache_dtype: String,
     /// Waiting-queue order: lpm, fcfs or dfs-weight.
     #[arg(long, default_value = "lpm")]
     pub schedule_policy: SchedulePolicy,
@@ -89,7 +93,11 @@ pub fn build_state(args: &ServeArgs, in_process: bool) -> anyhow::Result<Started
         &ExecConfig {
             page_size: args.page_size,
             kv: KvCapacity::Bytes(args.kv_memory_mb << 20),
-            kv_dtype: KvDtype::F16,
+            kv_dtype: match args.kv_cache_dtype.as_str() {
+                "f32" => KvDtype::F32,
+                "bf16" => KvDtype::Bf16,
+                _ => KvDtype::F16,
+            },
             threads,
         },
     )

@@ -173,6 +173,22 @@ pub fn sample(
     mask: Option<&[u32]>,
     raw: Option<&LogSoftmax>,
 ) -> Result<Sampled, SampleError> {
+    let token = sample_token(logits, config, state, mask)?;
+    let logprob = match raw {
+        Some(ls) => ls.logprob(token),
+        None => log_softmax_at(logits, token),
+    };
+    Ok(Sampled { token, logprob })
+}
+
+/// [`sample`] without the log-probability (one pass over the vocabulary less, for the
+/// requests that do not ask for logprobs).
+pub fn sample_token(
+    logits: &mut [f32],
+    config: &SamplingConfig,
+    state: &mut SamplerState,
+    mask: Option<&[u32]>,
+) -> Result<u32, SampleError> {
     if config.has_penalties() {
         apply_penalties(logits, config, &state.output_counts, &state.prompt_tokens);
     }
@@ -184,16 +200,11 @@ pub fn sample(
     if let Some(mask) = mask {
         apply_mask(logits, mask);
     }
-    let token = if config.is_greedy() {
-        argmax(logits)?
+    if config.is_greedy() {
+        argmax(logits)
     } else {
-        draw(logits, config, &mut state.rng)?
-    };
-    let logprob = match raw {
-        Some(ls) => ls.logprob(token),
-        None => log_softmax_at(logits, token),
-    };
-    Ok(Sampled { token, logprob })
+        draw(logits, config, &mut state.rng)
+    }
 }
 
 /// Index of the largest finite logit (the lowest index on ties).
@@ -294,6 +305,7 @@ mod tests {
         let s = sample(&mut row(), &cfg, &mut st, None, None).unwrap();
         assert_eq!(s.token, 1);
         assert!(s.logprob < 0.0);
+        assert_eq!(sample_token(&mut row(), &cfg, &mut st, None), Ok(1));
     }
 
     #[test]

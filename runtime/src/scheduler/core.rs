@@ -5,9 +5,11 @@
 //! batch planned by [`SchedulerCore::poll_batch`]). Outputs: [`SchedulerCore::poll_batch`]
 //! and [`SchedulerCore::poll_event`]. No threads, clocks or channels: time is passed in.
 
+mod admit;
+
 use super::cache::{CacheStats, PageCache};
 use super::constrain;
-use super::policy::{self, SchedulePolicy, WaitingInfo};
+use super::policy::SchedulePolicy;
 use super::request::{FinishReason, RequestId, SchedEvent, SchedRequest, TokenLogprob};
 use super::seq::{Phase, Seq, Shared};
 use super::{SchedError, Tokenizer};
@@ -235,6 +237,7 @@ impl SchedulerCore {
                     &req.input_ids,
                     req.stop.skip_special_tokens,
                     req.stop.stop_strings.clone(),
+                    req.stop.stop_regex.clone(),
                     req.stop.no_stop_trim,
                 ),
                 matcher,
@@ -313,93 +316,6 @@ impl SchedulerCore {
             return None;
         }
         Some(PlannedBatch { items })
-    }
-
-    fn admit(&mut self, budget: &mut usize, items: &mut Vec<PlanItem>) {
-        let candidates: Vec<SeqKey> = self
-            .waiting
-            .iter()
-            .copied()
-            .filter(|k| !self.seqs[k].blocked_on_prefill)
-            .take(256)
-            .collect();
-        let infos: Vec<WaitingInfo> = candidates
-            .iter()
-            .map(|k| {
-                let s = &self.seqs[k];
-                let (prefix_len, group) = if self.cfg.policy == SchedulePolicy::Fcfs {
-                    (0, 0)
-                } else {
-                    self.cache
-                        .peek(s.shared.namespace, &s.tokens[..s.tokens.len() - 1])
-                };
-                WaitingInfo {
-                    order: s.order,
-                    priority: s.shared.priority,
-                    prefix_len,
-                    group,
-                }
-            })
-            .collect();
-        for i in policy::order(self.cfg.policy, &infos) {
-            if *budget == 0 || self.running.len() >= self.cfg.max_running {
-                break;
-            }
-            let key = candidates[i];
-            match self.try_admit(key, *budget, items) {
-                Some(item) => {
-                    *budget -= item.tokens.len();
-                    items.push(item);
-                }
-                None => break, // memory is short: keep the order, try again next step
-            }
-        }
-    }
-
-    /// Matches the prefix, checks memory for the whole pending prompt and plans the first
-    /// chunk. `None` when memory is short (the sequence stays waiting).
-    fn try_admit(&mut self, key: SeqKey, budget: usize, items: &[PlanItem]) -> Option<PlanItem> {
-        let ps = self.cfg.page_size;
-        let (ns, match_limit) = {
-            let s = &self.seqs[&key];
-            // Leave one token to compute (its logits give the next token), and do not skip
-            // positions whose input logprobs were asked for.
-            let mut limit = s.tokens.len() - 1;
-            if let Some(start) = s.shared.logprobs.as_ref().and_then(|l| l.input_start) {
-                limit = limit.min(start.saturating_sub(1));
-            }
-            (s.shared.namespace, limit)
-        };
-        let tokens = self.seqs[&key].tokens.clone();
-        let m = self.cache.match_and_lock(ns, &tokens[..match_limit]);
-        let total_pages = tokens.len().div_ceil(ps) + 1;
-        // Headroom: one page per running sequence for its next decode steps.
-        let need = total_pages.saturating_sub(m.pages.len()) + self.running.len();
-        if self.cache.available() < need && !self.running.is_empty() {
-            self.cache.unlock(m.lock);
-            return None;
-        }
-        let s = self.seqs.get_mut(&key).expect("waiting key present");
-        s.computed = m.len;
-        s.pages = m.pages;
-        s.tree_pages = s.pages.len();
-        s.lock = Some(m.lock);
-        if s.cached_tokens.is_none() {
-            let cached = m.len.min(s.shared.prompt_len);
-            s.cached_tokens = Some(cached);
-            self.stats.prompt_tokens += s.shared.prompt_len as u64;
-            self.stats.cached_tokens += cached as u64;
-        }
-        s.phase = Phase::Running;
-        s.admitted_at = self.next_admit;
-        self.next_admit += 1;
-        self.waiting.retain(|k| *k != key);
-        self.running.push(key);
-        let item = self.plan_seq(key, budget, items);
-        if item.is_none() {
-            self.retract(key);
-        }
-        item
     }
 
     /// Plans the next chunk of a running sequence, allocating its pages. Other running
@@ -521,12 +437,14 @@ impl SchedulerCore {
         s.tree_pages = 0;
     }
 
-    /// Inserts the prompt's full pages into the cache while the sequence keeps running (so
-    /// that its siblings and later requests share them) and releases blocked siblings.
+    /// Inserts the computed full pages of the prompt into the cache while the sequence keeps
+    /// running (after every prefill chunk, so that requests sharing the prefix can match it
+    /// as soon as it is computed), and once the whole prompt is in, releases the blocked
+    /// siblings of sample 0.
     fn share_prompt(&mut self, key: SeqKey) {
         let ps = self.cfg.page_size;
         let s = self.seqs.get_mut(&key).expect("live key");
-        let full = (s.shared.prompt_len / ps).min(s.pages.len());
+        let full = (s.computed.min(s.shared.prompt_len) / ps).min(s.pages.len());
         if full > s.tree_pages {
             if let Some(lock) = s.lock.take() {
                 let (lock, canonical) = self.cache.insert_running(
@@ -540,6 +458,9 @@ impl SchedulerCore {
                 s.tree_pages = full;
                 s.lock = Some(lock);
             }
+        }
+        if s.in_prompt() || s.sample != 0 {
+            return;
         }
         let id = key.0;
         for (k, sib) in self.seqs.iter_mut() {
@@ -569,7 +490,7 @@ impl SchedulerCore {
             s.computed = item.start_pos + item.tokens.len();
             self.collect_input_logprobs(key, &item, &rows_of[i], logits);
             let s = &self.seqs[&key];
-            if was_in_prompt && !s.in_prompt() && s.sample == 0 {
+            if was_in_prompt && s.lock.is_some() {
                 self.share_prompt(key);
             }
             if !item.sample_after {
@@ -674,15 +595,14 @@ impl SchedulerCore {
         }
         let want_lp = s.shared.logprobs.is_some();
         let raw = want_lp.then(|| LogSoftmax::new(row));
-        let sampled = sampler::sample(
+        // The chosen token's logprob only when asked for: one pass over the vocabulary less.
+        let token = match sampler::sample_token(
             &mut self.scratch,
             &s.shared.sampling,
             &mut s.sampler,
             use_mask.then_some(&self.mask[..]),
-            raw.as_ref(),
-        );
-        let sampled = match sampled {
-            Ok(x) => x,
+        ) {
+            Ok(t) => t,
             Err(e) => {
                 self.finish(key, FinishReason::Abort(format!("sampling failed: {e}")));
                 return;
@@ -692,8 +612,8 @@ impl SchedulerCore {
             .as_ref()
             .zip(s.shared.logprobs.as_ref())
             .map(|(ls, lp)| TokenLogprob {
-                token: sampled.token,
-                logprob: Some(sampled.logprob),
+                token,
+                logprob: Some(ls.logprob(token)),
                 top: ls.top(lp.top_n),
                 chosen: lp
                     .token_ids
@@ -701,7 +621,7 @@ impl SchedulerCore {
                     .map(|&id| (id, ls.logprob(id)))
                     .collect(),
             });
-        self.append_tokens(key, &[sampled.token], lp_entry.into_iter().collect(), true);
+        self.append_tokens(key, &[token], lp_entry.into_iter().collect(), true);
     }
 
     /// Appends tokens (sampled, or forced by the grammar), updates the detokenizer and
@@ -715,7 +635,8 @@ impl SchedulerCore {
     ) {
         let tok = self.tokenizer.clone();
         let s = self.seqs.get_mut(&key).expect("live key");
-        let stop = s.shared.stop.clone();
+        let shared = s.shared.clone();
+        let stop = &shared.stop;
         let mut finish: Option<FinishReason> = None;
         let mut accepted = Vec::with_capacity(tokens.len());
         for &t in tokens {
@@ -736,8 +657,11 @@ impl SchedulerCore {
                 finish = Some(FinishReason::StopToken(t));
                 break;
             }
-            match s.detok.push(tok.as_ref(), t) {
-                Ok(Some(matched)) if out_len >= stop.min_new_tokens => {
+            match s
+                .detok
+                .push(tok.as_ref(), t, out_len >= stop.min_new_tokens)
+            {
+                Ok(Some(matched)) => {
                     finish = Some(FinishReason::StopString(matched));
                     break;
                 }

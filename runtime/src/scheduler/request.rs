@@ -1,5 +1,6 @@
 //! What the server hands the scheduler, and what the scheduler sends back.
 
+use crate::detok::StopRegex;
 use crate::sampler::SamplingConfig;
 use sglrs_grammar::CompiledGrammar;
 use sglrs_radix_cache::Namespace;
@@ -17,6 +18,8 @@ pub struct StopConfig {
     pub min_new_tokens: usize,
     /// Stop strings.
     pub stop_strings: Vec<String>,
+    /// Stop regexes (`stop_regex`), matched on the output text like stop strings.
+    pub stop_regex: Option<StopRegex>,
     /// Stop token ids (in addition to the model's EOS tokens unless `ignore_eos`).
     pub stop_token_ids: Vec<u32>,
     /// Keep generating through the model's EOS tokens.

@@ -271,6 +271,30 @@ fn shared_prefix_is_reused_and_flush_frees_everything() {
 }
 
 #[test]
+fn requests_arriving_together_compute_a_shared_prefix_once() {
+    let mut c = core(128, 4);
+    let mut e = ToyExec::new(128, 4);
+    let prefix: Vec<u32> = (0..41).map(|i| i % 37 + 1).collect();
+    let mut prompts = Vec::new();
+    for id in 0..3u64 {
+        let mut p = prefix.clone();
+        p.extend([id as u32 + 2, 9, 9]);
+        prompts.push(p.clone());
+        c.handle_request(request(id, p, 4), Instant::now());
+    }
+    let outs = run(&mut c, &mut e, &[]);
+    for (id, p) in prompts.iter().enumerate() {
+        assert_eq!(outs[&(id as u64, 0)].tokens, reference(p, 4));
+    }
+    // The first computes the prefix; the others wait for it and match its 10 full pages.
+    assert_eq!(outs[&(0, 0)].cached, 0);
+    assert_eq!(outs[&(1, 0)].cached, 40);
+    assert_eq!(outs[&(2, 0)].cached, 40);
+    assert_eq!(c.stats().cached_tokens, 80);
+    assert_no_leaks(&c);
+}
+
+#[test]
 fn memory_pressure_retracts_but_loses_nothing() {
     // 24 pages of 4 tokens; 6 requests of ~30 tokens each need ~50 pages at once.
     let mut cfg = config(24, 4);

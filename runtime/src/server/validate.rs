@@ -4,6 +4,7 @@
 //! (`deny_unknown_fields`), so a field sglrs does not support is a 400 naming it.
 
 use super::error::ApiError;
+use crate::detok::StopRegex;
 use crate::sampler::SamplingConfig;
 use crate::scheduler::{LogprobConfig, StopConfig};
 use serde::Deserialize;
@@ -84,8 +85,9 @@ pub struct RawSamplingParams {
     /// tokens' bytes exactly, as HF's fast byte-level tokenizers do for either value, so both
     /// values decode the same.
     pub spaces_between_special_tokens: Option<bool>,
-    /// `stop_regex` (SGLang's frontend always sends the field, null by default). Regex stop
-    /// conditions are not supported yet: a non-empty value is refused with a 400.
+    /// `stop_regex`: a pattern or a list, matched on the output text like `stop` (trimmed
+    /// unless `no_stop_trim`; `matched` is the pattern). SGLang's frontend always sends the
+    /// field, null by default.
     pub stop_regex: Option<OneOrMany<String>>,
     /// `n`.
     pub n: Option<i64>,
@@ -224,16 +226,16 @@ pub fn check_params(
         .clone()
         .map(OneOrMany::into_vec)
         .unwrap_or_default();
-    if raw
-        .stop_regex
-        .clone()
-        .is_some_and(|r| r.into_vec().iter().any(|r| !r.is_empty()))
-    {
-        return Err(ApiError::bad(
-            "stop_regex",
-            "regex stop conditions are not supported; use stop strings",
-        ));
-    }
+    let stop_regex = match raw.stop_regex.clone().map(OneOrMany::into_vec) {
+        None => None,
+        Some(v) if v.is_empty() => None,
+        Some(v) => {
+            if let Some(i) = v.iter().position(String::is_empty) {
+                return Err(ApiError::bad("stop_regex", format!("pattern {i} is empty")));
+            }
+            Some(StopRegex::new(&v).map_err(|e| ApiError::bad("stop_regex", e.to_string()))?)
+        }
+    };
     if stop_strings.len() > 16 {
         return Err(ApiError::bad("stop", "at most 16 stop strings"));
     }
@@ -282,6 +284,7 @@ pub fn check_params(
             max_new_tokens,
             min_new_tokens,
             stop_strings,
+            stop_regex,
             stop_token_ids,
             ignore_eos: raw.ignore_eos.unwrap_or(false),
             no_stop_trim: raw.no_stop_trim.unwrap_or(false),

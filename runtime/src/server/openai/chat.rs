@@ -92,6 +92,7 @@ struct RawChat {
     min_tokens: Option<i64>,
     ignore_eos: Option<bool>,
     stop_token_ids: Option<Vec<i64>>,
+    stop_regex: Option<OneOrMany<String>>,
     regex: Option<String>,
     ebnf: Option<String>,
 }
@@ -384,6 +385,7 @@ pub async fn chat_completions(
         repetition_penalty: raw.repetition_penalty,
         stop: raw.stop.clone(),
         stop_token_ids: raw.stop_token_ids.clone(),
+        stop_regex: raw.stop_regex.clone(),
         ignore_eos: raw.ignore_eos,
         n: raw.n,
         regex: raw.regex.clone(),
