@@ -4,6 +4,9 @@
 //! `$ref` cycles, GBNF rules) uses the call stack.
 
 use crate::CompileError;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Instant;
 
 /// Index of an NFA state.
 pub(crate) type StateId = u32;
@@ -161,8 +164,8 @@ impl Builder {
             dist: Vec::new(),
             rule_min: Vec::new(),
         };
-        nfa.trim()?;
-        nfa.compute_distances();
+        nfa.trim(self.budget.deadline)?;
+        nfa.compute_distances(self.budget.deadline)?;
         Ok(nfa)
     }
 }
@@ -180,7 +183,7 @@ pub(crate) struct Nfa {
 
 impl Nfa {
     /// Removes moves into states that cannot complete, and calls to empty rules.
-    fn trim(&mut self) -> Result<(), CompileError> {
+    fn trim(&mut self, deadline: Option<Instant>) -> Result<(), CompileError> {
         let n = self.states.len();
         let nr = self.rules.len();
         if nr == 0 {
@@ -211,8 +214,13 @@ impl Nfa {
             live[r.end as usize] = true;
             stack.push(r.end);
         }
+        let mut popped = 0usize;
         loop {
             while let Some(t) = stack.pop() {
+                popped += 1;
+                if popped % 65_536 == 0 && deadline.is_some_and(|dl| Instant::now() > dl) {
+                    return Err(CompileError::Timeout);
+                }
                 for &s in &rev[t as usize] {
                     if !live[s as usize] {
                         live[s as usize] = true;
@@ -255,46 +263,92 @@ impl Nfa {
         Ok(())
     }
 
-    /// Fewest bytes from each state to its rule's end (a fixpoint over calls).
-    fn compute_distances(&mut self) {
+    /// Fewest bytes from each state to its rule's end.
+    ///
+    /// Dijkstra over the reversed moves, generalised to call moves (Knuth 1977): a call
+    /// `s -(r)-> ret` costs `rule_min[r] + dist[ret]`, a function that never decreases and is
+    /// at least each argument, so settling states in order of distance stays exact. Each state
+    /// and move is handled once (`O(E log V)`); the previous round-robin fixpoint took
+    /// quadratic time on long chains of large schemas.
+    fn compute_distances(&mut self, deadline: Option<Instant>) -> Result<(), CompileError> {
         let n = self.states.len();
+        let nr = self.rules.len();
+        // Reverse moves: target -> (source, weight) for bytes (1) and eps (0).
+        let mut rev: Vec<Vec<(StateId, u32)>> = vec![Vec::new(); n];
+        // ret state -> (caller, rule); rule -> (caller, ret); start state -> rules.
+        let mut rev_ret: Vec<Vec<(StateId, RuleId)>> = vec![Vec::new(); n];
+        let mut callers: Vec<Vec<(StateId, StateId)>> = vec![Vec::new(); nr];
+        let mut starts: Vec<Vec<RuleId>> = vec![Vec::new(); n];
+        for (s, st) in self.states.iter().enumerate() {
+            for &(_, _, t) in &st.bytes {
+                rev[t as usize].push((s as StateId, 1));
+            }
+            for &t in &st.eps {
+                rev[t as usize].push((s as StateId, 0));
+            }
+            for &(r, ret) in &st.calls {
+                rev_ret[ret as usize].push((s as StateId, r));
+                callers[r as usize].push((s as StateId, ret));
+            }
+        }
+        for (ri, r) in self.rules.iter().enumerate() {
+            starts[r.start as usize].push(ri as RuleId);
+        }
         let mut dist = vec![u32::MAX; n];
-        let mut rule_min = vec![u32::MAX; self.rules.len()];
+        let mut rule_min = vec![u32::MAX; nr];
+        let mut done = vec![false; n];
+        let mut heap: BinaryHeap<Reverse<(u32, StateId)>> = BinaryHeap::new();
         for r in &self.rules {
             dist[r.end as usize] = 0;
+            heap.push(Reverse((0, r.end)));
         }
-        loop {
-            let mut changed = false;
-            for s in (0..n).rev() {
-                let st = &self.states[s];
-                let mut best = dist[s];
-                for &(_, _, t) in &st.bytes {
-                    best = best.min(dist[t as usize].saturating_add(1));
-                }
-                for &t in &st.eps {
-                    best = best.min(dist[t as usize]);
-                }
-                for &(r, ret) in &st.calls {
-                    best = best.min(rule_min[r as usize].saturating_add(dist[ret as usize]));
-                }
-                if best < dist[s] {
-                    dist[s] = best;
-                    changed = true;
+        let relax = |heap: &mut BinaryHeap<Reverse<(u32, StateId)>>,
+                     dist: &mut [u32],
+                     s: StateId,
+                     d: u32| {
+            if d < dist[s as usize] {
+                dist[s as usize] = d;
+                heap.push(Reverse((d, s)));
+            }
+        };
+        let mut settled = 0usize;
+        while let Some(Reverse((d, t))) = heap.pop() {
+            if done[t as usize] || d > dist[t as usize] {
+                continue;
+            }
+            done[t as usize] = true;
+            settled += 1;
+            if settled % 65_536 == 0 && deadline.is_some_and(|dl| Instant::now() > dl) {
+                return Err(CompileError::Timeout);
+            }
+            for &(s, w) in &rev[t as usize] {
+                relax(&mut heap, &mut dist, s, d.saturating_add(w));
+            }
+            // t is the return state of calls whose rule is already settled.
+            for &(s, r) in &rev_ret[t as usize] {
+                if rule_min[r as usize] != u32::MAX {
+                    relax(
+                        &mut heap,
+                        &mut dist,
+                        s,
+                        rule_min[r as usize].saturating_add(d),
+                    );
                 }
             }
-            for (ri, r) in self.rules.iter().enumerate() {
-                let d = dist[r.start as usize];
-                if d < rule_min[ri] {
-                    rule_min[ri] = d;
-                    changed = true;
+            // t is a rule's start: the rule's minimum is now final.
+            for &r in &starts[t as usize] {
+                rule_min[r as usize] = d;
+                for &(s, ret) in &callers[r as usize] {
+                    if done[ret as usize] {
+                        let cand = d.saturating_add(dist[ret as usize]);
+                        relax(&mut heap, &mut dist, s, cand);
+                    }
                 }
-            }
-            if !changed {
-                break;
             }
         }
         self.dist = dist;
         self.rule_min = rule_min;
+        Ok(())
     }
 }
 
