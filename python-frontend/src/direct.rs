@@ -179,7 +179,10 @@ impl Pending {
                                 .metrics
                                 .ttft
                                 .observe(now.duration_since(self.start).as_secs_f64()),
-                            Some(l) => state.metrics.itl.observe(now.duration_since(l).as_secs_f64()),
+                            Some(l) => state
+                                .metrics
+                                .itl
+                                .observe(now.duration_since(l).as_secs_f64()),
                         }
                         last = Some(now);
                     }

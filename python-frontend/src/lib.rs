@@ -70,9 +70,8 @@ impl PyEngine {
     fn submit_group(&self, py: Python<'_>, bodies: Vec<String>) -> PyResult<Vec<PyPending>> {
         let eng = self.slot.get().map_err(py_err)?;
         let e2 = eng.clone();
-        let calls = py.detach(move || {
-            e2.submit_group(bodies.into_iter().map(String::into_bytes).collect())
-        });
+        let calls = py
+            .detach(move || e2.submit_group(bodies.into_iter().map(String::into_bytes).collect()));
         Ok(calls
             .into_iter()
             .map(|c| PyPending {
