@@ -218,7 +218,7 @@ impl Nfa {
         loop {
             while let Some(t) = stack.pop() {
                 popped += 1;
-                if popped % 65_536 == 0 && deadline.is_some_and(|dl| Instant::now() > dl) {
+                if popped.is_multiple_of(65_536) && deadline.is_some_and(|dl| Instant::now() > dl) {
                     return Err(CompileError::Timeout);
                 }
                 for &s in &rev[t as usize] {
@@ -318,7 +318,7 @@ impl Nfa {
             }
             done[t as usize] = true;
             settled += 1;
-            if settled % 65_536 == 0 && deadline.is_some_and(|dl| Instant::now() > dl) {
+            if settled.is_multiple_of(65_536) && deadline.is_some_and(|dl| Instant::now() > dl) {
                 return Err(CompileError::Timeout);
             }
             for &(s, w) in &rev[t as usize] {
