@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sglrs_runtime::scheduler::{FinishReason, RequestId, SchedEvent, SchedRequest};
 use sglrs_runtime::server::validate::{self, RawSamplingParams};
-use sglrs_runtime::server::{ApiError, AppState};
+use sglrs_runtime::server::{apply_event, finish_json, ApiError, AppState, SampleResult, Timing};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -129,35 +129,12 @@ pub fn submit_group(
         .collect())
 }
 
-/// What one sample produced.
-#[derive(Clone, Default)]
-struct Sample {
-    tokens: Vec<u32>,
-    text: String,
-    finish: Option<FinishReason>,
-    prompt_tokens: usize,
-    completion_tokens: usize,
-    cached_tokens: usize,
-}
-
-/// SGLang's `finish_reason` object (as the route writes it).
-fn finish_json(reason: Option<&FinishReason>) -> Value {
-    match reason {
-        None => Value::Null,
-        Some(FinishReason::Length(n)) => json!({"type": "length", "length": n}),
-        Some(FinishReason::StopToken(t)) => json!({"type": "stop", "matched": t}),
-        Some(FinishReason::StopString(s)) => json!({"type": "stop", "matched": s}),
-        Some(FinishReason::GrammarEnd) => json!({"type": "stop", "matched": null}),
-        Some(FinishReason::Abort(m)) => json!({"type": "abort", "message": m}),
-    }
-}
-
 impl Pending {
     /// Blocks until every sample finished; the route's JSON answer (an object, or a list
     /// when `n > 1`). Records the route's latency metrics.
     pub fn wait(mut self, state: &AppState) -> Result<String, EngineError> {
-        let mut samples = vec![Sample::default(); self.n];
-        let mut last: Option<Instant> = None;
+        let mut samples = vec![SampleResult::default(); self.n];
+        let mut timing = Timing::new(self.start);
         while samples.iter().any(|s| s.finish.is_none()) {
             let Some(ev) = self.rx.blocking_recv() else {
                 for s in samples.iter_mut().filter(|s| s.finish.is_none()) {
@@ -165,49 +142,10 @@ impl Pending {
                 }
                 break;
             };
-            match ev {
-                SchedEvent::Delta {
-                    sample,
-                    tokens,
-                    text,
-                    ..
-                } => {
-                    if !tokens.is_empty() {
-                        let now = Instant::now();
-                        match last {
-                            None => state
-                                .metrics
-                                .ttft
-                                .observe(now.duration_since(self.start).as_secs_f64()),
-                            Some(l) => state
-                                .metrics
-                                .itl
-                                .observe(now.duration_since(l).as_secs_f64()),
-                        }
-                        last = Some(now);
-                    }
-                    if let Some(s) = samples.get_mut(sample) {
-                        s.tokens.extend(tokens);
-                        s.text.push_str(&text);
-                    }
-                }
-                SchedEvent::InputLogprobs { .. } => {}
-                SchedEvent::Finished {
-                    sample,
-                    reason,
-                    prompt_tokens,
-                    completion_tokens,
-                    cached_tokens,
-                    ..
-                } => {
-                    if let Some(s) = samples.get_mut(sample) {
-                        s.finish = Some(reason);
-                        s.prompt_tokens = prompt_tokens;
-                        s.completion_tokens = completion_tokens;
-                        s.cached_tokens = cached_tokens;
-                    }
-                }
+            if matches!(&ev, SchedEvent::Delta { tokens, .. } if !tokens.is_empty()) {
+                timing.on_tokens(state);
             }
+            apply_event(&mut samples, ev);
         }
         let e2e = self.start.elapsed().as_secs_f64();
         state.metrics.e2e.observe(e2e);

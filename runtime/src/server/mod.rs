@@ -15,8 +15,9 @@ mod routes;
 mod sse;
 pub mod validate;
 
-pub use engine::GrammarCompiler;
+pub use engine::{apply as apply_event, GrammarCompiler, SampleResult, Timing};
 pub use error::ApiError;
+pub use native::finish_json;
 
 use crate::chat::ChatTemplate;
 use crate::metrics::Metrics;
