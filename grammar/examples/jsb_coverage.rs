@@ -13,6 +13,9 @@
 //! the flexible one. A valid instance that is accepted once its object keys are reordered
 //! into schema order is counted as a "property order" rejection.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -51,34 +54,6 @@ fn reason(e: &CompileError) -> String {
             format!("invalid: {}", reason.chars().take(40).collect::<String>())
         }
         other => format!("{other}").chars().take(50).collect(),
-    }
-}
-
-fn dumps(v: &Value, out: &mut String) {
-    match v {
-        Value::Array(a) => {
-            out.push('[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                dumps(x, out);
-            }
-            out.push(']');
-        }
-        Value::Object(m) => {
-            out.push('{');
-            for (i, (k, x)) in m.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                out.push_str(&serde_json::to_string(k).unwrap_or_default());
-                out.push_str(": ");
-                dumps(x, out);
-            }
-            out.push('}');
-        }
-        other => out.push_str(&serde_json::to_string(other).unwrap_or_default()),
     }
 }
 
@@ -256,8 +231,7 @@ fn main() -> Res<()> {
                 let valid = t["valid"].as_bool().unwrap_or(false);
                 let data = &t["data"];
                 let compact = serde_json::to_string(data)?;
-                let mut flex = String::new();
-                dumps(data, &mut flex);
+                let flex = common::dumps(data);
                 let ac = feeder.accepts(&gc, &compact);
                 let af = feeder.accepts(&gf, &flex);
                 if valid && !(ac && af) {
