@@ -9,6 +9,7 @@
 mod check;
 mod formats;
 mod norm;
+mod object;
 mod types;
 
 use std::collections::HashMap;

@@ -1,0 +1,597 @@
+//! The object emitter: declared properties in schema order, `required`, `additionalProperties`,
+//! `patternProperties`, `propertyNames`, `minProperties` / `maxProperties`, and the automaton
+//! for keys no declared name or pattern takes ("any other key").
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::types::f;
+use super::JsonCompiler;
+use crate::nfa::StateId;
+use crate::regex::{parse, Flavor};
+use crate::CompileError;
+
+impl JsonCompiler<'_> {
+    pub(super) fn object(
+        &mut self,
+        from: StateId,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
+        let empty = Map::new();
+        let props = s
+            .get("properties")
+            .and_then(|p| p.as_object())
+            .unwrap_or(&empty);
+        let required: Vec<String> = s
+            .get("required")
+            .and_then(|r| r.as_array())
+            .map(|r| {
+                r.iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut additional = match s.get("additionalProperties") {
+            Some(Value::Bool(false)) => None,
+            Some(v) => Some(v.clone()),
+            None if self.opts.allow_undeclared_properties => Some(Value::Bool(true)),
+            None => None,
+        };
+        let mut patterns: Vec<(String, Value)> = Vec::new();
+        if let Some(pp) = s.get("patternProperties").and_then(|p| p.as_object()) {
+            for (p, v) in pp {
+                patterns.push((p.clone(), v.clone()));
+            }
+        }
+        if patterns.len() > 16 {
+            self.unsupported("patternProperties", ptr, "more than 16 patterns")?;
+            patterns.truncate(16);
+        }
+        let mut matchers = Vec::new();
+        for (p, _) in &patterns {
+            match full_match_regex(p) {
+                Ok(re) => matchers.push(re),
+                Err(e) => {
+                    return Err(CompileError::Unsupported {
+                        keyword: "patternProperties".into(),
+                        pointer: ptr.into(),
+                        reason: format!("{p:?}: {e}"),
+                    })
+                }
+            }
+        }
+        let min_p = f(s.get("minProperties")).map(|x| x as usize);
+        let max_p = f(s.get("maxProperties")).map(|x| x as usize);
+        // Items in order: declared properties, then required keys not declared.
+        let mut items: Vec<(String, Value, bool)> = Vec::new();
+        for (k, v) in props {
+            items.push((k.clone(), v.clone(), required.contains(k)));
+        }
+        for r in &required {
+            if !props.contains_key(r) {
+                match &additional {
+                    Some(a) => items.push((r.clone(), a.clone(), true)),
+                    None if s.get("additionalProperties") == Some(&Value::Bool(false)) => {
+                        return self.nothing()
+                    }
+                    None => items.push((r.clone(), Value::Bool(true), true)),
+                }
+            }
+        }
+        // Keys a `not: {required: [k]}` forbids: never produced.
+        let forbidden: Vec<String> = s
+            .get("__forbidden")
+            .and_then(|f| f.as_array())
+            .map(|f| {
+                f.iter()
+                    .filter_map(|k| k.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if items.iter().any(|i| i.2 && forbidden.contains(&i.0)) {
+            return self.nothing();
+        }
+        items.retain(|i| !forbidden.contains(&i.0));
+        // A declared key that matches a pattern must satisfy both schemas.
+        for item in items.iter_mut() {
+            for (i, re) in matchers.iter().enumerate() {
+                if re.is_match(item.0.as_str()) {
+                    let iptr = format!("{ptr}/patternProperties");
+                    item.1 = self.merge_schemas(&item.1, &patterns[i].1, &iptr, 0)?;
+                }
+            }
+        }
+        // propertyNames: declared keys checked here, undeclared keys through patterns.
+        let mut name_pos: Vec<String> = Vec::new();
+        let mut name_neg: Vec<String> = Vec::new();
+        let mut name_excl: Vec<String> = Vec::new();
+        if let Some(pn) = s.get("propertyNames") {
+            let pn_ptr = format!("{ptr}/propertyNames");
+            let pn_map = match pn {
+                Value::Bool(true) => Map::new(),
+                Value::Bool(false) => {
+                    let mut m = Map::new();
+                    m.insert("__false".into(), Value::Bool(true));
+                    m
+                }
+                Value::Object(m) => {
+                    let mark = self.merged_refs.len();
+                    let n = self.normalize(m, &pn_ptr, 0);
+                    self.merged_refs.truncate(mark);
+                    n?
+                }
+                _ => return Err(self.invalid(&pn_ptr, "a schema must be an object or a boolean")),
+            };
+            let mut keep = Vec::new();
+            for item in items.drain(..) {
+                match super::check::check_value(&Value::String(item.0.clone()), &pn_map) {
+                    Some(true) => keep.push(item),
+                    Some(false) if item.2 => return self.nothing(),
+                    Some(false) => {}
+                    None => {
+                        self.unsupported("propertyNames", &pn_ptr, "cannot check a declared key")?;
+                        keep.push(item);
+                    }
+                }
+            }
+            items = keep;
+            if additional.is_some() || !patterns.is_empty() {
+                for (k, v) in &pn_map {
+                    if super::is_annotation(k) {
+                        continue;
+                    }
+                    match (k.as_str(), v) {
+                        ("type", t) if super::norm::type_list(t).iter().any(|t| t == "string") => {}
+                        ("type", _) | ("__false", _) => {
+                            additional = None;
+                            patterns.clear();
+                            matchers.clear();
+                        }
+                        ("pattern", Value::String(p)) => name_pos.push(p.clone()),
+                        ("minLength" | "maxLength", _) => {
+                            let lo = pn_map
+                                .get("minLength")
+                                .and_then(|x| x.as_u64())
+                                .unwrap_or(0);
+                            let hi = pn_map.get("maxLength").and_then(|x| x.as_u64());
+                            let re = match hi {
+                                Some(h) => format!("^[\\s\\S]{{{lo},{h}}}$"),
+                                None => format!("^[\\s\\S]{{{lo},}}$"),
+                            };
+                            if !name_pos.contains(&re) {
+                                name_pos.push(re);
+                            }
+                        }
+                        ("__not_enum", Value::Array(vals)) => name_excl
+                            .extend(vals.iter().filter_map(|x| x.as_str().map(String::from))),
+                        ("__not_pattern", Value::Array(ps)) => {
+                            name_neg.extend(ps.iter().filter_map(|x| x.as_str().map(String::from)))
+                        }
+                        ("not", n) => {
+                            let mut forms = Vec::new();
+                            self.not_forms(n, &mut forms);
+                            for f in forms {
+                                match f {
+                                    super::NotForm::NotValues(vals) => name_excl.extend(
+                                        vals.iter().filter_map(|x| x.as_str().map(String::from)),
+                                    ),
+                                    super::NotForm::NotPattern(Value::String(p)) => {
+                                        name_neg.push(p)
+                                    }
+                                    super::NotForm::NoOp => {}
+                                    _ => self.unsupported(
+                                        "propertyNames",
+                                        &pn_ptr,
+                                        "this `not` form",
+                                    )?,
+                                }
+                            }
+                        }
+                        _ => {
+                            self.unsupported("propertyNames", &pn_ptr, &format!("`{k}` on keys"))?
+                        }
+                    }
+                }
+            }
+            if patterns.len() + name_pos.len() + name_neg.len() > 30 {
+                self.unsupported("propertyNames", &pn_ptr, "too many key patterns")?;
+                name_pos.clear();
+                name_neg.clear();
+            }
+        }
+        // Property counts: tracks 0..=cap; exact up to maxProperties, else saturating at
+        // max(minProperties, 1).
+        let n_req = items.iter().filter(|i| i.2).count();
+        let cap = match (min_p, max_p) {
+            (_, Some(mx)) => mx,
+            (Some(mn), None) => mn.max(1),
+            (None, None) => 1,
+        };
+        let exact = max_p.is_some();
+        let min_count = min_p.unwrap_or(0);
+        if max_p.is_some_and(|m| m < n_req || m < min_count) {
+            return self.nothing();
+        }
+        if cap > 32 {
+            let kw = if exact {
+                "maxProperties"
+            } else {
+                "minProperties"
+            };
+            self.unsupported(kw, ptr, "property counts above 32 are not enforced")?;
+        }
+        let cap = cap.min(32);
+        let open = self.b.lit(from, b"{")?;
+        let open = self.ws(open)?;
+        // Undeclared properties: one rule (`"other key": value`), called from every gap
+        // between declared properties.
+        let extra_rule = if additional.is_none() && patterns.is_empty() {
+            None
+        } else {
+            let mut declared: Vec<String> = items.iter().map(|i| i.0.clone()).collect();
+            declared.extend(forbidden.iter().cloned());
+            declared.extend(name_excl.iter().cloned());
+            let r = self.b.new_rule()?;
+            let rr = self.b.rules[r as usize];
+            let mut pats: Vec<&str> = patterns.iter().map(|p| p.0.as_str()).collect();
+            let n_pp = pats.len();
+            pats.extend(name_pos.iter().map(|p| p.as_str()));
+            pats.extend(name_neg.iter().map(|p| p.as_str()));
+            let pos_mask: u32 = ((1u32 << name_pos.len()) - 1) << n_pp;
+            let neg_mask: u32 = ((1u32 << name_neg.len()) - 1) << (n_pp + name_pos.len());
+            let any = additional.is_some() || pats.len() > n_pp;
+            let exits = self.other_key(rr.start, &declared, &pats, any, ptr)?;
+            for (set, exit) in exits {
+                // propertyNames: every positive pattern matches, no negative one does.
+                if set & pos_mask != pos_mask || set & neg_mask != 0 {
+                    continue;
+                }
+                let set = set & ((1u32 << n_pp) - 1);
+                let k = self.punct(exit, b':')?;
+                let e = if set == 0 {
+                    match &additional {
+                        Some(add) => self.value(k, add, &format!("{ptr}/additionalProperties"))?,
+                        None => continue,
+                    }
+                } else {
+                    let mut schema = Value::Bool(true);
+                    let pptr = format!("{ptr}/patternProperties");
+                    for (i, (_, v)) in patterns.iter().enumerate() {
+                        if set >> i & 1 == 1 {
+                            schema = self.merge_schemas(&schema, v, &pptr, 0)?;
+                        }
+                    }
+                    self.value(k, &schema, &pptr)?
+                };
+                self.b.eps(e, rr.end);
+            }
+            Some(r)
+        };
+        let tracks_n = cap + 1;
+        // tracks[c]: the state after writing c properties (saturating at `cap` unless exact).
+        let mut tracks: Vec<Option<StateId>> = vec![None; tracks_n];
+        tracks[0] = Some(open);
+        let bump = |c: usize| -> Option<usize> {
+            if c < cap {
+                Some(c + 1)
+            } else if exact {
+                None
+            } else {
+                Some(cap)
+            }
+        };
+        let gap = |me: &mut Self, tracks: &mut Vec<Option<StateId>>| -> Result<(), CompileError> {
+            let Some(r) = extra_rule else { return Ok(()) };
+            let mut new: Vec<Option<StateId>> = vec![None; tracks_n];
+            for c in 0..tracks_n {
+                let reach_prev = c > 0 && new[c - 1].is_some();
+                if tracks[c].is_none() && !reach_prev {
+                    continue;
+                }
+                let lp = me.b.state()?;
+                if let Some(t) = tracks[c] {
+                    me.b.eps(t, lp);
+                }
+                if c > 0 {
+                    if let Some(p) = new[c - 1] {
+                        let s = if c > 1 { me.punct(p, b',')? } else { p };
+                        let e = me.b.call(s, r)?;
+                        me.b.eps(e, lp);
+                    }
+                }
+                new[c] = Some(lp);
+            }
+            // Saturated: more undeclared properties keep the count.
+            if !exact {
+                if let Some(lp) = new[cap] {
+                    let cm = me.punct(lp, b',')?;
+                    let e = me.b.call(cm, r)?;
+                    me.b.eps(e, lp);
+                }
+            }
+            *tracks = new;
+            Ok(())
+        };
+        let share = tracks.len() > 2;
+        for (k, v, req) in &items {
+            gap(self, &mut tracks)?;
+            let key = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
+            let vptr = format!(
+                "{ptr}/properties/{}",
+                k.replace('~', "~0").replace('/', "~1")
+            );
+            let rule = if share {
+                Some(self.schema_rule(v, &vptr)?)
+            } else {
+                None
+            };
+            let kv = |c: &mut Self, s: StateId, comma: bool| -> Result<StateId, CompileError> {
+                let s = if comma { c.punct(s, b',')? } else { s };
+                let s = c.b.lit(s, key.as_bytes())?;
+                let s = c.punct(s, b':')?;
+                match rule {
+                    Some(r) => c.b.call(s, r),
+                    None => c.value(s, v, &vptr),
+                }
+            };
+            let mut new: Vec<Option<StateId>> = vec![None; tracks_n];
+            for c in 0..tracks_n {
+                let Some(t) = tracks[c] else { continue };
+                if !*req {
+                    let a = match new[c] {
+                        Some(a) => a,
+                        None => {
+                            let a = self.b.state()?;
+                            new[c] = Some(a);
+                            a
+                        }
+                    };
+                    self.b.eps(t, a);
+                }
+                if let Some(c2) = bump(c) {
+                    let e = kv(self, t, c > 0)?;
+                    let a = match new[c2] {
+                        Some(a) => a,
+                        None => {
+                            let a = self.b.state()?;
+                            new[c2] = Some(a);
+                            a
+                        }
+                    };
+                    self.b.eps(e, a);
+                }
+            }
+            tracks = new;
+        }
+        gap(self, &mut tracks)?;
+        let close = self.b.state()?;
+        for (c, st) in tracks.iter().enumerate() {
+            if let Some(st) = st {
+                if c >= min_count {
+                    self.b.eps(*st, close);
+                }
+            }
+        }
+        let c = self.ws(close)?;
+        self.b.lit(c, b"}")
+    }
+
+    /// A quoted key that is none of `declared`, split by which `patterns` it matches: one
+    /// exit per matched-pattern set (bit i = pattern i; set 0 only when `allow_unmatched`).
+    /// Keys are written canonically (no `\u`, no `\/`), so the written form decides the key
+    /// and excluding declared spellings is exact.
+    pub(super) fn other_key(
+        &mut self,
+        from: StateId,
+        declared: &[String],
+        patterns: &[&str],
+        allow_unmatched: bool,
+        ptr: &str,
+    ) -> Result<Vec<(u32, StateId)>, CompileError> {
+        use regex_automata::dfa::Automaton;
+        // Trie of canonical declared keys.
+        let mut trie_children: Vec<HashMap<u8, usize>> = vec![HashMap::new()];
+        let mut terminal = vec![false];
+        for k in declared {
+            let enc = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
+            let bytes = &enc.as_bytes()[1..enc.len() - 1];
+            let mut node = 0;
+            for &b in bytes {
+                node = match trie_children[node].get(&b) {
+                    Some(&c) => c,
+                    None => {
+                        trie_children.push(HashMap::new());
+                        terminal.push(false);
+                        let c = trie_children.len() - 1;
+                        trie_children[node].insert(b, c);
+                        c
+                    }
+                };
+            }
+            terminal[node] = true;
+        }
+        // One anchored DFA per pattern, fed the decoded key bytes.
+        let mut dfas = Vec::new();
+        let mut starts = Vec::new();
+        for p in patterns {
+            let unsupported = |e: String| CompileError::Unsupported {
+                keyword: "patternProperties".into(),
+                pointer: ptr.into(),
+                reason: format!("{p:?}: {e}"),
+            };
+            let hir = parse(p, Flavor::EcmaSearch).map_err(unsupported)?;
+            let nfa = regex_automata::nfa::thompson::Compiler::new()
+                .configure(
+                    regex_automata::nfa::thompson::Config::new()
+                        .which_captures(regex_automata::nfa::thompson::WhichCaptures::None),
+                )
+                .build_from_hir(&hir)
+                .map_err(|e| unsupported(e.to_string()))?;
+            let dfa = regex_automata::dfa::dense::Builder::new()
+                .configure(
+                    regex_automata::dfa::dense::Config::new()
+                        .start_kind(regex_automata::dfa::StartKind::Anchored)
+                        .match_kind(regex_automata::MatchKind::All)
+                        .dfa_size_limit(Some(1 << 22)),
+                )
+                .build_from_nfa(&nfa)
+                .map_err(|e| unsupported(e.to_string()))?;
+            let st = dfa
+                .start_state(
+                    &regex_automata::util::start::Config::new()
+                        .anchored(regex_automata::Anchored::Yes),
+                )
+                .map_err(|e| unsupported(e.to_string()))?;
+            starts.push(st);
+            dfas.push(dfa);
+        }
+        const OFF: usize = usize::MAX;
+        type Key = (u8, usize, Vec<regex_automata::util::primitives::StateID>);
+        let start = self.b.lit(from, b"\"")?;
+        let mut exits: HashMap<u32, StateId> = HashMap::new();
+        let mut ids: HashMap<Key, StateId> = HashMap::new();
+        let k0: Key = (0, 0, starts);
+        ids.insert(k0.clone(), start);
+        let mut work = vec![k0];
+        let mut steps = 0u32;
+        while let Some(key) = work.pop() {
+            steps += 1;
+            if steps.is_multiple_of(256) {
+                self.b.check_deadline()?;
+            }
+            let (d, t, ref ps) = key;
+            let me = ids[&key];
+            // The previous byte's successor: runs of bytes with the same successor skip
+            // the hash lookup.
+            let mut prev: Option<(Key, StateId)> = None;
+            if d == 0 && (t == OFF || !terminal[t]) {
+                let mut set = 0u32;
+                for (i, dfa) in dfas.iter().enumerate() {
+                    if dfa.is_match_state(dfa.next_eoi_state(ps[i])) {
+                        set |= 1 << i;
+                    }
+                }
+                if set != 0 || allow_unmatched {
+                    let exit = match exits.get(&set) {
+                        Some(&e) => e,
+                        None => {
+                            let e = self.b.state()?;
+                            exits.insert(set, e);
+                            e
+                        }
+                    };
+                    self.b.range(me, b'"', b'"', exit);
+                }
+            }
+            let mut run: Option<(u8, u8, StateId)> = None;
+            for byte in 0u8..=255 {
+                let target = match key_char_step(d, byte) {
+                    None => None,
+                    Some(d2) => {
+                        let t2 = if t == OFF {
+                            OFF
+                        } else {
+                            trie_children[t].get(&byte).copied().unwrap_or(OFF)
+                        };
+                        // The decoded byte the patterns see (none for the backslash itself).
+                        let fed = match (d, byte) {
+                            (0, b'\\') => None,
+                            (1, b'b') => Some(8),
+                            (1, b'f') => Some(12),
+                            (1, b'n') => Some(10),
+                            (1, b'r') => Some(13),
+                            (1, b't') => Some(9),
+                            (_, x) => Some(x),
+                        };
+                        let ps2: Vec<_> = match fed {
+                            None => ps.clone(),
+                            Some(x) => dfas
+                                .iter()
+                                .zip(ps)
+                                .map(|(dfa, &s)| dfa.next_state(s, x))
+                                .collect(),
+                        };
+                        let k2: Key = (d2, t2, ps2);
+                        let id = match &prev {
+                            Some((pk, pid)) if *pk == k2 => *pid,
+                            _ => {
+                                let id = match ids.get(&k2) {
+                                    Some(&id) => id,
+                                    None => {
+                                        let id = self.b.state()?;
+                                        ids.insert(k2.clone(), id);
+                                        work.push(k2.clone());
+                                        id
+                                    }
+                                };
+                                prev = Some((k2, id));
+                                id
+                            }
+                        };
+                        Some(id)
+                    }
+                };
+                match (run, target) {
+                    (Some((lo, hi, id)), Some(t2)) if t2 == id && hi as u16 + 1 == byte as u16 => {
+                        run = Some((lo, byte, id))
+                    }
+                    (r, t2) => {
+                        if let Some((lo, hi, id)) = r {
+                            self.b.range(me, lo, hi, id);
+                        }
+                        run = t2.map(|id| (byte, byte, id));
+                    }
+                }
+            }
+            if let Some((lo, hi, id)) = run {
+                self.b.range(me, lo, hi, id);
+            }
+        }
+        let mut out: Vec<(u32, StateId)> = exits.into_iter().collect();
+        out.sort_unstable();
+        Ok(out)
+    }
+}
+
+/// A full-match regex for a JSON Schema pattern (search semantics included).
+fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, String> {
+    let hir = parse(p, Flavor::EcmaSearch)?;
+    let full = regex_syntax::hir::Hir::concat(vec![
+        regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),
+        hir,
+        regex_syntax::hir::Hir::look(regex_syntax::hir::Look::End),
+    ]);
+    regex_automata::meta::Regex::builder()
+        .build_from_hir(&full)
+        .map_err(|e| e.to_string())
+}
+
+/// The canonical key-character automaton: 0 = between characters, 1 = after `\`,
+/// 2..=8 = inside a UTF-8 sequence.
+fn key_char_step(d: u8, b: u8) -> Option<u8> {
+    match d {
+        0 => match b {
+            0x20..=0x21 | 0x23..=0x5B | 0x5D..=0x7F => Some(0),
+            b'\\' => Some(1),
+            0xC2..=0xDF => Some(2),
+            0xE0 => Some(5),
+            0xE1..=0xEC | 0xEE..=0xEF => Some(3),
+            0xED => Some(6),
+            0xF0 => Some(7),
+            0xF1..=0xF3 => Some(4),
+            0xF4 => Some(8),
+            _ => None,
+        },
+        1 => matches!(b, b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't').then_some(0),
+        2 => (0x80..=0xBF).contains(&b).then_some(0),
+        3 => (0x80..=0xBF).contains(&b).then_some(2),
+        4 => (0x80..=0xBF).contains(&b).then_some(3),
+        5 => (0xA0..=0xBF).contains(&b).then_some(2),
+        6 => (0x80..=0x9F).contains(&b).then_some(2),
+        7 => (0x90..=0xBF).contains(&b).then_some(3),
+        8 => (0x80..=0x8F).contains(&b).then_some(3),
+        _ => None,
+    }
+}
