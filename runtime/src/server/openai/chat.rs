@@ -63,38 +63,30 @@ struct Tool {
 }
 
 #[derive(Deserialize, Debug)]
-#[serde(deny_unknown_fields)]
 struct RawChat {
     model: Option<String>,
     messages: Vec<RawMessage>,
     max_tokens: Option<i64>,
     max_completion_tokens: Option<i64>,
-    temperature: Option<f64>,
-    top_p: Option<f64>,
-    n: Option<i64>,
-    stop: Option<OneOrMany<String>>,
     stream: Option<bool>,
     stream_options: Option<StreamOptions>,
     logprobs: Option<bool>,
     top_logprobs: Option<i64>,
-    seed: Option<u64>,
     response_format: Option<ResponseFormat>,
     tools: Option<Vec<Tool>>,
     tool_choice: Option<Value>,
     parallel_tool_calls: Option<bool>,
-    presence_penalty: Option<f64>,
-    frequency_penalty: Option<f64>,
-    repetition_penalty: Option<f64>,
-    logit_bias: Option<HashMap<String, f64>>,
     user: Option<String>,
-    top_k: Option<i64>,
-    min_p: Option<f64>,
-    min_tokens: Option<i64>,
-    ignore_eos: Option<bool>,
-    stop_token_ids: Option<Vec<i64>>,
-    stop_regex: Option<OneOrMany<String>>,
-    regex: Option<String>,
-    ebnf: Option<String>,
+    #[serde(flatten)]
+    sampling: SamplingFields,
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
+}
+
+impl HasRest for RawChat {
+    fn rest(&self) -> &serde_json::Map<String, Value> {
+        &self.rest
+    }
 }
 
 /// How tools shape the output.
@@ -246,7 +238,7 @@ pub async fn chat_completions(
         .metrics
         .requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let raw: RawChat = parse_json(&body)?;
+    let raw: RawChat = parse_body(&body)?;
     check_model(&state, raw.model.as_deref())?;
     let _ = (&raw.user, raw.parallel_tool_calls);
     if raw.messages.is_empty() {
@@ -373,27 +365,9 @@ pub async fn chat_completions(
     } else {
         "max_tokens"
     };
-    let sp = RawSamplingParams {
-        max_new_tokens: raw.max_completion_tokens.or(raw.max_tokens),
-        min_new_tokens: raw.min_tokens,
-        temperature: raw.temperature,
-        top_p: raw.top_p,
-        top_k: raw.top_k,
-        min_p: raw.min_p,
-        frequency_penalty: raw.frequency_penalty,
-        presence_penalty: raw.presence_penalty,
-        repetition_penalty: raw.repetition_penalty,
-        stop: raw.stop.clone(),
-        stop_token_ids: raw.stop_token_ids.clone(),
-        stop_regex: raw.stop_regex.clone(),
-        ignore_eos: raw.ignore_eos,
-        n: raw.n,
-        regex: raw.regex.clone(),
-        ebnf: raw.ebnf.clone(),
-        logit_bias: raw.logit_bias.clone(),
-        sampling_seed: raw.seed,
-        ..Default::default()
-    };
+    let sp = raw
+        .sampling
+        .to_raw(raw.max_completion_tokens.or(raw.max_tokens));
     let mut params = validate::check_params(&sp, input_ids.len(), state.limits(), max_name)?;
     if let Some(g) = grammar {
         if params.grammar.is_some() {
@@ -601,9 +575,27 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_rejected() {
-        let e = parse_json::<RawChat>(br#"{"messages": [], "frobnicate": 1}"#).unwrap_err();
+        let e = parse_body::<RawChat>(br#"{"messages": [], "frobnicate": 1}"#).unwrap_err();
         assert!(e.to_string().contains("frobnicate"));
-        let ok = parse_json::<RawChat>(br#"{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}"#);
+        let ok = parse_body::<RawChat>(br#"{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}"#);
         assert!(ok.is_ok());
+        // The shared sampling fields are read through the flattened struct, with their types.
+        let v = parse_body::<RawChat>(
+            br#"{"messages": [], "temperature": 0.5, "top_k": 3, "stop": ["x"], "seed": 7}"#,
+        )
+        .unwrap();
+        assert_eq!(v.sampling.temperature, Some(0.5));
+        assert_eq!(v.sampling.top_k, Some(3));
+        assert_eq!(v.sampling.seed, Some(7));
+        let e = parse_body::<RawChat>(br#"{"messages": [], "temperature": "hot"}"#).unwrap_err();
+        assert_eq!(e.status(), axum::http::StatusCode::BAD_REQUEST);
+        // A field of the other endpoint is unknown here.
+        let e = parse_body::<RawChat>(br#"{"messages": [], "echo": true}"#).unwrap_err();
+        assert!(e.to_string().contains("`echo`"), "{e}");
+        let e = parse_body::<RawCompletion>(br#"{"prompt": "a", "tools": []}"#).unwrap_err();
+        assert!(e.to_string().contains("`tools`"), "{e}");
+        assert!(
+            parse_body::<RawCompletion>(br#"{"prompt": [1, 2], "n": 2, "echo": true}"#).is_ok()
+        );
     }
 }

@@ -38,26 +38,19 @@ enum Prompt {
     IdBatch(Vec<Vec<i64>>),
 }
 
-#[derive(Deserialize, Debug)]
-#[serde(deny_unknown_fields)]
-struct RawCompletion {
-    model: Option<String>,
-    prompt: Prompt,
-    max_tokens: Option<i64>,
+/// The sampling fields `/v1/completions` and `/v1/chat/completions` share (OpenAI's plus
+/// SGLang's extensions), flattened into both request bodies.
+#[derive(Deserialize, Debug, Clone, Default)]
+struct SamplingFields {
     temperature: Option<f64>,
     top_p: Option<f64>,
     n: Option<i64>,
     stop: Option<OneOrMany<String>>,
-    stream: Option<bool>,
-    stream_options: Option<StreamOptions>,
-    logprobs: Option<i64>,
-    echo: Option<bool>,
     seed: Option<u64>,
     presence_penalty: Option<f64>,
     frequency_penalty: Option<f64>,
     repetition_penalty: Option<f64>,
     logit_bias: Option<HashMap<String, f64>>,
-    user: Option<String>,
     top_k: Option<i64>,
     min_p: Option<f64>,
     min_tokens: Option<i64>,
@@ -66,7 +59,75 @@ struct RawCompletion {
     stop_regex: Option<OneOrMany<String>>,
     regex: Option<String>,
     ebnf: Option<String>,
+}
+
+impl SamplingFields {
+    /// The native sampling parameters these fields stand for.
+    fn to_raw(&self, max_new_tokens: Option<i64>) -> RawSamplingParams {
+        RawSamplingParams {
+            max_new_tokens,
+            min_new_tokens: self.min_tokens,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            repetition_penalty: self.repetition_penalty,
+            stop: self.stop.clone(),
+            stop_token_ids: self.stop_token_ids.clone(),
+            stop_regex: self.stop_regex.clone(),
+            ignore_eos: self.ignore_eos,
+            n: self.n,
+            regex: self.regex.clone(),
+            ebnf: self.ebnf.clone(),
+            logit_bias: self.logit_bias.clone(),
+            sampling_seed: self.seed,
+            ..Default::default()
+        }
+    }
+}
+
+/// Parses an OpenAI request body whose struct flattens [`SamplingFields`] and collects
+/// whatever is left in `rest`: serde's `deny_unknown_fields` does not combine with
+/// `flatten`, so an unknown field is refused here, by name, instead.
+fn parse_body<T: serde::de::DeserializeOwned + HasRest>(body: &[u8]) -> Result<T, ApiError> {
+    let v: T = parse_json(body)?;
+    if let Some(k) = v.rest().keys().next() {
+        return Err(ApiError::BadRequest {
+            message: format!("invalid request body: unknown field `{k}`"),
+            param: Some(k.clone()),
+        });
+    }
+    Ok(v)
+}
+
+/// A request body with a catch-all map for the fields no struct member took.
+trait HasRest {
+    fn rest(&self) -> &serde_json::Map<String, Value>;
+}
+
+#[derive(Deserialize, Debug)]
+struct RawCompletion {
+    model: Option<String>,
+    prompt: Prompt,
+    max_tokens: Option<i64>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    logprobs: Option<i64>,
+    echo: Option<bool>,
+    user: Option<String>,
     json_schema: Option<String>,
+    #[serde(flatten)]
+    sampling: SamplingFields,
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
+}
+
+impl HasRest for RawCompletion {
+    fn rest(&self) -> &serde_json::Map<String, Value> {
+        &self.rest
+    }
 }
 
 fn now_secs() -> u64 {
@@ -186,7 +247,7 @@ pub async fn completions(
         .metrics
         .requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let raw: RawCompletion = parse_json(&body)?;
+    let raw: RawCompletion = parse_body(&body)?;
     check_model(&state, raw.model.as_deref())?;
     let _ = &raw.user;
     let limits = state.limits();
@@ -205,28 +266,8 @@ pub async fn completions(
     if prompts.is_empty() {
         return Err(ApiError::bad("prompt", "is empty"));
     }
-    let sp = RawSamplingParams {
-        max_new_tokens: Some(raw.max_tokens.unwrap_or(16)),
-        min_new_tokens: raw.min_tokens,
-        temperature: raw.temperature,
-        top_p: raw.top_p,
-        top_k: raw.top_k,
-        min_p: raw.min_p,
-        frequency_penalty: raw.frequency_penalty,
-        presence_penalty: raw.presence_penalty,
-        repetition_penalty: raw.repetition_penalty,
-        stop: raw.stop.clone(),
-        stop_token_ids: raw.stop_token_ids.clone(),
-        stop_regex: raw.stop_regex.clone(),
-        ignore_eos: raw.ignore_eos,
-        n: raw.n,
-        regex: raw.regex.clone(),
-        json_schema: raw.json_schema.clone(),
-        ebnf: raw.ebnf.clone(),
-        logit_bias: raw.logit_bias.clone(),
-        sampling_seed: raw.seed,
-        ..Default::default()
-    };
+    let mut sp = raw.sampling.to_raw(Some(raw.max_tokens.unwrap_or(16)));
+    sp.json_schema = raw.json_schema.clone();
     let echo = raw.echo.unwrap_or(false);
     let top = match raw.logprobs {
         None => None,
