@@ -75,9 +75,11 @@ impl Tokens {
                 }
                 run.feed(p);
             }
-            let dst = v.as_ptr().wrapping_add(at + WRITE_AHEAD).cast::<u8>();
-            for line in 0..(2 * BLOCK).div_ceil(64) {
-                prefetch_write(dst.wrapping_add(64 * line));
+            if at + WRITE_AHEAD < t.len() {
+                let dst = v.as_ptr().wrapping_add(at + WRITE_AHEAD).cast::<u8>();
+                for line in 0..(2 * BLOCK).div_ceil(64) {
+                    prefetch_write(dst.wrapping_add(64 * line));
+                }
             }
             high |= block.iter().fold(0, |a, &x| a | x);
             v.extend(block.iter().map(|&x| x as u16));
