@@ -205,6 +205,19 @@ pub(crate) fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
+/// Asks the CPU to start loading the cache line at `p` for writing (a hint; nothing else).
+#[inline(always)]
+pub(crate) fn prefetch_write<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as in `prefetch`: a prefetch is only a hint that never faults and changes
+    // nothing architecturally, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// How far ahead (bytes) linear passes over memory that is likely cold prefetch.
 const AHEAD_BYTES: usize = 2048;
 
@@ -233,10 +246,14 @@ impl RadixCache {
     /// visits next (the child of `c` under the key's page at `next`) and starts loading its
     /// first tokens, so that those memory misses overlap the comparison of `c`'s edge instead
     /// of following it.
+    ///
+    /// An insert passes its page ids as `pages` (a match passes none): if `c` has no such
+    /// child, the insert's new part starts at `next`, and the first lines of its tokens and
+    /// page ids start loading too.
     #[inline]
-    fn prefetch_next(&self, c: &Node, key: &[TokenId], next: usize) {
+    fn prefetch_next(&self, c: &Node, key: &[TokenId], next: usize, pages: &[PageId]) {
         let ps = self.cfg.page_size;
-        if c.children.is_empty() || next + ps > key.len() {
+        if next + ps > key.len() {
             return;
         }
         if let Some(g) = c.children.get(child_key(&key[next..next + ps])) {
@@ -244,19 +261,23 @@ impl RadixCache {
             for line in 0..4 {
                 prefetch(t.wrapping_add(64 * line));
             }
+        } else if !pages.is_empty() {
+            prefetch_head(&key[next..]);
+            prefetch_head(&pages[next / ps..]);
         }
     }
 
     /// How many tokens of `c`'s edge match `key[pos..]`. On a long edge the first `HEAD`
     /// tokens are compared first; the next node is looked up after them (its key token has
     /// arrived by then), so that its memory misses overlap the rest of the comparison.
+    /// `pages`: an insert's page ids, see [`RadixCache::prefetch_next`].
     #[inline]
-    fn match_edge(&self, c: &Node, key: &[TokenId], pos: usize) -> usize {
+    fn match_edge(&self, c: &Node, key: &[TokenId], pos: usize, pages: &[PageId]) -> usize {
         const HEAD: usize = 256;
         let rest = &key[pos..];
         let next = pos + c.tokens.len();
         if c.tokens.len() <= HEAD || next >= key.len() {
-            self.prefetch_next(c, key, next);
+            self.prefetch_next(c, key, next, pages);
             return c.tokens.common_prefix(rest);
         }
         prefetch(key[next..].as_ptr());
@@ -264,7 +285,7 @@ impl RadixCache {
         if head < HEAD {
             return head;
         }
-        self.prefetch_next(c, key, next);
+        self.prefetch_next(c, key, next, pages);
         HEAD + c.tokens.common_prefix_from(HEAD, &rest[HEAD..])
     }
 }
@@ -524,7 +545,7 @@ impl RadixCache {
                 break;
             };
             let c = &self.nodes[child.idx()];
-            let m = self.match_edge(c, key, pos) / ps * ps;
+            let m = self.match_edge(c, key, pos, &[]) / ps * ps;
             if m == 0 {
                 break;
             }
@@ -605,7 +626,7 @@ impl RadixCache {
                 break;
             };
             let c = &self.nodes[child.idx()];
-            let m = self.match_edge(c, key, pos) / ps * ps;
+            let m = self.match_edge(c, key, pos, kpages) / ps * ps;
             if m == 0 {
                 // A child-key collision: another edge owns this key; leave the rest uncached.
                 blocked = true;
@@ -630,8 +651,17 @@ impl RadixCache {
             returned.extend_from_slice(&kpages[pos / ps..]);
         }
         returned.extend_from_slice(tail);
+        // The new edge's tokens and pages in the tree's form, in one pass over both.
+        let (edge_tokens, edge_pages) = if new_pages.is_empty() {
+            (Tokens::default(), Pages::EMPTY)
+        } else {
+            Tokens::with_pages(&key[pos..], new_pages)
+        };
         // Validates every page and moves the new ones to the tree.
-        let new_pages = match self.pool.take_for_tree(new_pages, &returned[start..]) {
+        let new_pages = match self
+            .pool
+            .take_for_tree(new_pages, edge_pages, &returned[start..])
+        {
             Ok(p) => p,
             Err(e) => {
                 returned.truncate(start);
@@ -649,7 +679,7 @@ impl RadixCache {
                 path[last] = upper;
                 node = upper;
             }
-            let leaf = self.add_leaf(node, ns, &key[pos..], new_pages, priority);
+            let leaf = self.add_leaf(node, ns, edge_tokens, new_pages, priority);
             end = Position {
                 node: leaf,
                 offset: key.len() - pos,
@@ -715,14 +745,16 @@ impl RadixCache {
         &mut self,
         parent: NodeId,
         ns: Namespace,
-        tokens: &[TokenId],
+        tokens: Tokens,
         pages: Pages,
         priority: i32,
     ) -> NodeId {
         let ps = self.cfg.page_size;
         let id = self.new_node_id();
+        let key = tokens.first_key(ps);
+        let len = tokens.len();
         let node = Node {
-            tokens: Tokens::from_slice(tokens),
+            tokens,
             pages,
             hashes: Vec::new(),
             children: Children::None,
@@ -740,11 +772,9 @@ impl RadixCache {
             gen: id.1,
         };
         self.put_node(id, node);
-        self.nodes[parent.idx()]
-            .children
-            .insert(child_key(&tokens[..ps]), id);
-        self.evictable_tokens += tokens.len();
-        self.tree_tokens += tokens.len();
+        self.nodes[parent.idx()].children.insert(key, id);
+        self.evictable_tokens += len;
+        self.tree_tokens += len;
         self.refresh(parent);
         self.refresh(id);
         if self.cfg.events {

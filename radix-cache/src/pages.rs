@@ -30,18 +30,32 @@ impl Default for Pages {
 /// Lanes compared at once (one AVX-512 register of `u32`s).
 const W: usize = 16;
 
+/// Whether a run starting at `first` with `len` ids fits a `u32` (a run cannot pass
+/// `u32::MAX`; checked apart so that the lanes below cannot wrap).
+fn run_fits(first: u32, len: usize) -> bool {
+    len == 0
+        || u32::try_from(len - 1)
+            .ok()
+            .and_then(|n| first.checked_add(n))
+            .is_some()
+}
+
+/// The bits in which `p` differs from `base, base + 1, …` (zero when it is that run), without
+/// an early exit so that it compiles to whole-register compares.
+#[inline]
+fn run_gaps(p: &[PageId], base: u32) -> u32 {
+    p.iter()
+        .enumerate()
+        .fold(0, |d, (j, x)| d | (x.0 ^ base.wrapping_add(j as u32)))
+}
+
 /// Whether `p` is `p[0], p[0] + 1, …`, 16 ids at a time.
 fn is_run(p: &[PageId]) -> bool {
     let Some(first) = p.first() else {
         return true;
     };
     let first = first.0;
-    // A run cannot pass `u32::MAX`; checked first so that the lanes below cannot wrap.
-    if u32::try_from(p.len() - 1)
-        .ok()
-        .and_then(|n| first.checked_add(n))
-        .is_none()
-    {
+    if !run_fits(first, p.len()) {
         return false;
     }
     let mut base = first;
@@ -49,20 +63,59 @@ fn is_run(p: &[PageId]) -> bool {
     prefetch_head(p);
     for (k, c) in (&mut chunks).enumerate() {
         prefetch_ahead(p, k * W);
-        let mut d = 0;
-        for (j, x) in c.iter().enumerate() {
-            d |= x.0 ^ base.wrapping_add(j as u32);
-        }
-        if d != 0 {
+        if run_gaps(c, base) != 0 {
             return false;
         }
         base = base.wrapping_add(W as u32);
     }
-    chunks
-        .remainder()
-        .iter()
+    run_gaps(chunks.remainder(), base) == 0
+}
+
+/// The ids of `c` that differ from `base, base + 1, …`.
+fn differ(base: u32, c: &[PageId]) -> impl Iterator<Item = PageId> + '_ {
+    c.iter()
         .enumerate()
-        .all(|(j, x)| x.0 == base.wrapping_add(j as u32))
+        .filter(move |&(j, x)| x.0 != base.wrapping_add(j as u32))
+        .map(|(_, x)| *x)
+}
+
+/// [`Pages::from_slice`] fed piece by piece (for a pass that reads the pages along with
+/// something else): the pieces are the slice in order.
+pub(crate) struct RunCheck {
+    first: u32,
+    next: u32,
+    gaps: u32,
+}
+
+impl RunCheck {
+    /// A check of the slice that starts with `first` (any value for an empty slice).
+    pub(crate) fn new(first: Option<PageId>) -> RunCheck {
+        let first = first.map_or(0, |p| p.0);
+        RunCheck {
+            first,
+            next: first,
+            gaps: 0,
+        }
+    }
+
+    /// Checks the next piece of the slice.
+    #[inline]
+    pub(crate) fn feed(&mut self, piece: &[PageId]) {
+        self.gaps |= run_gaps(piece, self.next);
+        self.next = self.next.wrapping_add(piece.len() as u32);
+    }
+
+    /// The whole slice (`all`, every piece fed) in the tree's form.
+    pub(crate) fn finish(self, all: &[PageId]) -> Pages {
+        if self.gaps == 0 && run_fits(self.first, all.len()) {
+            Pages::Run {
+                start: self.first,
+                len: all.len() as u32,
+            }
+        } else {
+            Pages::List(all.to_vec())
+        }
+    }
 }
 
 impl Pages {
@@ -174,26 +227,25 @@ impl Pages {
                 }
             }
             Pages::Run { start, .. } => {
+                // Whole steps of `W` ids: the usual step (all of the caller's ids differ)
+                // is one compare and one register-sized copy.
+                returned.reserve(mine.len());
                 let mut base = *start;
-                for (k, c) in mine.chunks(W).enumerate() {
+                let (chunks, rest) = mine.as_chunks::<W>();
+                for (k, c) in chunks.iter().enumerate() {
                     prefetch_ahead(mine, k * W);
-                    let same = c
-                        .iter()
-                        .enumerate()
-                        .filter(|&(j, x)| x.0 == base.wrapping_add(j as u32))
-                        .count();
-                    if same == 0 {
+                    let mut same = false;
+                    for (j, x) in c.iter().enumerate() {
+                        same |= x.0 == base.wrapping_add(j as u32);
+                    }
+                    if same {
+                        returned.extend(differ(base, c));
+                    } else {
                         returned.extend_from_slice(c);
-                    } else if same < c.len() {
-                        returned.extend(
-                            c.iter()
-                                .enumerate()
-                                .filter(|&(j, x)| x.0 != base.wrapping_add(j as u32))
-                                .map(|(_, x)| *x),
-                        );
                     }
                     base = base.wrapping_add(W as u32);
                 }
+                returned.extend(differ(base, rest));
             }
         }
     }

@@ -273,15 +273,16 @@ impl PagePool {
     }
 
     /// Moves `new` (caller-held) into the tree after checking that `also` (pages about to be
-    /// handed back) are caller-held too and that no id appears twice in either list; returns
-    /// `new` in the tree's form. On error nothing changes.
+    /// handed back) are caller-held too and that no id appears twice in either list; `pages`
+    /// is `new` in the tree's form, returned on success. On error nothing changes.
     pub(crate) fn take_for_tree(
         &mut self,
         new: &[PageId],
+        pages: Pages,
         also: &[PageId],
     ) -> Result<Pages, PoolError> {
+        debug_assert_eq!(pages.len(), new.len());
         if !self.track {
-            let pages = Pages::from_slice(new);
             if let Some(m) = pages.max().filter(|&m| m >= self.num_pages) {
                 let bad = new
                     .iter()
@@ -339,15 +340,15 @@ impl PagePool {
             return Err(e);
         }
         self.caller -= new.len();
-        Ok(Pages::from_slice(new))
+        Ok(pages)
     }
 
     /// The checks possible without tracking: ids in range, no more pages than callers hold.
     fn check_counts(&self, given: usize, lists: &[&[PageId]]) -> Result<(), PoolError> {
         let n = self.num_pages;
         for l in lists {
-            // A max without early exit vectorises; the error path finds the culprit.
-            if l.iter().map(|p| p.0).max().is_some_and(|m| m >= n) {
+            // A test without early exit vectorises; the error path finds the culprit.
+            if l.iter().fold(false, |out, p| out | (p.0 >= n)) {
                 let bad = l.iter().find(|p| p.0 >= n).map_or(n, |p| p.0);
                 return Err(PoolError::UnknownPage(bad));
             }

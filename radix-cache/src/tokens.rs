@@ -6,8 +6,9 @@
 //! as much new memory. The choice is per edge and invisible outside this module: every
 //! comparison, key and hash sees the same `u32` values either way.
 
-use crate::cache::{prefetch, prefetch_ahead};
-use crate::types::TokenId;
+use crate::cache::{prefetch, prefetch_ahead, prefetch_write};
+use crate::pages::{Pages, RunCheck};
+use crate::types::{PageId, TokenId};
 
 /// The token ids of one edge.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,35 +28,71 @@ impl Default for Tokens {
 /// Tokens compared per step of the narrow comparison.
 const W: usize = 32;
 
+/// Tokens narrowed per step of [`Tokens::with_pages`] (1 KiB read, 512 bytes written).
+const BLOCK: usize = 256;
+
+/// How far ahead of the narrowing copy (in tokens) its destination is prefetched for writing.
+const WRITE_AHEAD: usize = 2 * BLOCK;
+
 /// How far ahead of the comparison (in tokens) lines are prefetched.
 const AHEAD: usize = 1024;
 
 impl Tokens {
     /// `t` in the narrowest form that holds it.
+    #[cfg(test)]
     pub(crate) fn from_slice(t: &[TokenId]) -> Tokens {
-        // One pass: narrow every token and gather the bits above 16; a wide token (rare)
-        // makes the narrow copy moot.
+        Tokens::with_pages(t, &[]).0
+    }
+
+    /// `t` in the narrowest form that holds it, and `pages` (the ids of `t`'s pages) in the
+    /// tree's form, in one pass over both: a new edge's tokens and page ids are in main
+    /// memory (the caller wrote them a while ago), and reading the two streams side by side
+    /// overlaps their misses.
+    ///
+    /// One block of `BLOCK` tokens at a time: gather the bits above 16 (a wide token, rare,
+    /// makes the narrow copy moot), then narrow the block; both loops compile to whole-register
+    /// operations. The lines ahead of both reads, and of the writes into the new buffer, are
+    /// prefetched.
+    pub(crate) fn with_pages(t: &[TokenId], pages: &[PageId]) -> (Tokens, Pages) {
         let mut v: Vec<u16> = Vec::with_capacity(t.len());
         let mut high = 0;
-        let mut chunks = t.chunks_exact(16);
-        for (k, c) in (&mut chunks).enumerate() {
-            prefetch_ahead(t, k * 16);
-            let mut h = 0;
-            v.extend(c.iter().map(|&x| {
-                h |= x;
-                x as u16
-            }));
-            high |= h >> 16;
+        let mut run = RunCheck::new(pages.first().copied());
+        // Pages per block: `pages` holds one id per page of `t` (or none).
+        let per_block = if t.is_empty() {
+            pages.len().max(1)
+        } else {
+            (BLOCK * pages.len()).div_ceil(t.len()).max(1)
+        };
+        let mut page_blocks = pages.chunks(per_block);
+        for (k, block) in t.chunks(BLOCK).enumerate() {
+            let at = k * BLOCK;
+            for off in (0..block.len()).step_by(16) {
+                prefetch_ahead(t, at + off);
+            }
+            if let Some(p) = page_blocks.next() {
+                for off in (0..p.len()).step_by(16) {
+                    prefetch_ahead(pages, k * per_block + off);
+                }
+                run.feed(p);
+            }
+            if at + WRITE_AHEAD < t.len() {
+                let dst = v.as_ptr().wrapping_add(at + WRITE_AHEAD).cast::<u8>();
+                for line in 0..(2 * BLOCK).div_ceil(64) {
+                    prefetch_write(dst.wrapping_add(64 * line));
+                }
+            }
+            high |= block.iter().fold(0, |a, &x| a | x);
+            v.extend(block.iter().map(|&x| x as u16));
         }
-        for &x in chunks.remainder() {
-            high |= x >> 16;
-            v.push(x as u16);
+        for p in page_blocks {
+            run.feed(p);
         }
-        if high == 0 {
+        let tokens = if high >> 16 == 0 {
             Tokens::Narrow(v)
         } else {
             Tokens::Wide(t.to_vec())
-        }
+        };
+        (tokens, run.finish(pages))
     }
 
     #[inline]
@@ -180,6 +217,54 @@ fn common_prefix_narrow(a: &[u16], b: &[TokenId]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn with_pages_agrees_with_separate_passes() {
+        let ids = |v: Vec<u32>| v.into_iter().map(PageId).collect::<Vec<_>>();
+        for ps in [1, 2, 3, 16, 300] {
+            for n in [0, 1, 5, 85, 86, 257, 1000] {
+                let t: Vec<u32> = (0..n * ps).map(|i| (i as u32 * 7919) % 65_536).collect();
+                let mut wide = t.clone();
+                if let Some(x) = wide.last_mut() {
+                    *x = 70_000;
+                }
+                let run: Vec<u32> = (0..n as u32).map(|i| 1_000 + i).collect();
+                let mut cases = vec![run.clone()];
+                for at in [0, 1, 84, 85, 86, 255, 256, 999] {
+                    if at < n {
+                        let mut broken = run.clone();
+                        broken[at] += 1;
+                        cases.push(broken);
+                    }
+                }
+                // A run up to u32::MAX is one; one that would wrap is not.
+                cases.push(
+                    (0..n as u32)
+                        .map(|i| u32::MAX - (n as u32 - 1) + i)
+                        .collect(),
+                );
+                if n > 1 {
+                    cases.push(
+                        (0..n as u32)
+                            .map(|i| (u32::MAX - 1).wrapping_add(i))
+                            .collect(),
+                    );
+                }
+                for p in cases {
+                    let p = ids(p);
+                    for tokens in [&t, &wide] {
+                        let (tk, pg) = Tokens::with_pages(tokens, &p);
+                        assert_eq!(tk.to_vec(), *tokens, "ps {ps} n {n}");
+                        assert_eq!(
+                            matches!(tk, Tokens::Wide(_)),
+                            tokens.iter().any(|&x| x > 65_535)
+                        );
+                        assert_eq!(pg, Pages::from_slice(&p), "ps {ps} n {n} {p:?}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn narrow_and_wide_agree() {
