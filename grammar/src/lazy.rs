@@ -55,6 +55,14 @@ pub(crate) struct Lazy {
     /// Per configuration: the one configuration every plain string character leads to
     /// (`NO_SUCC`: they diverge; `UNKNOWN`: not computed).
     plain_succ: Vec<u32>,
+    /// Return states of long counted chains mapped to their representative
+    /// ([`Nfa::chain_representatives`]); empty when the grammar has none.
+    chain_rep: HashMap<StateId, StateId>,
+    /// Per stack: the stack with every chain return state replaced by its representative
+    /// (`UNKNOWN`: not computed).
+    stack_rep: Vec<u32>,
+    /// Per configuration: its mask representative (`UNKNOWN`: not computed).
+    config_rep: Vec<u32>,
     mask_bytes: usize,
     mask_budget: usize,
     max_configs: usize,
@@ -72,6 +80,9 @@ impl Lazy {
             masks: Vec::new(),
             scratch: Vec::new(),
             plain_succ: Vec::new(),
+            chain_rep: HashMap::new(),
+            stack_rep: vec![0],
+            config_rep: Vec::new(),
             mask_bytes: 0,
             mask_budget,
             max_configs,
@@ -96,7 +107,97 @@ impl Lazy {
         self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
         self.masks.push(None);
         self.plain_succ.push(UNKNOWN);
+        self.config_rep.push(UNKNOWN);
         id
+    }
+
+    /// Enables mask sharing between the positions of long counted chains, for a
+    /// vocabulary whose longest token has `max_token_len` bytes.
+    pub fn share_chain_masks(&mut self, nfa: &Nfa, max_token_len: usize) {
+        self.chain_rep = nfa.chain_representatives(max_token_len);
+    }
+
+    /// The stack `stk` with chain return states replaced by their representatives.
+    fn rep_stack(&mut self, nfa: &Nfa, stk: u32) -> u32 {
+        if stk == 0 {
+            return 0;
+        }
+        if let Some(&r) = self.stack_rep.get(stk as usize) {
+            if r != UNKNOWN {
+                return r;
+            }
+        }
+        let (parent, ret, _) = self.stacks[stk as usize];
+        let p = self.rep_stack(nfa, parent);
+        let r = self.chain_rep.get(&ret).copied().unwrap_or(ret);
+        let out = if p == parent && r == ret {
+            stk
+        } else {
+            // Same depth as `stk`, so the depth limit cannot refuse it.
+            self.push_stack(nfa, p, r).unwrap_or(stk)
+        };
+        if self.stack_rep.len() < self.stacks.len() {
+            self.stack_rep.resize(self.stacks.len(), UNKNOWN);
+        }
+        self.stack_rep[stk as usize] = out;
+        out
+    }
+
+    /// The mask representative of `c`: `c` with every stack rewritten by
+    /// [`Lazy::rep_stack`]. Each thread of it accepts the same texts of up to
+    /// `max_token_len` bytes as the thread it replaces, and a configuration is alive after a
+    /// text iff one of its threads is, so both have the same token mask.
+    fn mask_rep(&mut self, nfa: &Nfa, c: ConfigId) -> ConfigId {
+        if self.chain_rep.is_empty() || c == DEAD {
+            return c;
+        }
+        match self.config_rep[c as usize] {
+            UNKNOWN => {}
+            r => return r,
+        }
+        let threads = self.configs[c as usize].threads.clone();
+        let mut out: Vec<(u32, StateId)> = Vec::with_capacity(threads.len());
+        let mut changed = false;
+        for &(stk, s) in threads.iter() {
+            let r = self.rep_stack(nfa, stk);
+            changed |= r != stk;
+            out.push((r, s));
+        }
+        let rep = if changed {
+            out.sort_unstable();
+            out.dedup();
+            let accept = self.configs[c as usize].accept;
+            let key = (out.into_boxed_slice(), accept);
+            match self.config_map.get(&key) {
+                Some(&id) => id,
+                None => {
+                    let mut min_bytes = if accept { 0 } else { u32::MAX };
+                    for &(stk, s) in key.0.iter() {
+                        min_bytes = min_bytes.min(
+                            nfa.dist[s as usize].saturating_add(self.stack_cost[stk as usize]),
+                        );
+                    }
+                    self.push_config(key.0, key.1, min_bytes)
+                }
+            }
+        } else {
+            c
+        };
+        self.config_rep[c as usize] = rep;
+        if rep != c {
+            self.config_rep[rep as usize] = rep;
+        }
+        rep
+    }
+
+    /// Every plain character leads `c` back to `c`, or to a configuration whose mask
+    /// representative is `c` (then `c` behaves like a loop for any token).
+    fn is_plain_loop(&mut self, nfa: &Nfa, c: ConfigId) -> bool {
+        match self.plain_successor(nfa, c) {
+            s if s == c => true,
+            NO_SUCC | DEAD => false,
+            s => self.mask_rep(nfa, s) == c,
+        }
     }
 
     fn push_stack(&mut self, nfa: &Nfa, parent: u32, ret: StateId) -> Option<u32> {
@@ -252,6 +353,13 @@ impl Lazy {
             out.copy_from_slice(m);
             return;
         }
+        let rep = self.mask_rep(nfa, c);
+        if rep != c {
+            self.fill_mask(nfa, vocab, rep, out);
+            // Share the representative's mask (no extra budget).
+            self.masks[c as usize] = self.masks[rep as usize].clone();
+            return;
+        }
         out.fill(0);
         if c != DEAD {
             match self.donor(nfa, c) {
@@ -269,6 +377,12 @@ impl Lazy {
     fn donor_mask(&mut self, nfa: &Nfa, vocab: &TokenVocab, g: ConfigId) -> Arc<[u32]> {
         if let Some(m) = &self.masks[g as usize] {
             return m.clone();
+        }
+        let rep = self.mask_rep(nfa, g);
+        if rep != g {
+            let m = self.donor_mask(nfa, vocab, rep);
+            self.masks[g as usize] = self.masks[rep as usize].clone();
+            return m;
         }
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
@@ -297,7 +411,7 @@ impl Lazy {
     /// ASCII characters, when `c` is not itself a plain loop, at least `DONOR_MIN_BYTES`
     /// characters lead there, and on most first bytes `c` and the donor move alike.
     fn donor(&mut self, nfa: &Nfa, c: ConfigId) -> Option<ConfigId> {
-        if self.plain_successor(nfa, c) == c {
+        if self.is_plain_loop(nfa, c) {
             return None;
         }
         let mut counts: Vec<(ConfigId, u32)> = Vec::new();
@@ -379,9 +493,10 @@ impl Lazy {
     /// caller). Plain-string configurations take precomputed token sets and walk only the
     /// tokens that leave plain characters.
     fn walk(&mut self, nfa: &Nfa, vocab: &TokenVocab, c: ConfigId, out: &mut [u32]) {
-        let trie = if self.plain_successor(nfa, c) == c {
-            // Every plain character leads back to `c`: plain tokens are allowed, any other
-            // token iff its suffix after the plain prefix is.
+        let trie = if self.is_plain_loop(nfa, c) {
+            // Every plain character leads back to `c` (or to a configuration with the same
+            // futures for any token): plain tokens are allowed, any other token iff its
+            // suffix after the plain prefix is.
             let (plain, long, suffix) = vocab.plain_loop_parts();
             out.copy_from_slice(plain);
             for &id in long {
