@@ -7,6 +7,7 @@
 //! Stacks are hash-consed: a stack id names `(parent stack, return state)`.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use crate::nfa::{Nfa, StateId};
@@ -28,6 +29,38 @@ const DONOR_MIN_BYTES: u32 = 16;
 /// Interning key of a configuration: its threads and accepting flag.
 type ConfigKey = (Box<[(u32, StateId)]>, bool);
 
+/// A fast multiplicative hasher for the small integer keys of the lazy automaton (stacks,
+/// threads, configurations): SipHash cost a tenth of a cold mask. Keys are not
+/// attacker-chosen beyond the grammar itself, and a poor spread only costs speed.
+#[derive(Default, Clone, Copy)]
+struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64);
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+type FastSet<K> = HashSet<K, BuildHasherDefault<FastHasher>>;
+
 #[derive(Debug)]
 pub(crate) struct Config {
     /// Sorted `(stack, state)` threads whose state has byte moves.
@@ -44,9 +77,12 @@ pub(crate) struct Lazy {
     /// `(parent, ret, depth)`; stack 0 is the empty stack.
     stacks: Vec<(u32, StateId, u32)>,
     stack_cost: Vec<u32>,
-    stack_map: HashMap<(u32, StateId), u32>,
+    stack_map: FastMap<(u32, StateId), u32>,
     pub configs: Vec<Config>,
-    config_map: HashMap<ConfigKey, ConfigId>,
+    config_map: FastMap<ConfigKey, ConfigId>,
+    /// Reused buffers of [`Lazy::closure`].
+    visited: FastSet<(u32, StateId)>,
+    work: Vec<(u32, StateId)>,
     trans: Vec<u32>,
     masks: Vec<Option<Arc<[u32]>>>,
     /// Reused buffer for donor masks.
@@ -57,7 +93,7 @@ pub(crate) struct Lazy {
     plain_succ: Vec<u32>,
     /// Return states of long counted chains mapped to their representative
     /// ([`Nfa::chain_representatives`]); empty when the grammar has none.
-    chain_rep: HashMap<StateId, StateId>,
+    chain_rep: FastMap<StateId, StateId>,
     /// Per stack: the stack with every chain return state replaced by its representative
     /// (`UNKNOWN`: not computed).
     stack_rep: Vec<u32>,
@@ -73,14 +109,16 @@ impl Lazy {
         let mut l = Lazy {
             stacks: vec![(0, 0, 0)],
             stack_cost: vec![0],
-            stack_map: HashMap::new(),
+            stack_map: FastMap::default(),
             configs: Vec::new(),
-            config_map: HashMap::new(),
+            config_map: FastMap::default(),
+            visited: FastSet::default(),
+            work: Vec::new(),
             trans: Vec::new(),
             masks: Vec::new(),
             scratch: Vec::new(),
             plain_succ: Vec::new(),
-            chain_rep: HashMap::new(),
+            chain_rep: FastMap::default(),
             stack_rep: vec![0],
             config_rep: Vec::new(),
             mask_bytes: 0,
@@ -114,7 +152,10 @@ impl Lazy {
     /// Enables mask sharing between the positions of long counted chains, for a
     /// vocabulary whose longest token has `max_token_len` bytes.
     pub fn share_chain_masks(&mut self, nfa: &Nfa, max_token_len: usize) {
-        self.chain_rep = nfa.chain_representatives(max_token_len);
+        self.chain_rep = nfa
+            .chain_representatives(max_token_len)
+            .into_iter()
+            .collect();
     }
 
     /// The stack `stk` with chain return states replaced by their representatives.
@@ -218,9 +259,13 @@ impl Lazy {
 
     /// Epsilon closure of `seeds`, interned.
     pub fn closure(&mut self, nfa: &Nfa, seeds: Vec<(u32, StateId)>) -> ConfigId {
-        let mut visited: HashSet<(u32, StateId)> = HashSet::new();
-        let mut work = seeds;
-        let mut out: Vec<(u32, StateId)> = Vec::new();
+        let mut visited = std::mem::take(&mut self.visited);
+        visited.clear();
+        let mut work = std::mem::take(&mut self.work);
+        work.clear();
+        work.extend_from_slice(&seeds);
+        let mut out: Vec<(u32, StateId)> = seeds;
+        out.clear();
         let mut accept = false;
         while let Some((stk, s)) = work.pop() {
             if !visited.insert((stk, s)) {
@@ -249,6 +294,8 @@ impl Lazy {
                 }
             }
         }
+        self.visited = visited;
+        self.work = work;
         out.sort_unstable();
         out.dedup();
         if out.is_empty() && !accept {
@@ -579,7 +626,7 @@ impl Lazy {
             }
         }
         // UTF-8 multi-byte characters: (configuration, bytes still needed as a class).
-        let mut seen: HashSet<(ConfigId, u8)> = HashSet::new();
+        let mut seen: FastSet<(ConfigId, u8)> = FastSet::default();
         let mut work: Vec<(ConfigId, u8)> = Vec::new();
         for lead in 0xC2u8..=0xF4 {
             work.push((self.step(nfa, c, lead), utf8_class(lead)));
