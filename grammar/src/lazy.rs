@@ -26,8 +26,6 @@ pub(crate) const MAX_STACK_DEPTH: u32 = 256;
 /// A donor must be the successor of at least this many plain ASCII characters (see
 /// [`Lazy::fill_mask`]).
 const DONOR_MIN_BYTES: u32 = 16;
-/// Interning key of a configuration: its threads and accepting flag.
-type ConfigKey = (Box<[(u32, StateId)]>, bool);
 
 /// A fast multiplicative hasher for the small integer keys of the lazy automaton (stacks,
 /// threads, configurations): SipHash cost a tenth of a cold mask. Keys are not
@@ -79,10 +77,16 @@ pub(crate) struct Lazy {
     stack_cost: Vec<u32>,
     stack_map: FastMap<(u32, StateId), u32>,
     pub configs: Vec<Config>,
-    config_map: FastMap<ConfigKey, ConfigId>,
-    /// Reused buffers of [`Lazy::closure`].
+    /// Interning: hash of `(threads, accept)` → the last configuration with that hash;
+    /// `config_next` chains earlier ones (`UNKNOWN` ends a chain). Lookups compare slices,
+    /// so a known configuration costs no allocation.
+    config_map: FastMap<u64, ConfigId>,
+    config_next: Vec<ConfigId>,
+    /// Reused buffers of [`Lazy::closure`] and [`Lazy::step_slow`].
     visited: FastSet<(u32, StateId)>,
     work: Vec<(u32, StateId)>,
+    out_buf: Vec<(u32, StateId)>,
+    seeds_buf: Vec<(u32, StateId)>,
     trans: Vec<u32>,
     masks: Vec<Option<Arc<[u32]>>>,
     /// Reused buffer for donor masks.
@@ -112,8 +116,11 @@ impl Lazy {
             stack_map: FastMap::default(),
             configs: Vec::new(),
             config_map: FastMap::default(),
+            config_next: Vec::new(),
             visited: FastSet::default(),
             work: Vec::new(),
+            out_buf: Vec::new(),
+            seeds_buf: Vec::new(),
             trans: Vec::new(),
             masks: Vec::new(),
             scratch: Vec::new(),
@@ -129,6 +136,34 @@ impl Lazy {
         l
     }
 
+    fn config_hash(threads: &[(u32, StateId)], accept: bool) -> u64 {
+        let mut h = FastHasher::default();
+        h.write_u64(accept as u64);
+        for &(a, b) in threads {
+            h.write_u64((a as u64) << 32 | b as u64);
+        }
+        h.finish()
+    }
+
+    /// The configuration with these sorted, deduplicated threads, interned.
+    fn intern(&mut self, nfa: &Nfa, threads: &[(u32, StateId)], accept: bool) -> ConfigId {
+        let h = Self::config_hash(threads, accept);
+        let mut id = self.config_map.get(&h).copied().unwrap_or(UNKNOWN);
+        while id != UNKNOWN {
+            let cfg = &self.configs[id as usize];
+            if cfg.accept == accept && *cfg.threads == *threads {
+                return id;
+            }
+            id = self.config_next[id as usize];
+        }
+        let mut min_bytes = if accept { 0 } else { u32::MAX };
+        for &(stk, s) in threads {
+            min_bytes =
+                min_bytes.min(nfa.dist[s as usize].saturating_add(self.stack_cost[stk as usize]));
+        }
+        self.push_config(threads.into(), accept, min_bytes)
+    }
+
     fn push_config(
         &mut self,
         threads: Box<[(u32, StateId)]>,
@@ -136,7 +171,9 @@ impl Lazy {
         min_bytes: u32,
     ) -> ConfigId {
         let id = self.configs.len() as ConfigId;
-        self.config_map.insert((threads.clone(), accept), id);
+        let h = Self::config_hash(&threads, accept);
+        let prev = self.config_map.insert(h, id).unwrap_or(UNKNOWN);
+        self.config_next.push(prev);
         self.configs.push(Config {
             threads,
             accept,
@@ -208,19 +245,7 @@ impl Lazy {
             out.sort_unstable();
             out.dedup();
             let accept = self.configs[c as usize].accept;
-            let key = (out.into_boxed_slice(), accept);
-            match self.config_map.get(&key) {
-                Some(&id) => id,
-                None => {
-                    let mut min_bytes = if accept { 0 } else { u32::MAX };
-                    for &(stk, s) in key.0.iter() {
-                        min_bytes = min_bytes.min(
-                            nfa.dist[s as usize].saturating_add(self.stack_cost[stk as usize]),
-                        );
-                    }
-                    self.push_config(key.0, key.1, min_bytes)
-                }
-            }
+            self.intern(nfa, &out, accept)
         } else {
             c
         };
@@ -258,13 +283,13 @@ impl Lazy {
     }
 
     /// Epsilon closure of `seeds`, interned.
-    pub fn closure(&mut self, nfa: &Nfa, seeds: Vec<(u32, StateId)>) -> ConfigId {
+    pub fn closure(&mut self, nfa: &Nfa, seeds: &[(u32, StateId)]) -> ConfigId {
         let mut visited = std::mem::take(&mut self.visited);
         visited.clear();
         let mut work = std::mem::take(&mut self.work);
         work.clear();
-        work.extend_from_slice(&seeds);
-        let mut out: Vec<(u32, StateId)> = seeds;
+        work.extend_from_slice(seeds);
+        let mut out = std::mem::take(&mut self.out_buf);
         out.clear();
         let mut accept = false;
         while let Some((stk, s)) = work.pop() {
@@ -298,24 +323,18 @@ impl Lazy {
         self.work = work;
         out.sort_unstable();
         out.dedup();
-        if out.is_empty() && !accept {
-            return DEAD;
-        }
-        let key = (out.into_boxed_slice(), accept);
-        if let Some(&id) = self.config_map.get(&key) {
-            return id;
-        }
-        let mut min_bytes = if accept { 0 } else { u32::MAX };
-        for &(stk, s) in key.0.iter() {
-            min_bytes =
-                min_bytes.min(nfa.dist[s as usize].saturating_add(self.stack_cost[stk as usize]));
-        }
-        self.push_config(key.0, key.1, min_bytes)
+        let id = if out.is_empty() && !accept {
+            DEAD
+        } else {
+            self.intern(nfa, &out, accept)
+        };
+        self.out_buf = out;
+        id
     }
 
     /// The configuration at the start of the root rule.
     pub fn start(&mut self, nfa: &Nfa) -> ConfigId {
-        self.closure(nfa, vec![(0, nfa.rules[0].start)])
+        self.closure(nfa, &[(0, nfa.rules[0].start)])
     }
 
     /// One byte step.
@@ -334,7 +353,8 @@ impl Lazy {
     fn step_slow(&mut self, nfa: &Nfa, c: ConfigId, b: u8) -> ConfigId {
         let mut lo_cut = 0u8;
         let mut hi_cut = 255u8;
-        let mut seeds = Vec::new();
+        let mut seeds = std::mem::take(&mut self.seeds_buf);
+        seeds.clear();
         for &(stk, s) in self.configs[c as usize].threads.iter() {
             for &(lo, hi, t) in &nfa.states[s as usize].bytes {
                 if lo <= b && b <= hi {
@@ -351,8 +371,9 @@ impl Lazy {
         let n = if seeds.is_empty() {
             DEAD
         } else {
-            self.closure(nfa, seeds)
+            self.closure(nfa, &seeds)
         };
+        self.seeds_buf = seeds;
         // Past the limit, configurations are still interned (matchers need ids) but rows
         // of new ones are not remembered.
         if (c as usize) < self.max_configs {
