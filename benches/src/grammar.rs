@@ -168,22 +168,40 @@ pub fn dumps(v: &Value) -> String {
 }
 
 /// Follows `ids` then EOS; with `masks`, times `fill_mask` before every token (µs).
+///
+/// With `SGLRS_BENCH_SLOW_US=N` in the environment, every mask slower than N µs is printed
+/// to stderr with the schema's name and the text before it (to find what makes the tail).
 fn follow(
     g: &Arc<CompiledGrammar>,
     tok: &BenchTokenizer,
     ids: &[u32],
     masks: Option<&mut Vec<f64>>,
+    name: &str,
 ) -> bool {
+    let slow_us: Option<f64> = std::env::var("SGLRS_BENCH_SLOW_US")
+        .ok()
+        .and_then(|v| v.parse().ok());
     let mut m = Matcher::new(g.clone());
     let mut buf = vec![0u32; tok.vocab.mask_words()];
     let mut times = masks;
-    for &id in ids.iter().chain(tok.vocab.eos().iter().take(1)) {
+    for (k, &id) in ids.iter().chain(tok.vocab.eos().iter().take(1)).enumerate() {
         if let Some(t) = times.as_deref_mut() {
             let t0 = Instant::now();
             if m.fill_mask(&mut buf).is_err() {
                 return false;
             }
-            t.push(t0.elapsed().as_secs_f64() * 1e6);
+            let us = t0.elapsed().as_secs_f64() * 1e6;
+            t.push(us);
+            if slow_us.is_some_and(|s| us > s) {
+                let text: Vec<u8> = ids[..k]
+                    .iter()
+                    .flat_map(|&i| tok.vocab.token_bytes(i).unwrap_or(&[]).to_vec())
+                    .collect();
+                eprintln!(
+                    "slow-mask {us:.0} us {name} @{k}: {}",
+                    String::from_utf8_lossy(&text)
+                );
+            }
             if buf[(id / 32) as usize] >> (id % 32) & 1 == 0 {
                 return false;
             }
@@ -279,11 +297,11 @@ fn run_schema(e: &BenchSchema, tok: &BenchTokenizer, st: &mut Stats) {
             continue;
         };
         let ac = if *valid {
-            follow(&gc, tok, &ic, Some(&mut st.mask_us))
+            follow(&gc, tok, &ic, Some(&mut st.mask_us), &e.name)
         } else {
-            follow(&gc, tok, &ic, None)
+            follow(&gc, tok, &ic, None, &e.name)
         };
-        let af = follow(&gf, tok, &iflex, None);
+        let af = follow(&gf, tok, &iflex, None, &e.name);
         for acc in [ac, af] {
             if acc != *valid {
                 ok = false;

@@ -7,6 +7,7 @@
 //! Stacks are hash-consed: a stack id names `(parent stack, return state)`.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use crate::nfa::{Nfa, StateId};
@@ -25,8 +26,38 @@ pub(crate) const MAX_STACK_DEPTH: u32 = 256;
 /// A donor must be the successor of at least this many plain ASCII characters (see
 /// [`Lazy::fill_mask`]).
 const DONOR_MIN_BYTES: u32 = 16;
-/// Interning key of a configuration: its threads and accepting flag.
-type ConfigKey = (Box<[(u32, StateId)]>, bool);
+
+/// A fast multiplicative hasher for the small integer keys of the lazy automaton (stacks,
+/// threads, configurations): SipHash cost a tenth of a cold mask. Keys are not
+/// attacker-chosen beyond the grammar itself, and a poor spread only costs speed.
+#[derive(Default, Clone, Copy)]
+struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64);
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+type FastSet<K> = HashSet<K, BuildHasherDefault<FastHasher>>;
 
 #[derive(Debug)]
 pub(crate) struct Config {
@@ -44,9 +75,18 @@ pub(crate) struct Lazy {
     /// `(parent, ret, depth)`; stack 0 is the empty stack.
     stacks: Vec<(u32, StateId, u32)>,
     stack_cost: Vec<u32>,
-    stack_map: HashMap<(u32, StateId), u32>,
+    stack_map: FastMap<(u32, StateId), u32>,
     pub configs: Vec<Config>,
-    config_map: HashMap<ConfigKey, ConfigId>,
+    /// Interning: hash of `(threads, accept)` → the last configuration with that hash;
+    /// `config_next` chains earlier ones (`UNKNOWN` ends a chain). Lookups compare slices,
+    /// so a known configuration costs no allocation.
+    config_map: FastMap<u64, ConfigId>,
+    config_next: Vec<ConfigId>,
+    /// Reused buffers of [`Lazy::closure`] and [`Lazy::step_slow`].
+    visited: FastSet<(u32, StateId)>,
+    work: Vec<(u32, StateId)>,
+    out_buf: Vec<(u32, StateId)>,
+    seeds_buf: Vec<(u32, StateId)>,
     trans: Vec<u32>,
     masks: Vec<Option<Arc<[u32]>>>,
     /// Reused buffer for donor masks.
@@ -55,6 +95,14 @@ pub(crate) struct Lazy {
     /// Per configuration: the one configuration every plain string character leads to
     /// (`NO_SUCC`: they diverge; `UNKNOWN`: not computed).
     plain_succ: Vec<u32>,
+    /// Return states of long counted chains mapped to their representative
+    /// ([`Nfa::chain_representatives`]); empty when the grammar has none.
+    chain_rep: FastMap<StateId, StateId>,
+    /// Per stack: the stack with every chain return state replaced by its representative
+    /// (`UNKNOWN`: not computed).
+    stack_rep: Vec<u32>,
+    /// Per configuration: its mask representative (`UNKNOWN`: not computed).
+    config_rep: Vec<u32>,
     mask_bytes: usize,
     mask_budget: usize,
     max_configs: usize,
@@ -65,19 +113,55 @@ impl Lazy {
         let mut l = Lazy {
             stacks: vec![(0, 0, 0)],
             stack_cost: vec![0],
-            stack_map: HashMap::new(),
+            stack_map: FastMap::default(),
             configs: Vec::new(),
-            config_map: HashMap::new(),
+            config_map: FastMap::default(),
+            config_next: Vec::new(),
+            visited: FastSet::default(),
+            work: Vec::new(),
+            out_buf: Vec::new(),
+            seeds_buf: Vec::new(),
             trans: Vec::new(),
             masks: Vec::new(),
             scratch: Vec::new(),
             plain_succ: Vec::new(),
+            chain_rep: FastMap::default(),
+            stack_rep: vec![0],
+            config_rep: Vec::new(),
             mask_bytes: 0,
             mask_budget,
             max_configs,
         };
         l.push_config(Box::new([]), false, u32::MAX);
         l
+    }
+
+    fn config_hash(threads: &[(u32, StateId)], accept: bool) -> u64 {
+        let mut h = FastHasher::default();
+        h.write_u64(accept as u64);
+        for &(a, b) in threads {
+            h.write_u64((a as u64) << 32 | b as u64);
+        }
+        h.finish()
+    }
+
+    /// The configuration with these sorted, deduplicated threads, interned.
+    fn intern(&mut self, nfa: &Nfa, threads: &[(u32, StateId)], accept: bool) -> ConfigId {
+        let h = Self::config_hash(threads, accept);
+        let mut id = self.config_map.get(&h).copied().unwrap_or(UNKNOWN);
+        while id != UNKNOWN {
+            let cfg = &self.configs[id as usize];
+            if cfg.accept == accept && *cfg.threads == *threads {
+                return id;
+            }
+            id = self.config_next[id as usize];
+        }
+        let mut min_bytes = if accept { 0 } else { u32::MAX };
+        for &(stk, s) in threads {
+            min_bytes =
+                min_bytes.min(nfa.dist[s as usize].saturating_add(self.stack_cost[stk as usize]));
+        }
+        self.push_config(threads.into(), accept, min_bytes)
     }
 
     fn push_config(
@@ -87,7 +171,9 @@ impl Lazy {
         min_bytes: u32,
     ) -> ConfigId {
         let id = self.configs.len() as ConfigId;
-        self.config_map.insert((threads.clone(), accept), id);
+        let h = Self::config_hash(&threads, accept);
+        let prev = self.config_map.insert(h, id).unwrap_or(UNKNOWN);
+        self.config_next.push(prev);
         self.configs.push(Config {
             threads,
             accept,
@@ -96,7 +182,88 @@ impl Lazy {
         self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
         self.masks.push(None);
         self.plain_succ.push(UNKNOWN);
+        self.config_rep.push(UNKNOWN);
         id
+    }
+
+    /// Enables mask sharing between the positions of long counted chains, for a
+    /// vocabulary whose longest token has `max_token_len` bytes.
+    pub fn share_chain_masks(&mut self, nfa: &Nfa, max_token_len: usize) {
+        self.chain_rep = nfa
+            .chain_representatives(max_token_len)
+            .into_iter()
+            .collect();
+    }
+
+    /// The stack `stk` with chain return states replaced by their representatives.
+    fn rep_stack(&mut self, nfa: &Nfa, stk: u32) -> u32 {
+        if stk == 0 {
+            return 0;
+        }
+        if let Some(&r) = self.stack_rep.get(stk as usize) {
+            if r != UNKNOWN {
+                return r;
+            }
+        }
+        let (parent, ret, _) = self.stacks[stk as usize];
+        let p = self.rep_stack(nfa, parent);
+        let r = self.chain_rep.get(&ret).copied().unwrap_or(ret);
+        let out = if p == parent && r == ret {
+            stk
+        } else {
+            // Same depth as `stk`, so the depth limit cannot refuse it.
+            self.push_stack(nfa, p, r).unwrap_or(stk)
+        };
+        if self.stack_rep.len() < self.stacks.len() {
+            self.stack_rep.resize(self.stacks.len(), UNKNOWN);
+        }
+        self.stack_rep[stk as usize] = out;
+        out
+    }
+
+    /// The mask representative of `c`: `c` with every stack rewritten by
+    /// [`Lazy::rep_stack`]. Each thread of it accepts the same texts of up to
+    /// `max_token_len` bytes as the thread it replaces, and a configuration is alive after a
+    /// text iff one of its threads is, so both have the same token mask.
+    fn mask_rep(&mut self, nfa: &Nfa, c: ConfigId) -> ConfigId {
+        if self.chain_rep.is_empty() || c == DEAD {
+            return c;
+        }
+        match self.config_rep[c as usize] {
+            UNKNOWN => {}
+            r => return r,
+        }
+        let threads = self.configs[c as usize].threads.clone();
+        let mut out: Vec<(u32, StateId)> = Vec::with_capacity(threads.len());
+        let mut changed = false;
+        for &(stk, s) in threads.iter() {
+            let r = self.rep_stack(nfa, stk);
+            changed |= r != stk;
+            out.push((r, s));
+        }
+        let rep = if changed {
+            out.sort_unstable();
+            out.dedup();
+            let accept = self.configs[c as usize].accept;
+            self.intern(nfa, &out, accept)
+        } else {
+            c
+        };
+        self.config_rep[c as usize] = rep;
+        if rep != c {
+            self.config_rep[rep as usize] = rep;
+        }
+        rep
+    }
+
+    /// Every plain character leads `c` back to `c`, or to a configuration whose mask
+    /// representative is `c` (then `c` behaves like a loop for any token).
+    fn is_plain_loop(&mut self, nfa: &Nfa, c: ConfigId) -> bool {
+        match self.plain_successor(nfa, c) {
+            s if s == c => true,
+            NO_SUCC | DEAD => false,
+            s => self.mask_rep(nfa, s) == c,
+        }
     }
 
     fn push_stack(&mut self, nfa: &Nfa, parent: u32, ret: StateId) -> Option<u32> {
@@ -116,10 +283,14 @@ impl Lazy {
     }
 
     /// Epsilon closure of `seeds`, interned.
-    pub fn closure(&mut self, nfa: &Nfa, seeds: Vec<(u32, StateId)>) -> ConfigId {
-        let mut visited: HashSet<(u32, StateId)> = HashSet::new();
-        let mut work = seeds;
-        let mut out: Vec<(u32, StateId)> = Vec::new();
+    pub fn closure(&mut self, nfa: &Nfa, seeds: &[(u32, StateId)]) -> ConfigId {
+        let mut visited = std::mem::take(&mut self.visited);
+        visited.clear();
+        let mut work = std::mem::take(&mut self.work);
+        work.clear();
+        work.extend_from_slice(seeds);
+        let mut out = std::mem::take(&mut self.out_buf);
+        out.clear();
         let mut accept = false;
         while let Some((stk, s)) = work.pop() {
             if !visited.insert((stk, s)) {
@@ -148,26 +319,22 @@ impl Lazy {
                 }
             }
         }
+        self.visited = visited;
+        self.work = work;
         out.sort_unstable();
         out.dedup();
-        if out.is_empty() && !accept {
-            return DEAD;
-        }
-        let key = (out.into_boxed_slice(), accept);
-        if let Some(&id) = self.config_map.get(&key) {
-            return id;
-        }
-        let mut min_bytes = if accept { 0 } else { u32::MAX };
-        for &(stk, s) in key.0.iter() {
-            min_bytes =
-                min_bytes.min(nfa.dist[s as usize].saturating_add(self.stack_cost[stk as usize]));
-        }
-        self.push_config(key.0, key.1, min_bytes)
+        let id = if out.is_empty() && !accept {
+            DEAD
+        } else {
+            self.intern(nfa, &out, accept)
+        };
+        self.out_buf = out;
+        id
     }
 
     /// The configuration at the start of the root rule.
     pub fn start(&mut self, nfa: &Nfa) -> ConfigId {
-        self.closure(nfa, vec![(0, nfa.rules[0].start)])
+        self.closure(nfa, &[(0, nfa.rules[0].start)])
     }
 
     /// One byte step.
@@ -186,7 +353,8 @@ impl Lazy {
     fn step_slow(&mut self, nfa: &Nfa, c: ConfigId, b: u8) -> ConfigId {
         let mut lo_cut = 0u8;
         let mut hi_cut = 255u8;
-        let mut seeds = Vec::new();
+        let mut seeds = std::mem::take(&mut self.seeds_buf);
+        seeds.clear();
         for &(stk, s) in self.configs[c as usize].threads.iter() {
             for &(lo, hi, t) in &nfa.states[s as usize].bytes {
                 if lo <= b && b <= hi {
@@ -203,8 +371,9 @@ impl Lazy {
         let n = if seeds.is_empty() {
             DEAD
         } else {
-            self.closure(nfa, seeds)
+            self.closure(nfa, &seeds)
         };
+        self.seeds_buf = seeds;
         // Past the limit, configurations are still interned (matchers need ids) but rows
         // of new ones are not remembered.
         if (c as usize) < self.max_configs {
@@ -252,6 +421,13 @@ impl Lazy {
             out.copy_from_slice(m);
             return;
         }
+        let rep = self.mask_rep(nfa, c);
+        if rep != c {
+            self.fill_mask(nfa, vocab, rep, out);
+            // Share the representative's mask (no extra budget).
+            self.masks[c as usize] = self.masks[rep as usize].clone();
+            return;
+        }
         out.fill(0);
         if c != DEAD {
             match self.donor(nfa, c) {
@@ -269,6 +445,12 @@ impl Lazy {
     fn donor_mask(&mut self, nfa: &Nfa, vocab: &TokenVocab, g: ConfigId) -> Arc<[u32]> {
         if let Some(m) = &self.masks[g as usize] {
             return m.clone();
+        }
+        let rep = self.mask_rep(nfa, g);
+        if rep != g {
+            let m = self.donor_mask(nfa, vocab, rep);
+            self.masks[g as usize] = self.masks[rep as usize].clone();
+            return m;
         }
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
@@ -297,7 +479,7 @@ impl Lazy {
     /// ASCII characters, when `c` is not itself a plain loop, at least `DONOR_MIN_BYTES`
     /// characters lead there, and on most first bytes `c` and the donor move alike.
     fn donor(&mut self, nfa: &Nfa, c: ConfigId) -> Option<ConfigId> {
-        if self.plain_successor(nfa, c) == c {
+        if self.is_plain_loop(nfa, c) {
             return None;
         }
         let mut counts: Vec<(ConfigId, u32)> = Vec::new();
@@ -379,9 +561,10 @@ impl Lazy {
     /// caller). Plain-string configurations take precomputed token sets and walk only the
     /// tokens that leave plain characters.
     fn walk(&mut self, nfa: &Nfa, vocab: &TokenVocab, c: ConfigId, out: &mut [u32]) {
-        let trie = if self.plain_successor(nfa, c) == c {
-            // Every plain character leads back to `c`: plain tokens are allowed, any other
-            // token iff its suffix after the plain prefix is.
+        let trie = if self.is_plain_loop(nfa, c) {
+            // Every plain character leads back to `c` (or to a configuration with the same
+            // futures for any token): plain tokens are allowed, any other token iff its
+            // suffix after the plain prefix is.
             let (plain, long, suffix) = vocab.plain_loop_parts();
             out.copy_from_slice(plain);
             for &id in long {
@@ -464,7 +647,7 @@ impl Lazy {
             }
         }
         // UTF-8 multi-byte characters: (configuration, bytes still needed as a class).
-        let mut seen: HashSet<(ConfigId, u8)> = HashSet::new();
+        let mut seen: FastSet<(ConfigId, u8)> = FastSet::default();
         let mut work: Vec<(ConfigId, u8)> = Vec::new();
         for lead in 0xC2u8..=0xF4 {
             work.push((self.step(nfa, c, lead), utf8_class(lead)));

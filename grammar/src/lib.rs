@@ -290,6 +290,7 @@ impl CompiledGrammar {
     ) -> Result<Arc<Self>, CompileError> {
         let nfa = b.finish()?;
         let mut lazy = Lazy::new(opts.mask_cache_bytes, opts.max_configs);
+        lazy.share_chain_masks(&nfa, vocab.max_token_len());
         let start = lazy.start(&nfa);
         if start == lazy::DEAD {
             return Err(CompileError::Empty);

@@ -5,7 +5,7 @@
 
 use crate::CompileError;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::time::Instant;
 
 /// Index of an NFA state.
@@ -182,6 +182,107 @@ pub(crate) struct Nfa {
 }
 
 impl Nfa {
+    /// Return states of long counted call chains that are interchangeable for any text of
+    /// at most `horizon` bytes, mapped to one representative (see [`crate::lazy`]).
+    ///
+    /// A chain is `q_0 → q_1 → … → q_max` where every `q_k` (k < max) has no byte moves and
+    /// exactly one call, always to the same rule `B` that matches at least one byte, and
+    /// returns to `q_{k+1}`; `q_k` has no epsilon move for `k < min` and one epsilon move to
+    /// the same exit `E` for `k ≥ min` (this is how `Builder::repeat` emits a counted
+    /// string: `maxLength` strings call one shared character rule). From `q_r` the text
+    /// can leave through `E` at once (`r ≥ min`) or after up to `max - r` more calls, each
+    /// taking at least one byte. So for `r, r'` in `[min, max - horizon]` the futures of
+    /// `(S, q_r)` and `(S, q_r')` agree on every text of at most `horizon` bytes, under any
+    /// stack `S`: a token mask cannot tell them apart. Each such `q_r` maps to `q_min`.
+    pub fn chain_representatives(&self, horizon: usize) -> HashMap<StateId, StateId> {
+        let n = self.states.len();
+        let link = |s: usize| -> Option<(RuleId, StateId)> {
+            let st = &self.states[s];
+            (st.bytes.is_empty()
+                && st.calls.len() == 1
+                && st.eps.len() <= 1
+                && st.end_of.is_none()
+                && self
+                    .rule_min
+                    .get(st.calls[0].0 as usize)
+                    .copied()
+                    .unwrap_or(0)
+                    >= 1)
+                .then(|| st.calls[0])
+        };
+        let mut has_pred = vec![false; n];
+        for s in 0..n {
+            if let Some((_, ret)) = link(s) {
+                if let Some(p) = has_pred.get_mut(ret as usize) {
+                    *p = true;
+                }
+            }
+        }
+        let mut out = HashMap::new();
+        let mut seen = vec![false; n];
+        for start in 0..n {
+            if has_pred[start] || link(start).is_none() {
+                continue;
+            }
+            // Collect the chain and the rule it calls.
+            let mut chain = vec![start as StateId];
+            let rule = link(start).map(|l| l.0);
+            let mut cur = start;
+            let mut uniform = true;
+            seen[start] = true;
+            while let Some((r, ret)) = link(cur) {
+                if Some(r) != rule {
+                    uniform = false;
+                    break;
+                }
+                let ret_u = ret as usize;
+                if ret_u >= n || seen[ret_u] {
+                    uniform = false;
+                    break;
+                }
+                seen[ret_u] = true;
+                chain.push(ret);
+                cur = ret_u;
+            }
+            if !uniform {
+                continue;
+            }
+            // The last state: no moves but the epsilon move to the exit.
+            let last = &self.states[cur];
+            if !(last.bytes.is_empty()
+                && last.calls.is_empty()
+                && last.end_of.is_none()
+                && last.eps.len() == 1)
+            {
+                continue;
+            }
+            let exit = last.eps[0];
+            // `min`: the first position with the exit; every later one must have it too.
+            let Some(min) = chain
+                .iter()
+                .position(|&q| self.states[q as usize].eps.first() == Some(&exit))
+            else {
+                continue;
+            };
+            let exits_ok = chain.iter().enumerate().all(|(k, &q)| {
+                let eps = &self.states[q as usize].eps;
+                if k < min {
+                    eps.is_empty()
+                } else {
+                    eps.len() == 1 && eps[0] == exit
+                }
+            });
+            let max = chain.len() - 1;
+            if !exits_ok || max < min + horizon + 1 {
+                continue;
+            }
+            for &q in &chain[min + 1..=max - horizon] {
+                out.insert(q, chain[min]);
+            }
+        }
+        out
+    }
+
     /// Removes moves into states that cannot complete, and calls to empty rules.
     fn trim(&mut self, deadline: Option<Instant>) -> Result<(), CompileError> {
         let n = self.states.len();
@@ -374,6 +475,42 @@ mod tests {
         let nfa = b.finish().unwrap();
         assert_eq!(nfa.states[start as usize].bytes.len(), 1);
         assert_eq!(nfa.dist[start as usize], 2);
+    }
+
+    #[test]
+    fn counted_call_chain_representatives() {
+        let mut b = Builder::new(budget());
+        let root = b.new_rule().unwrap();
+        let ch = b.new_rule().unwrap();
+        let Rule { start, end } = b.rules[ch as usize];
+        b.range(start, b'a', b'z', end);
+        let Rule { start, end } = b.rules[root as usize];
+        let a = b.lit(start, b"<").unwrap();
+        let q0 = b.states.len() as StateId;
+        let e = b
+            .repeat(a, 2, Some(200), &mut |b, s| b.call(s, ch))
+            .unwrap();
+        let x = b.lit(e, b">").unwrap();
+        b.eps(x, end);
+        let nfa = b.finish().unwrap();
+        // Positions are `a` (0) and the return states created in order after it.
+        let q = |k: u32| {
+            if k == 0 {
+                a
+            } else {
+                q0 + k - 1 + u32::from(k > 2)
+            }
+        };
+        let reps = nfa.chain_representatives(10);
+        assert_eq!(reps.len(), 190 - 2, "positions 3..=190 map to position 2");
+        assert_eq!(reps.get(&q(3)), Some(&q(2)));
+        assert_eq!(reps.get(&q(190)), Some(&q(2)));
+        assert_eq!(reps.get(&q(191)), None, "too close to the end");
+        assert_eq!(reps.get(&q(1)), None, "before minLength");
+        assert!(
+            nfa.chain_representatives(300).is_empty(),
+            "horizon past the chain"
+        );
     }
 
     #[test]

@@ -94,6 +94,43 @@ fn masks_exact_along_valid_text() {
     }
 }
 
+/// Long counted strings (`maxLength` > 64 calls one character rule per position): the
+/// positions far from both ends share one mask representative. Checked along texts that run
+/// from the start to the very end of the count (where the masks differ again), with
+/// `minLength` before and inside the shared range, escapes and multi-byte characters, and
+/// two counted strings alive in one configuration.
+#[test]
+fn masks_exact_along_long_counted_strings() {
+    let schema = r#"{"type":"object","properties":{"a":{"type":"string","maxLength":150},"b":{"type":"string","minLength":3,"maxLength":300},"c":{"anyOf":[{"type":"string","maxLength":140},{"type":"string","minLength":140,"maxLength":400}]},"d":{"type":"array","items":{"type":"string","minLength":130,"maxLength":270}}},"additionalProperties":false}"#;
+    // `n` characters (a quote among them, written escaped), as a JSON string literal.
+    let long = |n: usize| -> String {
+        let s: String = "ab é\"z\t12 ".chars().cycle().take(n).collect();
+        serde_json::to_string(&s).unwrap()
+    };
+    let text = format!(
+        r#"{{"a":{},"b":{},"c":{},"d":[{},{}]}}"#,
+        long(150),
+        long(40),
+        long(141),
+        long(130),
+        long(270)
+    );
+    for tok in [common::llama3(), common::mistral()].into_iter().flatten() {
+        let g = CompiledGrammar::json_schema(schema, tok.vocab.clone(), &CompileOptions::default())
+            .unwrap();
+        let mut m = Matcher::new(g.clone());
+        let mut mask = vec![0u32; tok.vocab.mask_words()];
+        for id in tok.tokenize(&text) {
+            let allowed = check_here(tok, &m, &mut mask);
+            assert!(allowed.contains(&id), "valid token {id} allowed");
+            m.accept_token(id).unwrap();
+        }
+        check_here(tok, &m, &mut mask);
+        assert!(m.is_accepting());
+        check_walks(tok, &g, 77, 2, 40);
+    }
+}
+
 #[test]
 fn masks_exact_llama3() {
     let Some(tok) = common::llama3() else { return };
