@@ -261,7 +261,7 @@ impl QuicPair {
                     Some(RoomEvent::Pages { dst_pages, pages }) => {
                         for (d, p) in dst_pages.iter().zip(&pages) {
                             let slot = *d as usize % SLOTS;
-                            pool[slot * pb..(slot + 1) * pb].copy_from_slice(p);
+                            p.copy_to(&mut pool[slot * pb..(slot + 1) * pb]);
                         }
                     }
                     Some(RoomEvent::Aux(_)) => {}

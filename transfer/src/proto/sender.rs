@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::{
     check_hello, min_deadline, page_checksum, room_checksum, AbortReason, AuthKey, AuxData, Config,
-    Liveness, Message, RoomId, TransferError,
+    Liveness, Message, Page, RoomId, TransferError,
 };
 use crate::layout::KvLayout;
 
@@ -99,10 +99,10 @@ struct OutRoom {
 
 impl OutRoom {
     /// Records the checksums of `pages`, the room's pages from index `first` on.
-    fn hash(&mut self, first: usize, pages: &[Bytes]) {
+    fn hash(&mut self, first: usize, pages: &[Page]) {
         for (sum, p) in self.sums.iter_mut().skip(first).zip(pages) {
             if sum.is_none() {
-                *sum = Some(page_checksum(p));
+                *sum = Some(p.checksum());
             }
         }
     }
@@ -222,7 +222,7 @@ impl TransferSender {
             self.data.push_back(Message::Pages {
                 room,
                 first,
-                pages: chunk.to_vec(),
+                pages: chunk.iter().cloned().map(Page::from).collect(),
             });
         }
         r.pages = Some(pages);
@@ -388,7 +388,7 @@ impl TransferSender {
             self.data.push_back(Message::Pages {
                 room,
                 first: i,
-                pages: vec![pages[i as usize].clone()],
+                pages: vec![pages[i as usize].clone().into()],
             });
         }
         self.queue_tail(room);

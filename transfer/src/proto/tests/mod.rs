@@ -74,6 +74,7 @@ impl Net {
         if self.rng.random::<f64>() < self.loss {
             return;
         }
+        let m = self.split_pages(m);
         let copies = if self.rng.random::<f64>() < self.dup {
             2
         } else {
@@ -90,6 +91,34 @@ impl Net {
             self.queue.push((at, self.seq, to, m.clone()));
         }
     }
+    /// Delivers every other page in random pieces, as the QUIC driver does.
+    fn split_pages(&mut self, m: Message) -> Message {
+        let Message::Pages { room, first, pages } = m else {
+            return m;
+        };
+        let pages = pages
+            .into_iter()
+            .map(|p| {
+                let b = p.to_bytes();
+                if b.len() < 2 || self.rng.random::<bool>() {
+                    return p;
+                }
+                let mut cuts: Vec<usize> = (0..self.rng.random_range(1..4))
+                    .map(|_| self.rng.random_range(1..b.len()))
+                    .collect();
+                cuts.sort_unstable();
+                let mut at = 0;
+                let mut pieces = Vec::new();
+                for c in cuts.into_iter().chain([b.len()]) {
+                    pieces.push(b.slice(at..c));
+                    at = c;
+                }
+                Page::from_chunks(pieces)
+            })
+            .collect();
+        Message::Pages { room, first, pages }
+    }
+
     fn next_at(&self) -> Option<Instant> {
         self.queue.iter().map(|q| q.0).min()
     }
@@ -113,7 +142,7 @@ struct Pair {
     s_events: Vec<SenderEvent>,
     r_events: Vec<ReceiverEvent>,
     /// Destination page id → bytes, as the receiver reported them.
-    written: HashMap<u32, Bytes>,
+    written: HashMap<u32, Page>,
 }
 
 impl Pair {

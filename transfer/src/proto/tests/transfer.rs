@@ -154,7 +154,7 @@ fn corrupted_page_fails_the_checksum_on_both_sides() {
             mut pages,
         } if !hit => {
             hit = true;
-            let mut v = pages[0].to_vec();
+            let mut v = pages[0].to_bytes().to_vec();
             v[3] ^= 0x40;
             pages[0] = v.into();
             Message::Pages { room, first, pages }
@@ -375,7 +375,7 @@ fn pages_outside_the_room_are_a_protocol_error() {
         Message::Pages {
             room: RoomId(1),
             first: 1,
-            pages: vec![page(&layout, 0), page(&layout, 1)],
+            pages: vec![page(&layout, 0).into(), page(&layout, 1).into()],
         },
         now,
     );
@@ -393,7 +393,7 @@ fn pages_outside_the_room_are_a_protocol_error() {
         Message::Pages {
             room: RoomId(99),
             first: 0,
-            pages: vec![page(&layout, 0)],
+            pages: vec![page(&layout, 0).into()],
         },
         now,
     );
@@ -415,7 +415,7 @@ fn pages_overtaking_the_hello_ack_are_accepted() {
         Message::Pages {
             room: RoomId(1),
             first: 0,
-            pages: vec![page(&layout, 0)],
+            pages: vec![page(&layout, 0).into()],
         },
         now,
     );
@@ -426,7 +426,7 @@ fn pages_overtaking_the_hello_ack_are_accepted() {
         Some(ReceiverEvent::Pages {
             room: RoomId(1),
             dst_pages: vec![8],
-            pages: vec![page(&layout, 0)]
+            pages: vec![page(&layout, 0).into()]
         })
     );
     assert_eq!(r.poll_event(), None);
