@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::proto::wire::{decode, encode, frame_len, pages_header, PAGES_HEADER};
-use crate::proto::{Message, Page, PageHasher};
+use crate::proto::{Message, Page, PageHasher, RoomId};
 
 /// Bytes of received frame buffers a connection keeps for reuse (see [`FramePool`]).
 const FRAME_POOL_BYTES: usize = 64 << 20;
@@ -25,6 +25,14 @@ pub(crate) trait Core: Send + 'static {
     fn handle_message_hashed(&mut self, m: Message, _sums: Option<Vec<u64>>, now: Instant) {
         self.handle_message(m, now)
     }
+    /// Whether the page writers hash each page of a `Pages` message just before handing it
+    /// to quinn and report it with [`record_checksum`](Core::record_checksum) (data
+    /// messages then come from [`poll_data_unhashed`](Core::poll_data_unhashed)).
+    const HASH_ON_WRITE: bool = false;
+    fn poll_data_unhashed(&mut self) -> Option<Message> {
+        self.poll_data()
+    }
+    fn record_checksum(&mut self, _room: RoomId, _index: u32, _checksum: u64) {}
     fn handle_timeout(&mut self, now: Instant);
     fn handle_connection_lost(&mut self, reason: String, now: Instant);
     fn poll_timeout(&self) -> Option<Instant>;
@@ -35,6 +43,17 @@ pub(crate) trait Core: Send + 'static {
 }
 
 macro_rules! impl_core {
+    ($t:ty, $e:ty, $data:expr, hash_on_write) => {
+        impl_core!($t, $e, $data, {
+            const HASH_ON_WRITE: bool = true;
+            fn poll_data_unhashed(&mut self) -> Option<Message> {
+                <$t>::poll_transmit_data_unhashed(self)
+            }
+            fn record_checksum(&mut self, room: RoomId, index: u32, checksum: u64) {
+                <$t>::record_checksum(self, room, index, checksum)
+            }
+        });
+    };
     ($t:ty, $e:ty, $data:expr, prehash) => {
         impl_core!($t, $e, $data, {
             const PREHASH: bool = true;
@@ -86,7 +105,8 @@ use crate::proto::{
 impl_core!(
     TransferSender,
     SenderEvent,
-    TransferSender::poll_transmit_data
+    TransferSender::poll_transmit_data,
+    hash_on_write
 );
 impl_core!(TransferReceiver, ReceiverEvent, |_| None, prehash);
 impl_core!(
@@ -366,16 +386,54 @@ async fn write_control(mut send: quinn::SendStream, mut rx: mpsc::UnboundedRecei
     let _ = tokio::time::timeout(Duration::from_secs(2), send.stopped()).await;
 }
 
+/// Writes a `Pages` message page by page, hashing each page for the core just before quinn
+/// takes it: the wait for room in quinn's send window comes first, so the bytes the hash
+/// pulls into cache are the ones quinn copies into packets next. Every page is hashed and
+/// reported even when the stream fails, so the room's `Done` never waits for a checksum.
+async fn write_pages<C: Core>(
+    s: &mut quinn::SendStream,
+    m: Message,
+    shared: &Shared<C>,
+) -> Result<(), quinn::WriteError> {
+    let mut header = encode(&m);
+    header.truncate(1);
+    let Message::Pages { room, first, pages } = m else {
+        return Ok(());
+    };
+    let mut result = s.write_all_chunks(&mut header).await;
+    for (i, page) in pages.into_iter().enumerate() {
+        if result.is_ok() {
+            // Zero bytes: waits until quinn's send window has room.
+            result = s.write(&[]).await.map(drop);
+        }
+        let sum = page.checksum();
+        let index = first.saturating_add(i as u32);
+        shared.with(|c, _| c.record_checksum(room, index, sum));
+        if result.is_ok() {
+            let mut chunks = page.chunks().to_vec();
+            drop(page);
+            result = s.write_all_chunks(&mut chunks).await;
+        }
+    }
+    result
+}
+
 async fn write_data<C: Core>(
     conn: quinn::Connection,
     m: Message,
     permit: OwnedSemaphorePermit,
     shared: Arc<Shared<C>>,
 ) {
-    let mut bufs = encode(&m);
-    drop(m);
-    if let Ok(mut s) = conn.open_uni().await {
-        if s.write_all_chunks(&mut bufs).await.is_ok() {
+    let hash_here = C::HASH_ON_WRITE && matches!(m, Message::Pages { .. });
+    let mut bufs = if hash_here { Vec::new() } else { encode(&m) };
+    let mut m = Some(m);
+    let stream = conn.open_uni().await;
+    if let Ok(mut s) = stream {
+        let written = match m.take() {
+            Some(m) if hash_here => write_pages(&mut s, m, &shared).await,
+            _ => s.write_all_chunks(&mut bufs).await,
+        };
+        if written.is_ok() {
             drop(bufs);
             // Hold the permit until the peer has every byte of the stream: `data_streams`
             // bounds the streams the peer is gathering at once (and its memory), not just
@@ -383,6 +441,13 @@ async fn write_data<C: Core>(
             if s.finish().is_ok() {
                 let _ = s.stopped().await;
             }
+        }
+    }
+    if let Some(Message::Pages { room, first, pages }) = m.filter(|_| hash_here) {
+        // The stream could not be opened: the pages still need their checksums.
+        for (i, p) in pages.iter().enumerate() {
+            let sum = p.checksum();
+            shared.with(|c, _| c.record_checksum(room, first.saturating_add(i as u32), sum));
         }
     }
     drop(permit);
@@ -422,7 +487,12 @@ pub(crate) async fn drive<C: Core>(
                 let _ = ctl_tx.send(m);
             }
             while let Ok(permit) = permits.clone().try_acquire_owned() {
-                let Some(m) = core.poll_data() else { break };
+                let m = if C::HASH_ON_WRITE {
+                    core.poll_data_unhashed()
+                } else {
+                    core.poll_data()
+                };
+                let Some(m) = m else { break };
                 if m.is_bulk() {
                     tasks.spawn(write_data(conn.clone(), m, permit, shared.clone()));
                 } else {

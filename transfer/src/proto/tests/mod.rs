@@ -143,6 +143,9 @@ struct Pair {
     r_events: Vec<ReceiverEvent>,
     /// Destination page id → bytes, as the receiver reported them.
     written: HashMap<u32, Page>,
+    /// `Some`: the sender's pages come unhashed and the "driver" reports their checksums
+    /// one flush later (as the QUIC page writers do, after a while); these wait.
+    driver_sums: Option<Vec<(RoomId, u32, u64)>>,
 }
 
 impl Pair {
@@ -167,6 +170,7 @@ impl Pair {
             s_events: Vec::new(),
             r_events: Vec::new(),
             written: HashMap::new(),
+            driver_sums: None,
         }
     }
 
@@ -188,11 +192,27 @@ impl Pair {
     /// Moves every queued message into the network and collects events.
     fn flush(&mut self) {
         if self.sender_alive {
-            while let Some(m) = self
-                .sender
-                .poll_transmit_control()
-                .or_else(|| self.sender.poll_transmit_data())
-            {
+            let late = self.driver_sums.as_mut().map(std::mem::take);
+            for (room, i, sum) in late.into_iter().flatten() {
+                self.sender.record_checksum(room, i, sum);
+            }
+            while let Some(m) = match self.driver_sums {
+                None => self
+                    .sender
+                    .poll_transmit_control()
+                    .or_else(|| self.sender.poll_transmit_data()),
+                Some(_) => self
+                    .sender
+                    .poll_transmit_control()
+                    .or_else(|| self.sender.poll_transmit_data_unhashed()),
+            } {
+                if let (Some(sums), Message::Pages { room, first, pages }) =
+                    (&mut self.driver_sums, &m)
+                {
+                    for (i, p) in pages.iter().enumerate() {
+                        sums.push((*room, first + i as u32, p.checksum()));
+                    }
+                }
                 let m = match &mut self.tamper {
                     Some(t) => t(m),
                     None => m,
