@@ -120,13 +120,14 @@ impl Default for QuicConfig {
 }
 
 impl QuicConfig {
-    /// Settings for loopback (tests, benchmarks, co-located roles): 16,000-byte datagrams
-    /// (four per GSO send; larger ones measured no faster here), a 4 MiB initial
+    /// Settings for loopback (tests, benchmarks, co-located roles): 60,000-byte datagrams
+    /// (one per send: against 16,000-byte ones in four-segment GSO sends, about 10% less CPU
+    /// per byte, from fewer packets to seal, open and acknowledge), a 4 MiB initial
     /// congestion window, since loopback needs no slow start, and a 2 MiB send window, so
     /// the receiving socket's buffer never overflows.
     pub fn loopback() -> Self {
         Self {
-            mtu: 16_000,
+            mtu: 60_000,
             send_window: LOOPBACK_SEND_WINDOW,
             congestion: Congestion::Cubic {
                 initial_window: 4 << 20,
