@@ -30,7 +30,9 @@
 //!
 //! The router sends a request to both hosts with the same [`bootstrap::BootstrapInfo`]. The
 //! decode host allocates destination pages and calls [`quic::KvReceiver::register`], then
-//! writes each [`quic::RoomEvent::Pages`] batch into its KV pool and starts decoding at
+//! copies each page of a [`quic::RoomEvent::Pages`] event into its KV pool slot
+//! ([`proto::Page::copy_to`]: a received page is the pieces quinn delivered, not gathered
+//! into one buffer first) and starts decoding at
 //! [`quic::RoomEvent::Done`]. The prefill host runs the prompt and calls
 //! [`quic::KvSender::send`] with the pages; it returns once the decode host verified them,
 //! or with the reason it failed, and releases the pages either way.
@@ -57,6 +59,10 @@
 //! sent?;
 //! let got = got?;
 //! assert_eq!(got.pages.len(), 2);
+//! let (_, page) = got.pages.iter().find(|(dst, _)| *dst == 8).ok_or("page 8 missing")?;
+//! let mut slot = vec![0u8; layout.page_bytes()];
+//! page.copy_to(&mut slot);
+//! assert_eq!(slot, vec![2u8; layout.page_bytes()]);
 //! assert_eq!(got.aux.map(|a| a.first_token), Some(17));
 //! # Ok(())
 //! # }

@@ -20,6 +20,69 @@ pub fn page_checksum(page: &[u8]) -> u64 {
 /// Inputs up to this length take xxh3's short paths (no SIMD loop).
 const MIDSIZE_MAX: usize = 240;
 
+/// [`page_checksum`] of a page that arrives in pieces: feed the pieces in order with
+/// [`update`](Self::update), read the value with [`finish`](Self::finish). Hashing each
+/// piece as it arrives touches it while it is still in cache. The value equals
+/// `page_checksum` of the concatenation, however the input is split.
+#[derive(Clone)]
+pub struct PageHasher {
+    inner: HasherImpl,
+}
+
+#[derive(Clone)]
+enum HasherImpl {
+    #[cfg(target_arch = "x86_64")]
+    Avx512(Box<avx512::Stream>),
+    Portable(Box<xxhash_rust::xxh3::Xxh3>),
+}
+
+impl Default for PageHasher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for PageHasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageHasher").finish_non_exhaustive()
+    }
+}
+
+impl PageHasher {
+    /// A hasher with nothing fed yet.
+    pub fn new() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return Self {
+                inner: HasherImpl::Avx512(Box::default()),
+            };
+        }
+        Self {
+            inner: HasherImpl::Portable(Box::default()),
+        }
+    }
+
+    /// Feeds the next piece.
+    pub fn update(&mut self, data: &[u8]) {
+        match &mut self.inner {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: this variant is only made when the CPU supports AVX-512F.
+            HasherImpl::Avx512(s) => unsafe { s.update(data) },
+            HasherImpl::Portable(h) => h.update(data),
+        }
+    }
+
+    /// xxh3-64 of everything fed so far.
+    pub fn finish(&self) -> u64 {
+        match &self.inner {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as in `update`.
+            HasherImpl::Avx512(s) => unsafe { s.finish() },
+            HasherImpl::Portable(h) => h.digest(),
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
@@ -87,9 +150,22 @@ mod avx512 {
     /// Adds `stripes` stripes starting at `input` (secret offsets 0, 8, 16, …).
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn accumulate_stripes(mut acc: __m512i, input: &[u8], stripes: usize) -> __m512i {
+    fn accumulate_stripes(acc: __m512i, input: &[u8], stripes: usize) -> __m512i {
+        accumulate_stripes_from(acc, input, stripes, 0)
+    }
+
+    /// Adds `stripes` stripes starting at `input`, the first with the secret at stripe
+    /// position `at` of its block (secret offsets `8 * at`, `8 * (at + 1)`, …).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn accumulate_stripes_from(
+        mut acc: __m512i,
+        input: &[u8],
+        stripes: usize,
+        at: usize,
+    ) -> __m512i {
         assert!(input.len() >= stripes * STRIPE);
-        assert!((stripes.max(1) - 1) * SECRET_CONSUME_RATE + STRIPE <= SECRET.len());
+        assert!((at + stripes.max(1) - 1) * SECRET_CONSUME_RATE + STRIPE <= SECRET.len());
         for s in 0..stripes {
             // SAFETY: stripe `s` lies inside `input` and its secret inside `SECRET`
             // (asserted above).
@@ -97,7 +173,7 @@ mod avx512 {
                 accumulate(
                     acc,
                     input.as_ptr().add(s * STRIPE),
-                    SECRET.as_ptr().add(s * SECRET_CONSUME_RATE),
+                    SECRET.as_ptr().add((at + s) * SECRET_CONSUME_RATE),
                 )
             };
         }
@@ -130,6 +206,144 @@ mod avx512 {
         h ^ (h >> 32)
     }
 
+    const STRIPES_PER_BLOCK: usize = (SECRET.len() - STRIPE) / SECRET_CONSUME_RATE;
+    const INIT_ACC: [u64; 8] = [
+        PRIME32_3, PRIME64_1, PRIME64_2, PRIME64_3, PRIME64_4, PRIME32_2, PRIME64_5, PRIME32_1,
+    ];
+
+    /// Final mix of the accumulators of an input of `len` bytes (> 240).
+    fn merge(lanes: &[u64; 8], len: usize) -> u64 {
+        let merge = &SECRET[SECRET_MERGEACCS_START..];
+        let mut h = (len as u64).wrapping_mul(PRIME64_1);
+        for i in 0..4 {
+            h = h.wrapping_add(mul128_fold64(
+                lanes[2 * i] ^ read64(merge, 16 * i),
+                lanes[2 * i + 1] ^ read64(merge, 16 * i + 8),
+            ));
+        }
+        avalanche(h)
+    }
+
+    /// Streaming state of xxh3-64's long-input loop. A stripe is consumed only once a byte
+    /// past it has arrived (the one-shot loop leaves the input's last stripe to the final,
+    /// overlapping one), so `pending` always holds the 1..=64 bytes not yet consumed.
+    #[derive(Clone)]
+    pub(super) struct Stream {
+        acc: [u64; 8],
+        /// Stripes consumed in the current block.
+        in_block: usize,
+        /// Bytes fed so far.
+        len: usize,
+        /// The first bytes, for inputs of at most 240 bytes (xxh3's short paths).
+        head: [u8; super::MIDSIZE_MAX],
+        /// Bytes not consumed yet (`pending[..pending_len]`).
+        pending: [u8; STRIPE],
+        pending_len: usize,
+        /// The last 64 bytes consumed (the final stripe may reach back into them).
+        last: [u8; STRIPE],
+    }
+
+    impl Default for Stream {
+        fn default() -> Self {
+            Self {
+                acc: INIT_ACC,
+                in_block: 0,
+                len: 0,
+                head: [0; super::MIDSIZE_MAX],
+                pending: [0; STRIPE],
+                pending_len: 0,
+                last: [0; STRIPE],
+            }
+        }
+    }
+
+    impl Stream {
+        /// Consumes whole stripes of `input` (`input.len()` a multiple of 64), scrambling at
+        /// block ends. Only called with more input known to follow.
+        #[target_feature(enable = "avx512f")]
+        fn consume(&mut self, acc: &mut __m512i, mut input: &[u8]) {
+            debug_assert!(input.len().is_multiple_of(STRIPE));
+            let last_secret = &SECRET[SECRET.len() - STRIPE..];
+            while !input.is_empty() {
+                let n = (input.len() / STRIPE).min(STRIPES_PER_BLOCK - self.in_block);
+                *acc = accumulate_stripes_from(*acc, input, n, self.in_block);
+                self.in_block += n;
+                if self.in_block == STRIPES_PER_BLOCK {
+                    *acc = scramble(*acc, last_secret);
+                    self.in_block = 0;
+                }
+                input = &input[n * STRIPE..];
+            }
+        }
+
+        /// Feeds `data`.
+        ///
+        /// # Safety
+        /// The CPU must support AVX-512F.
+        #[target_feature(enable = "avx512f")]
+        pub(super) unsafe fn update(&mut self, mut data: &[u8]) {
+            if data.is_empty() {
+                return;
+            }
+            if self.len < super::MIDSIZE_MAX {
+                let n = data.len().min(super::MIDSIZE_MAX - self.len);
+                self.head[self.len..self.len + n].copy_from_slice(&data[..n]);
+            }
+            self.len += data.len();
+            // SAFETY: `acc` is 64 bytes; unaligned load.
+            let mut acc = unsafe { _mm512_loadu_si512(self.acc.as_ptr().cast()) };
+            if self.pending_len > 0 {
+                let n = data.len().min(STRIPE - self.pending_len);
+                self.pending[self.pending_len..self.pending_len + n].copy_from_slice(&data[..n]);
+                self.pending_len += n;
+                data = &data[n..];
+                if data.is_empty() {
+                    return; // the pending stripe may be the input's last: keep it
+                }
+                let stripe = self.pending;
+                self.consume(&mut acc, &stripe);
+                self.last = stripe;
+                self.pending_len = 0;
+            }
+            // Consume every whole stripe with at least one byte after it.
+            let whole = (data.len() - 1) / STRIPE * STRIPE;
+            if whole > 0 {
+                self.consume(&mut acc, &data[..whole]);
+                self.last.copy_from_slice(&data[whole - STRIPE..whole]);
+            }
+            let rest = &data[whole..];
+            self.pending[..rest.len()].copy_from_slice(rest);
+            self.pending_len = rest.len();
+            // SAFETY: as above; unaligned store.
+            unsafe { _mm512_storeu_si512(self.acc.as_mut_ptr().cast(), acc) };
+        }
+
+        /// xxh3-64 of everything fed.
+        ///
+        /// # Safety
+        /// The CPU must support AVX-512F.
+        #[target_feature(enable = "avx512f")]
+        pub(super) unsafe fn finish(&self) -> u64 {
+            if self.len <= super::MIDSIZE_MAX {
+                return twox_hash::XxHash3_64::oneshot(&self.head[..self.len]);
+            }
+            // The input's last 64 bytes: the tail of what was consumed, then `pending`.
+            let mut stripe = [0u8; STRIPE];
+            let p = self.pending_len;
+            stripe[..STRIPE - p].copy_from_slice(&self.last[p..]);
+            stripe[STRIPE - p..].copy_from_slice(&self.pending[..p]);
+            // SAFETY: `acc` is 64 bytes; unaligned load.
+            let mut acc = unsafe { _mm512_loadu_si512(self.acc.as_ptr().cast()) };
+            let last_key = &SECRET[SECRET.len() - STRIPE - SECRET_LASTACC_START..];
+            // SAFETY: both hold at least 64 bytes.
+            acc = unsafe { accumulate(acc, stripe.as_ptr(), last_key.as_ptr()) };
+            let mut lanes = [0u64; 8];
+            // SAFETY: `lanes` is 64 bytes; unaligned store.
+            unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), acc) };
+            merge(&lanes, self.len)
+        }
+    }
+
     /// xxh3-64 (seed 0, default secret) of an input longer than 240 bytes.
     ///
     /// # Safety
@@ -138,12 +352,9 @@ mod avx512 {
     pub(super) unsafe fn hash_long(input: &[u8]) -> u64 {
         let len = input.len();
         debug_assert!(len > super::MIDSIZE_MAX);
-        let init: [u64; 8] = [
-            PRIME32_3, PRIME64_1, PRIME64_2, PRIME64_3, PRIME64_4, PRIME32_2, PRIME64_5, PRIME32_1,
-        ];
-        // SAFETY: `init` is 64 bytes; unaligned load.
-        let mut acc = unsafe { _mm512_loadu_si512(init.as_ptr().cast()) };
-        let stripes_per_block = (SECRET.len() - STRIPE) / SECRET_CONSUME_RATE;
+        // SAFETY: `INIT_ACC` is 64 bytes; unaligned load.
+        let mut acc = unsafe { _mm512_loadu_si512(INIT_ACC.as_ptr().cast()) };
+        let stripes_per_block = STRIPES_PER_BLOCK;
         let block_len = STRIPE * stripes_per_block;
         let blocks = (len - 1) / block_len;
         let last_secret = &SECRET[SECRET.len() - STRIPE..];
@@ -161,15 +372,7 @@ mod avx512 {
         let mut lanes = [0u64; 8];
         // SAFETY: `lanes` is 64 bytes; unaligned store.
         unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), acc) };
-        let merge = &SECRET[SECRET_MERGEACCS_START..];
-        let mut h = (len as u64).wrapping_mul(PRIME64_1);
-        for i in 0..4 {
-            h = h.wrapping_add(mul128_fold64(
-                lanes[2 * i] ^ read64(merge, 16 * i),
-                lanes[2 * i + 1] ^ read64(merge, 16 * i + 8),
-            ));
-        }
-        avalanche(h)
+        merge(&lanes, len)
     }
 }
 
@@ -219,6 +422,46 @@ mod tests {
                 xxhash_rust::xxh3::xxh3_64(s),
                 "offset {off}"
             );
+        }
+    }
+
+    /// The streaming hasher gives the one-shot value however the input is split: every
+    /// length class, pieces of 1, 63, 64, 65 and 1,000 bytes and random splits.
+    #[test]
+    fn page_hasher_equals_the_one_shot_value() {
+        let d = data(400_000);
+        let mut seed = 0x1234_5678_9ABC_DEF1u64;
+        let mut rnd = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed as usize) % n
+        };
+        let lens = (0..1_200).step_by(7).chain([
+            239, 240, 241, 1_024, 1_025, 2_048, 2_049, 65_536, 368_640, 399_999,
+        ]);
+        for n in lens {
+            let s = &d[..n];
+            let want = xxhash_rust::xxh3::xxh3_64(s);
+            for piece in [1usize, 63, 64, 65, 1_000, 16_000] {
+                if n > 50_000 && piece < 64 {
+                    continue;
+                }
+                let mut h = super::PageHasher::new();
+                s.chunks(piece).for_each(|c| h.update(c));
+                assert_eq!(h.finish(), want, "length {n}, pieces of {piece}");
+            }
+            for _ in 0..4 {
+                let mut h = super::PageHasher::new();
+                let mut rest = s;
+                while !rest.is_empty() {
+                    let k = 1 + rnd(rest.len().min(20_000));
+                    h.update(&rest[..k]);
+                    h.update(&[]);
+                    rest = &rest[k..];
+                }
+                assert_eq!(h.finish(), want, "length {n}, random pieces");
+            }
         }
     }
 

@@ -20,6 +20,7 @@
 //! [`TransferError::PeerTimeout`] when it heard nothing for [`Config::idle_timeout`].
 
 mod checksum;
+mod page;
 mod receiver;
 mod sender;
 mod store;
@@ -133,7 +134,8 @@ pub enum TransferError {
     ConnectionLost(String),
 }
 
-pub use checksum::page_checksum;
+pub use checksum::{page_checksum, PageHasher};
+pub use page::Page;
 
 /// Checksum of a room, as carried by `Done`: xxh3-64 over the little-endian page checksums
 /// in page order.

@@ -5,12 +5,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use super::sender::name;
 use super::{
-    make_hello, min_deadline, page_checksum, room_checksum, AbortReason, AuthKey, AuxData, Config,
-    HelloRetry, Liveness, Message, RoomId, TransferError,
+    make_hello, min_deadline, room_checksum, AbortReason, AuthKey, AuxData, Config, HelloRetry,
+    Liveness, Message, Page, RoomId, TransferError,
 };
 use crate::layout::KvLayout;
 
@@ -30,7 +28,7 @@ pub enum ReceiverEvent {
         /// Destination page ids, as registered.
         dst_pages: Vec<u32>,
         /// The page bytes in the executor's layout.
-        pages: Vec<Bytes>,
+        pages: Vec<Page>,
     },
     /// The aux data (first token, logprobs) arrived.
     Aux {
@@ -312,7 +310,7 @@ impl TransferReceiver {
         &mut self,
         room: RoomId,
         first: u32,
-        pages: Vec<Bytes>,
+        pages: Vec<Page>,
         checksums: Option<Vec<u64>>,
     ) {
         let want = self.layout.page_bytes();
@@ -344,7 +342,7 @@ impl TransferReceiver {
                 r.have[idx] = true;
                 r.checksums[idx] = match &checksums {
                     Some(c) => c[i],
-                    None => page_checksum(&p),
+                    None => p.checksum(),
                 };
                 r.received += 1;
                 dst.push(r.dst[idx]);

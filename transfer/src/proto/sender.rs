@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::{
     check_hello, min_deadline, page_checksum, room_checksum, AbortReason, AuthKey, AuxData, Config,
-    Liveness, Message, RoomId, TransferError,
+    Liveness, Message, Page, RoomId, TransferError,
 };
 use crate::layout::KvLayout;
 
@@ -90,20 +90,56 @@ struct OutRoom {
     pages: Option<Vec<Bytes>>,
     aux: AuxData,
     /// Page checksums, computed as each page is first handed to the driver (so hashing
-    /// overlaps sending instead of delaying the first page).
-    sums: Vec<Option<u64>>,
+    /// overlaps sending instead of delaying the first page), or by the driver itself.
+    sums: Vec<Sum>,
+    /// Pages handed to the driver to hash whose checksums have not come back yet.
+    with_driver: usize,
     /// When the `Done` handed to the driver counts as unanswered.
     ack_deadline: Option<Instant>,
     retries: u32,
 }
 
+/// What is known of one page's checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sum {
+    /// Nobody hashed the page yet.
+    Unknown,
+    /// The driver is hashing it (see [`TransferSender::poll_transmit_data_unhashed`]).
+    WithDriver,
+    /// The checksum.
+    Known(u64),
+}
+
 impl OutRoom {
     /// Records the checksums of `pages`, the room's pages from index `first` on.
-    fn hash(&mut self, first: usize, pages: &[Bytes]) {
+    fn hash(&mut self, first: usize, pages: &[Page]) {
         for (sum, p) in self.sums.iter_mut().skip(first).zip(pages) {
-            if sum.is_none() {
-                *sum = Some(page_checksum(p));
+            if !matches!(sum, Sum::Known(_)) {
+                if *sum == Sum::WithDriver {
+                    self.with_driver -= 1;
+                }
+                *sum = Sum::Known(p.checksum());
             }
+        }
+    }
+
+    /// Notes that the driver hashes the `n` pages from index `first` on.
+    fn lend(&mut self, first: usize, n: usize) {
+        for sum in self.sums.iter_mut().skip(first).take(n) {
+            if *sum == Sum::Unknown {
+                *sum = Sum::WithDriver;
+                self.with_driver += 1;
+            }
+        }
+    }
+
+    /// Records the driver's checksum of page `index`.
+    fn record(&mut self, index: usize, checksum: u64) {
+        if let Some(sum) = self.sums.get_mut(index) {
+            if *sum == Sum::WithDriver {
+                self.with_driver -= 1;
+            }
+            *sum = Sum::Known(checksum);
         }
     }
 
@@ -111,12 +147,16 @@ impl OutRoom {
     fn checksum(&mut self) -> u64 {
         if let Some(pages) = &self.pages {
             for (sum, p) in self.sums.iter_mut().zip(pages) {
-                if sum.is_none() {
-                    *sum = Some(page_checksum(p));
+                if !matches!(sum, Sum::Known(_)) {
+                    *sum = Sum::Known(page_checksum(p));
                 }
             }
         }
-        room_checksum(self.sums.iter().map(|s| s.unwrap_or(0)))
+        self.with_driver = 0;
+        room_checksum(self.sums.iter().map(|s| match s {
+            Sum::Known(c) => *c,
+            Sum::Unknown | Sum::WithDriver => 0,
+        }))
     }
 }
 
@@ -215,14 +255,15 @@ impl TransferSender {
             .rooms
             .get_mut(&room)
             .ok_or(SubmitError::UnknownRoom(room.0))?;
-        r.sums = vec![None; pages.len()];
+        r.sums = vec![Sum::Unknown; pages.len()];
+        r.with_driver = 0;
         r.aux = aux;
         for (i, chunk) in pages.chunks(self.cfg.batch_pages.max(1)).enumerate() {
             let first = (i * self.cfg.batch_pages.max(1)) as u32;
             self.data.push_back(Message::Pages {
                 room,
                 first,
-                pages: chunk.to_vec(),
+                pages: chunk.iter().cloned().map(Page::from).collect(),
             });
         }
         r.pages = Some(pages);
@@ -360,6 +401,7 @@ impl TransferSender {
                 pages: None,
                 aux: AuxData::default(),
                 sums: Vec::new(),
+                with_driver: 0,
                 ack_deadline: None,
                 retries: 0,
             },
@@ -388,7 +430,7 @@ impl TransferSender {
             self.data.push_back(Message::Pages {
                 room,
                 first: i,
-                pages: vec![pages[i as usize].clone()],
+                pages: vec![pages[i as usize].clone().into()],
             });
         }
         self.queue_tail(room);
@@ -524,14 +566,48 @@ impl TransferSender {
     /// The next message of the data queue (pages, aux, done). Drivers may send `Pages` on
     /// parallel streams; `Aux` and `Done` belong on the control stream.
     pub fn poll_transmit_data(&mut self) -> Option<Message> {
+        self.poll_data(true)
+    }
+
+    /// [`poll_transmit_data`](Self::poll_transmit_data) for a driver that hashes the pages
+    /// of `Pages` messages itself, each just before it hands the page to its transport
+    /// (while the bytes are in cache for the transport's copy), and reports every page's
+    /// [`page_checksum`](super::page_checksum) with
+    /// [`record_checksum`](Self::record_checksum). A room's `Done` waits until every
+    /// checksum it needs came back.
+    pub fn poll_transmit_data_unhashed(&mut self) -> Option<Message> {
+        self.poll_data(false)
+    }
+
+    /// The checksum of page `index` of `room`, computed by the driver (see
+    /// [`poll_transmit_data_unhashed`](Self::poll_transmit_data_unhashed)). Ignored for a
+    /// room that is gone.
+    pub fn record_checksum(&mut self, room: RoomId, index: u32, checksum: u64) {
+        if let Some(r) = self.rooms.get_mut(&room) {
+            r.record(index as usize, checksum);
+        }
+    }
+
+    fn poll_data(&mut self, hash_here: bool) -> Option<Message> {
         if self.state != State::Open {
             return None;
         }
-        let mut m = self.data.pop_front()?;
+        // A `Done` waits while the driver still hashes pages of its room; what is behind it
+        // (other rooms) may go.
+        let rooms = &self.rooms;
+        let next = self.data.iter().position(|m| match m {
+            Message::Done { room, .. } => rooms.get(room).is_none_or(|r| r.with_driver == 0),
+            _ => true,
+        })?;
+        let mut m = self.data.remove(next)?;
         match &mut m {
             Message::Pages { room, first, pages } => {
                 if let Some(r) = self.rooms.get_mut(room) {
-                    r.hash(*first as usize, pages);
+                    if hash_here {
+                        r.hash(*first as usize, pages);
+                    } else {
+                        r.lend(*first as usize, pages.len());
+                    }
                 }
             }
             Message::Done { room, checksum, .. } => {

@@ -8,6 +8,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use sglrs_radix_cache::PageHash;
 
+use super::Page;
 use crate::layout::{KvDtype, KvLayout};
 
 /// Version of the wire protocol carried in [`Hello`]; peers with another version are refused.
@@ -148,7 +149,7 @@ pub enum Message {
         /// Index (within the room) of the first page of the batch.
         first: u32,
         /// The pages, each exactly one layout page.
-        pages: Vec<Bytes>,
+        pages: Vec<Page>,
     },
     /// Prefill → decode: what prefill sampled.
     Aux {
@@ -384,7 +385,7 @@ pub fn encode(msg: &Message) -> Vec<Bytes> {
             b.put_u32_le(*first);
             b.put_u32_le(pages.len() as u32);
             b.put_u32_le(pages.first().map_or(0, |p| p.len() as u32));
-            data.extend(pages.iter().cloned());
+            data.extend(pages.iter().flat_map(|p| p.chunks().iter().cloned()));
         }
         Message::Aux { room, aux } => {
             b.put_u8(tag::AUX);
@@ -484,6 +485,60 @@ pub fn encode(msg: &Message) -> Vec<Bytes> {
     out.push(b.freeze());
     out.extend(data);
     out
+}
+
+/// Bytes of a `Pages` frame body before its page data: tag, room, first page, page count,
+/// page length. A driver that receives a frame in pieces can read this much, parse it with
+/// [`pages_header`] and take the pages one by one as they arrive.
+pub const PAGES_HEADER: usize = 21;
+
+/// The fixed fields of a `Pages` frame, as read by [`pages_header`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PagesHeader {
+    /// The room.
+    pub room: RoomId,
+    /// Index of the first page.
+    pub first: u32,
+    /// Number of pages.
+    pub count: usize,
+    /// Bytes per page.
+    pub page_len: usize,
+}
+
+/// Parses the first [`PAGES_HEADER`] bytes of a frame body of `frame_len` bytes; `Ok(None)`
+/// when the frame is not a `Pages` message. Refuses page data that does not fill the frame
+/// exactly, and empty pages (a hostile count of them could not be bounded otherwise).
+pub fn pages_header(
+    head: &[u8; PAGES_HEADER],
+    frame_len: usize,
+) -> Result<Option<PagesHeader>, WireError> {
+    if head[0] != tag::PAGES {
+        return Ok(None);
+    }
+    let mut r = Reader {
+        buf: Bytes::copy_from_slice(&head[1..]),
+        pos: 0,
+    };
+    let room = RoomId(r.u64()?);
+    let first = r.u32()?;
+    let count = r.u32()? as usize;
+    let page_len = r.u32()? as usize;
+    check_batch(count, page_len, frame_len.saturating_sub(PAGES_HEADER))?;
+    Ok(Some(PagesHeader {
+        room,
+        first,
+        count,
+        page_len,
+    }))
+}
+
+/// A batch of `count` pages of `page_len` bytes must fill `data` bytes exactly, and a
+/// non-empty batch has non-empty pages.
+fn check_batch(count: usize, page_len: usize, data: usize) -> Result<(), WireError> {
+    if count.saturating_mul(page_len) != data || (count > 0 && page_len == 0) {
+        return Err(WireError::BadField("page batch length"));
+    }
+    Ok(())
 }
 
 /// Reads the frame length from the 4-byte prefix, refusing frames over [`MAX_FRAME`].
@@ -640,10 +695,10 @@ pub fn decode(frame: Bytes) -> Result<Message, WireError> {
             let first = r.u32()?;
             let n = r.u32()? as usize;
             let len = r.u32()? as usize;
-            if n.saturating_mul(len) != r.buf.len() - r.pos {
-                return Err(WireError::BadField("page batch length"));
-            }
-            let pages = (0..n).map(|_| r.bytes(len)).collect::<Result<_, _>>()?;
+            check_batch(n, len, r.buf.len() - r.pos)?;
+            let pages = (0..n)
+                .map(|_| r.bytes(len).map(Page::from))
+                .collect::<Result<_, _>>()?;
             Message::Pages { room, first, pages }
         }
         tag::AUX => {
@@ -836,7 +891,7 @@ mod tests {
             Message::Pages {
                 room: RoomId(9),
                 first: 4,
-                pages: vec![page(1), page(2)],
+                pages: vec![page(1).into(), page(2).into()],
             },
             Message::Aux {
                 room: RoomId(9),
@@ -914,5 +969,54 @@ mod tests {
         for cut in 0..full.len() {
             assert!(decode(full.slice(..cut)).is_err());
         }
+    }
+
+    fn pages_frame(count: u32, page_len: u32, data: usize) -> Vec<u8> {
+        let mut f = vec![tag::PAGES];
+        f.extend_from_slice(&5u64.to_le_bytes());
+        f.extend_from_slice(&2u32.to_le_bytes());
+        f.extend_from_slice(&count.to_le_bytes());
+        f.extend_from_slice(&page_len.to_le_bytes());
+        f.resize(f.len() + data, 9);
+        f
+    }
+
+    /// The header a streaming driver parses agrees with `decode`, and both refuse page data
+    /// that does not fill the frame and empty pages (a count of 2^32-1 empty pages would
+    /// otherwise be accepted in a 21-byte frame).
+    #[test]
+    fn pages_header_matches_decode_and_refuses_bad_batches() {
+        let head = |f: &[u8]| -> [u8; PAGES_HEADER] { f[..PAGES_HEADER].try_into().unwrap() };
+        let f = pages_frame(3, 4, 12);
+        assert_eq!(
+            pages_header(&head(&f), f.len()),
+            Ok(Some(PagesHeader {
+                room: RoomId(5),
+                first: 2,
+                count: 3,
+                page_len: 4
+            }))
+        );
+        match decode(Bytes::from(f)) {
+            Ok(Message::Pages { room, first, pages }) => {
+                assert_eq!((room, first, pages.len()), (RoomId(5), 2, 3));
+                assert!(pages.iter().all(|p| *p == [9u8; 4][..]));
+            }
+            other => panic!("{other:?}"),
+        }
+        for (count, len, data) in [(3, 4, 11), (3, 4, 13), (u32::MAX, 0, 0), (2, u32::MAX, 8)] {
+            let f = pages_frame(count, len, data);
+            let bad = WireError::BadField("page batch length");
+            assert_eq!(pages_header(&head(&f), f.len()), Err(bad.clone()));
+            assert_eq!(decode(Bytes::from(f)), Err(bad));
+        }
+        let f = pages_frame(0, 0, 0);
+        assert!(matches!(pages_header(&head(&f), f.len()), Ok(Some(_))));
+        let done = encode(&Message::Ack { room: RoomId(1) })[0]
+            .slice(4..)
+            .to_vec();
+        let mut h = [0u8; PAGES_HEADER];
+        h[..done.len()].copy_from_slice(&done);
+        assert_eq!(pages_header(&h, done.len()), Ok(None));
     }
 }

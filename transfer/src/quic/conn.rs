@@ -9,8 +9,8 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::proto::wire::{decode, encode, frame_len};
-use crate::proto::{page_checksum, Message};
+use crate::proto::wire::{decode, encode, frame_len, pages_header, PAGES_HEADER};
+use crate::proto::{Message, Page, PageHasher, RoomId};
 
 /// Bytes of received frame buffers a connection keeps for reuse (see [`FramePool`]).
 const FRAME_POOL_BYTES: usize = 64 << 20;
@@ -25,6 +25,14 @@ pub(crate) trait Core: Send + 'static {
     fn handle_message_hashed(&mut self, m: Message, _sums: Option<Vec<u64>>, now: Instant) {
         self.handle_message(m, now)
     }
+    /// Whether the page writers hash each page of a `Pages` message just before handing it
+    /// to quinn and report it with [`record_checksum`](Core::record_checksum) (data
+    /// messages then come from [`poll_data_unhashed`](Core::poll_data_unhashed)).
+    const HASH_ON_WRITE: bool = false;
+    fn poll_data_unhashed(&mut self) -> Option<Message> {
+        self.poll_data()
+    }
+    fn record_checksum(&mut self, _room: RoomId, _index: u32, _checksum: u64) {}
     fn handle_timeout(&mut self, now: Instant);
     fn handle_connection_lost(&mut self, reason: String, now: Instant);
     fn poll_timeout(&self) -> Option<Instant>;
@@ -35,6 +43,17 @@ pub(crate) trait Core: Send + 'static {
 }
 
 macro_rules! impl_core {
+    ($t:ty, $e:ty, $data:expr, hash_on_write) => {
+        impl_core!($t, $e, $data, {
+            const HASH_ON_WRITE: bool = true;
+            fn poll_data_unhashed(&mut self) -> Option<Message> {
+                <$t>::poll_transmit_data_unhashed(self)
+            }
+            fn record_checksum(&mut self, room: RoomId, index: u32, checksum: u64) {
+                <$t>::record_checksum(self, room, index, checksum)
+            }
+        });
+    };
     ($t:ty, $e:ty, $data:expr, prehash) => {
         impl_core!($t, $e, $data, {
             const PREHASH: bool = true;
@@ -86,7 +105,8 @@ use crate::proto::{
 impl_core!(
     TransferSender,
     SenderEvent,
-    TransferSender::poll_transmit_data
+    TransferSender::poll_transmit_data,
+    hash_on_write
 );
 impl_core!(TransferReceiver, ReceiverEvent, |_| None, prehash);
 impl_core!(
@@ -178,27 +198,45 @@ impl FramePool {
     }
 }
 
-/// Reads one length-prefixed frame; `Ok(None)` at a clean end of stream.
+/// Reads one length-prefixed frame into one buffer; `Ok(None)` at a clean end of stream.
 async fn read_frame(
     recv: &mut quinn::RecvStream,
     pool: &FramePool,
 ) -> Result<Option<Bytes>, String> {
+    let Some(n) = read_len(recv).await? else {
+        return Ok(None);
+    };
+    read_body(recv, pool, n, &[]).await.map(Some)
+}
+
+/// Reads a frame's length prefix; `Ok(None)` at a clean end of stream.
+async fn read_len(recv: &mut quinn::RecvStream) -> Result<Option<usize>, String> {
     let mut len = [0u8; 4];
     match recv.read_exact(&mut len).await {
         Ok(()) => {}
         Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
         Err(e) => return Err(e.to_string()),
     }
-    let n = frame_len(len).map_err(|e| e.to_string())?;
-    let first = match recv.read_chunk(n, true).await {
+    frame_len(len).map(Some).map_err(|e| e.to_string())
+}
+
+/// Reads the rest of a frame body of `n` bytes whose first bytes, `head`, were read already.
+async fn read_body(
+    recv: &mut quinn::RecvStream,
+    pool: &FramePool,
+    n: usize,
+    head: &[u8],
+) -> Result<Bytes, String> {
+    let first = match recv.read_chunk(n - head.len(), true).await {
         Ok(Some(c)) => c.bytes,
         Ok(None) => return Err("stream ended inside a frame".into()),
         Err(e) => return Err(e.to_string()),
     };
-    if first.len() == n {
-        return Ok(Some(first)); // the whole frame in one piece: no copy
+    if head.is_empty() && first.len() == n {
+        return Ok(first); // the whole frame in one piece: no copy
     }
     let mut buf = pool.take(n);
+    buf.extend_from_slice(head);
     buf.extend_from_slice(&first);
     drop(first);
     while buf.len() < n {
@@ -210,7 +248,32 @@ async fn read_frame(
     }
     let frame = buf.freeze();
     pool.keep(&frame);
-    Ok(Some(frame))
+    Ok(frame)
+}
+
+/// Takes the next `n` bytes of the stream as the pieces quinn holds them in (no copy),
+/// feeding each to `hasher` while it is fresh in cache.
+async fn read_pieces(
+    recv: &mut quinn::RecvStream,
+    n: usize,
+    mut hasher: Option<&mut PageHasher>,
+) -> Result<Vec<Bytes>, String> {
+    let mut pieces = Vec::with_capacity(n / 8192 + 2);
+    let mut left = n;
+    while left > 0 {
+        match recv.read_chunk(left, true).await {
+            Ok(Some(c)) => {
+                if let Some(h) = hasher.as_deref_mut() {
+                    h.update(&c.bytes);
+                }
+                left -= c.bytes.len();
+                pieces.push(c.bytes);
+            }
+            Ok(None) => return Err("stream ended inside a frame".into()),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(pieces)
 }
 
 /// A received message, with its page checksums when the reader computed them.
@@ -223,7 +286,7 @@ fn decode_hashed<C: Core>(frame: Bytes) -> Received {
     let m = decode(frame).map_err(|e| format!("bad frame: {e}"))?;
     let sums = match &m {
         Message::Pages { pages, .. } if C::PREHASH => {
-            Some(pages.iter().map(|p| page_checksum(p)).collect())
+            Some(pages.iter().map(Page::checksum).collect())
         }
         _ => None,
     };
@@ -244,18 +307,66 @@ async fn read_control<C: Core>(mut recv: quinn::RecvStream, tx: Incoming, pool: 
     }
 }
 
+/// Reads the one frame of a data stream and hands it on. A `Pages` frame is not gathered:
+/// each page goes on as its own one-page message as soon as its bytes are in, made of the
+/// pieces quinn delivered and (for a core that wants it) hashed piece by piece on the way.
+async fn read_data_stream<C: Core>(
+    mut recv: quinn::RecvStream,
+    tx: Incoming,
+    pool: Arc<FramePool>,
+) {
+    let r = async {
+        let Some(n) = read_len(&mut recv).await? else {
+            return Err("empty data stream".to_string());
+        };
+        let mut head = [0u8; PAGES_HEADER];
+        let head_len = n.min(PAGES_HEADER);
+        recv.read_exact(&mut head[..head_len])
+            .await
+            .map_err(|e| e.to_string())?;
+        let batch = match head_len {
+            PAGES_HEADER => pages_header(&head, n).map_err(|e| format!("bad frame: {e}"))?,
+            _ => None,
+        };
+        let Some(h) = batch else {
+            let frame = if head_len < n {
+                read_body(&mut recv, &pool, n, &head[..head_len]).await?
+            } else {
+                Bytes::copy_from_slice(&head[..head_len])
+            };
+            return Ok(Some(decode_hashed::<C>(frame)?));
+        };
+        for i in 0..h.count {
+            let mut hasher = C::PREHASH.then(PageHasher::new);
+            let pieces = read_pieces(&mut recv, h.page_len, hasher.as_mut()).await?;
+            let m = Message::Pages {
+                room: h.room,
+                first: h.first.saturating_add(i as u32),
+                pages: vec![Page::from_chunks(pieces)],
+            };
+            let sums = hasher.map(|h| vec![h.finish()]);
+            if tx.send(Ok((m, sums))).await.is_err() {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+    .await;
+    match r {
+        Ok(Some(m)) => {
+            let _ = tx.send(Ok(m)).await;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            let _ = tx.send(Err(e)).await;
+        }
+    }
+}
+
 async fn accept_data<C: Core>(conn: quinn::Connection, tx: Incoming, pool: Arc<FramePool>) {
     let mut readers = JoinSet::new();
-    while let Ok(mut recv) = conn.accept_uni().await {
-        let (tx, pool) = (tx.clone(), pool.clone());
-        readers.spawn(async move {
-            let r = match read_frame(&mut recv, &pool).await {
-                Ok(Some(f)) => decode_hashed::<C>(f),
-                Ok(None) => Err("empty data stream".into()),
-                Err(e) => Err(e),
-            };
-            let _ = tx.send(r).await;
-        });
+    while let Ok(recv) = conn.accept_uni().await {
+        readers.spawn(read_data_stream::<C>(recv, tx.clone(), pool.clone()));
         while readers.try_join_next().is_some() {}
     }
 }
@@ -275,16 +386,54 @@ async fn write_control(mut send: quinn::SendStream, mut rx: mpsc::UnboundedRecei
     let _ = tokio::time::timeout(Duration::from_secs(2), send.stopped()).await;
 }
 
+/// Writes a `Pages` message page by page, hashing each page for the core just before quinn
+/// takes it: the wait for room in quinn's send window comes first, so the bytes the hash
+/// pulls into cache are the ones quinn copies into packets next. Every page is hashed and
+/// reported even when the stream fails, so the room's `Done` never waits for a checksum.
+async fn write_pages<C: Core>(
+    s: &mut quinn::SendStream,
+    m: Message,
+    shared: &Shared<C>,
+) -> Result<(), quinn::WriteError> {
+    let mut header = encode(&m);
+    header.truncate(1);
+    let Message::Pages { room, first, pages } = m else {
+        return Ok(());
+    };
+    let mut result = s.write_all_chunks(&mut header).await;
+    for (i, page) in pages.into_iter().enumerate() {
+        if result.is_ok() {
+            // Zero bytes: waits until quinn's send window has room.
+            result = s.write(&[]).await.map(drop);
+        }
+        let sum = page.checksum();
+        let index = first.saturating_add(i as u32);
+        shared.with(|c, _| c.record_checksum(room, index, sum));
+        if result.is_ok() {
+            let mut chunks = page.chunks().to_vec();
+            drop(page);
+            result = s.write_all_chunks(&mut chunks).await;
+        }
+    }
+    result
+}
+
 async fn write_data<C: Core>(
     conn: quinn::Connection,
     m: Message,
     permit: OwnedSemaphorePermit,
     shared: Arc<Shared<C>>,
 ) {
-    let mut bufs = encode(&m);
-    drop(m);
-    if let Ok(mut s) = conn.open_uni().await {
-        if s.write_all_chunks(&mut bufs).await.is_ok() {
+    let hash_here = C::HASH_ON_WRITE && matches!(m, Message::Pages { .. });
+    let mut bufs = if hash_here { Vec::new() } else { encode(&m) };
+    let mut m = Some(m);
+    let stream = conn.open_uni().await;
+    if let Ok(mut s) = stream {
+        let written = match m.take() {
+            Some(m) if hash_here => write_pages(&mut s, m, &shared).await,
+            _ => s.write_all_chunks(&mut bufs).await,
+        };
+        if written.is_ok() {
             drop(bufs);
             // Hold the permit until the peer has every byte of the stream: `data_streams`
             // bounds the streams the peer is gathering at once (and its memory), not just
@@ -292,6 +441,13 @@ async fn write_data<C: Core>(
             if s.finish().is_ok() {
                 let _ = s.stopped().await;
             }
+        }
+    }
+    if let Some(Message::Pages { room, first, pages }) = m.filter(|_| hash_here) {
+        // The stream could not be opened: the pages still need their checksums.
+        for (i, p) in pages.iter().enumerate() {
+            let sum = p.checksum();
+            shared.with(|c, _| c.record_checksum(room, first.saturating_add(i as u32), sum));
         }
     }
     drop(permit);
@@ -331,7 +487,12 @@ pub(crate) async fn drive<C: Core>(
                 let _ = ctl_tx.send(m);
             }
             while let Ok(permit) = permits.clone().try_acquire_owned() {
-                let Some(m) = core.poll_data() else { break };
+                let m = if C::HASH_ON_WRITE {
+                    core.poll_data_unhashed()
+                } else {
+                    core.poll_data()
+                };
+                let Some(m) = m else { break };
                 if m.is_bulk() {
                     tasks.spawn(write_data(conn.clone(), m, permit, shared.clone()));
                 } else {

@@ -5,12 +5,13 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::{drive, QuicConfig, QuicError, Security, Shared, ALPN_KV, CLUSTER_NAME};
 use crate::layout::KvLayout;
-use crate::proto::{AuthKey, AuxData, ReceiverEvent, RoomId, TransferError, TransferReceiver};
+use crate::proto::{
+    AuthKey, AuxData, Page, ReceiverEvent, RoomId, TransferError, TransferReceiver,
+};
 
 /// What a [`RoomStream`] yields.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,8 +20,9 @@ pub enum RoomEvent {
     Pages {
         /// Destination page ids.
         dst_pages: Vec<u32>,
-        /// Page bytes, in the executor's layout.
-        pages: Vec<Bytes>,
+        /// Page bytes, in the executor's layout, as the pieces they arrived in: copy each
+        /// into its slot with [`Page::copy_to`].
+        pages: Vec<Page>,
     },
     /// The first token and logprobs from prefill.
     Aux(AuxData),
@@ -34,7 +36,7 @@ pub enum RoomEvent {
 #[derive(Clone, Debug, Default)]
 pub struct ReceivedRoom {
     /// `(destination page id, bytes)` in arrival order.
-    pub pages: Vec<(u32, Bytes)>,
+    pub pages: Vec<(u32, Page)>,
     /// The aux data.
     pub aux: Option<AuxData>,
 }

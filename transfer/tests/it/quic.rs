@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sglrs_transfer::proto::{AbortReason, AuxData, RoomId, TransferError};
+use sglrs_transfer::proto::{AbortReason, AuxData, Page, RoomId, TransferError};
 use sglrs_transfer::quic::{
     ClusterIdentity, KvReceiver, KvSender, QuicConfig, QuicError, RoomEvent, RoomStream, Security,
 };
@@ -39,6 +39,7 @@ async fn move_pages(n: u64) {
     });
     let mut seen = vec![false; n as usize];
     let mut got_aux = None;
+    let mut slot = vec![0u8; layout.page_bytes()];
     loop {
         match stream.next().await {
             Some(RoomEvent::Pages { dst_pages, pages }) => {
@@ -46,7 +47,10 @@ async fn move_pages(n: u64) {
                     let i = (*d - 5000) as usize;
                     assert!(!seen[i], "page {i} delivered twice");
                     seen[i] = true;
-                    assert!(p[..] == expect[i][..], "page {i} differs");
+                    // Into a KV pool slot, as the decode runtime does.
+                    slot.fill(0);
+                    p.copy_to(&mut slot);
+                    assert!(slot[..] == expect[i][..], "page {i} differs");
                 }
             }
             Some(RoomEvent::Aux(a)) => got_aux = Some(a),
@@ -182,7 +186,7 @@ async fn pages_submitted_before_registration_wait_for_it() {
         "no retransmission needed: {:?}",
         t.elapsed()
     );
-    let got: HashMap<u32, Bytes> = room.pages.into_iter().collect();
+    let got: HashMap<u32, Page> = room.pages.into_iter().collect();
     for (i, p) in pages.iter().enumerate() {
         assert_eq!(&got[&(i as u32)], p);
     }

@@ -74,6 +74,7 @@ impl Net {
         if self.rng.random::<f64>() < self.loss {
             return;
         }
+        let m = self.split_pages(m);
         let copies = if self.rng.random::<f64>() < self.dup {
             2
         } else {
@@ -90,6 +91,34 @@ impl Net {
             self.queue.push((at, self.seq, to, m.clone()));
         }
     }
+    /// Delivers every other page in random pieces, as the QUIC driver does.
+    fn split_pages(&mut self, m: Message) -> Message {
+        let Message::Pages { room, first, pages } = m else {
+            return m;
+        };
+        let pages = pages
+            .into_iter()
+            .map(|p| {
+                let b = p.to_bytes();
+                if b.len() < 2 || self.rng.random::<bool>() {
+                    return p;
+                }
+                let mut cuts: Vec<usize> = (0..self.rng.random_range(1..4))
+                    .map(|_| self.rng.random_range(1..b.len()))
+                    .collect();
+                cuts.sort_unstable();
+                let mut at = 0;
+                let mut pieces = Vec::new();
+                for c in cuts.into_iter().chain([b.len()]) {
+                    pieces.push(b.slice(at..c));
+                    at = c;
+                }
+                Page::from_chunks(pieces)
+            })
+            .collect();
+        Message::Pages { room, first, pages }
+    }
+
     fn next_at(&self) -> Option<Instant> {
         self.queue.iter().map(|q| q.0).min()
     }
@@ -113,7 +142,10 @@ struct Pair {
     s_events: Vec<SenderEvent>,
     r_events: Vec<ReceiverEvent>,
     /// Destination page id → bytes, as the receiver reported them.
-    written: HashMap<u32, Bytes>,
+    written: HashMap<u32, Page>,
+    /// `Some`: the sender's pages come unhashed and the "driver" reports their checksums
+    /// one flush later (as the QUIC page writers do, after a while); these wait.
+    driver_sums: Option<Vec<(RoomId, u32, u64)>>,
 }
 
 impl Pair {
@@ -138,6 +170,7 @@ impl Pair {
             s_events: Vec::new(),
             r_events: Vec::new(),
             written: HashMap::new(),
+            driver_sums: None,
         }
     }
 
@@ -159,11 +192,27 @@ impl Pair {
     /// Moves every queued message into the network and collects events.
     fn flush(&mut self) {
         if self.sender_alive {
-            while let Some(m) = self
-                .sender
-                .poll_transmit_control()
-                .or_else(|| self.sender.poll_transmit_data())
-            {
+            let late = self.driver_sums.as_mut().map(std::mem::take);
+            for (room, i, sum) in late.into_iter().flatten() {
+                self.sender.record_checksum(room, i, sum);
+            }
+            while let Some(m) = match self.driver_sums {
+                None => self
+                    .sender
+                    .poll_transmit_control()
+                    .or_else(|| self.sender.poll_transmit_data()),
+                Some(_) => self
+                    .sender
+                    .poll_transmit_control()
+                    .or_else(|| self.sender.poll_transmit_data_unhashed()),
+            } {
+                if let (Some(sums), Message::Pages { room, first, pages }) =
+                    (&mut self.driver_sums, &m)
+                {
+                    for (i, p) in pages.iter().enumerate() {
+                        sums.push((*room, first + i as u32, p.checksum()));
+                    }
+                }
                 let m = match &mut self.tamper {
                     Some(t) => t(m),
                     None => m,
