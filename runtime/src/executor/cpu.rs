@@ -3,7 +3,7 @@
 use super::kv::KvPool;
 use super::rope::Rope;
 use super::{Batch, ExecError, Executor, KvDtype, KvLayout, Logits, LogitsWanted};
-use crate::kernels::attention::{attend, AttnTile, KvGather, MAX_ROWS};
+use crate::kernels::attention::{attend, AttnTile, MAX_ROWS};
 use crate::kernels::elementwise::{rms_norm, silu_mul};
 use crate::kernels::packed::{OutPtr, PackedMatrix};
 use crate::kernels::pool::ThreadPool;
@@ -99,8 +99,6 @@ struct Scratch {
     act: Vec<f32>,
     acts: QuantActs,
     rope: Vec<(f32, f32)>,
-    /// K/V of each (sequence, KV head) of the current layer, gathered once per layer.
-    gathers: Vec<KvGather>,
 }
 
 /// The CPU executor (see the module docs and [`Executor`]).
@@ -160,11 +158,6 @@ struct AttnTask {
     /// Position of token `t0`.
     pos0: usize,
 }
-
-/// Gathers shared by the tasks that fill them (one each).
-struct GatherPtr(*mut KvGather);
-// SAFETY: only used for disjoint writes while the owning vector is borrowed.
-unsafe impl Sync for GatherPtr {}
 
 /// Query tokens per attention task.
 const ATTN_BLOCK: usize = 32;
@@ -513,26 +506,14 @@ impl Executor for CpuExecutor {
             }
             s.attn.resize(n * qd, 0.0);
             {
-                // K/V of every (sequence, KV head) up to the chunk's end, once per layer.
-                let nseq = batch.seqs.len();
-                s.gathers.resize_with(nseq * nkv, KvGather::default);
-                let gptr = GatherPtr(s.gathers.as_mut_ptr());
-                let (kvr, seqs) = (&*kv, &batch.seqs);
-                pool.run(nseq * nkv, &|i| {
-                    let gptr = &gptr;
-                    let q = &seqs[i / nkv];
-                    // SAFETY: task `i` alone writes gather `i`; the vector outlives `run`.
-                    let g = unsafe { &mut *gptr.0.add(i) };
-                    kvr.gather(li, q.pages, i % nkv, q.start_pos + q.tokens.len(), g);
-                });
-            }
-            {
                 let out = OutPtr(s.attn.as_mut_ptr());
-                let (qkv, gathers) = (&s.qkv, &s.gathers);
+                let (qkv, kvr, seqs) = (&s.qkv, &*kv, &batch.seqs);
+                // One task per (sequence, KV head, block of query tokens): K/V are read in
+                // place from the sequence's pages, once per tile of the GQA group's rows.
                 pool.run(tasks.len(), &|ti| {
                     let task = &tasks[ti];
                     let out = &out;
-                    let g = &gathers[task.seq * nkv + task.kv_head];
+                    let g = kvr.head(li, seqs[task.seq].pages, task.kv_head);
                     ATTN_SCORES.with(|c| {
                         let scores = &mut *c.borrow_mut();
                         let rows: Vec<(usize, usize)> = (task.t0..task.t1)
@@ -562,7 +543,7 @@ impl Executor for CpuExecutor {
                                     q: &qs,
                                     lens: &lens,
                                 },
-                                g,
+                                &g,
                                 scale,
                                 scores,
                                 &mut outs,
