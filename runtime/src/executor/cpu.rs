@@ -3,7 +3,7 @@
 use super::kv::KvPool;
 use super::rope::Rope;
 use super::{Batch, ExecError, Executor, KvDtype, KvLayout, Logits, LogitsWanted};
-use crate::kernels::attention::{attend, AttnTile, MAX_ROWS};
+use crate::kernels::attention::{attend, AttnTile, KvF32, KvSource, MAX_ROWS};
 use crate::kernels::elementwise::{rms_norm, silu_mul};
 use crate::kernels::packed::{OutPtr, PackedMatrix};
 use crate::kernels::pool::ThreadPool;
@@ -164,6 +164,8 @@ const ATTN_BLOCK: usize = 32;
 
 thread_local! {
     static ATTN_SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A task's K/V converted to f32, when the task has more than one tile of rows.
+    static ATTN_KV: RefCell<KvF32> = RefCell::new(KvF32::default());
 }
 
 /// Tokens below which the per-token element-wise work stays on the calling thread.
@@ -514,41 +516,58 @@ impl Executor for CpuExecutor {
                     let task = &tasks[ti];
                     let out = &out;
                     let g = kvr.head(li, seqs[task.seq].pages, task.kv_head);
+                    // Decode (one tile of rows) reads the pages in place; a prefill block's
+                    // many tiles share one f32 conversion of its range (bit-identical).
+                    let copy = (task.t1 - task.t0) * group > MAX_ROWS;
                     ATTN_SCORES.with(|c| {
-                        let scores = &mut *c.borrow_mut();
-                        let rows: Vec<(usize, usize)> = (task.t0..task.t1)
-                            .flat_map(|t| (0..group).map(move |k| (t, task.kv_head * group + k)))
-                            .collect();
-                        for chunk in rows.chunks(MAX_ROWS) {
-                            let qs: Vec<&[f32]> = chunk
-                                .iter()
-                                .map(|&(t, hh)| {
-                                    &qkv[t * qkv_w + hh * hd..t * qkv_w + (hh + 1) * hd]
+                        ATTN_KV.with(|kc| {
+                            let scores = &mut *c.borrow_mut();
+                            let kc = &mut *kc.borrow_mut();
+                            let src = if copy {
+                                kc.fill(isa, &g, task.pos0 + (task.t1 - task.t0));
+                                KvSource::F32(kc)
+                            } else {
+                                KvSource::Paged(g)
+                            };
+                            let rows: Vec<(usize, usize)> = (task.t0..task.t1)
+                                .flat_map(|t| {
+                                    (0..group).map(move |k| (t, task.kv_head * group + k))
                                 })
                                 .collect();
-                            let lens: Vec<usize> = chunk
-                                .iter()
-                                .map(|&(t, _)| task.pos0 + (t - task.t0) + 1)
-                                .collect();
-                            // SAFETY: each (token, head) output slice is written by one task only.
-                            let mut outs: Vec<&mut [f32]> = chunk
-                                .iter()
-                                .map(|&(t, hh)| unsafe {
-                                    std::slice::from_raw_parts_mut(out.0.add(t * qd + hh * hd), hd)
-                                })
-                                .collect();
-                            attend(
-                                isa,
-                                &AttnTile {
-                                    q: &qs,
-                                    lens: &lens,
-                                },
-                                &g,
-                                scale,
-                                scores,
-                                &mut outs,
-                            );
-                        }
+                            for chunk in rows.chunks(MAX_ROWS) {
+                                let qs: Vec<&[f32]> = chunk
+                                    .iter()
+                                    .map(|&(t, hh)| {
+                                        &qkv[t * qkv_w + hh * hd..t * qkv_w + (hh + 1) * hd]
+                                    })
+                                    .collect();
+                                let lens: Vec<usize> = chunk
+                                    .iter()
+                                    .map(|&(t, _)| task.pos0 + (t - task.t0) + 1)
+                                    .collect();
+                                // SAFETY: each (token, head) output slice is written by one task only.
+                                let mut outs: Vec<&mut [f32]> = chunk
+                                    .iter()
+                                    .map(|&(t, hh)| unsafe {
+                                        std::slice::from_raw_parts_mut(
+                                            out.0.add(t * qd + hh * hd),
+                                            hd,
+                                        )
+                                    })
+                                    .collect();
+                                attend(
+                                    isa,
+                                    &AttnTile {
+                                        q: &qs,
+                                        lens: &lens,
+                                    },
+                                    &src,
+                                    scale,
+                                    scores,
+                                    &mut outs,
+                                );
+                            }
+                        })
                     });
                 });
             }

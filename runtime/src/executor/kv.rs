@@ -75,12 +75,13 @@ impl KvPool {
         store(l.dtype, v, &mut self.raw_mut()[voff..voff + v.len() * es]);
         // K transposed: element (head, d) of this slot at `(head * head_dim + d) * page_size`.
         let koff = base + self.part_offset(layer, false) + slot * es;
-        let mut buf = [0u8; 4];
+        // Converted in one pass (F16C when present), then scattered.
+        let mut buf = vec![0u8; k.len() * es];
+        store(l.dtype, k, &mut buf);
         let raw = self.raw_mut();
-        for (e, &x) in k.iter().enumerate() {
-            store(l.dtype, &[x], &mut buf[..es]);
+        for (e, b) in buf.chunks_exact(es).enumerate() {
             let o = koff + e * l.page_size * es;
-            raw[o..o + es].copy_from_slice(&buf[..es]);
+            raw[o..o + es].copy_from_slice(b);
         }
     }
 
@@ -165,10 +166,13 @@ impl KvPool {
 }
 
 fn store(dtype: KvDtype, src: &[f32], dst: &mut [u8]) {
+    use half::slice::HalfFloatSliceExt;
     match dtype {
         KvDtype::F16 => {
-            for (s, d) in src.iter().zip(dst.chunks_exact_mut(2)) {
-                d.copy_from_slice(&f16::from_f32(*s).to_le_bytes());
+            let mut h = vec![f16::ZERO; src.len()];
+            h.convert_from_f32_slice(src);
+            for (s, d) in h.iter().zip(dst.chunks_exact_mut(2)) {
+                d.copy_from_slice(&s.to_le_bytes());
             }
         }
         KvDtype::Bf16 => {

@@ -75,6 +75,128 @@ fn elem(dtype: KvDtype, b: &[u8]) -> f32 {
     }
 }
 
+/// One task's K/V converted to f32 once, for tasks whose many query rows (a prefill block)
+/// would otherwise convert every page once per tile. f16 → f32 is exact, so attention over
+/// this copy is bit-identical to attention over the pages.
+#[derive(Clone, Debug, Default)]
+pub struct KvF32 {
+    len: usize,
+    head_dim: usize,
+    /// Keys in blocks of 16 positions, `kt[(p / 16) * head_dim * 16 + d * 16 + p % 16]`
+    /// (zero past `len`).
+    kt: Vec<f32>,
+    /// Values, `v[p * head_dim + d]`.
+    v: Vec<f32>,
+}
+
+impl KvF32 {
+    /// Converts positions `0..len` of `kv` (at most its capacity).
+    pub fn fill(&mut self, isa: Isa, kv: &PagedKv<'_>, len: usize) {
+        let hd = kv.head_dim;
+        assert!(len <= kv.capacity());
+        self.len = len;
+        self.head_dim = hd;
+        let blocks = len.div_ceil(16);
+        self.kt.resize(blocks * hd * 16, 0.0);
+        self.v.resize(len * hd, 0.0);
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx512Vnni && kv.dtype == KvDtype::F16 && hd.is_multiple_of(16) {
+            // SAFETY: AVX-512 F/BW/VL detected; buffers sized above.
+            unsafe { self.fill_avx512(kv) };
+            return;
+        }
+        let _ = isa;
+        for p in 0..blocks * 16 {
+            for d in 0..hd {
+                self.kt[(p / 16) * hd * 16 + d * 16 + p % 16] =
+                    if p < len { kv.k(p, d) } else { 0.0 };
+            }
+        }
+        for p in 0..len {
+            for d in 0..hd {
+                self.v[p * hd + d] = kv.v(p, d);
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn fill_avx512(&mut self, kv: &PagedKv<'_>) {
+        let (hd, len) = (self.head_dim, self.len);
+        let mut tmp = if kv.page_size.is_multiple_of(16) {
+            Vec::new()
+        } else {
+            vec![0u16; hd * 16]
+        };
+        for b in 0..len.div_ceil(16) {
+            let (kp, ks, m) = paged_k_block(kv, b, len, &mut tmp);
+            let dst = self.kt[b * hd * 16..(b + 1) * hd * 16].as_mut_ptr();
+            for d in 0..hd {
+                _mm512_storeu_ps(dst.add(d * 16), load_ph((kp as *const u16).add(d * ks), m));
+            }
+        }
+        let ps = kv.page_size;
+        for p in 0..len {
+            let o = kv.page_base(p) + kv.v_off + (p % ps) * kv.v_stride;
+            let src = kv.raw[o..o + hd * 2].as_ptr();
+            let dst = self.v[p * hd..(p + 1) * hd].as_mut_ptr();
+            for c in 0..hd / 16 {
+                let x = _mm256_loadu_si256(src.add(c * 32) as *const __m256i);
+                _mm512_storeu_ps(dst.add(c * 16), _mm512_cvtph_ps(x));
+            }
+        }
+    }
+
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no position is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Where [`attend`] reads K and V.
+#[derive(Clone, Copy, Debug)]
+pub enum KvSource<'a> {
+    /// In place in the pages (decode, short chunks).
+    Paged(PagedKv<'a>),
+    /// A converted copy (many rows per task).
+    F32(&'a KvF32),
+}
+
+impl KvSource<'_> {
+    fn head_dim(&self) -> usize {
+        match self {
+            KvSource::Paged(kv) => kv.head_dim,
+            KvSource::F32(c) => c.head_dim,
+        }
+    }
+
+    fn capacity(&self) -> usize {
+        match self {
+            KvSource::Paged(kv) => kv.capacity(),
+            KvSource::F32(c) => c.len,
+        }
+    }
+
+    fn k(&self, p: usize, d: usize) -> f32 {
+        match self {
+            KvSource::Paged(kv) => kv.k(p, d),
+            KvSource::F32(c) => c.kt[(p / 16) * c.head_dim * 16 + d * 16 + p % 16],
+        }
+    }
+
+    fn v(&self, p: usize, d: usize) -> f32 {
+        match self {
+            KvSource::Paged(kv) => kv.v(p, d),
+            KvSource::F32(c) => c.v[p * c.head_dim + d],
+        }
+    }
+}
+
 /// Query rows to attend: each `q[i]` sees positions `0..lens[i]` and writes `out[i]`.
 pub struct AttnTile<'a> {
     /// Query vectors (`head_dim` each), at most [`MAX_ROWS`].
@@ -89,12 +211,12 @@ pub const MAX_ROWS: usize = 8;
 /// Largest head dimension of the AVX-512 path (larger heads take the portable one).
 const MAX_HEAD_DIM: usize = 256;
 
-/// Runs attention for up to [`MAX_ROWS`] query rows against the paged K/V `kv`, writing each
-/// result to `out[i]`. `scores` is scratch.
+/// Runs attention for up to [`MAX_ROWS`] query rows against `kv`, writing each result to
+/// `out[i]`. `scores` is scratch.
 pub fn attend(
     isa: Isa,
     tile: &AttnTile<'_>,
-    kv: &PagedKv<'_>,
+    kv: &KvSource<'_>,
     scale: f32,
     scores: &mut Vec<f32>,
     out: &mut [&mut [f32]],
@@ -108,16 +230,22 @@ pub fn attend(
     if scores.len() < MAX_ROWS * stride {
         scores.resize(MAX_ROWS * stride, 0.0);
     }
-    let hd = kv.head_dim;
+    let hd = kv.head_dim();
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vnni
-        && kv.dtype == KvDtype::F16
-        && hd.is_multiple_of(16)
-        && hd <= MAX_HEAD_DIM
-    {
-        // SAFETY: AVX-512 F/BW/VL detected; shapes checked above and by the caller.
-        unsafe { attend_avx512(tile, kv, scale, stride, scores, out) };
-        return;
+    if isa == Isa::Avx512Vnni && hd.is_multiple_of(16) && hd <= MAX_HEAD_DIM {
+        match kv {
+            KvSource::Paged(p) if p.dtype == KvDtype::F16 => {
+                // SAFETY: AVX-512 F/BW/VL detected; shapes checked above and by the caller.
+                unsafe { attend_avx512(tile, p, scale, stride, scores, out) };
+                return;
+            }
+            KvSource::F32(c) => {
+                // SAFETY: as above.
+                unsafe { attend_avx512(tile, c, scale, stride, scores, out) };
+                return;
+            }
+            KvSource::Paged(_) => {}
+        }
     }
     let _ = isa;
     for i in 0..nq {
@@ -151,33 +279,128 @@ pub fn attend(
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn attend_avx512(
+unsafe fn attend_avx512<S: Src>(
     tile: &AttnTile<'_>,
-    kv: &PagedKv<'_>,
+    kv: &S,
     scale: f32,
     stride: usize,
     scores: &mut [f32],
     out: &mut [&mut [f32]],
 ) {
     match tile.q.len() {
-        8 => attend_n::<8>(tile, kv, scale, stride, scores, out),
-        7 => attend_n::<7>(tile, kv, scale, stride, scores, out),
-        6 => attend_n::<6>(tile, kv, scale, stride, scores, out),
-        5 => attend_n::<5>(tile, kv, scale, stride, scores, out),
-        4 => attend_n::<4>(tile, kv, scale, stride, scores, out),
-        3 => attend_n::<3>(tile, kv, scale, stride, scores, out),
-        2 => attend_n::<2>(tile, kv, scale, stride, scores, out),
-        _ => attend_n::<1>(tile, kv, scale, stride, scores, out),
+        8 => attend_n::<S, 8>(tile, kv, scale, stride, scores, out),
+        7 => attend_n::<S, 7>(tile, kv, scale, stride, scores, out),
+        6 => attend_n::<S, 6>(tile, kv, scale, stride, scores, out),
+        5 => attend_n::<S, 5>(tile, kv, scale, stride, scores, out),
+        4 => attend_n::<S, 4>(tile, kv, scale, stride, scores, out),
+        3 => attend_n::<S, 3>(tile, kv, scale, stride, scores, out),
+        2 => attend_n::<S, 2>(tile, kv, scale, stride, scores, out),
+        _ => attend_n::<S, 1>(tile, kv, scale, stride, scores, out),
     }
 }
 
-/// Keys of positions `16b..16b + 16` (those below `maxlen`): a pointer to dimension 0's 16
-/// f16 values, the distance in elements between dimensions, and the lane mask. With pages of
-/// a multiple of 16 positions the block is read in place; otherwise it is copied into `tmp`
-/// (`[head_dim][16]`).
+/// K/V as the AVX-512 kernels read them (in place in f16 pages, or an f32 copy).
+#[cfg(target_arch = "x86_64")]
+trait Src {
+    /// Head dimension.
+    fn head_dim(&self) -> usize;
+    /// Whether [`Src::k_block`] may need a `[head_dim][16]` scratch of u16.
+    fn needs_tmp(&self) -> bool;
+    /// Keys of positions `16b..16b + 16` (those below `maxlen`): a pointer to dimension 0's
+    /// 16 values, the distance in elements between dimensions, and the lane mask.
+    fn k_block(&self, b: usize, maxlen: usize, tmp: &mut [u16]) -> (*const u8, usize, u16);
+    /// 16 keys at element `at` of `p` (lanes outside `m` read as zero), as f32.
+    unsafe fn load_k(p: *const u8, at: usize, m: u16) -> __m512;
+    /// V rows from position `p`: a pointer to row `p`'s dimension `16c` (the next `C × 16`
+    /// values are readable), the end of the run of rows reachable by stepping, the step in
+    /// bytes.
+    fn v_run(&self, p: usize, maxlen: usize, c: usize, cn: usize) -> (*const u8, usize, usize);
+    /// The 16 values of chunk `j` of the V row at `p`, as f32.
+    unsafe fn load_v(p: *const u8, j: usize) -> __m512;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Src for PagedKv<'_> {
+    fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    fn needs_tmp(&self) -> bool {
+        !self.page_size.is_multiple_of(16)
+    }
+
+    fn k_block(&self, b: usize, maxlen: usize, tmp: &mut [u16]) -> (*const u8, usize, u16) {
+        paged_k_block(self, b, maxlen, tmp)
+    }
+
+    #[inline]
+    unsafe fn load_k(p: *const u8, at: usize, m: u16) -> __m512 {
+        load_ph((p as *const u16).add(at), m)
+    }
+
+    fn v_run(&self, p: usize, maxlen: usize, c: usize, cn: usize) -> (*const u8, usize, usize) {
+        let ps = self.page_size;
+        let end = ((p / ps + 1) * ps).min(maxlen);
+        let first = self.page_base(p) + self.v_off + (p % ps) * self.v_stride + c * 32;
+        // Every row read (cn × 16 values from `first + k * v_stride`) lies inside the pool.
+        let last = first + (end - 1 - p) * self.v_stride + cn * 32;
+        assert!(last <= self.raw.len());
+        (self.raw[first..].as_ptr(), end, self.v_stride)
+    }
+
+    #[inline]
+    unsafe fn load_v(p: *const u8, j: usize) -> __m512 {
+        _mm512_cvtph_ps(_mm256_loadu_si256(p.add(j * 32) as *const __m256i))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Src for &KvF32 {
+    fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    fn needs_tmp(&self) -> bool {
+        false
+    }
+
+    fn k_block(&self, b: usize, maxlen: usize, _: &mut [u16]) -> (*const u8, usize, u16) {
+        let hd = self.head_dim;
+        assert!(maxlen <= self.len);
+        let block = &self.kt[b * hd * 16..(b + 1) * hd * 16];
+        (block.as_ptr() as *const u8, 16, lane_mask(maxlen, b))
+    }
+
+    #[inline]
+    unsafe fn load_k(p: *const u8, at: usize, m: u16) -> __m512 {
+        _mm512_maskz_loadu_ps(m, (p as *const f32).add(at))
+    }
+
+    fn v_run(&self, p: usize, maxlen: usize, c: usize, cn: usize) -> (*const u8, usize, usize) {
+        let hd = self.head_dim;
+        assert!(maxlen <= self.len && (c + cn) * 16 <= hd);
+        let row = &self.v[p * hd + c * 16..];
+        (row.as_ptr() as *const u8, maxlen, hd * 4)
+    }
+
+    #[inline]
+    unsafe fn load_v(p: *const u8, j: usize) -> __m512 {
+        _mm512_loadu_ps((p as *const f32).add(j * 16))
+    }
+}
+
+/// Keys of positions `16b..16b + 16` of the pages (those below `maxlen`): a pointer to
+/// dimension 0's 16 f16 values, the distance in elements between dimensions, and the lane
+/// mask. With pages of a multiple of 16 positions the block is read in place; otherwise it is
+/// copied into `tmp` (`[head_dim][16]`).
 #[cfg(target_arch = "x86_64")]
 #[inline]
-fn k_block(kv: &PagedKv<'_>, b: usize, maxlen: usize, tmp: &mut [u16]) -> (*const u16, usize, u16) {
+fn paged_k_block(
+    kv: &PagedKv<'_>,
+    b: usize,
+    maxlen: usize,
+    tmp: &mut [u16],
+) -> (*const u8, usize, u16) {
     let p0 = b * 16;
     let cnt = (maxlen - p0).min(16);
     let mask = if cnt == 16 {
@@ -191,7 +414,7 @@ fn k_block(kv: &PagedKv<'_>, b: usize, maxlen: usize, tmp: &mut [u16]) -> (*cons
         // The block's 16 slots of every dimension lie inside the page (ps is a multiple of 16).
         let last = off + ((kv.head_dim - 1) * ps + 15) * 2;
         assert!(last + 2 <= kv.raw.len());
-        return (kv.raw[off..].as_ptr() as *const u16, ps, mask);
+        return (kv.raw[off..].as_ptr(), ps, mask);
     }
     for j in 0..cnt {
         let p = p0 + j;
@@ -201,7 +424,7 @@ fn k_block(kv: &PagedKv<'_>, b: usize, maxlen: usize, tmp: &mut [u16]) -> (*cons
             tmp[d * 16 + j] = u16::from_le_bytes([kv.raw[o], kv.raw[o + 1]]);
         }
     }
-    (tmp.as_ptr(), 16, mask)
+    (tmp.as_ptr() as *const u8, 16, mask)
 }
 
 /// 16 f16 values at `p` (lanes outside `m` read as zero) converted to f32.
@@ -215,9 +438,9 @@ unsafe fn load_ph(p: *const u16, m: u16) -> __m512 {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn attend_n<const N: usize>(
+unsafe fn attend_n<S: Src, const N: usize>(
     tile: &AttnTile<'_>,
-    kv: &PagedKv<'_>,
+    kv: &S,
     scale: f32,
     stride: usize,
     scores: &mut [f32],
@@ -228,10 +451,10 @@ unsafe fn attend_n<const N: usize>(
     let blocks = maxlen.div_ceil(16);
     let sp = scores.as_mut_ptr();
     // Copies of blocks that straddle pages (only with page sizes that are not multiples of 16).
-    let mut tmp = if kv.page_size.is_multiple_of(16) {
-        Vec::new()
+    let mut tmp = if kv.needs_tmp() {
+        vec![0u16; 2 * kv.head_dim() * 16]
     } else {
-        vec![0u16; 2 * kv.head_dim * 16]
+        Vec::new()
     };
     let half = tmp.len() / 2;
     let (t0, t1) = tmp.split_at_mut(half);
@@ -239,13 +462,13 @@ unsafe fn attend_n<const N: usize>(
     let mut b = 0;
     while b < blocks {
         if b + 1 < blocks {
-            let k0 = k_block(kv, b, maxlen, t0);
-            let k1 = k_block(kv, b + 1, maxlen, t1);
-            scores_tile::<N, 2>(tile, kv.head_dim, [k0, k1], scale, sp.add(b * 16), stride);
+            let k0 = kv.k_block(b, maxlen, t0);
+            let k1 = kv.k_block(b + 1, maxlen, t1);
+            scores_tile::<S, N, 2>(tile, kv.head_dim(), [k0, k1], scale, sp.add(b * 16), stride);
             b += 2;
         } else {
-            let k0 = k_block(kv, b, maxlen, t0);
-            scores_tile::<N, 1>(tile, kv.head_dim, [k0], scale, sp.add(b * 16), stride);
+            let k0 = kv.k_block(b, maxlen, t0);
+            scores_tile::<S, N, 1>(tile, kv.head_dim(), [k0], scale, sp.add(b * 16), stride);
             b += 1;
         }
     }
@@ -284,10 +507,10 @@ unsafe fn attend_n<const N: usize>(
             &mut out[i0..i0 + nr],
         );
         match nr {
-            4 => pv_rows::<4>(kv, sp, stride, len, inv, out),
-            3 => pv_rows::<3>(kv, sp, stride, len, inv, out),
-            2 => pv_rows::<2>(kv, sp, stride, len, inv, out),
-            _ => pv_rows::<1>(kv, sp, stride, len, inv, out),
+            4 => pv_rows::<S, 4>(kv, sp, stride, len, inv, out),
+            3 => pv_rows::<S, 3>(kv, sp, stride, len, inv, out),
+            2 => pv_rows::<S, 2>(kv, sp, stride, len, inv, out),
+            _ => pv_rows::<S, 1>(kv, sp, stride, len, inv, out),
         }
         i0 += nr;
     }
@@ -298,10 +521,10 @@ unsafe fn attend_n<const N: usize>(
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn scores_tile<const N: usize, const B: usize>(
+unsafe fn scores_tile<S: Src, const N: usize, const B: usize>(
     tile: &AttnTile<'_>,
     hd: usize,
-    ks: [(*const u16, usize, u16); B],
+    ks: [(*const u8, usize, u16); B],
     scale: f32,
     sp: *mut f32,
     stride: usize,
@@ -310,7 +533,7 @@ unsafe fn scores_tile<const N: usize, const B: usize>(
     for d in 0..hd {
         let mut kk = [_mm512_setzero_ps(); B];
         for j in 0..B {
-            kk[j] = load_ph(ks[j].0.add(d * ks[j].1), ks[j].2);
+            kk[j] = S::load_k(ks[j].0, d * ks[j].1, ks[j].2);
         }
         for i in 0..N {
             let q = _mm512_set1_ps(*tile.q[i].get_unchecked(d));
@@ -334,22 +557,22 @@ unsafe fn scores_tile<const N: usize, const B: usize>(
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn pv_rows<const N: usize>(
-    kv: &PagedKv<'_>,
+unsafe fn pv_rows<S: Src, const N: usize>(
+    kv: &S,
     sp: *const f32,
     stride: usize,
     maxlen: usize,
     inv: &[f32],
     out: &mut [&mut [f32]],
 ) {
-    let chunks = kv.head_dim / 16;
+    let chunks = kv.head_dim() / 16;
     let mut c = 0;
     while c + 4 <= chunks {
-        pv::<N, 4>(kv, sp, stride, maxlen, c, inv, out);
+        pv::<S, N, 4>(kv, sp, stride, maxlen, c, inv, out);
         c += 4;
     }
     while c < chunks {
-        pv::<N, 1>(kv, sp, stride, maxlen, c, inv, out);
+        pv::<S, N, 1>(kv, sp, stride, maxlen, c, inv, out);
         c += 1;
     }
 }
@@ -358,8 +581,8 @@ unsafe fn pv_rows<const N: usize>(
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn pv<const N: usize, const C: usize>(
-    kv: &PagedKv<'_>,
+unsafe fn pv<S: Src, const N: usize, const C: usize>(
+    kv: &S,
     sp: *const f32,
     stride: usize,
     maxlen: usize,
@@ -367,20 +590,14 @@ unsafe fn pv<const N: usize, const C: usize>(
     inv: &[f32],
     out: &mut [&mut [f32]],
 ) {
-    let ps = kv.page_size;
     let mut acc = [[_mm512_setzero_ps(); C]; N];
     let mut p = 0;
     while p < maxlen {
-        let end = ((p / ps + 1) * ps).min(maxlen);
-        let first = kv.page_base(p) + kv.v_off + (p % ps) * kv.v_stride + c * 32;
-        // Every V row read (C × 16 values from `first + k * v_stride`) lies inside the page.
-        let last = first + (end - 1 - p) * kv.v_stride + C * 32;
-        assert!(last <= kv.raw.len());
-        let mut vp = kv.raw[first..].as_ptr();
+        let (mut vp, end, vstride) = kv.v_run(p, maxlen, c, C);
         for pos in p..end {
             let mut vv = [_mm512_setzero_ps(); C];
             for j in 0..C {
-                vv[j] = _mm512_cvtph_ps(_mm256_loadu_si256(vp.add(j * 32) as *const __m256i));
+                vv[j] = S::load_v(vp, j);
             }
             for i in 0..N {
                 let w = _mm512_set1_ps(*sp.add(i * stride + pos));
@@ -388,7 +605,7 @@ unsafe fn pv<const N: usize, const C: usize>(
                     acc[i][j] = _mm512_fmadd_ps(w, vv[j], acc[i][j]);
                 }
             }
-            vp = vp.add(kv.v_stride);
+            vp = vp.wrapping_add(vstride);
         }
         p = end;
     }
@@ -464,7 +681,29 @@ mod tests {
                         q: &qrefs[..nq],
                         lens: &lens[..nq],
                     };
-                    attend(isa, &tile, &kv, scale, &mut Vec::new(), &mut refs);
+                    attend(
+                        isa,
+                        &tile,
+                        &KvSource::Paged(kv),
+                        scale,
+                        &mut Vec::new(),
+                        &mut refs,
+                    );
+                    // The f32 copy of the task's range gives the same bits.
+                    let mut copy = KvF32::default();
+                    copy.fill(isa, &kv, lens[..nq].iter().copied().max().unwrap());
+                    let mut outs2 = vec![vec![0.0f32; hd]; nq];
+                    let mut refs2: Vec<&mut [f32]> =
+                        outs2.iter_mut().map(|o| o.as_mut_slice()).collect();
+                    attend(
+                        isa,
+                        &tile,
+                        &KvSource::F32(&copy),
+                        scale,
+                        &mut Vec::new(),
+                        &mut refs2,
+                    );
+                    assert_eq!(outs2, outs, "{isa:?} ps{ps} nq{nq}: f32 copy");
                     for i in 0..nq {
                         let s: Vec<f64> = (0..lens[i])
                             .map(|p| {
