@@ -192,6 +192,18 @@ unsafe fn row_mut(p: &OutPtr, t: usize, w: usize) -> &mut [f32] {
     std::slice::from_raw_parts_mut(p.0.add(t * w), w)
 }
 
+/// Rounds every value to f16 precision (one F16C pass when available; same rounding as
+/// `f16::from_f32`).
+fn round_to_f16(xs: &mut [f32]) {
+    use half::slice::HalfFloatSliceExt;
+    let mut tmp = [half::f16::ZERO; 64];
+    for c in xs.chunks_mut(64) {
+        let t = &mut tmp[..c.len()];
+        t.convert_from_f32_slice(c);
+        t.convert_to_f32_slice(c);
+    }
+}
+
 /// RMSNorm of every row of `x` into `out` (rows of `h`), parallel over tokens.
 fn rms_norm_rows(pool: &ThreadPool, x: &[f32], w: &[f32], eps: f32, h: usize, out: &mut [f32]) {
     let n = x.len() / h;
@@ -462,6 +474,14 @@ impl Executor for CpuExecutor {
         }
         let scale = 1.0 / (hd as f32).sqrt();
         let group = nh / nkv;
+        // Tokens write their K/V in parallel when no two share a page slot.
+        let distinct_slots = {
+            let mut slots: Vec<(u32, usize)> = (0..n)
+                .map(|t| (batch.seqs[seq_of[t]].pages[pos_of[t] / ps], pos_of[t] % ps))
+                .collect();
+            slots.sort_unstable();
+            slots.windows(2).all(|w| w[0] != w[1])
+        };
 
         for (li, layer) in layers.iter().enumerate() {
             // Attention block.
@@ -476,6 +496,7 @@ impl Executor for CpuExecutor {
                     &s.rope,
                     kv.layout().dtype == KvDtype::F16,
                 );
+                let (writer, seqs, seq_of, pos_of) = (kv.writer(), &batch.seqs, &seq_of, &pos_of);
                 par_tokens(pool, n, &|t| {
                     // SAFETY: each token's row is touched by one call only.
                     let row = unsafe { row_mut(&qkv_ptr, t, qkv_w) };
@@ -488,23 +509,39 @@ impl Executor for CpuExecutor {
                     // teacher-forced golden test: p99 |Δlogprob| 0.21 → 0.18 nat, no
                     // clear-margin flips).
                     if f16_q {
-                        for x in &mut row[..qd] {
-                            *x = half::f16::from_f32(*x).to_f32();
-                        }
+                        round_to_f16(&mut row[..qd]);
                     }
+                    if !distinct_slots {
+                        return;
+                    }
+                    // This token's K/V into its slot, on the thread that computed it.
+                    let (q, p) = (&seqs[seq_of[t]], pos_of[t]);
+                    // SAFETY: no two tokens of the batch share a slot (checked above).
+                    unsafe {
+                        writer.write_token(
+                            li,
+                            q.pages[p / ps] as usize,
+                            p % ps,
+                            &row[qd..qd + kvd],
+                            &row[qd + kvd..],
+                        )
+                    };
                 });
             }
-            for t in 0..n {
-                let row = &s.qkv[t * qkv_w..(t + 1) * qkv_w];
-                let q = &batch.seqs[seq_of[t]];
-                let p = pos_of[t];
-                kv.write_token(
-                    li,
-                    q.pages[p / ps] as usize,
-                    p % ps,
-                    &row[qd..qd + kvd],
-                    &row[qd + kvd..],
-                );
+            if !distinct_slots {
+                // A batch that writes one slot twice (a caller bug, kept well defined): in
+                // order, on this thread.
+                for t in 0..n {
+                    let row = &s.qkv[t * qkv_w..(t + 1) * qkv_w];
+                    let (q, p) = (&batch.seqs[seq_of[t]], pos_of[t]);
+                    kv.write_token(
+                        li,
+                        q.pages[p / ps] as usize,
+                        p % ps,
+                        &row[qd..qd + kvd],
+                        &row[qd + kvd..],
+                    );
+                }
             }
             s.attn.resize(n * qd, 0.0);
             {
@@ -512,8 +549,10 @@ impl Executor for CpuExecutor {
                 let (qkv, kvr, seqs) = (&s.qkv, &*kv, &batch.seqs);
                 // One task per (sequence, KV head, block of query tokens): K/V are read in
                 // place from the sequence's pages, once per tile of the GQA group's rows.
+                // Largest tasks (the last query blocks of a prefill) first, so that the
+                // threads finish together.
                 pool.run(tasks.len(), &|ti| {
-                    let task = &tasks[ti];
+                    let task = &tasks[tasks.len() - 1 - ti];
                     let out = &out;
                     let g = kvr.head(li, seqs[task.seq].pages, task.kv_head);
                     // Decode (one tile of rows) reads the pages in place; a prefill block's

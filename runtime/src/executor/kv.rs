@@ -68,20 +68,17 @@ impl KvPool {
 
     /// Stores one token's K and V (`num_kv_heads * head_dim` each) at `slot` of `page`.
     pub fn write_token(&mut self, layer: usize, page: usize, slot: usize, k: &[f32], v: &[f32]) {
-        let l = self.layout;
-        let es = l.dtype.size();
-        let base = page * l.page_bytes();
-        let voff = base + self.part_offset(layer, true) + slot * self.row_elems() * es;
-        store(l.dtype, v, &mut self.raw_mut()[voff..voff + v.len() * es]);
-        // K transposed: element (head, d) of this slot at `(head * head_dim + d) * page_size`.
-        let koff = base + self.part_offset(layer, false) + slot * es;
-        // Converted in one pass (F16C when present), then scattered.
-        let mut buf = vec![0u8; k.len() * es];
-        store(l.dtype, k, &mut buf);
-        let raw = self.raw_mut();
-        for (e, b) in buf.chunks_exact(es).enumerate() {
-            let o = koff + e * l.page_size * es;
-            raw[o..o + es].copy_from_slice(b);
+        // SAFETY: `&mut self` excludes every other access to the pool.
+        unsafe { self.writer().write_token(layer, page, slot, k, v) }
+    }
+
+    /// A handle that writes tokens from several threads at once (see [`KvWriter`]).
+    pub fn writer(&mut self) -> KvWriter<'_> {
+        KvWriter {
+            layout: self.layout,
+            ptr: self.data.as_mut_ptr() as *mut u8,
+            bytes: self.bytes,
+            _pool: std::marker::PhantomData,
         }
     }
 
@@ -162,6 +159,50 @@ impl KvPool {
             self.raw_mut()[p * pb..(p + 1) * pb].copy_from_slice(&page);
         }
         Ok(())
+    }
+}
+
+/// Writes tokens into a uniquely borrowed pool from several threads (the executor writes
+/// each token's K/V on the thread that computed it).
+pub struct KvWriter<'a> {
+    layout: KvLayout,
+    ptr: *mut u8,
+    bytes: usize,
+    _pool: std::marker::PhantomData<&'a mut KvPool>,
+}
+
+// SAFETY: writes go through `write_token`, whose contract keeps concurrent calls disjoint.
+unsafe impl Sync for KvWriter<'_> {}
+
+impl KvWriter<'_> {
+    /// Stores one token's K and V (`num_kv_heads * head_dim` each) at `slot` of `page`.
+    ///
+    /// # Safety
+    /// Concurrent calls must write different `(page, slot)` pairs. Out-of-range pages or
+    /// slots panic.
+    pub unsafe fn write_token(&self, layer: usize, page: usize, slot: usize, k: &[f32], v: &[f32]) {
+        let l = &self.layout;
+        let es = l.dtype.size();
+        let row = l.num_kv_heads * l.head_dim;
+        assert!(slot < l.page_size && layer < l.num_layers && k.len() == row && v.len() == row);
+        let part = l.page_size * row * es;
+        let base = page * l.page_bytes() + layer * 2 * part;
+        assert!(base + 2 * part <= self.bytes);
+        let mut buf = vec![0u8; 2 * row * es];
+        let (kb, vb) = buf.split_at_mut(row * es);
+        store(l.dtype, k, kb);
+        store(l.dtype, v, vb);
+        // V: the slot's row as it is.
+        std::ptr::copy_nonoverlapping(
+            vb.as_ptr(),
+            self.ptr.add(base + part + slot * row * es),
+            vb.len(),
+        );
+        // K transposed: element (head, d) of this slot at `(head * head_dim + d) * page_size`.
+        for (e, b) in kb.chunks_exact(es).enumerate() {
+            let o = base + (e * l.page_size + slot) * es;
+            std::ptr::copy_nonoverlapping(b.as_ptr(), self.ptr.add(o), es);
+        }
     }
 }
 

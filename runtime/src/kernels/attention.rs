@@ -97,8 +97,14 @@ impl KvF32 {
         self.len = len;
         self.head_dim = hd;
         let blocks = len.div_ceil(16);
-        self.kt.resize(blocks * hd * 16, 0.0);
-        self.v.resize(len * hd, 0.0);
+        // Grow only: tasks of every length reuse the buffers (shrinking then growing again
+        // would zero-fill them each time).
+        if self.kt.len() < blocks * hd * 16 {
+            self.kt.resize(blocks * hd * 16, 0.0);
+        }
+        if self.v.len() < len * hd {
+            self.v.resize(len * hd, 0.0);
+        }
         #[cfg(target_arch = "x86_64")]
         if isa == Isa::Avx512Vnni && kv.dtype == KvDtype::F16 && hd.is_multiple_of(16) {
             // SAFETY: AVX-512 F/BW/VL detected; buffers sized above.
