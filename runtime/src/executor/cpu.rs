@@ -160,7 +160,7 @@ struct AttnTask {
 }
 
 /// Query tokens per attention task.
-const ATTN_BLOCK: usize = 32;
+const ATTN_BLOCK: usize = 64;
 
 thread_local! {
     static ATTN_SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -190,6 +190,18 @@ fn par_tokens(pool: &ThreadPool, n: usize, f: &(dyn Fn(usize) + Sync)) {
 #[allow(clippy::mut_from_ref)]
 unsafe fn row_mut(p: &OutPtr, t: usize, w: usize) -> &mut [f32] {
     std::slice::from_raw_parts_mut(p.0.add(t * w), w)
+}
+
+/// `x += o` for `n` rows of `w`, parallel over tokens.
+fn add_rows(pool: &ThreadPool, x: &mut [f32], o: &[f32], n: usize, w: usize) {
+    let xp = OutPtr(x.as_mut_ptr());
+    par_tokens(pool, n, &|t| {
+        // SAFETY: each token's row is written by one call only.
+        let row = unsafe { row_mut(&xp, t, w) };
+        row.iter_mut()
+            .zip(&o[t * w..(t + 1) * w])
+            .for_each(|(x, o)| *x += o);
+    });
 }
 
 /// Rounds every value to f16 precision (one F16C pass when available; same rounding as
@@ -613,7 +625,7 @@ impl Executor for CpuExecutor {
             s.acts.quantize_par(pool, &s.attn, n, qd);
             s.o.resize(n * h, 0.0);
             layer.wo.matmul(pool, isa, &s.attn, &s.acts, n, &mut s.o);
-            s.x.iter_mut().zip(&s.o).for_each(|(x, o)| *x += o);
+            add_rows(pool, &mut s.x, &s.o, n, h);
 
             // MLP block.
             rms_norm_rows(pool, &s.x, &layer.ffn_norm, eps, h, &mut s.h);
@@ -632,7 +644,7 @@ impl Executor for CpuExecutor {
             }
             s.acts.quantize_par(pool, &s.act, n, inter);
             layer.down.matmul(pool, isa, &s.act, &s.acts, n, &mut s.o);
-            s.x.iter_mut().zip(&s.o).for_each(|(x, o)| *x += o);
+            add_rows(pool, &mut s.x, &s.o, n, h);
         }
 
         // Logits for the rows asked for.
