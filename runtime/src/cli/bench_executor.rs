@@ -34,6 +34,9 @@ pub struct BenchExecutorArgs {
     /// Decode steps per batch size.
     #[arg(long, default_value_t = 32)]
     pub decode_steps: usize,
+    /// Prompt length of every decode sequence (the context the steps attend over).
+    #[arg(long, default_value_t = DECODE_PROMPT)]
+    pub decode_prompt: usize,
     /// Batch sizes of the decode measurement.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1, 8, 32])]
     pub batch: Vec<usize>,
@@ -100,7 +103,7 @@ pub fn bench_llama_cpp(
         .with_context(|| format!("writing {}", script.display()))?;
     let ids = serde_json::json!({
         "prefill": synthetic_tokens(args.prefill_tokens, 1, vocab),
-        "decode_prompt": synthetic_tokens(DECODE_PROMPT, 100, vocab),
+        "decode_prompt": synthetic_tokens(args.decode_prompt.max(1), 100, vocab),
     });
     let run = || -> anyhow::Result<std::process::Output> {
         let mut child = Command::new(python)
@@ -212,9 +215,9 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
     );
 
     let mut decode = Vec::new();
-    const PROMPT: usize = DECODE_PROMPT;
+    let prompt_len = args.decode_prompt.max(1);
     for &b in &args.batch {
-        let per = (PROMPT + args.decode_steps).div_ceil(ps);
+        let per = (prompt_len + args.decode_steps).div_ceil(ps);
         anyhow::ensure!(
             b * per <= pages.len(),
             "KV pool too small for decode batch {b}"
@@ -223,7 +226,7 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
         let mut best = f64::INFINITY;
         for _ in 0..args.repeat.max(1) {
             let prompts: Vec<Vec<u32>> = (0..b)
-                .map(|i| synthetic_tokens(PROMPT, 100 + i as u64, vocab))
+                .map(|i| synthetic_tokens(prompt_len, 100 + i as u64, vocab))
                 .collect();
             let batch = Batch {
                 seqs: (0..b)
@@ -243,7 +246,7 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
                     seqs: (0..b)
                         .map(|i| SeqChunk {
                             tokens: &last[i],
-                            start_pos: PROMPT + step,
+                            start_pos: prompt_len + step,
                             pages: tables[i],
                             logits: LogitsWanted::Last,
                         })
@@ -287,7 +290,7 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
         cfg.threads = t;
     }
     let ps = cfg.page_size;
-    let per_seq = (64 + args.decode_steps).div_ceil(ps);
+    let per_seq = (args.decode_prompt.max(1) + args.decode_steps).div_ceil(ps);
     let max_b = args.batch.iter().copied().max().unwrap_or(1);
     cfg.kv = KvCapacity::Pages((max_b * per_seq).max(args.prefill_tokens.div_ceil(ps)));
     let mut exec = CpuExecutor::new(&config, &weights, &cfg)?;

@@ -3,7 +3,7 @@
 use super::kv::KvPool;
 use super::rope::Rope;
 use super::{Batch, ExecError, Executor, KvDtype, KvLayout, Logits, LogitsWanted};
-use crate::kernels::attention::{attend, AttnTile, KvGather, MAX_ROWS};
+use crate::kernels::attention::{attend, AttnTile, KvF32, KvSource, MAX_ROWS};
 use crate::kernels::elementwise::{rms_norm, silu_mul};
 use crate::kernels::packed::{OutPtr, PackedMatrix};
 use crate::kernels::pool::ThreadPool;
@@ -99,8 +99,6 @@ struct Scratch {
     act: Vec<f32>,
     acts: QuantActs,
     rope: Vec<(f32, f32)>,
-    /// K/V of each (sequence, KV head) of the current layer, gathered once per layer.
-    gathers: Vec<KvGather>,
 }
 
 /// The CPU executor (see the module docs and [`Executor`]).
@@ -161,16 +159,13 @@ struct AttnTask {
     pos0: usize,
 }
 
-/// Gathers shared by the tasks that fill them (one each).
-struct GatherPtr(*mut KvGather);
-// SAFETY: only used for disjoint writes while the owning vector is borrowed.
-unsafe impl Sync for GatherPtr {}
-
 /// Query tokens per attention task.
-const ATTN_BLOCK: usize = 32;
+const ATTN_BLOCK: usize = 64;
 
 thread_local! {
     static ATTN_SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A task's K/V converted to f32, when the task has more than one tile of rows.
+    static ATTN_KV: RefCell<KvF32> = RefCell::new(KvF32::default());
 }
 
 /// Tokens below which the per-token element-wise work stays on the calling thread.
@@ -195,6 +190,30 @@ fn par_tokens(pool: &ThreadPool, n: usize, f: &(dyn Fn(usize) + Sync)) {
 #[allow(clippy::mut_from_ref)]
 unsafe fn row_mut(p: &OutPtr, t: usize, w: usize) -> &mut [f32] {
     std::slice::from_raw_parts_mut(p.0.add(t * w), w)
+}
+
+/// `x += o` for `n` rows of `w`, parallel over tokens.
+fn add_rows(pool: &ThreadPool, x: &mut [f32], o: &[f32], n: usize, w: usize) {
+    let xp = OutPtr(x.as_mut_ptr());
+    par_tokens(pool, n, &|t| {
+        // SAFETY: each token's row is written by one call only.
+        let row = unsafe { row_mut(&xp, t, w) };
+        row.iter_mut()
+            .zip(&o[t * w..(t + 1) * w])
+            .for_each(|(x, o)| *x += o);
+    });
+}
+
+/// Rounds every value to f16 precision (one F16C pass when available; same rounding as
+/// `f16::from_f32`).
+fn round_to_f16(xs: &mut [f32]) {
+    use half::slice::HalfFloatSliceExt;
+    let mut tmp = [half::f16::ZERO; 64];
+    for c in xs.chunks_mut(64) {
+        let t = &mut tmp[..c.len()];
+        t.convert_from_f32_slice(c);
+        t.convert_to_f32_slice(c);
+    }
 }
 
 /// RMSNorm of every row of `x` into `out` (rows of `h`), parallel over tokens.
@@ -467,6 +486,14 @@ impl Executor for CpuExecutor {
         }
         let scale = 1.0 / (hd as f32).sqrt();
         let group = nh / nkv;
+        // Tokens write their K/V in parallel when no two share a page slot.
+        let distinct_slots = {
+            let mut slots: Vec<(u32, usize)> = (0..n)
+                .map(|t| (batch.seqs[seq_of[t]].pages[pos_of[t] / ps], pos_of[t] % ps))
+                .collect();
+            slots.sort_unstable();
+            slots.windows(2).all(|w| w[0] != w[1])
+        };
 
         for (li, layer) in layers.iter().enumerate() {
             // Attention block.
@@ -481,6 +508,7 @@ impl Executor for CpuExecutor {
                     &s.rope,
                     kv.layout().dtype == KvDtype::F16,
                 );
+                let (writer, seqs, seq_of, pos_of) = (kv.writer(), &batch.seqs, &seq_of, &pos_of);
                 par_tokens(pool, n, &|t| {
                     // SAFETY: each token's row is touched by one call only.
                     let row = unsafe { row_mut(&qkv_ptr, t, qkv_w) };
@@ -493,88 +521,111 @@ impl Executor for CpuExecutor {
                     // teacher-forced golden test: p99 |Δlogprob| 0.21 → 0.18 nat, no
                     // clear-margin flips).
                     if f16_q {
-                        for x in &mut row[..qd] {
-                            *x = half::f16::from_f32(*x).to_f32();
-                        }
+                        round_to_f16(&mut row[..qd]);
                     }
+                    if !distinct_slots {
+                        return;
+                    }
+                    // This token's K/V into its slot, on the thread that computed it.
+                    let (q, p) = (&seqs[seq_of[t]], pos_of[t]);
+                    // SAFETY: no two tokens of the batch share a slot (checked above).
+                    unsafe {
+                        writer.write_token(
+                            li,
+                            q.pages[p / ps] as usize,
+                            p % ps,
+                            &row[qd..qd + kvd],
+                            &row[qd + kvd..],
+                        )
+                    };
                 });
             }
-            for t in 0..n {
-                let row = &s.qkv[t * qkv_w..(t + 1) * qkv_w];
-                let q = &batch.seqs[seq_of[t]];
-                let p = pos_of[t];
-                kv.write_token(
-                    li,
-                    q.pages[p / ps] as usize,
-                    p % ps,
-                    &row[qd..qd + kvd],
-                    &row[qd + kvd..],
-                );
+            if !distinct_slots {
+                // A batch that writes one slot twice (a caller bug, kept well defined): in
+                // order, on this thread.
+                for t in 0..n {
+                    let row = &s.qkv[t * qkv_w..(t + 1) * qkv_w];
+                    let (q, p) = (&batch.seqs[seq_of[t]], pos_of[t]);
+                    kv.write_token(
+                        li,
+                        q.pages[p / ps] as usize,
+                        p % ps,
+                        &row[qd..qd + kvd],
+                        &row[qd + kvd..],
+                    );
+                }
             }
             s.attn.resize(n * qd, 0.0);
             {
-                // K/V of every (sequence, KV head) up to the chunk's end, once per layer.
-                let nseq = batch.seqs.len();
-                s.gathers.resize_with(nseq * nkv, KvGather::default);
-                let gptr = GatherPtr(s.gathers.as_mut_ptr());
-                let (kvr, seqs) = (&*kv, &batch.seqs);
-                pool.run(nseq * nkv, &|i| {
-                    let gptr = &gptr;
-                    let q = &seqs[i / nkv];
-                    // SAFETY: task `i` alone writes gather `i`; the vector outlives `run`.
-                    let g = unsafe { &mut *gptr.0.add(i) };
-                    kvr.gather(li, q.pages, i % nkv, q.start_pos + q.tokens.len(), g);
-                });
-            }
-            {
                 let out = OutPtr(s.attn.as_mut_ptr());
-                let (qkv, gathers) = (&s.qkv, &s.gathers);
+                let (qkv, kvr, seqs) = (&s.qkv, &*kv, &batch.seqs);
+                // One task per (sequence, KV head, block of query tokens): K/V are read in
+                // place from the sequence's pages, once per tile of the GQA group's rows.
+                // Largest tasks (the last query blocks of a prefill) first, so that the
+                // threads finish together.
                 pool.run(tasks.len(), &|ti| {
-                    let task = &tasks[ti];
+                    let task = &tasks[tasks.len() - 1 - ti];
                     let out = &out;
-                    let g = &gathers[task.seq * nkv + task.kv_head];
+                    let g = kvr.head(li, seqs[task.seq].pages, task.kv_head);
+                    // Decode (one tile of rows) reads the pages in place; a prefill block's
+                    // many tiles share one f32 conversion of its range (bit-identical).
+                    let copy = (task.t1 - task.t0) * group > MAX_ROWS;
                     ATTN_SCORES.with(|c| {
-                        let scores = &mut *c.borrow_mut();
-                        let rows: Vec<(usize, usize)> = (task.t0..task.t1)
-                            .flat_map(|t| (0..group).map(move |k| (t, task.kv_head * group + k)))
-                            .collect();
-                        for chunk in rows.chunks(MAX_ROWS) {
-                            let qs: Vec<&[f32]> = chunk
-                                .iter()
-                                .map(|&(t, hh)| {
-                                    &qkv[t * qkv_w + hh * hd..t * qkv_w + (hh + 1) * hd]
+                        ATTN_KV.with(|kc| {
+                            let scores = &mut *c.borrow_mut();
+                            let kc = &mut *kc.borrow_mut();
+                            let src = if copy {
+                                kc.fill(isa, &g, task.pos0 + (task.t1 - task.t0));
+                                KvSource::F32(kc)
+                            } else {
+                                KvSource::Paged(g)
+                            };
+                            let rows: Vec<(usize, usize)> = (task.t0..task.t1)
+                                .flat_map(|t| {
+                                    (0..group).map(move |k| (t, task.kv_head * group + k))
                                 })
                                 .collect();
-                            let lens: Vec<usize> = chunk
-                                .iter()
-                                .map(|&(t, _)| task.pos0 + (t - task.t0) + 1)
-                                .collect();
-                            // SAFETY: each (token, head) output slice is written by one task only.
-                            let mut outs: Vec<&mut [f32]> = chunk
-                                .iter()
-                                .map(|&(t, hh)| unsafe {
-                                    std::slice::from_raw_parts_mut(out.0.add(t * qd + hh * hd), hd)
-                                })
-                                .collect();
-                            attend(
-                                isa,
-                                &AttnTile {
-                                    q: &qs,
-                                    lens: &lens,
-                                },
-                                g,
-                                scale,
-                                scores,
-                                &mut outs,
-                            );
-                        }
+                            for chunk in rows.chunks(MAX_ROWS) {
+                                let qs: Vec<&[f32]> = chunk
+                                    .iter()
+                                    .map(|&(t, hh)| {
+                                        &qkv[t * qkv_w + hh * hd..t * qkv_w + (hh + 1) * hd]
+                                    })
+                                    .collect();
+                                let lens: Vec<usize> = chunk
+                                    .iter()
+                                    .map(|&(t, _)| task.pos0 + (t - task.t0) + 1)
+                                    .collect();
+                                // SAFETY: each (token, head) output slice is written by one task only.
+                                let mut outs: Vec<&mut [f32]> = chunk
+                                    .iter()
+                                    .map(|&(t, hh)| unsafe {
+                                        std::slice::from_raw_parts_mut(
+                                            out.0.add(t * qd + hh * hd),
+                                            hd,
+                                        )
+                                    })
+                                    .collect();
+                                attend(
+                                    isa,
+                                    &AttnTile {
+                                        q: &qs,
+                                        lens: &lens,
+                                    },
+                                    &src,
+                                    scale,
+                                    scores,
+                                    &mut outs,
+                                );
+                            }
+                        })
                     });
                 });
             }
             s.acts.quantize_par(pool, &s.attn, n, qd);
             s.o.resize(n * h, 0.0);
             layer.wo.matmul(pool, isa, &s.attn, &s.acts, n, &mut s.o);
-            s.x.iter_mut().zip(&s.o).for_each(|(x, o)| *x += o);
+            add_rows(pool, &mut s.x, &s.o, n, h);
 
             // MLP block.
             rms_norm_rows(pool, &s.x, &layer.ffn_norm, eps, h, &mut s.h);
@@ -593,7 +644,7 @@ impl Executor for CpuExecutor {
             }
             s.acts.quantize_par(pool, &s.act, n, inter);
             layer.down.matmul(pool, isa, &s.act, &s.acts, n, &mut s.o);
-            s.x.iter_mut().zip(&s.o).for_each(|(x, o)| *x += o);
+            add_rows(pool, &mut s.x, &s.o, n, h);
         }
 
         // Logits for the rows asked for.

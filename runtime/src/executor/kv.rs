@@ -1,8 +1,13 @@
-//! The paged KV pool: one contiguous buffer of `num_pages` pages laid out as [`KvLayout`]
-//! documents, so page reads and writes are plain copies.
+//! The paged KV pool: one contiguous buffer of `num_pages` pages.
+//!
+//! A page holds, per layer, K then V of `page_size` positions. On the wire ([`KvLayout`]:
+//! `read_pages`/`write_pages`) both are `[page_size, num_kv_heads, head_dim]`. In memory V
+//! keeps that order, while K is stored transposed per head, `[num_kv_heads, head_dim,
+//! page_size]`, so attention reads 16 consecutive positions of one dimension with one load
+//! and converts them in registers ([`PagedKv`]); the page copies transpose K on the way.
 
 use super::{ExecError, KvDtype, KvLayout};
-use crate::kernels::attention::KvGather;
+use crate::kernels::attention::PagedKv;
 use half::{bf16, f16};
 
 /// KV pages of every layer.
@@ -51,56 +56,68 @@ impl KvPool {
         self.layout.num_kv_heads * self.layout.head_dim
     }
 
-    /// Byte offset of (page, layer, K or V, slot).
-    fn offset(&self, page: usize, layer: usize, v: bool, slot: usize) -> usize {
-        let l = &self.layout;
-        let es = l.dtype.size();
-        let part = l.page_size * self.row_elems() * es;
-        page * l.page_bytes() + (layer * 2 + v as usize) * part + slot * self.row_elems() * es
+    /// Bytes of one layer's K (or V) within a page.
+    fn part_bytes(&self) -> usize {
+        self.layout.page_size * self.row_elems() * self.layout.dtype.size()
+    }
+
+    /// Byte offset, within a page, of layer `layer`'s K (`v = false`) or V part.
+    fn part_offset(&self, layer: usize, v: bool) -> usize {
+        (layer * 2 + v as usize) * self.part_bytes()
     }
 
     /// Stores one token's K and V (`num_kv_heads * head_dim` each) at `slot` of `page`.
     pub fn write_token(&mut self, layer: usize, page: usize, slot: usize, k: &[f32], v: &[f32]) {
-        let dtype = self.layout.dtype;
-        for (is_v, src) in [(false, k), (true, v)] {
-            let off = self.offset(page, layer, is_v, slot);
-            let dst = &mut self.raw_mut()[off..off + src.len() * dtype.size()];
-            store(dtype, src, dst);
+        // SAFETY: `&mut self` excludes every other access to the pool.
+        unsafe { self.writer().write_token(layer, page, slot, k, v) }
+    }
+
+    /// A handle that writes tokens from several threads at once (see [`KvWriter`]).
+    pub fn writer(&mut self) -> KvWriter<'_> {
+        KvWriter {
+            layout: self.layout,
+            ptr: self.data.as_mut_ptr() as *mut u8,
+            bytes: self.bytes,
+            _pool: std::marker::PhantomData,
         }
     }
 
-    /// Gathers K and V of `kv_head` for positions `0..len` of a sequence with page table
-    /// `pages` into `g` (f32).
-    pub fn gather(
-        &self,
-        layer: usize,
-        pages: &[u32],
-        kv_head: usize,
-        len: usize,
-        g: &mut KvGather,
-    ) {
+    /// Layer `layer`'s K and V of `kv_head` for the sequence with page table `pages`, read in
+    /// place by the attention kernels.
+    pub fn head<'a>(&'a self, layer: usize, pages: &'a [u32], kv_head: usize) -> PagedKv<'a> {
         let l = &self.layout;
-        let hd = l.head_dim;
         let es = l.dtype.size();
-        g.reset(len, hd);
-        let raw = self.raw();
-        let mut tmp = vec![0.0f32; hd];
-        let panel = hd * 32;
-        for pos in 0..len {
-            let page = pages[pos / l.page_size] as usize;
-            let slot = pos % l.page_size;
-            let koff = self.offset(page, layer, false, slot) + kv_head * hd * es;
-            let voff = self.offset(page, layer, true, slot) + kv_head * hd * es;
-            load(l.dtype, &raw[koff..koff + hd * es], &mut tmp);
-            let base = (pos / 32) * panel + pos % 32;
-            for (d, &kv) in tmp.iter().enumerate() {
-                g.kt[base + d * 32] = kv;
+        PagedKv {
+            raw: self.raw(),
+            dtype: l.dtype,
+            pages,
+            page_size: l.page_size,
+            page_bytes: l.page_bytes(),
+            k_off: self.part_offset(layer, false) + kv_head * l.head_dim * l.page_size * es,
+            v_off: self.part_offset(layer, true) + kv_head * l.head_dim * es,
+            v_stride: self.row_elems() * es,
+            head_dim: l.head_dim,
+        }
+    }
+
+    /// Converts one page between the wire order (K `[slot][head][d]`) and the pool's (K
+    /// `[head][d][slot]`); V parts are copied as they are.
+    fn convert_page(&self, src: &[u8], dst: &mut [u8], to_wire: bool) {
+        let l = &self.layout;
+        let (es, ps, re) = (l.dtype.size(), l.page_size, self.row_elems());
+        let part = self.part_bytes();
+        for layer in 0..l.num_layers {
+            let k = self.part_offset(layer, false);
+            for slot in 0..ps {
+                for e in 0..re {
+                    let wire = k + (slot * re + e) * es;
+                    let pool = k + (e * ps + slot) * es;
+                    let (from, to) = if to_wire { (pool, wire) } else { (wire, pool) };
+                    dst[to..to + es].copy_from_slice(&src[from..from + es]);
+                }
             }
-            load(
-                l.dtype,
-                &raw[voff..voff + hd * es],
-                &mut g.v[pos * hd..(pos + 1) * hd],
-            );
+            let v = self.part_offset(layer, true);
+            dst[v..v + part].copy_from_slice(&src[v..v + part]);
         }
     }
 
@@ -123,7 +140,11 @@ impl KvPool {
         let pb = self.check_pages(pages, out.len())?;
         for (i, &p) in pages.iter().enumerate() {
             let p = p as usize;
-            out[i * pb..(i + 1) * pb].copy_from_slice(&self.raw()[p * pb..(p + 1) * pb]);
+            self.convert_page(
+                &self.raw()[p * pb..(p + 1) * pb],
+                &mut out[i * pb..(i + 1) * pb],
+                true,
+            );
         }
         Ok(())
     }
@@ -131,19 +152,68 @@ impl KvPool {
     /// Copies pages in, `page_bytes` each, in order.
     pub fn write_pages(&mut self, pages: &[u32], data: &[u8]) -> Result<(), ExecError> {
         let pb = self.check_pages(pages, data.len())?;
+        let mut page = vec![0u8; pb];
         for (i, &p) in pages.iter().enumerate() {
             let p = p as usize;
-            self.raw_mut()[p * pb..(p + 1) * pb].copy_from_slice(&data[i * pb..(i + 1) * pb]);
+            self.convert_page(&data[i * pb..(i + 1) * pb], &mut page, false);
+            self.raw_mut()[p * pb..(p + 1) * pb].copy_from_slice(&page);
         }
         Ok(())
     }
 }
 
+/// Writes tokens into a uniquely borrowed pool from several threads (the executor writes
+/// each token's K/V on the thread that computed it).
+pub struct KvWriter<'a> {
+    layout: KvLayout,
+    ptr: *mut u8,
+    bytes: usize,
+    _pool: std::marker::PhantomData<&'a mut KvPool>,
+}
+
+// SAFETY: writes go through `write_token`, whose contract keeps concurrent calls disjoint.
+unsafe impl Sync for KvWriter<'_> {}
+
+impl KvWriter<'_> {
+    /// Stores one token's K and V (`num_kv_heads * head_dim` each) at `slot` of `page`.
+    ///
+    /// # Safety
+    /// Concurrent calls must write different `(page, slot)` pairs. Out-of-range pages or
+    /// slots panic.
+    pub unsafe fn write_token(&self, layer: usize, page: usize, slot: usize, k: &[f32], v: &[f32]) {
+        let l = &self.layout;
+        let es = l.dtype.size();
+        let row = l.num_kv_heads * l.head_dim;
+        assert!(slot < l.page_size && layer < l.num_layers && k.len() == row && v.len() == row);
+        let part = l.page_size * row * es;
+        let base = page * l.page_bytes() + layer * 2 * part;
+        assert!(base + 2 * part <= self.bytes);
+        let mut buf = vec![0u8; 2 * row * es];
+        let (kb, vb) = buf.split_at_mut(row * es);
+        store(l.dtype, k, kb);
+        store(l.dtype, v, vb);
+        // V: the slot's row as it is.
+        std::ptr::copy_nonoverlapping(
+            vb.as_ptr(),
+            self.ptr.add(base + part + slot * row * es),
+            vb.len(),
+        );
+        // K transposed: element (head, d) of this slot at `(head * head_dim + d) * page_size`.
+        for (e, b) in kb.chunks_exact(es).enumerate() {
+            let o = base + (e * l.page_size + slot) * es;
+            std::ptr::copy_nonoverlapping(b.as_ptr(), self.ptr.add(o), es);
+        }
+    }
+}
+
 fn store(dtype: KvDtype, src: &[f32], dst: &mut [u8]) {
+    use half::slice::HalfFloatSliceExt;
     match dtype {
         KvDtype::F16 => {
-            for (s, d) in src.iter().zip(dst.chunks_exact_mut(2)) {
-                d.copy_from_slice(&f16::from_f32(*s).to_le_bytes());
+            let mut h = vec![f16::ZERO; src.len()];
+            h.convert_from_f32_slice(src);
+            for (s, d) in h.iter().zip(dst.chunks_exact_mut(2)) {
+                d.copy_from_slice(&s.to_le_bytes());
             }
         }
         KvDtype::Bf16 => {
@@ -159,84 +229,72 @@ fn store(dtype: KvDtype, src: &[f32], dst: &mut [u8]) {
     }
 }
 
-fn load(dtype: KvDtype, src: &[u8], dst: &mut [f32]) {
-    use half::slice::HalfFloatSliceExt;
-    if dtype != KvDtype::F32 && (src.as_ptr() as usize).is_multiple_of(2) {
-        // SAFETY: 2-aligned, `src.len() / 2` elements of a plain 16-bit type.
-        let n = src.len() / 2;
-        match dtype {
-            KvDtype::F16 => unsafe {
-                std::slice::from_raw_parts(src.as_ptr() as *const f16, n)
-                    .convert_to_f32_slice(&mut dst[..n])
-            },
-            _ => unsafe {
-                std::slice::from_raw_parts(src.as_ptr() as *const bf16, n)
-                    .convert_to_f32_slice(&mut dst[..n])
-            },
-        }
-        return;
-    }
-    match dtype {
-        KvDtype::F16 => {
-            for (s, d) in src.chunks_exact(2).zip(dst.iter_mut()) {
-                *d = f16::from_le_bytes([s[0], s[1]]).to_f32();
-            }
-        }
-        KvDtype::Bf16 => {
-            for (s, d) in src.chunks_exact(2).zip(dst.iter_mut()) {
-                *d = bf16::from_le_bytes([s[0], s[1]]).to_f32();
-            }
-        }
-        KvDtype::F32 => {
-            for (s, d) in src.chunks_exact(4).zip(dst.iter_mut()) {
-                *d = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn tokens_round_trip_through_pages_and_gathers() {
-        let layout = KvLayout {
-            num_layers: 2,
-            num_kv_heads: 2,
-            head_dim: 4,
-            page_size: 3,
-            dtype: KvDtype::F16,
-        };
-        let mut pool = KvPool::new(layout, 5);
-        let pages = [4u32, 0, 2];
-        for pos in 0..7 {
-            let k: Vec<f32> = (0..8).map(|i| (pos * 10 + i) as f32).collect();
-            let v: Vec<f32> = k.iter().map(|x| -x).collect();
-            pool.write_token(1, pages[pos / 3] as usize, pos % 3, &k, &v);
-        }
-        let mut g = KvGather::default();
-        pool.gather(1, &pages, 1, 7, &mut g);
-        for pos in 0..7 {
-            for d in 0..4 {
-                assert_eq!(g.kt[g.kt_index(d, pos)], (pos * 10 + 4 + d) as f32);
-                assert_eq!(g.v[pos * 4 + d], -((pos * 10 + 4 + d) as f32));
+    fn tokens_round_trip_through_pages_in_place_and_on_the_wire() {
+        for ps in [1usize, 3, 16] {
+            let layout = KvLayout {
+                num_layers: 2,
+                num_kv_heads: 2,
+                head_dim: 4,
+                page_size: ps,
+                dtype: KvDtype::F16,
+            };
+            let npages = 7usize.div_ceil(ps);
+            let mut pool = KvPool::new(layout, npages + 2);
+            let pages: Vec<u32> = (0..npages as u32).rev().map(|p| p + 2).collect();
+            for pos in 0..7 {
+                let k: Vec<f32> = (0..8).map(|i| (pos * 10 + i) as f32).collect();
+                let v: Vec<f32> = k.iter().map(|x| -x).collect();
+                pool.write_token(1, pages[pos / ps] as usize, pos % ps, &k, &v);
             }
+            let h = pool.head(1, &pages, 1);
+            for pos in 0..7 {
+                for d in 0..4 {
+                    assert_eq!(h.k(pos, d), (pos * 10 + 4 + d) as f32);
+                    assert_eq!(h.v(pos, d), -((pos * 10 + 4 + d) as f32));
+                }
+            }
+            // The wire order is [slot][head][d] for K as for V.
+            let pb = layout.page_bytes();
+            let mut buf = vec![0u8; npages * pb];
+            pool.read_pages(&pages, &mut buf).unwrap();
+            let part = ps * 8 * 2;
+            for pos in 0..7 {
+                let (page, slot) = (pos / ps, pos % ps);
+                for e in 0..8 {
+                    let at = |v: usize| {
+                        let o = page * pb + (2 + v) * part + (slot * 8 + e) * 2;
+                        f16::from_le_bytes([buf[o], buf[o + 1]]).to_f32()
+                    };
+                    assert_eq!(at(0), (pos * 10 + e) as f32);
+                    assert_eq!(at(1), -((pos * 10 + e) as f32));
+                }
+            }
+            let mut other = KvPool::new(layout, npages);
+            let back: Vec<u32> = (0..npages as u32).collect();
+            other.write_pages(&back, &buf).unwrap();
+            let h2 = other.head(1, &back, 1);
+            for pos in 0..7 {
+                for d in 0..4 {
+                    assert_eq!(h2.k(pos, d), h.k(pos, d));
+                    assert_eq!(h2.v(pos, d), h.v(pos, d));
+                }
+            }
+            let mut again = vec![0u8; npages * pb];
+            other.read_pages(&back, &mut again).unwrap();
+            assert_eq!(again, buf);
+            assert!(matches!(
+                pool.read_pages(&[99], &mut buf[..pb]),
+                Err(ExecError::BadPage(99))
+            ));
+            assert!(matches!(
+                pool.read_pages(&[2], &mut vec![0u8; pb + 1]),
+                Err(ExecError::BadBuffer { .. })
+            ));
         }
-        let mut buf = vec![0u8; 2 * layout.page_bytes()];
-        pool.read_pages(&[4, 0], &mut buf).unwrap();
-        let mut other = KvPool::new(layout, 2);
-        other.write_pages(&[1, 0], &buf).unwrap();
-        let mut g2 = KvGather::default();
-        other.gather(1, &[1, 0], 1, 6, &mut g2);
-        assert_eq!(g2.v[..], g.v[..6 * 4]);
-        assert!(matches!(
-            pool.read_pages(&[9], &mut buf[..layout.page_bytes()]),
-            Err(ExecError::BadPage(9))
-        ));
-        assert!(matches!(
-            pool.read_pages(&[1], &mut buf),
-            Err(ExecError::BadBuffer { .. })
-        ));
     }
 }

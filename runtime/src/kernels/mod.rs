@@ -5,7 +5,7 @@
 //! - [`packed`]: weights repacked once at load into a SIMD-friendly layout, and the matmul
 //!   that dispatches to the best instruction set found at run time (AVX-512 VNNI, AVX2,
 //!   scalar);
-//! - [`attention`]: causal attention over f32 gathers of the paged f16/bf16 KV;
+//! - [`attention`]: causal attention reading the paged f16/bf16/f32 KV in place;
 //! - [`pool`]: a small persistent thread pool whose idle workers park instead of spinning.
 //!
 //! Every SIMD kernel has a scalar twin; unit tests check each against a naive
