@@ -99,7 +99,13 @@ impl JsonCompiler<'_> {
         let unsat = |out: &mut Map<String, Value>| {
             out.insert("__false".into(), Value::Bool(true));
         };
+        // Tuples (`prefixItems`, or `items` as an array): merged position by position below,
+        // each side's rest schema applying to the other side's extra positions.
+        let tuple_mode = has_tuple(&a) || has_tuple(&b);
         for (k, bv) in &b {
+            if tuple_mode && matches!(k.as_str(), "items" | "prefixItems" | "additionalItems") {
+                continue;
+            }
             let Some(av) = a.get(k) else {
                 out.insert(k.clone(), bv.clone());
                 continue;
@@ -223,6 +229,25 @@ impl JsonCompiler<'_> {
                     })
                 }
             }
+        }
+        if tuple_mode {
+            let (ta, ra) = tuple_parts(&a);
+            let (tb, rb) = tuple_parts(&b);
+            let mut tuple = Vec::new();
+            for i in 0..ta.len().max(tb.len()) {
+                let x = ta.get(i).unwrap_or(&ra);
+                let y = tb.get(i).unwrap_or(&rb);
+                tuple.push(self.merge_schemas(
+                    x,
+                    y,
+                    &format!("{ptr}/prefixItems/{i}"),
+                    depth + 1,
+                )?);
+            }
+            let rest = self.merge_schemas(&ra, &rb, &format!("{ptr}/items"), depth + 1)?;
+            out.remove("additionalItems");
+            out.insert("prefixItems".into(), Value::Array(tuple));
+            out.insert("items".into(), rest);
         }
         // Properties one side adds must satisfy the other side's additionalProperties.
         for (x, y) in [(&a, &b), (&b, &a)] {
@@ -465,6 +490,37 @@ impl JsonCompiler<'_> {
                         }
                     }
                 }
+                // Some item outside the item schema (no tuple part: `items` is every item).
+                "items" if !v.is_array() && !m.contains_key("prefixItems") => {
+                    match self.negate(v, ptr, depth + 1)? {
+                        Some(Value::Bool(false)) => {}
+                        Some(neg) => alts.push(json!({"type": "array", "contains": neg})),
+                        None => return Ok(None),
+                    }
+                }
+                // A tuple position present and outside its schema.
+                "prefixItems" | "items" if v.is_array() => {
+                    for (i, it) in v.as_array().into_iter().flatten().enumerate() {
+                        match self.negate(it, ptr, depth + 1)? {
+                            Some(Value::Bool(false)) => {}
+                            Some(neg) => {
+                                let mut tuple = vec![Value::Bool(true); i];
+                                tuple.push(neg);
+                                alts.push(json!({
+                                    "type": "array", "prefixItems": tuple, "minItems": i + 1
+                                }));
+                            }
+                            None => return Ok(None),
+                        }
+                    }
+                }
+                // No item matches.
+                "contains" if !m.contains_key("minContains") && !m.contains_key("maxContains") => {
+                    match self.negate(v, ptr, depth + 1)? {
+                        Some(neg) => alts.push(json!({"type": "array", "items": neg})),
+                        None => return Ok(None),
+                    }
+                }
                 "anyOf" => {
                     let mut all = Vec::new();
                     for b in v.as_array().into_iter().flatten() {
@@ -510,7 +566,10 @@ impl JsonCompiler<'_> {
                     };
                     alts.push(json!({"type": t, other: n().floor() + 1.0}));
                 }
-                _ => return Ok(None),
+                _ => {
+                    self.unnegatable = Some(k.clone());
+                    return Ok(None);
+                }
             }
         }
         Ok(Some(if alts.is_empty() {
@@ -518,6 +577,24 @@ impl JsonCompiler<'_> {
         } else {
             json!({ "anyOf": alts })
         }))
+    }
+}
+
+/// Whether a schema has a tuple part (`prefixItems`, or `items` as an array).
+fn has_tuple(m: &Map<String, Value>) -> bool {
+    m.get("prefixItems").is_some_and(|p| p.is_array())
+        || m.get("items").is_some_and(|i| i.is_array())
+}
+
+/// A schema's tuple schemas and the schema for the items after them.
+fn tuple_parts(m: &Map<String, Value>) -> (Vec<Value>, Value) {
+    let t = Value::Bool(true);
+    if let Some(Value::Array(p)) = m.get("prefixItems") {
+        (p.clone(), m.get("items").cloned().unwrap_or(t))
+    } else if let Some(Value::Array(p)) = m.get("items") {
+        (p.clone(), m.get("additionalItems").cloned().unwrap_or(t))
+    } else {
+        (Vec::new(), m.get("items").cloned().unwrap_or(t))
     }
 }
 
