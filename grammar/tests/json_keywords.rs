@@ -597,3 +597,44 @@ fn tuples_merge_with_the_other_sides_item_schema() {
         &["[1]", "[2,\"a\"]"],
     );
 }
+
+#[test]
+fn one_of_closed_objects_sharing_optional_keys() {
+    // {"a":1} matches both closed objects, so it is invalid; "b" or "c" decides.
+    let s = json!({"oneOf": [
+        {"type": "object", "additionalProperties": false,
+         "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}},
+        {"type": "object", "additionalProperties": false,
+         "properties": {"a": {"type": "integer"}, "c": {"type": "boolean"}}}]});
+    let valid = [
+        r#"{"a":1,"b":"x"}"#,
+        r#"{"b":"x"}"#,
+        r#"{"a":1,"c":true}"#,
+        r#"{"c":false}"#,
+    ];
+    let invalid = [
+        "{}",
+        r#"{"a":1}"#,
+        r#"{"a":1,"b":"x","c":true}"#,
+        r#"{"d":1}"#,
+        r#"{"b":1}"#,
+    ];
+    check(s.clone(), &valid, &invalid);
+    check_any_order(s, &[r#"{"b":"x","a":1}"#, r#"{"c":true,"a":1}"#], &invalid);
+    // Open on one side: undeclared keys are witnesses too.
+    check(
+        json!({"oneOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}},
+            {"type": "object", "additionalProperties": false, "patternProperties": {"^x": {}},
+             "properties": {"a": {"type": "integer"}}}]}),
+        &[r#"{"a":1,"z":2}"#, r#"{"q":null}"#],
+        &["{}", r#"{"a":1}"#, r#"{"x1":1}"#, r#"{"a":1,"xy":2}"#],
+    );
+    // not: a key outside the declared ones and patterns.
+    check(
+        json!({"type": "object", "not": {"additionalProperties": false,
+               "properties": {"a": {}}, "patternProperties": {"^p": {}}}}),
+        &[r#"{"b":1}"#, r#"{"a":1,"q":2}"#],
+        &["{}", r#"{"a":1}"#, r#"{"p1":1,"a":2}"#],
+    );
+}

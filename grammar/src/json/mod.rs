@@ -190,6 +190,7 @@ pub(crate) const CONSTRAINTS: &[&str] = &[
     "__not_enum",
     "__not_pattern",
     "__patterns",
+    "__has_other",
 ];
 
 /// True for keywords that carry no constraint.

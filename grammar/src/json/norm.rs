@@ -139,7 +139,8 @@ impl JsonCompiler<'_> {
                 }
                 // Two patterns: both must match (intersected when compiled).
                 "pattern" => push_all(&mut out, "__patterns", std::slice::from_ref(bv)),
-                "required" | "__forbidden" | "__not_enum" | "__not_pattern" | "__patterns" => {
+                "required" | "__forbidden" | "__not_enum" | "__not_pattern" | "__patterns"
+                | "__has_other" => {
                     let mut r = av.as_array().cloned().unwrap_or_default();
                     for x in bv.as_array().into_iter().flatten() {
                         if !r.contains(x) {
@@ -512,6 +513,64 @@ impl JsonCompiler<'_> {
                             }
                             None => return Ok(None),
                         }
+                    }
+                }
+                // `additionalProperties: false`: some key neither declared nor matching a
+                // pattern.
+                "additionalProperties" if v == &Value::Bool(false) => {
+                    let keys: Vec<&String> = m
+                        .get("properties")
+                        .and_then(|p| p.as_object())
+                        .map(|p| p.keys().collect())
+                        .unwrap_or_default();
+                    let pats: Vec<&String> = m
+                        .get("patternProperties")
+                        .and_then(|p| p.as_object())
+                        .map(|p| p.keys().collect())
+                        .unwrap_or_default();
+                    alts.push(json!({"type": "object",
+                        "__has_other": [{"keys": keys, "patterns": pats}]}));
+                }
+                "additionalProperties" if v == &Value::Bool(true) || v == &json!({}) => {}
+                // Pattern schemas that accept every value have no complement to add.
+                "patternProperties" => {
+                    for pv in v.as_object().into_iter().flatten().map(|(_, pv)| pv) {
+                        match self.negate(pv, ptr, depth + 1)? {
+                            Some(Value::Bool(false)) => {}
+                            _ => {
+                                self.unnegatable = Some(k.clone());
+                                return Ok(None);
+                            }
+                        }
+                    }
+                }
+                // Every key among the names or patterns of one condition.
+                "__has_other" => {
+                    for c in v.as_array().into_iter().flatten() {
+                        let mut props = serde_json::Map::new();
+                        for k in c
+                            .get("keys")
+                            .and_then(|k| k.as_array())
+                            .into_iter()
+                            .flatten()
+                        {
+                            if let Some(k) = k.as_str() {
+                                props.insert(k.to_string(), Value::Bool(true));
+                            }
+                        }
+                        let mut pp = serde_json::Map::new();
+                        for p in c
+                            .get("patterns")
+                            .and_then(|k| k.as_array())
+                            .into_iter()
+                            .flatten()
+                        {
+                            if let Some(p) = p.as_str() {
+                                pp.insert(p.to_string(), Value::Bool(true));
+                            }
+                        }
+                        alts.push(json!({"type": "object", "properties": props,
+                            "patternProperties": pp, "additionalProperties": false}));
                     }
                 }
                 // No item matches.
