@@ -638,3 +638,18 @@ fn one_of_closed_objects_sharing_optional_keys() {
         &["{}", r#"{"a":1}"#, r#"{"p1":1,"a":2}"#],
     );
 }
+
+#[test]
+fn not_one_of_is_none_or_two() {
+    check(
+        json!({"type": "integer", "not": {"oneOf": [{"minimum": 5}, {"maximum": 10}]}}),
+        // Valid: matches neither (impossible here) or both: 5..=10.
+        &["5", "7", "10"],
+        &["4", "11", "0", "100"],
+    );
+    check(
+        json!({"not": {"oneOf": [{"type": "string"}, {"type": "boolean"}]}}),
+        &["null", "1.5", "3", "[]", "{}"],
+        &["\"a\"", "true"],
+    );
+}

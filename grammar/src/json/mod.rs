@@ -464,18 +464,22 @@ impl<'a> JsonCompiler<'a> {
         self.normalized_marked(from, norm, mark, ptr)
     }
 
-    /// Whether `map` merges a `$ref` being expanded right now (its own or one in `allOf`).
+    /// Whether `map` merges a `$ref` being expanded right now (its own or one in `allOf`,
+    /// nested `allOf`s included).
     fn recursive_merge(&self, map: &Map<String, Value>) -> bool {
-        let is_rec = |m: &Map<String, Value>| {
+        fn walk(c: &JsonCompiler<'_>, m: &Map<String, Value>, depth: u32) -> bool {
             m.get("$ref")
                 .and_then(|r| r.as_str())
-                .is_some_and(|r| self.inlining.iter().any(|x| x == r))
-        };
-        is_rec(map)
-            || map
-                .get("allOf")
-                .and_then(|a| a.as_array())
-                .is_some_and(|all| all.iter().any(|x| x.as_object().is_some_and(is_rec)))
+                .is_some_and(|r| c.inlining.iter().any(|x| x == r))
+                || (depth < 8
+                    && m.get("allOf")
+                        .and_then(|a| a.as_array())
+                        .is_some_and(|all| {
+                            all.iter()
+                                .any(|x| x.as_object().is_some_and(|x| walk(c, x, depth + 1)))
+                        }))
+        }
+        walk(self, map, 0)
     }
 
     /// Compiles a schema `normalize` produced, with the references it merged (pushed since

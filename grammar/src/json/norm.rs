@@ -34,13 +34,9 @@ impl JsonCompiler<'_> {
                 .as_str()
                 .ok_or_else(|| self.invalid(ptr, "$ref must be a string"))?
                 .to_string();
-            if self.inlining.contains(&r) {
-                return Err(CompileError::Unsupported {
-                    keyword: "$ref".into(),
-                    pointer: ptr.into(),
-                    reason: "recursive reference combined with other keywords".into(),
-                });
-            }
+            // A reference being expanded around this point is merged one level here; the
+            // compiler turns a schema that merges it again below into a rule
+            // (`JsonCompiler::recursive_merge`), and merging itself is depth-bounded.
             self.merged_refs.push(r.clone());
             parts.push((self.resolve(&r, ptr)?.clone(), r));
         }
@@ -532,6 +528,30 @@ impl JsonCompiler<'_> {
                         "__has_other": [{"keys": keys, "patterns": pats}]}));
                 }
                 "additionalProperties" if v == &Value::Bool(true) || v == &json!({}) => {}
+                // None of the branches, or two of them.
+                "oneOf" if v.as_array().is_some_and(|b| b.len() <= 6) => {
+                    let branches = v.as_array().cloned().unwrap_or_default();
+                    let mut none = Vec::new();
+                    for b in &branches {
+                        match self.negate(b, ptr, depth + 1)? {
+                            Some(neg) => none.push(neg),
+                            None => return Ok(None),
+                        }
+                    }
+                    alts.push(json!({ "allOf": none }));
+                    for i in 0..branches.len() {
+                        for j in i + 1..branches.len() {
+                            if let (Value::Object(x), Value::Object(y)) =
+                                (&branches[i], &branches[j])
+                            {
+                                if disjoint(x, y) {
+                                    continue;
+                                }
+                            }
+                            alts.push(json!({"allOf": [branches[i].clone(), branches[j].clone()]}));
+                        }
+                    }
+                }
                 // Pattern schemas that accept every value have no complement to add.
                 "patternProperties" => {
                     for pv in v.as_object().into_iter().flatten().map(|(_, pv)| pv) {
