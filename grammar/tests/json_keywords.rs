@@ -653,3 +653,23 @@ fn not_one_of_is_none_or_two() {
         &["\"a\"", "true"],
     );
 }
+
+#[test]
+fn numbers_that_are_not_integers() {
+    check(
+        json!({"type": "number", "not": {"type": "integer"}}),
+        &["1.5", "-0.25", "10.01", "0.5"],
+        &["1", "1.0", "0", "-3", "2.00", "\"x\""],
+    );
+    check(
+        json!({"type": "number", "minimum": 1, "maximum": 2, "not": {"type": "integer"}}),
+        &["1.5", "1.01", "1.999"],
+        &["1", "2", "2.5", "0.5", "1.0"],
+    );
+    // Matches exactly one branch only when not an integer.
+    check(
+        json!({"oneOf": [{"type": "integer"}, {"type": "number"}]}),
+        &["1.5", "-2.75"],
+        &["1", "0", "3.0", "\"a\""],
+    );
+}

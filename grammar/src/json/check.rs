@@ -130,6 +130,8 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                     .iter()
                     .any(|k| k.as_str().is_some_and(|k| o.contains_key(k))),
             ),
+            ("__fraction", Value::Number(n)) => Some(n.as_f64()?.fract() != 0.0),
+            ("__fraction", _) => Some(true),
             ("__has_other", Value::Object(o)) => {
                 let mut all = true;
                 for c in x.as_array()? {

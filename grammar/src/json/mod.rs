@@ -191,6 +191,7 @@ pub(crate) const CONSTRAINTS: &[&str] = &[
     "__not_pattern",
     "__patterns",
     "__has_other",
+    "__fraction",
 ];
 
 /// True for keywords that carry no constraint.
@@ -586,9 +587,9 @@ impl<'a> JsonCompiler<'a> {
                                 }
                             }
                         }
-                        // "number" minus "integer" is not expressible: refuse.
+                        // "number" minus "integer": numbers with a nonzero fraction.
                         if ts.iter().any(|b| b == "integer") && keep.iter().any(|k| k == "number") {
-                            self.unsupported("not", ptr, "number but not integer")?;
+                            owned.insert("__fraction".into(), Value::Bool(true));
                         }
                         if keep.is_empty() {
                             return self.nothing();
@@ -779,6 +780,7 @@ impl<'a> JsonCompiler<'a> {
                     }
                     x
                 }
+                "integer" if s.get("__fraction") == Some(&Value::Bool(true)) => continue,
                 "integer" => self.integer(from, s, ptr)?,
                 "number" => self.number(from, s, ptr)?,
                 "string" => self.string(from, s, ptr)?,

@@ -552,6 +552,7 @@ impl JsonCompiler<'_> {
                         }
                     }
                 }
+                "__fraction" => alts.push(json!({"type": "integer"})),
                 // Pattern schemas that accept every value have no complement to add.
                 "patternProperties" => {
                     for pv in v.as_object().into_iter().flatten().map(|(_, pv)| pv) {

@@ -145,7 +145,9 @@ impl JsonCompiler<'_> {
     ) -> Result<StateId, CompileError> {
         let mult = s.get("multipleOf").and_then(|m| m.as_number()).cloned();
         let (lo, hi) = Self::bounds(s);
-        if lo.is_none() && hi.is_none() && mult.is_none() {
+        // `not: {type: integer}` on numbers: a nonzero digit after the point (no exponent).
+        let fraction = s.get("__fraction") == Some(&Value::Bool(true));
+        if lo.is_none() && hi.is_none() && mult.is_none() && !fraction {
             return self.number_plain(from);
         }
         let as_int = |b: Option<(f64, bool)>| -> Option<Option<(i64, bool)>> {
@@ -155,7 +157,7 @@ impl JsonCompiler<'_> {
                 Some(_) => None,
             }
         };
-        if mult.is_none() {
+        if mult.is_none() && !fraction {
             if let (Some(l), Some(h)) = (as_int(lo), as_int(hi)) {
                 let re = number_range(l, h);
                 return self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr);
@@ -193,6 +195,9 @@ impl JsonCompiler<'_> {
                     res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into());
                 }
             },
+        }
+        if fraction {
+            res.push(r"-?(0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*".into());
         }
         let dec = |v: f64| -> Option<Dec> {
             let n = serde_json::Number::from_f64(v)?;
