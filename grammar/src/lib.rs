@@ -205,6 +205,11 @@ pub struct CompileOptions {
     /// strict mode producing only declared properties (stricter than the schema, never
     /// looser).
     pub allow_undeclared_properties: bool,
+    /// Accept declared properties in any order (exact JSON Schema semantics: each key at
+    /// most once, required keys before `}`) in objects small enough for the any-order
+    /// automaton (≤ 16 declared keys, a state budget); larger objects keep schema order.
+    /// Default `false`: properties in schema order, so required keys can be jump-forwarded.
+    pub any_property_order: bool,
     /// Most NFA states a grammar may have.
     pub max_states: usize,
     /// Compile deadline.
@@ -221,6 +226,7 @@ impl Default for CompileOptions {
             whitespace: Whitespace::Compact,
             lenient: false,
             allow_undeclared_properties: true,
+            any_property_order: false,
             max_states: 2_000_000,
             timeout: Some(Duration::from_secs(1)),
             mask_cache_bytes: 64 << 20,

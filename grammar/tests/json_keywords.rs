@@ -428,3 +428,248 @@ fn all_of_with_two_patterns_intersects_them() {
         &["\"axb\"", "\"a\""],
     );
 }
+
+fn check_any_order(schema: serde_json::Value, valid: &[&str], invalid: &[&str]) {
+    let opts = CompileOptions {
+        any_property_order: true,
+        ..CompileOptions::default()
+    };
+    let g = CompiledGrammar::json_schema_value(&schema, vocab(), &opts)
+        .unwrap_or_else(|e| panic!("{schema}: {e}"));
+    for v in valid {
+        assert!(accepts(&g, v), "{schema}: valid {v} rejected");
+    }
+    for v in invalid {
+        assert!(!accepts(&g, v), "{schema}: invalid {v} accepted");
+    }
+}
+
+#[test]
+fn properties_in_schema_order_by_default() {
+    check(
+        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+               "additionalProperties": false}),
+        &[r#"{"a":1,"b":2}"#, r#"{"b":2}"#],
+        &[r#"{"b":2,"a":1}"#],
+    );
+}
+
+#[test]
+fn properties_in_any_order_with_required_keys_and_no_repeats() {
+    // Closed object: every order of the declared keys, each at most once, required ones
+    // present.
+    check_any_order(
+        json!({"type": "object", "additionalProperties": false,
+               "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}},
+               "required": ["a", "c"]}),
+        &[
+            r#"{"a":1,"c":true}"#,
+            r#"{"c":true,"a":1}"#,
+            r#"{"b":"x","c":false,"a":2}"#,
+            r#"{"c":false,"b":"x","a":2}"#,
+        ],
+        &[
+            r#"{"a":1}"#,
+            r#"{"c":true,"b":"x"}"#,
+            r#"{"c":true,"a":1,"a":2}"#,
+            r#"{"b":"x","a":1,"c":true,"b":"y"}"#,
+            r#"{"c":1,"a":1}"#,
+            r#"{"a":1,"c":true,"d":1}"#,
+            r#"{"a":1,,"c":true}"#,
+            r#"{,"a":1,"c":true}"#,
+        ],
+    );
+    // Open object: undeclared keys anywhere, declared ones in any order, counts exact.
+    check_any_order(
+        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+               "required": ["b"], "maxProperties": 3, "minProperties": 2}),
+        &[
+            r#"{"b":"x","a":1}"#,
+            r#"{"z":null,"b":"x"}"#,
+            r#"{"b":"x","z":1,"a":1}"#,
+            r#"{"z":1,"a":1,"b":"x"}"#,
+        ],
+        &[
+            r#"{"b":"x"}"#,
+            r#"{"a":1,"z":1}"#,
+            r#"{"b":"x","a":1,"z":1,"y":2}"#,
+            r#"{"b":"x","a":"s"}"#,
+            r#"{"b":"x","b":"y"}"#,
+        ],
+    );
+}
+
+#[test]
+fn recursive_ref_with_sibling_keywords_applies_them_at_each_level() {
+    let s = json!({
+        "$defs": {"node": {"type": "object", "additionalProperties": false, "properties": {
+            "v": {"type": "integer"},
+            "kids": {"type": "array", "items": {"$ref": "#/$defs/node", "required": ["v"]}}}}},
+        "$ref": "#/$defs/node", "required": ["kids"]});
+    check(
+        s,
+        &[
+            r#"{"kids":[]}"#,
+            r#"{"kids":[{"v":1}]}"#,
+            r#"{"v":0,"kids":[{"v":1,"kids":[{"v":2}]}]}"#,
+        ],
+        &[
+            "{}",
+            r#"{"v":1}"#,
+            r#"{"kids":[{"kids":[]}]}"#,
+            r#"{"kids":[{"v":1,"kids":[{}]}]}"#,
+            r#"{"kids":[{"v":1,"w":2}]}"#,
+        ],
+    );
+    // The same through `allOf`.
+    let s = json!({
+        "definitions": {"t": {"type": "object", "properties": {
+            "n": {"type": "string"},
+            "sub": {"allOf": [{"$ref": "#/definitions/t"}, {"required": ["n"]}]}}}},
+        "allOf": [{"$ref": "#/definitions/t"}]});
+    check(
+        s,
+        &[
+            r#"{}"#,
+            r#"{"sub":{"n":"a"}}"#,
+            r#"{"sub":{"n":"a","sub":{"n":"b"}}}"#,
+        ],
+        &[
+            r#"{"sub":{}}"#,
+            r#"{"sub":{"n":"a","sub":{}}}"#,
+            r#"{"sub":{"n":1}}"#,
+        ],
+    );
+}
+
+#[test]
+fn contains_needs_one_matching_item() {
+    check(
+        json!({"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 5}}),
+        &["[5]", "[1,2,7]", "[9,0]", "[5,5,5]"],
+        &["[]", "[1]", "[1,2,3]", "[\"a\",7]", "[7,\"a\"]"],
+    );
+    check(
+        json!({"type": "array", "prefixItems": [{"type": "string"}], "contains": {"const": 3},
+               "maxItems": 3}),
+        &["[\"a\",3]", "[\"a\",1,3]"],
+        &["[\"a\"]", "[\"a\",1]", "[\"a\",1,2,3]", "[3]"],
+    );
+}
+
+#[test]
+fn one_of_over_item_schemas_uses_their_complements() {
+    // Items ≤ 20 or items ≥ 10: [12] and [] match both, so they are invalid.
+    check(
+        json!({"oneOf": [{"type": "array", "items": {"type": "integer", "maximum": 20}},
+                         {"type": "array", "items": {"type": "integer", "minimum": 10}}]}),
+        &["[1,2]", "[30]", "[12,1]", "[12,30]"],
+        &["[]", "[12]", "[10,20]", "[\"x\"]", "[1,30]"],
+    );
+    // Tuples: position 1 decides.
+    check(
+        json!({"oneOf": [{"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]},
+                         {"type": "array", "prefixItems": [{"type": "string"}, {"type": "string"}]}]}),
+        &[r#"["a",1]"#, r#"["a","b"]"#, r#"["a",1,null]"#],
+        &[r#"["a"]"#, "[]", r#"["a",null]"#],
+    );
+    // not contains: no matching item.
+    check(
+        json!({"type": "array", "not": {"contains": {"type": "string"}}}),
+        &["[]", "[1,null]"],
+        &["[\"a\"]", "[1,\"a\"]"],
+    );
+}
+
+#[test]
+fn tuples_merge_with_the_other_sides_item_schema() {
+    // The other side's `items` applies to the tuple positions too.
+    check(
+        json!({"allOf": [{"type": "array", "prefixItems": [{"type": "number"}]},
+                         {"items": {"type": "integer"}}]}),
+        &["[]", "[1]", "[1,2]"],
+        &["[1.5]", "[\"a\"]", "[1,\"a\"]"],
+    );
+    check(
+        json!({"allOf": [{"type": "array", "items": [{"type": "integer"}], "additionalItems": false},
+                         {"items": [{"minimum": 2}, {"type": "string"}]}]}),
+        &["[]", "[2]"],
+        &["[1]", "[2,\"a\"]"],
+    );
+}
+
+#[test]
+fn one_of_closed_objects_sharing_optional_keys() {
+    // {"a":1} matches both closed objects, so it is invalid; "b" or "c" decides.
+    let s = json!({"oneOf": [
+        {"type": "object", "additionalProperties": false,
+         "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}},
+        {"type": "object", "additionalProperties": false,
+         "properties": {"a": {"type": "integer"}, "c": {"type": "boolean"}}}]});
+    let valid = [
+        r#"{"a":1,"b":"x"}"#,
+        r#"{"b":"x"}"#,
+        r#"{"a":1,"c":true}"#,
+        r#"{"c":false}"#,
+    ];
+    let invalid = [
+        "{}",
+        r#"{"a":1}"#,
+        r#"{"a":1,"b":"x","c":true}"#,
+        r#"{"d":1}"#,
+        r#"{"b":1}"#,
+    ];
+    check(s.clone(), &valid, &invalid);
+    check_any_order(s, &[r#"{"b":"x","a":1}"#, r#"{"c":true,"a":1}"#], &invalid);
+    // Open on one side: undeclared keys are witnesses too.
+    check(
+        json!({"oneOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}},
+            {"type": "object", "additionalProperties": false, "patternProperties": {"^x": {}},
+             "properties": {"a": {"type": "integer"}}}]}),
+        &[r#"{"a":1,"z":2}"#, r#"{"q":null}"#],
+        &["{}", r#"{"a":1}"#, r#"{"x1":1}"#, r#"{"a":1,"xy":2}"#],
+    );
+    // not: a key outside the declared ones and patterns.
+    check(
+        json!({"type": "object", "not": {"additionalProperties": false,
+               "properties": {"a": {}}, "patternProperties": {"^p": {}}}}),
+        &[r#"{"b":1}"#, r#"{"a":1,"q":2}"#],
+        &["{}", r#"{"a":1}"#, r#"{"p1":1,"a":2}"#],
+    );
+}
+
+#[test]
+fn not_one_of_is_none_or_two() {
+    check(
+        json!({"type": "integer", "not": {"oneOf": [{"minimum": 5}, {"maximum": 10}]}}),
+        // Valid: matches neither (impossible here) or both: 5..=10.
+        &["5", "7", "10"],
+        &["4", "11", "0", "100"],
+    );
+    check(
+        json!({"not": {"oneOf": [{"type": "string"}, {"type": "boolean"}]}}),
+        &["null", "1.5", "3", "[]", "{}"],
+        &["\"a\"", "true"],
+    );
+}
+
+#[test]
+fn numbers_that_are_not_integers() {
+    check(
+        json!({"type": "number", "not": {"type": "integer"}}),
+        &["1.5", "-0.25", "10.01", "0.5"],
+        &["1", "1.0", "0", "-3", "2.00", "\"x\""],
+    );
+    check(
+        json!({"type": "number", "minimum": 1, "maximum": 2, "not": {"type": "integer"}}),
+        &["1.5", "1.01", "1.999"],
+        &["1", "2", "2.5", "0.5", "1.0"],
+    );
+    // Matches exactly one branch only when not an integer.
+    check(
+        json!({"oneOf": [{"type": "integer"}, {"type": "number"}]}),
+        &["1.5", "-2.75"],
+        &["1", "0", "3.0", "\"a\""],
+    );
+}

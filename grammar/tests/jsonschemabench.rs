@@ -14,9 +14,10 @@ use serde_json::Value;
 use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher};
 
 /// Schemas whose valid instances list object properties in another order than the schema
-/// declares them. The engine produces properties in schema order by design (the issue asks
+/// declares them. By default the engine produces properties in schema order (the issue asks
 /// for "property order as given"), so these instances are rejected; any other valid
-/// rejection fails the test.
+/// rejection fails the test. Under `any_property_order` they are covered
+/// (`property_order_schemas_are_covered_in_any_order`).
 const PROPERTY_ORDER: &[&str] = &[
     "Github_easy---o10094.json",
     "Github_medium---o10078.json",
@@ -24,6 +25,10 @@ const PROPERTY_ORDER: &[&str] = &[
     "WashingtonPost---wp_29_Normalized.json",
     "WashingtonPost---wp_100_Normalized.json",
 ];
+
+/// Of `PROPERTY_ORDER`, schemas whose reordered object has more declared properties than
+/// the any-order automaton takes (it keeps schema order there).
+const LARGE_OBJECTS: &[&str] = &["JsonSchemaStore---aiproj-1.1.json"];
 
 struct Entry {
     name: String,
@@ -186,4 +191,49 @@ fn jsonschemabench_sample() {
 #[ignore]
 fn jsonschemabench_full() {
     run(usize::MAX);
+}
+
+#[test]
+fn property_order_schemas_are_covered_in_any_order() {
+    let dir = common::shared_dir().join("jsonschemabench/public");
+    if !dir.exists() {
+        eprintln!("SKIP: {} not found (set SGLRS_SHARED)", dir.display());
+        return;
+    }
+    let Some(tok) = common::llama3() else { return };
+    let any = CompileOptions {
+        any_property_order: true,
+        ..CompileOptions::default()
+    };
+    let any_flex = CompileOptions {
+        any_property_order: true,
+        ..CompileOptions::flexible()
+    };
+    let mut seen = 0;
+    for name in PROPERTY_ORDER {
+        if LARGE_OBJECTS.contains(name) {
+            continue;
+        }
+        let subset = name.split("---").next().unwrap();
+        let entries = read_subset(&dir.join(format!("{subset}.tar.gz")));
+        let e = entries
+            .iter()
+            .find(|e| e.name.ends_with(name))
+            .unwrap_or_else(|| panic!("{name} not in {subset}"));
+        seen += 1;
+        let gc = CompiledGrammar::json_schema_value(&e.schema, tok.vocab.clone(), &any)
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
+        let gf = CompiledGrammar::json_schema_value(&e.schema, tok.vocab.clone(), &any_flex)
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
+        for (valid, data) in &e.tests {
+            for (g, text) in [(&gc, common::compact(data)), (&gf, common::dumps(data))] {
+                assert_eq!(
+                    accepts(g, tok, &text),
+                    *valid,
+                    "{name}: valid={valid} {text}"
+                );
+            }
+        }
+    }
+    assert_eq!(seen, PROPERTY_ORDER.len() - LARGE_OBJECTS.len());
 }

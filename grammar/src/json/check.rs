@@ -130,6 +130,28 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                     .iter()
                     .any(|k| k.as_str().is_some_and(|k| o.contains_key(k))),
             ),
+            ("__fraction", Value::Number(n)) => Some(n.as_f64()?.fract() != 0.0),
+            ("__fraction", _) => Some(true),
+            ("__has_other", Value::Object(o)) => {
+                let mut all = true;
+                for c in x.as_array()? {
+                    let keys = c.get("keys")?.as_array()?;
+                    let pats = c.get("patterns")?.as_array()?;
+                    let mut found = false;
+                    for k in o.keys() {
+                        if keys.iter().any(|x| x.as_str() == Some(k.as_str())) {
+                            continue;
+                        }
+                        let mut matched = false;
+                        for p in pats {
+                            matched |= regex_full_match(p.as_str()?, Flavor::EcmaSearch, k)?;
+                        }
+                        found |= !matched;
+                    }
+                    all &= found;
+                }
+                Some(all)
+            }
             ("required", Value::Object(o)) => Some(
                 x.as_array()?
                     .iter()
@@ -274,7 +296,8 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                 | "dependencies"
                 | "dependentRequired"
                 | "dependentSchemas"
-                | "__forbidden",
+                | "__forbidden"
+                | "__has_other",
                 _,
             ) if !v.is_object() => Some(true),
             (

@@ -22,7 +22,8 @@ use crate::{CompileError, CompileOptions, Whitespace};
 /// A schema body a rule will hold: either a `$ref` target or an inline schema.
 enum Pending {
     Ref(String),
-    Schema(Value, String),
+    /// A schema, its pointer, and the references being expanded where it was met.
+    Schema(Value, String, Vec<String>),
     Any,
 }
 
@@ -43,6 +44,13 @@ pub(crate) struct JsonCompiler<'a> {
     /// Nesting depth of `value` calls (bounded: deep inputs get an error, not a stack
     /// overflow).
     depth: u32,
+    /// NFA states (estimated) spent on any-order objects so far (bounded by
+    /// `object::MAX_ANY_ORDER_TOTAL`).
+    any_order_cost: usize,
+    /// The keyword `negate` last found no complement for (for error messages).
+    unnegatable: Option<String>,
+    /// Rules of schemas that merge a recursive `$ref` with other keywords, by schema text.
+    merge_rules: HashMap<String, RuleId>,
 }
 
 /// Most NFA states a JSON Schema may compile to (the post-passes are not interruptible).
@@ -70,6 +78,9 @@ pub(crate) fn compile(
         pending: Vec::new(),
         depth: 0,
         merged_refs: Vec::new(),
+        any_order_cost: 0,
+        unnegatable: None,
+        merge_rules: HashMap::new(),
     };
     let r = c.b.rules[root_rule as usize];
     c.inlining.push("#".to_string());
@@ -87,7 +98,14 @@ pub(crate) fn compile(
                 c.inlining.pop();
                 e
             }
-            Pending::Schema(v, ptr) => c.value(r.start, &v, &ptr)?,
+            Pending::Schema(v, ptr, inlining) => {
+                // The references being expanded where the rule was made stay marked, so a
+                // recursion inside still becomes a call.
+                c.inlining = inlining;
+                let e = c.value(r.start, &v, &ptr)?;
+                c.inlining.clear();
+                e
+            }
             Pending::Any => c.any_value_body(r.start)?,
         };
         c.b.eps(e, r.end);
@@ -172,6 +190,8 @@ pub(crate) const CONSTRAINTS: &[&str] = &[
     "__not_enum",
     "__not_pattern",
     "__patterns",
+    "__has_other",
+    "__fraction",
 ];
 
 /// True for keywords that carry no constraint.
@@ -344,8 +364,10 @@ impl<'a> JsonCompiler<'a> {
             }
         }
         let rule = self.b.new_rule()?;
-        self.pending
-            .push((rule, Pending::Schema(schema.clone(), ptr.to_string())));
+        self.pending.push((
+            rule,
+            Pending::Schema(schema.clone(), ptr.to_string(), self.inlining.clone()),
+        ));
         Ok(rule)
     }
 
@@ -419,9 +441,46 @@ impl<'a> JsonCompiler<'a> {
                 return self.value(from, &all[0], &format!("{ptr}/allOf/0"));
             }
         }
+        // A recursive `$ref` beside other keywords (or in an `allOf`): one rule per distinct
+        // schema text, compiled with the reference merged once at its own level; the same
+        // schema met again inside is a call to that rule, so the recursion is exact.
+        if self.recursive_merge(map) {
+            let key = serde_json::to_string(map).map_err(|e| CompileError::Json(e.to_string()))?;
+            let rule = match self.merge_rules.get(&key) {
+                Some(&r) => r,
+                None => {
+                    let r = self.b.new_rule()?;
+                    self.merge_rules.insert(key, r);
+                    self.pending.push((
+                        r,
+                        Pending::Schema(schema.clone(), ptr.to_string(), Vec::new()),
+                    ));
+                    r
+                }
+            };
+            return self.b.call(from, rule);
+        }
         let mark = self.merged_refs.len();
         let norm = self.normalize(map, ptr, 0);
         self.normalized_marked(from, norm, mark, ptr)
+    }
+
+    /// Whether `map` merges a `$ref` being expanded right now (its own or one in `allOf`,
+    /// nested `allOf`s included).
+    fn recursive_merge(&self, map: &Map<String, Value>) -> bool {
+        fn walk(c: &JsonCompiler<'_>, m: &Map<String, Value>, depth: u32) -> bool {
+            m.get("$ref")
+                .and_then(|r| r.as_str())
+                .is_some_and(|r| c.inlining.iter().any(|x| x == r))
+                || (depth < 8
+                    && m.get("allOf")
+                        .and_then(|a| a.as_array())
+                        .is_some_and(|all| {
+                            all.iter()
+                                .any(|x| x.as_object().is_some_and(|x| walk(c, x, depth + 1)))
+                        }))
+        }
+        walk(self, map, 0)
     }
 
     /// Compiles a schema `normalize` produced, with the references it merged (pushed since
@@ -528,9 +587,9 @@ impl<'a> JsonCompiler<'a> {
                                 }
                             }
                         }
-                        // "number" minus "integer" is not expressible: refuse.
+                        // "number" minus "integer": numbers with a nonzero fraction.
                         if ts.iter().any(|b| b == "integer") && keep.iter().any(|k| k == "number") {
-                            self.unsupported("not", ptr, "number but not integer")?;
+                            owned.insert("__fraction".into(), Value::Bool(true));
                         }
                         if keep.is_empty() {
                             return self.nothing();
@@ -544,7 +603,16 @@ impl<'a> JsonCompiler<'a> {
                                 let all = serde_json::json!({"allOf": [Value::Object(owned), neg]});
                                 return self.value(from, &all, ptr);
                             }
-                            None => self.unsupported("not", ptr, "cannot be enforced exactly")?,
+                            None => {
+                                let k = self.unnegatable.take().unwrap_or_default();
+                                self.unsupported(
+                                    "not",
+                                    ptr,
+                                    &format!(
+                                        "cannot be enforced exactly (`{k}` has no complement)"
+                                    ),
+                                )?
+                            }
                         }
                     }
                 }
@@ -558,7 +626,12 @@ impl<'a> JsonCompiler<'a> {
             let then = rest.remove("then").unwrap_or(Value::Bool(true));
             let els = rest.remove("else").unwrap_or(Value::Bool(true));
             let Some(neg) = self.negate(cond, &format!("{ptr}/if"), 0)? else {
-                self.unsupported("if", ptr, "the condition's complement cannot be expressed")?;
+                let k = self.unnegatable.take().unwrap_or_default();
+                self.unsupported(
+                    "if",
+                    ptr,
+                    &format!("the condition's complement cannot be expressed (`{k}`)"),
+                )?;
                 return self.normalized(from, &rest, ptr);
             };
             let all = serde_json::json!({"allOf": [Value::Object(rest), {"anyOf": [
@@ -614,10 +687,14 @@ impl<'a> JsonCompiler<'a> {
                     for (i, j) in overlaps {
                         for (a, b) in [(i, j), (j, i)] {
                             let Some(neg) = self.negate(&branches[b], ptr, 0)? else {
+                                let k = self.unnegatable.take().unwrap_or_default();
                                 self.unsupported(
                                     "oneOf",
                                     ptr,
-                                    &format!("branches {i} and {j} may both match a value"),
+                                    &format!(
+                                        "branches {i} and {j} may both match a value and \
+                                         `{k}` in branch {b} has no complement"
+                                    ),
                                 )?;
                                 continue;
                             };
@@ -658,7 +735,6 @@ impl<'a> JsonCompiler<'a> {
             match kw.as_str() {
                 "unevaluatedProperties"
                 | "unevaluatedItems"
-                | "contains"
                 | "minContains"
                 | "maxContains"
                 | "$dynamicRef"
@@ -704,6 +780,7 @@ impl<'a> JsonCompiler<'a> {
                     }
                     x
                 }
+                "integer" if s.get("__fraction") == Some(&Value::Bool(true)) => continue,
                 "integer" => self.integer(from, s, ptr)?,
                 "number" => self.number(from, s, ptr)?,
                 "string" => self.string(from, s, ptr)?,

@@ -34,13 +34,9 @@ impl JsonCompiler<'_> {
                 .as_str()
                 .ok_or_else(|| self.invalid(ptr, "$ref must be a string"))?
                 .to_string();
-            if self.inlining.contains(&r) {
-                return Err(CompileError::Unsupported {
-                    keyword: "$ref".into(),
-                    pointer: ptr.into(),
-                    reason: "recursive reference combined with other keywords".into(),
-                });
-            }
+            // A reference being expanded around this point is merged one level here; the
+            // compiler turns a schema that merges it again below into a rule
+            // (`JsonCompiler::recursive_merge`), and merging itself is depth-bounded.
             self.merged_refs.push(r.clone());
             parts.push((self.resolve(&r, ptr)?.clone(), r));
         }
@@ -99,7 +95,13 @@ impl JsonCompiler<'_> {
         let unsat = |out: &mut Map<String, Value>| {
             out.insert("__false".into(), Value::Bool(true));
         };
+        // Tuples (`prefixItems`, or `items` as an array): merged position by position below,
+        // each side's rest schema applying to the other side's extra positions.
+        let tuple_mode = has_tuple(&a) || has_tuple(&b);
         for (k, bv) in &b {
+            if tuple_mode && matches!(k.as_str(), "items" | "prefixItems" | "additionalItems") {
+                continue;
+            }
             let Some(av) = a.get(k) else {
                 out.insert(k.clone(), bv.clone());
                 continue;
@@ -133,7 +135,8 @@ impl JsonCompiler<'_> {
                 }
                 // Two patterns: both must match (intersected when compiled).
                 "pattern" => push_all(&mut out, "__patterns", std::slice::from_ref(bv)),
-                "required" | "__forbidden" | "__not_enum" | "__not_pattern" | "__patterns" => {
+                "required" | "__forbidden" | "__not_enum" | "__not_pattern" | "__patterns"
+                | "__has_other" => {
                     let mut r = av.as_array().cloned().unwrap_or_default();
                     for x in bv.as_array().into_iter().flatten() {
                         if !r.contains(x) {
@@ -223,6 +226,25 @@ impl JsonCompiler<'_> {
                     })
                 }
             }
+        }
+        if tuple_mode {
+            let (ta, ra) = tuple_parts(&a);
+            let (tb, rb) = tuple_parts(&b);
+            let mut tuple = Vec::new();
+            for i in 0..ta.len().max(tb.len()) {
+                let x = ta.get(i).unwrap_or(&ra);
+                let y = tb.get(i).unwrap_or(&rb);
+                tuple.push(self.merge_schemas(
+                    x,
+                    y,
+                    &format!("{ptr}/prefixItems/{i}"),
+                    depth + 1,
+                )?);
+            }
+            let rest = self.merge_schemas(&ra, &rb, &format!("{ptr}/items"), depth + 1)?;
+            out.remove("additionalItems");
+            out.insert("prefixItems".into(), Value::Array(tuple));
+            out.insert("items".into(), rest);
         }
         // Properties one side adds must satisfy the other side's additionalProperties.
         for (x, y) in [(&a, &b), (&b, &a)] {
@@ -465,6 +487,120 @@ impl JsonCompiler<'_> {
                         }
                     }
                 }
+                // Some item outside the item schema (no tuple part: `items` is every item).
+                "items" if !v.is_array() && !m.contains_key("prefixItems") => {
+                    match self.negate(v, ptr, depth + 1)? {
+                        Some(Value::Bool(false)) => {}
+                        Some(neg) => alts.push(json!({"type": "array", "contains": neg})),
+                        None => return Ok(None),
+                    }
+                }
+                // A tuple position present and outside its schema.
+                "prefixItems" | "items" if v.is_array() => {
+                    for (i, it) in v.as_array().into_iter().flatten().enumerate() {
+                        match self.negate(it, ptr, depth + 1)? {
+                            Some(Value::Bool(false)) => {}
+                            Some(neg) => {
+                                let mut tuple = vec![Value::Bool(true); i];
+                                tuple.push(neg);
+                                alts.push(json!({
+                                    "type": "array", "prefixItems": tuple, "minItems": i + 1
+                                }));
+                            }
+                            None => return Ok(None),
+                        }
+                    }
+                }
+                // `additionalProperties: false`: some key neither declared nor matching a
+                // pattern.
+                "additionalProperties" if v == &Value::Bool(false) => {
+                    let keys: Vec<&String> = m
+                        .get("properties")
+                        .and_then(|p| p.as_object())
+                        .map(|p| p.keys().collect())
+                        .unwrap_or_default();
+                    let pats: Vec<&String> = m
+                        .get("patternProperties")
+                        .and_then(|p| p.as_object())
+                        .map(|p| p.keys().collect())
+                        .unwrap_or_default();
+                    alts.push(json!({"type": "object",
+                        "__has_other": [{"keys": keys, "patterns": pats}]}));
+                }
+                "additionalProperties" if v == &Value::Bool(true) || v == &json!({}) => {}
+                // None of the branches, or two of them.
+                "oneOf" if v.as_array().is_some_and(|b| b.len() <= 6) => {
+                    let branches = v.as_array().cloned().unwrap_or_default();
+                    let mut none = Vec::new();
+                    for b in &branches {
+                        match self.negate(b, ptr, depth + 1)? {
+                            Some(neg) => none.push(neg),
+                            None => return Ok(None),
+                        }
+                    }
+                    alts.push(json!({ "allOf": none }));
+                    for i in 0..branches.len() {
+                        for j in i + 1..branches.len() {
+                            if let (Value::Object(x), Value::Object(y)) =
+                                (&branches[i], &branches[j])
+                            {
+                                if disjoint(x, y) {
+                                    continue;
+                                }
+                            }
+                            alts.push(json!({"allOf": [branches[i].clone(), branches[j].clone()]}));
+                        }
+                    }
+                }
+                "__fraction" => alts.push(json!({"type": "integer"})),
+                // Pattern schemas that accept every value have no complement to add.
+                "patternProperties" => {
+                    for pv in v.as_object().into_iter().flatten().map(|(_, pv)| pv) {
+                        match self.negate(pv, ptr, depth + 1)? {
+                            Some(Value::Bool(false)) => {}
+                            _ => {
+                                self.unnegatable = Some(k.clone());
+                                return Ok(None);
+                            }
+                        }
+                    }
+                }
+                // Every key among the names or patterns of one condition.
+                "__has_other" => {
+                    for c in v.as_array().into_iter().flatten() {
+                        let mut props = serde_json::Map::new();
+                        for k in c
+                            .get("keys")
+                            .and_then(|k| k.as_array())
+                            .into_iter()
+                            .flatten()
+                        {
+                            if let Some(k) = k.as_str() {
+                                props.insert(k.to_string(), Value::Bool(true));
+                            }
+                        }
+                        let mut pp = serde_json::Map::new();
+                        for p in c
+                            .get("patterns")
+                            .and_then(|k| k.as_array())
+                            .into_iter()
+                            .flatten()
+                        {
+                            if let Some(p) = p.as_str() {
+                                pp.insert(p.to_string(), Value::Bool(true));
+                            }
+                        }
+                        alts.push(json!({"type": "object", "properties": props,
+                            "patternProperties": pp, "additionalProperties": false}));
+                    }
+                }
+                // No item matches.
+                "contains" if !m.contains_key("minContains") && !m.contains_key("maxContains") => {
+                    match self.negate(v, ptr, depth + 1)? {
+                        Some(neg) => alts.push(json!({"type": "array", "items": neg})),
+                        None => return Ok(None),
+                    }
+                }
                 "anyOf" => {
                     let mut all = Vec::new();
                     for b in v.as_array().into_iter().flatten() {
@@ -510,7 +646,10 @@ impl JsonCompiler<'_> {
                     };
                     alts.push(json!({"type": t, other: n().floor() + 1.0}));
                 }
-                _ => return Ok(None),
+                _ => {
+                    self.unnegatable = Some(k.clone());
+                    return Ok(None);
+                }
             }
         }
         Ok(Some(if alts.is_empty() {
@@ -518,6 +657,24 @@ impl JsonCompiler<'_> {
         } else {
             json!({ "anyOf": alts })
         }))
+    }
+}
+
+/// Whether a schema has a tuple part (`prefixItems`, or `items` as an array).
+fn has_tuple(m: &Map<String, Value>) -> bool {
+    m.get("prefixItems").is_some_and(|p| p.is_array())
+        || m.get("items").is_some_and(|i| i.is_array())
+}
+
+/// A schema's tuple schemas and the schema for the items after them.
+fn tuple_parts(m: &Map<String, Value>) -> (Vec<Value>, Value) {
+    let t = Value::Bool(true);
+    if let Some(Value::Array(p)) = m.get("prefixItems") {
+        (p.clone(), m.get("items").cloned().unwrap_or(t))
+    } else if let Some(Value::Array(p)) = m.get("items") {
+        (p.clone(), m.get("additionalItems").cloned().unwrap_or(t))
+    } else {
+        (Vec::new(), m.get("items").cloned().unwrap_or(t))
     }
 }
 

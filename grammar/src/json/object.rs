@@ -8,9 +8,20 @@ use serde_json::{Map, Value};
 
 use super::types::f;
 use super::JsonCompiler;
-use crate::nfa::StateId;
+use crate::nfa::{RuleId, StateId};
 use crate::regex::{parse, Flavor};
 use crate::CompileError;
+
+/// Most `__has_other` conditions (complements of `additionalProperties`) on one object.
+const MAX_CONDS: usize = 2;
+/// Most declared properties an object may have for the any-order automaton.
+const MAX_ANY_ORDER_KEYS: usize = 16;
+/// Most (written set, count) states of one any-order object.
+const MAX_ANY_ORDER_STATES: usize = 4096;
+/// Most NFA states (estimated) one any-order object may add.
+const MAX_ANY_ORDER_COST: usize = 60_000;
+/// Most NFA states (estimated) all any-order objects of one schema may add.
+const MAX_ANY_ORDER_TOTAL: usize = 200_000;
 
 impl JsonCompiler<'_> {
     pub(super) fn object(
@@ -94,6 +105,52 @@ impl JsonCompiler<'_> {
             return self.nothing();
         }
         items.retain(|i| !forbidden.contains(&i.0));
+        // `__has_other` (the complement of `additionalProperties: false`): the object must
+        // have a key outside a list of names and patterns. Such names this object does not
+        // declare become optional items, so that undeclared keys are never one of them.
+        let conds = has_other_conditions(s);
+        if conds.len() > MAX_CONDS {
+            self.unsupported(
+                "additionalProperties",
+                ptr,
+                "more than two complements of `additionalProperties` on one object",
+            )?;
+        }
+        let conds: Vec<(Vec<String>, Vec<String>)> = conds.into_iter().take(MAX_CONDS).collect();
+        let mut cond_res: Vec<Vec<regex_automata::meta::Regex>> = Vec::new();
+        for (keys, pats) in &conds {
+            let mut res = Vec::new();
+            for p in pats {
+                res.push(full_match_regex(p).map_err(|e| CompileError::Unsupported {
+                    keyword: "additionalProperties".into(),
+                    pointer: ptr.into(),
+                    reason: format!("{p:?}: {e}"),
+                })?);
+            }
+            cond_res.push(res);
+            for k in keys {
+                if items.iter().any(|i| &i.0 == k) || forbidden.contains(k) {
+                    continue;
+                }
+                if matchers.iter().any(|re| re.is_match(k.as_str())) {
+                    items.push((k.clone(), Value::Bool(true), false));
+                } else if let Some(a) = &additional {
+                    items.push((k.clone(), a.clone(), false));
+                }
+            }
+        }
+        // Which conditions writing each declared key satisfies.
+        let witness_bits = |k: &str| -> u8 {
+            let mut bits = 0u8;
+            for (i, (keys, _)) in conds.iter().enumerate() {
+                if !keys.iter().any(|x| x == k) && !cond_res[i].iter().any(|re| re.is_match(k)) {
+                    bits |= 1 << i;
+                }
+            }
+            bits
+        };
+        let nw = 1usize << conds.len();
+        let full_w = (nw - 1) as u8;
         // A declared key that matches a pattern must satisfy both schemas.
         for item in items.iter_mut() {
             for (i, re) in matchers.iter().enumerate() {
@@ -227,51 +284,98 @@ impl JsonCompiler<'_> {
         let open = self.ws(open)?;
         // Undeclared properties: one rule (`"other key": value`), called from every gap
         // between declared properties.
-        let extra_rule = if additional.is_none() && patterns.is_empty() {
-            None
-        } else {
+        // Undeclared properties: one rule per witness-bit set (`"other key": value`), called
+        // from every gap between declared properties.
+        let mut extras: Vec<(u8, RuleId)> = Vec::new();
+        if additional.is_some() || !patterns.is_empty() {
             let mut declared: Vec<String> = items.iter().map(|i| i.0.clone()).collect();
             declared.extend(forbidden.iter().cloned());
             declared.extend(name_excl.iter().cloned());
-            let r = self.b.new_rule()?;
-            let rr = self.b.rules[r as usize];
             let mut pats: Vec<&str> = patterns.iter().map(|p| p.0.as_str()).collect();
             let n_pp = pats.len();
             pats.extend(name_pos.iter().map(|p| p.as_str()));
             pats.extend(name_neg.iter().map(|p| p.as_str()));
+            let any = additional.is_some() || pats.len() > n_pp;
+            let mut cond_masks = Vec::new();
+            for (_, cp) in &conds {
+                let lo = pats.len();
+                pats.extend(cp.iter().map(|p| p.as_str()));
+                cond_masks.push(((1u64 << pats.len()) - (1u64 << lo)) as u32);
+            }
+            if pats.len() > 31 {
+                return Err(CompileError::Unsupported {
+                    keyword: "patternProperties".into(),
+                    pointer: ptr.into(),
+                    reason: "more than 31 key patterns on one object".into(),
+                });
+            }
             let pos_mask: u32 = ((1u32 << name_pos.len()) - 1) << n_pp;
             let neg_mask: u32 = ((1u32 << name_neg.len()) - 1) << (n_pp + name_pos.len());
-            let any = additional.is_some() || pats.len() > n_pp;
-            let exits = self.other_key(rr.start, &declared, &pats, any, ptr)?;
-            for (set, exit) in exits {
-                // propertyNames: every positive pattern matches, no negative one does.
-                if set & pos_mask != pos_mask || set & neg_mask != 0 {
-                    continue;
-                }
-                let set = set & ((1u32 << n_pp) - 1);
-                let k = self.punct(exit, b':')?;
-                let e = if set == 0 {
-                    match &additional {
-                        Some(add) => self.value(k, add, &format!("{ptr}/additionalProperties"))?,
-                        None => continue,
+            // One rule (and key automaton) per witness-bit set: a state shared by two rules
+            // could return from the wrong one.
+            for want in 0..nw as u8 {
+                let r = self.b.new_rule()?;
+                let rr = self.b.rules[r as usize];
+                let exits = self.other_key(rr.start, &declared, &pats, any, ptr)?;
+                let mut used = false;
+                for (set, exit) in exits {
+                    // propertyNames: every positive pattern matches, no negative one does.
+                    if set & pos_mask != pos_mask || set & neg_mask != 0 {
+                        continue;
                     }
-                } else {
-                    let mut schema = Value::Bool(true);
-                    let pptr = format!("{ptr}/patternProperties");
-                    for (i, (_, v)) in patterns.iter().enumerate() {
-                        if set >> i & 1 == 1 {
-                            schema = self.merge_schemas(&schema, v, &pptr, 0)?;
+                    let mut wb = 0u8;
+                    for (i, m) in cond_masks.iter().enumerate() {
+                        if set & m == 0 {
+                            wb |= 1 << i;
                         }
                     }
-                    self.value(k, &schema, &pptr)?
-                };
-                self.b.eps(e, rr.end);
+                    if wb != want {
+                        continue;
+                    }
+                    let set = set & ((1u32 << n_pp) - 1);
+                    let k = self.punct(exit, b':')?;
+                    let e = if set == 0 {
+                        match &additional {
+                            Some(add) => {
+                                self.value(k, add, &format!("{ptr}/additionalProperties"))?
+                            }
+                            None => continue,
+                        }
+                    } else {
+                        let mut schema = Value::Bool(true);
+                        let pptr = format!("{ptr}/patternProperties");
+                        for (i, (_, v)) in patterns.iter().enumerate() {
+                            if set >> i & 1 == 1 {
+                                schema = self.merge_schemas(&schema, v, &pptr, 0)?;
+                            }
+                        }
+                        self.value(k, &schema, &pptr)?
+                    };
+                    self.b.eps(e, rr.end);
+                    used = true;
+                }
+                if used {
+                    extras.push((want, r));
+                }
             }
-            Some(r)
-        };
+        }
+        let item_bits: Vec<u8> = items.iter().map(|i| witness_bits(&i.0)).collect();
+        if let Some(close) = self.any_order(
+            open,
+            &items,
+            &item_bits,
+            &extras,
+            (cap, exact, min_count, full_w),
+            ptr,
+        )? {
+            let c = self.ws(close)?;
+            return self.b.lit(c, b"}");
+        }
         let tracks_n = cap + 1;
-        // tracks[c]: the state after writing c properties (saturating at `cap` unless exact).
-        let mut tracks: Vec<Option<StateId>> = vec![None; tracks_n];
+        let idx = |c: usize, w: u8| c * nw + w as usize;
+        // tracks[idx(c, w)]: the state after writing c properties (saturating at `cap` unless
+        // exact) with the witness conditions `w` met.
+        let mut tracks: Vec<Option<StateId>> = vec![None; tracks_n * nw];
         tracks[0] = Some(open);
         let bump = |c: usize| -> Option<usize> {
             if c < cap {
@@ -283,39 +387,62 @@ impl JsonCompiler<'_> {
             }
         };
         let gap = |me: &mut Self, tracks: &mut Vec<Option<StateId>>| -> Result<(), CompileError> {
-            let Some(r) = extra_rule else { return Ok(()) };
-            let mut new: Vec<Option<StateId>> = vec![None; tracks_n];
+            if extras.is_empty() {
+                return Ok(());
+            }
+            let mut new: Vec<Option<StateId>> = vec![None; tracks_n * nw];
             for c in 0..tracks_n {
-                let reach_prev = c > 0 && new[c - 1].is_some();
-                if tracks[c].is_none() && !reach_prev {
-                    continue;
-                }
-                let lp = me.b.state()?;
-                if let Some(t) = tracks[c] {
-                    me.b.eps(t, lp);
-                }
-                if c > 0 {
-                    if let Some(p) = new[c - 1] {
-                        let s = if c > 1 { me.punct(p, b',')? } else { p };
-                        let e = me.b.call(s, r)?;
+                for w in 0..nw as u8 {
+                    // Sources: one more undeclared property from c - 1 (any w2 | b == w), or
+                    // when saturated from (cap, w2 < w).
+                    let mut srcs: Vec<(StateId, RuleId, bool)> = Vec::new();
+                    for &(b, r) in &extras {
+                        for w2 in 0..nw as u8 {
+                            if w2 | b != w {
+                                continue;
+                            }
+                            if c > 0 {
+                                if let Some(p) = new[idx(c - 1, w2)] {
+                                    srcs.push((p, r, c > 1));
+                                }
+                            }
+                            if c == cap && !exact && w2 < w {
+                                if let Some(p) = new[idx(cap, w2)] {
+                                    srcs.push((p, r, true));
+                                }
+                            }
+                        }
+                    }
+                    if tracks[idx(c, w)].is_none() && srcs.is_empty() {
+                        continue;
+                    }
+                    let lp = me.b.state()?;
+                    if let Some(t) = tracks[idx(c, w)] {
+                        me.b.eps(t, lp);
+                    }
+                    for (p, r, comma) in srcs {
+                        let st = if comma { me.punct(p, b',')? } else { p };
+                        let e = me.b.call(st, r)?;
                         me.b.eps(e, lp);
                     }
-                }
-                new[c] = Some(lp);
-            }
-            // Saturated: more undeclared properties keep the count.
-            if !exact {
-                if let Some(lp) = new[cap] {
-                    let cm = me.punct(lp, b',')?;
-                    let e = me.b.call(cm, r)?;
-                    me.b.eps(e, lp);
+                    // Saturated: more undeclared properties keep the count.
+                    if c == cap && !exact {
+                        for &(b, r) in &extras {
+                            if w | b == w {
+                                let cm = me.punct(lp, b',')?;
+                                let e = me.b.call(cm, r)?;
+                                me.b.eps(e, lp);
+                            }
+                        }
+                    }
+                    new[idx(c, w)] = Some(lp);
                 }
             }
             *tracks = new;
             Ok(())
         };
-        let share = tracks.len() > 2;
-        for (k, v, req) in &items {
+        let share = tracks_n > 2;
+        for ((k, v, req), &bits) in items.iter().zip(&item_bits) {
             gap(self, &mut tracks)?;
             let key = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
             let vptr = format!(
@@ -336,46 +463,179 @@ impl JsonCompiler<'_> {
                     None => c.value(s, v, &vptr),
                 }
             };
-            let mut new: Vec<Option<StateId>> = vec![None; tracks_n];
+            let mut new: Vec<Option<StateId>> = vec![None; tracks_n * nw];
             for c in 0..tracks_n {
-                let Some(t) = tracks[c] else { continue };
-                if !*req {
-                    let a = match new[c] {
-                        Some(a) => a,
-                        None => {
-                            let a = self.b.state()?;
-                            new[c] = Some(a);
-                            a
-                        }
-                    };
-                    self.b.eps(t, a);
-                }
-                if let Some(c2) = bump(c) {
-                    let e = kv(self, t, c > 0)?;
-                    let a = match new[c2] {
-                        Some(a) => a,
-                        None => {
-                            let a = self.b.state()?;
-                            new[c2] = Some(a);
-                            a
-                        }
-                    };
-                    self.b.eps(e, a);
+                for w in 0..nw as u8 {
+                    let Some(t) = tracks[idx(c, w)] else { continue };
+                    if !*req {
+                        let a = match new[idx(c, w)] {
+                            Some(a) => a,
+                            None => {
+                                let a = self.b.state()?;
+                                new[idx(c, w)] = Some(a);
+                                a
+                            }
+                        };
+                        self.b.eps(t, a);
+                    }
+                    if let Some(c2) = bump(c) {
+                        let e = kv(self, t, c > 0)?;
+                        let j = idx(c2, w | bits);
+                        let a = match new[j] {
+                            Some(a) => a,
+                            None => {
+                                let a = self.b.state()?;
+                                new[j] = Some(a);
+                                a
+                            }
+                        };
+                        self.b.eps(e, a);
+                    }
                 }
             }
             tracks = new;
         }
         gap(self, &mut tracks)?;
         let close = self.b.state()?;
-        for (c, st) in tracks.iter().enumerate() {
-            if let Some(st) = st {
-                if c >= min_count {
-                    self.b.eps(*st, close);
-                }
+        for c in min_count..tracks_n {
+            if let Some(st) = tracks[idx(c, full_w)] {
+                self.b.eps(st, close);
             }
         }
         let c = self.ws(close)?;
         self.b.lit(c, b"}")
+    }
+
+    /// Declared properties in any order: one state per (set of declared keys written so
+    /// far, property count), a key trie from each to the keys not yet written, each value a
+    /// call to its schema's rule, undeclared properties (`extra`) in every gap. Exact JSON
+    /// Schema semantics (no key twice, every required key before `}`), so an instance that
+    /// orders its keys differently from the schema is accepted. `None` (nothing built) when
+    /// the object is too large for the state budget: the caller then falls back to schema
+    /// order. `counts` = (cap, exact, min_count) as in [`Self::object`].
+    fn any_order(
+        &mut self,
+        open: StateId,
+        items: &[(String, Value, bool)],
+        item_bits: &[u8],
+        extras: &[(u8, RuleId)],
+        counts: (usize, bool, usize, u8),
+        ptr: &str,
+    ) -> Result<Option<StateId>, CompileError> {
+        let (cap, exact, min_count, full_w) = counts;
+        let n = items.len();
+        if !self.opts.any_property_order || !(2..=MAX_ANY_ORDER_KEYS).contains(&n) {
+            return Ok(None);
+        }
+        let bump = |c: usize| -> Option<usize> {
+            if c < cap {
+                Some(c + 1)
+            } else if exact {
+                None
+            } else {
+                Some(cap)
+            }
+        };
+        let keys = items
+            .iter()
+            .map(|i| serde_json::to_string(&i.0))
+            .collect::<Result<Vec<String>, _>>()
+            .map_err(|e| CompileError::Json(e.to_string()))?;
+        // Plan the reachable (written set, count) states and the NFA states they need.
+        let mut index: HashMap<(u32, usize, u8), usize> = HashMap::new();
+        let mut order: Vec<(u32, usize, u8)> = vec![(0, 0, 0)];
+        index.insert((0, 0, 0), 0);
+        let mut cost = 0usize;
+        let mut i = 0;
+        while i < order.len() {
+            let (m, c, w) = order[i];
+            i += 1;
+            let Some(c2) = bump(c) else { continue };
+            cost += 4;
+            let mut next = Vec::new();
+            for (k, key) in keys.iter().enumerate() {
+                if m >> k & 1 == 0 {
+                    cost += key.len() + 3;
+                    next.push((m | 1 << k, w | item_bits[k]));
+                }
+            }
+            for &(b, _) in extras {
+                cost += 2;
+                next.push((m, w | b));
+            }
+            for (m2, w2) in next {
+                if let std::collections::hash_map::Entry::Vacant(v) = index.entry((m2, c2, w2)) {
+                    v.insert(order.len());
+                    order.push((m2, c2, w2));
+                }
+            }
+            if order.len() > MAX_ANY_ORDER_STATES || cost > MAX_ANY_ORDER_COST {
+                return Ok(None);
+            }
+        }
+        if self.any_order_cost + cost > MAX_ANY_ORDER_TOTAL {
+            return Ok(None);
+        }
+        self.any_order_cost += cost;
+        let mut rules = Vec::with_capacity(n);
+        for (k, v, _) in items {
+            let vptr = format!(
+                "{ptr}/properties/{}",
+                k.replace('~', "~0").replace('/', "~1")
+            );
+            rules.push(self.schema_rule(v, &vptr)?);
+        }
+        let req: u32 = items
+            .iter()
+            .enumerate()
+            .filter(|(_, it)| it.2)
+            .fold(0, |acc, (k, _)| acc | 1 << k);
+        let mut states = Vec::with_capacity(order.len());
+        for _ in &order {
+            states.push(self.b.state()?);
+        }
+        self.b.eps(open, states[0]);
+        let close = self.b.state()?;
+        let mut trie: HashMap<(StateId, u8), StateId> = HashMap::new();
+        for (idx, &(m, c, w)) in order.iter().enumerate() {
+            if idx % 64 == 63 {
+                self.b.check_deadline()?;
+            }
+            let s = states[idx];
+            if m & req == req && c >= min_count && w == full_w {
+                self.b.eps(s, close);
+            }
+            let Some(c2) = bump(c) else { continue };
+            let s1 = if c > 0 { self.punct(s, b',')? } else { s };
+            for &(b, r) in extras {
+                let e = self.b.call(s1, r)?;
+                self.b.eps(e, states[index[&(m, c2, w | b)]]);
+            }
+            // A trie of the keys not yet written, so the configuration stays one thread.
+            trie.clear();
+            for (k, key) in keys.iter().enumerate() {
+                if m >> k & 1 == 1 {
+                    continue;
+                }
+                let mut at = s1;
+                for &byte in key.as_bytes() {
+                    at = match trie.get(&(at, byte)) {
+                        Some(&x) => x,
+                        None => {
+                            let x = self.b.state()?;
+                            self.b.range(at, byte, byte, x);
+                            trie.insert((at, byte), x);
+                            x
+                        }
+                    };
+                }
+                let col = self.punct(at, b':')?;
+                let e = self.b.call(col, rules[k])?;
+                self.b
+                    .eps(e, states[index[&(m | 1 << k, c2, w | item_bits[k])]]);
+            }
+        }
+        Ok(Some(close))
     }
 
     /// A quoted key that is none of `declared`, split by which `patterns` it matches: one
@@ -594,4 +854,27 @@ fn key_char_step(d: u8, b: u8) -> Option<u8> {
         8 => (0x80..=0x8F).contains(&b).then_some(3),
         _ => None,
     }
+}
+
+/// The `__has_other` conditions of an object schema: (names, patterns) pairs, each asking
+/// for a key that is none of the names and matches none of the patterns.
+fn has_other_conditions(s: &Map<String, Value>) -> Vec<(Vec<String>, Vec<String>)> {
+    let strs = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(|x| x.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    s.get("__has_other")
+        .and_then(|h| h.as_array())
+        .map(|conds| {
+            conds
+                .iter()
+                .map(|c| (strs(c.get("keys")), strs(c.get("patterns"))))
+                .collect()
+        })
+        .unwrap_or_default()
 }

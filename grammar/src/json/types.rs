@@ -145,7 +145,9 @@ impl JsonCompiler<'_> {
     ) -> Result<StateId, CompileError> {
         let mult = s.get("multipleOf").and_then(|m| m.as_number()).cloned();
         let (lo, hi) = Self::bounds(s);
-        if lo.is_none() && hi.is_none() && mult.is_none() {
+        // `not: {type: integer}` on numbers: a nonzero digit after the point (no exponent).
+        let fraction = s.get("__fraction") == Some(&Value::Bool(true));
+        if lo.is_none() && hi.is_none() && mult.is_none() && !fraction {
             return self.number_plain(from);
         }
         let as_int = |b: Option<(f64, bool)>| -> Option<Option<(i64, bool)>> {
@@ -155,7 +157,7 @@ impl JsonCompiler<'_> {
                 Some(_) => None,
             }
         };
-        if mult.is_none() {
+        if mult.is_none() && !fraction {
             if let (Some(l), Some(h)) = (as_int(lo), as_int(hi)) {
                 let re = number_range(l, h);
                 return self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr);
@@ -193,6 +195,9 @@ impl JsonCompiler<'_> {
                     res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into());
                 }
             },
+        }
+        if fraction {
+            res.push(r"-?(0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*".into());
         }
         let dec = |v: f64| -> Option<Dec> {
             let n = serde_json::Number::from_f64(v)?;
@@ -444,8 +449,10 @@ impl JsonCompiler<'_> {
             return self.nothing();
         }
         if s.get("uniqueItems") == Some(&Value::Bool(true)) && max.is_none_or(|m| m > 1) {
-            if let Some(e) = self.unique_finite(from, s, min, max, ptr)? {
-                return Ok(e);
+            if !s.contains_key("contains") {
+                if let Some(e) = self.unique_finite(from, s, min, max, ptr)? {
+                    return Ok(e);
+                }
             }
             self.unsupported("uniqueItems", ptr, "uniqueness of items is not enforced")?;
         }
@@ -477,67 +484,138 @@ impl JsonCompiler<'_> {
             )?;
         }
         let rest_ok = rest != Value::Bool(false);
+        // `contains: X`: a second layer of states after an item that also matches X; only
+        // that layer may close the array (items are `I* (I and X) I*`, exact).
+        let contains = match s.get("contains") {
+            None => None,
+            Some(x) => {
+                if s.contains_key("minContains") || s.contains_key("maxContains") {
+                    self.unsupported("minContains", ptr, "counted `contains` is not enforced")?;
+                }
+                Some(x.clone())
+            }
+        };
+        let cptr = format!("{ptr}/contains");
+        let witness = |c: &mut Self, item: &Value| -> Result<Option<Value>, CompileError> {
+            match &contains {
+                None => Ok(None),
+                Some(x) => match c.merge_schemas(item, x, &cptr, 0)? {
+                    Value::Bool(false) => Ok(None),
+                    m => Ok(Some(m)),
+                },
+            }
+        };
+        let top = usize::from(contains.is_some());
         let open = self.b.lit(from, b"[")?;
         let open = self.ws(open)?;
         let close = self.b.state()?;
-        if min == 0 {
+        // cur[w]: the state after the items so far, w = whether an item matched `contains`.
+        let mut cur: [Option<StateId>; 2] = [Some(open), None];
+        if min == 0 && top == 0 {
             self.b.eps(open, close);
         }
-        let mut cur = open;
+        // One item after `cur` (a comma first unless it is the first item).
+        let step = |c: &mut Self,
+                    cur: [Option<StateId>; 2],
+                    first: bool,
+                    item: &Value,
+                    wit: &Option<Value>,
+                    iptr: &str,
+                    call: bool|
+         -> Result<[Option<StateId>; 2], CompileError> {
+            let mut next: [Option<StateId>; 2] = [None, None];
+            let emit = |c: &mut Self, s: StateId, v: &Value| -> Result<StateId, CompileError> {
+                if call {
+                    c.schema_call(s, v, iptr)
+                } else {
+                    c.value(s, v, iptr)
+                }
+            };
+            for w in 0..2 {
+                let Some(st) = cur[w] else { continue };
+                let st = if first { st } else { c.punct(st, b',')? };
+                let e = emit(c, st, item)?;
+                let j = *next[w].get_or_insert(c.b.state()?);
+                c.b.eps(e, j);
+                if w == 0 {
+                    if let Some(wv) = wit {
+                        let e = emit(c, st, wv)?;
+                        let j = *next[1].get_or_insert(c.b.state()?);
+                        c.b.eps(e, j);
+                    }
+                }
+            }
+            Ok(next)
+        };
         let mut n = 0u64;
         for (i, t) in tuple.iter().enumerate() {
             if max.is_some_and(|m| n >= m) {
                 break;
             }
-            if i > 0 {
-                cur = self.punct(cur, b',')?;
-            }
-            cur = self.value(cur, t, &format!("{ptr}/prefixItems/{i}"))?;
+            let wit = witness(self, t)?;
+            let tptr = format!("{ptr}/prefixItems/{i}");
+            cur = step(self, cur, i == 0, t, &wit, &tptr, false)?;
             n += 1;
             if n >= min {
-                self.b.eps(cur, close);
+                if let Some(st) = cur[top] {
+                    self.b.eps(st, close);
+                }
             }
         }
         let rptr = format!("{ptr}/items");
         if rest_ok && max.is_none_or(|m| n < m) {
+            let wit = witness(self, &rest)?;
             // Required rest items, then optional ones (bounded) or a loop.
             let req = min.saturating_sub(n).min(MAX_COUNT);
             let opt = max.map(|m| m.min(MAX_COUNT).saturating_sub(n).saturating_sub(req));
             let copies = req + opt.unwrap_or(0);
             let use_call = copies > 2;
-            let item = |c: &mut Self, s: StateId, first: bool| -> Result<StateId, CompileError> {
-                let s = if first { s } else { c.punct(s, b',')? };
-                if use_call {
-                    c.schema_call(s, &rest, &rptr)
-                } else {
-                    c.value(s, &rest, &rptr)
-                }
-            };
             for _ in 0..req {
-                cur = item(self, cur, n == 0)?;
+                cur = step(self, cur, n == 0, &rest, &wit, &rptr, use_call)?;
                 n += 1;
             }
             if n >= min {
-                self.b.eps(cur, close);
+                if let Some(st) = cur[top] {
+                    self.b.eps(st, close);
+                }
             }
             match opt {
                 Some(k) => {
                     for _ in 0..k {
-                        cur = item(self, cur, n == 0)?;
+                        cur = step(self, cur, n == 0, &rest, &wit, &rptr, use_call)?;
                         n += 1;
-                        self.b.eps(cur, close);
+                        if let Some(st) = cur[top] {
+                            self.b.eps(st, close);
+                        }
                     }
                 }
                 None => {
                     if n == 0 {
-                        cur = item(self, cur, true)?;
-                        self.b.eps(cur, close);
+                        cur = step(self, cur, true, &rest, &wit, &rptr, use_call)?;
+                        if let Some(st) = cur[top] {
+                            self.b.eps(st, close);
+                        }
                     }
-                    let lp = self.b.state()?;
-                    self.b.eps(cur, lp);
-                    let e = item(self, lp, false)?;
-                    self.b.eps(e, lp);
-                    self.b.eps(lp, close);
+                    // A loop per layer; from layer 0 an item matching `contains` moves up.
+                    let mut lps: [Option<StateId>; 2] = [None, None];
+                    for w in 0..2 {
+                        if cur[w].is_some() || (w == 1 && wit.is_some()) {
+                            let lp = self.b.state()?;
+                            if let Some(st) = cur[w] {
+                                self.b.eps(st, lp);
+                            }
+                            lps[w] = Some(lp);
+                        }
+                    }
+                    let e = step(self, lps, false, &rest, &wit, &rptr, use_call)?;
+                    for w in 0..2 {
+                        if let (Some(e), Some(lp)) = (e[w], lps[w]) {
+                            self.b.eps(e, lp);
+                        }
+                    }
+                    if let Some(lp) = lps[top] {
+                        self.b.eps(lp, close);
+                    }
                 }
             }
         }
