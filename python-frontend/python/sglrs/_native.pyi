@@ -10,7 +10,7 @@ class Engine:
     `config` is a JSON object of `sglrs serve` options by their long names with underscores
     (`page_size`, `kv_memory_mb`, `schedule_policy`, `chunked_prefill_size`,
     `max_batch_tokens`, `max_running_requests`, `threads`, `context_length`,
-    `disable_jump_forward`, `served_model_name`); unknown names raise `ValueError`.
+    `disable_jump_forward`, `served_model_name`, `quantize`); unknown names raise `ValueError`.
     Every call releases the GIL while it waits.
     """
 

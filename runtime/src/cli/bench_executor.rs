@@ -50,6 +50,9 @@ pub struct BenchExecutorArgs {
     /// prompts in the same run (skipped with a message if it cannot import `llama_cpp`).
     #[arg(long)]
     pub llama_python: Option<PathBuf>,
+    /// Re-encode float weights at load (`q8_0`), as `sglrs serve --quantize` does.
+    #[arg(long)]
+    pub quantize: Option<model::Quantize>,
 }
 
 /// The llama.cpp side of the benchmark (see the module docs).
@@ -276,7 +279,7 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
 pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
     let path = args.model.clone().unwrap_or_else(model::default_model_path);
     // The benchmark needs no tokenizer: a GGUF file loads without one.
-    let (config, weights) = if path.is_dir() {
+    let (config, mut weights) = if path.is_dir() {
         let m = model::load(&path, &LoadOptions::default())
             .with_context(|| format!("loading {}", path.display()))?;
         (m.config, m.weights)
@@ -285,6 +288,9 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
             model::gguf::load_gguf(&path).with_context(|| format!("loading {}", path.display()))?;
         (c, w)
     };
+    if let Some(q) = args.quantize {
+        model::quantize::quantize_model(&mut weights, q)?;
+    }
     let mut cfg = ExecConfig::default();
     if let Some(t) = args.threads {
         cfg.threads = t;

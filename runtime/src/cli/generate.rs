@@ -4,7 +4,7 @@ use crate::chat::{Message, RenderOptions};
 use crate::executor::{
     Batch, CpuExecutor, ExecConfig, Executor, KvCapacity, LogitsWanted, SeqChunk,
 };
-use crate::model::{self, LoadOptions};
+use crate::model::{self, LoadOptions, Quantize};
 use crate::sampler::{sample, SamplerState, SamplingConfig};
 use anyhow::Context;
 use std::io::Write;
@@ -35,14 +35,21 @@ pub struct GenerateArgs {
     /// Kernel threads (default: available cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Re-encode float weights at load (`q8_0`); see `sglrs serve --help`.
+    #[arg(long)]
+    pub quantize: Option<Quantize>,
 }
 
 /// Entry point of `sglrs generate`: prints the continuation as it is produced, then the
 /// prefill and decode speed on stderr.
 pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
     let path = args.model.clone().unwrap_or_else(model::default_model_path);
-    let loaded = model::load(&path, &LoadOptions::default())
-        .with_context(|| format!("loading {}", path.display()))?;
+    let opts = LoadOptions {
+        quantize: args.quantize,
+        ..LoadOptions::default()
+    };
+    let loaded =
+        model::load(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
     let text = if args.chat {
         let tmpl = loaded
             .chat_template

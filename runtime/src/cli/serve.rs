@@ -3,7 +3,7 @@
 use crate::chat::ChatTemplate;
 use crate::executor::cpu::{CpuExecutor, ExecConfig, KvCapacity};
 use crate::executor::{Executor, KvDtype};
-use crate::model::{self, LoadOptions};
+use crate::model::{self, LoadOptions, Quantize};
 use crate::scheduler::{self, SchedulePolicy, SchedulerConfig, SchedulerCore};
 use crate::server::{self, AppState, GrammarCompiler, ServerInfo};
 use anyhow::Context;
@@ -59,6 +59,10 @@ pub struct ServeArgs {
     /// Turn off jump-forward over grammar-forced text.
     #[arg(long)]
     pub disable_jump_forward: bool,
+    /// Re-encode float weights (an HF folder's f32/f16/bf16) at load: `q8_0` runs them on
+    /// the 8-bit kernels. Weights already quantized (GGUF) are kept.
+    #[arg(long)]
+    pub quantize: Option<Quantize>,
 }
 
 /// Runs the server until ctrl-c.
@@ -82,8 +86,12 @@ pub struct Started {
 /// `in_process` marks the server info of an embedded engine (no host, port or API key).
 pub fn build_state(args: &ServeArgs, in_process: bool) -> anyhow::Result<Started> {
     let path = args.model.clone().unwrap_or_else(model::default_model_path);
-    let loaded = model::load(&path, &LoadOptions::default())
-        .with_context(|| format!("loading {}", path.display()))?;
+    let opts = LoadOptions {
+        quantize: args.quantize,
+        ..LoadOptions::default()
+    };
+    let loaded =
+        model::load(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

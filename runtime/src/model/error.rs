@@ -5,6 +5,9 @@ use std::path::PathBuf;
 /// Why a model could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// `--quantize` could not re-encode a weight.
+    #[error("quantizing the weights at load: {0}")]
+    Quantize(crate::kernels::quant::DequantError),
     /// A file could not be opened, mapped or read.
     #[error("{path}: {source}")]
     Io {

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use super::error::LoadError;
 use super::gguf::GgufFile;
 use super::progress::ShowProgress;
+use super::quantize::{quantize_model, Quantize};
 use super::{ModelConfig, ModelWeights};
 use crate::chat::ChatTemplate;
 use crate::tokenizer::Tokenizer;
@@ -14,6 +15,8 @@ use crate::tokenizer::Tokenizer;
 pub struct LoadOptions {
     /// When to draw a progress bar on stderr.
     pub progress: ShowProgress,
+    /// Re-encode float weight matrices at load (`--quantize q8_0`); `None` keeps them.
+    pub quantize: Option<Quantize>,
 }
 
 /// A model ready to run: configuration, weights, tokenizer and chat template.
@@ -33,6 +36,15 @@ pub struct LoadedModel {
 
 /// Loads a model from a `.gguf` file or an HF folder (`config.json`, safetensors, tokenizer).
 pub fn load(path: &Path, opts: &LoadOptions) -> Result<LoadedModel, LoadError> {
+    let mut m = load_stored(path, opts)?;
+    if let Some(q) = opts.quantize {
+        quantize_model(&mut m.weights, q).map_err(LoadError::Quantize)?;
+    }
+    Ok(m)
+}
+
+/// The model with its weights in their stored encodings.
+fn load_stored(path: &Path, opts: &LoadOptions) -> Result<LoadedModel, LoadError> {
     if path.is_dir() {
         return super::hf::load_hf(path, opts);
     }

@@ -19,10 +19,12 @@ pub mod hf_write;
 mod loaded;
 pub mod permute;
 mod progress;
+pub mod quantize;
 
 pub use error::LoadError;
 pub use loaded::{default_model_path, load, LoadOptions, LoadedModel, DEFAULT_MODEL_FILE};
 pub use progress::ShowProgress;
+pub use quantize::Quantize;
 
 /// Model family; decides small architectural details (biases, defaults).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
