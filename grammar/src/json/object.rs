@@ -377,15 +377,7 @@ impl JsonCompiler<'_> {
         // exact) with the witness conditions `w` met.
         let mut tracks: Vec<Option<StateId>> = vec![None; tracks_n * nw];
         tracks[0] = Some(open);
-        let bump = |c: usize| -> Option<usize> {
-            if c < cap {
-                Some(c + 1)
-            } else if exact {
-                None
-            } else {
-                Some(cap)
-            }
-        };
+        let bump = |c: usize| bump_count(c, cap, exact);
         let gap = |me: &mut Self, tracks: &mut Vec<Option<StateId>>| -> Result<(), CompileError> {
             if extras.is_empty() {
                 return Ok(());
@@ -527,15 +519,7 @@ impl JsonCompiler<'_> {
         if !self.opts.any_property_order || !(2..=MAX_ANY_ORDER_KEYS).contains(&n) {
             return Ok(None);
         }
-        let bump = |c: usize| -> Option<usize> {
-            if c < cap {
-                Some(c + 1)
-            } else if exact {
-                None
-            } else {
-                Some(cap)
-            }
-        };
+        let bump = |c: usize| bump_count(c, cap, exact);
         let keys = items
             .iter()
             .map(|i| serde_json::to_string(&i.0))
@@ -877,4 +861,16 @@ fn has_other_conditions(s: &Map<String, Value>) -> Vec<(Vec<String>, Vec<String>
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The property count after one more property: `c + 1` up to `cap`, then `cap` again when
+/// counts past `cap` are all alike, or `None` when `exact` counting cannot go past `cap`.
+fn bump_count(c: usize, cap: usize, exact: bool) -> Option<usize> {
+    if c < cap {
+        Some(c + 1)
+    } else if exact {
+        None
+    } else {
+        Some(cap)
+    }
 }

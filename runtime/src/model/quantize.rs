@@ -52,7 +52,7 @@ pub fn quantize_weight(w: &Weight, q: Quantize) -> Result<Weight, DequantError> 
         w.dtype,
         WeightType::F32 | WeightType::F16 | WeightType::Bf16
     );
-    if !float || w.cols % QK != 0 {
+    if !float || !w.cols.is_multiple_of(QK) {
         return Ok(w.clone());
     }
     let values = dequantize(w)?;
