@@ -18,6 +18,17 @@ fn golden_path() -> PathBuf {
         })
 }
 
+/// The golden file's text; a missing file names the path and how to point elsewhere.
+fn read_golden() -> String {
+    let path = golden_path();
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "golden file {}: {e} (the checkout expects ../shared beside it; set SGLRS_GOLDEN to the file's path)",
+            path.display()
+        )
+    })
+}
+
 fn log_softmax_at(row: &[f32], id: usize) -> f64 {
     let mx = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
     let z: f64 = row.iter().map(|&v| (v as f64 - mx).exp()).sum();
@@ -108,9 +119,7 @@ pub fn teacher_forced(
 
 #[test]
 fn teacher_forced_logprobs_match_llama_cpp() {
-    let golden: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(golden_path()).expect("golden file"))
-            .unwrap();
+    let golden: serde_json::Value = serde_json::from_str(&read_golden()).unwrap();
     let (config, weights, _) =
         load_gguf(&default_model_path()).expect("default model (run scripts/fetch-model.sh)");
     let cfg = ExecConfig {
@@ -142,9 +151,7 @@ fn hf_folder_from_gguf_meets_the_same_bound() {
     use sglrs_runtime::model::hf_write::{write_hf_folder_from_gguf, HfWriteOptions};
     use sglrs_runtime::model::{load, LoadOptions};
 
-    let golden: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(golden_path()).expect("golden file"))
-            .unwrap();
+    let golden: serde_json::Value = serde_json::from_str(&read_golden()).unwrap();
     let gguf = default_model_path();
     let dir = tempfile::tempdir().unwrap();
     write_hf_folder_from_gguf(&gguf, dir.path(), &HfWriteOptions::default()).unwrap();
