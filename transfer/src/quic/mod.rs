@@ -164,23 +164,16 @@ impl QuicConfig {
         // quinn's default initial window (14,720 bytes) holds not even one 16 KiB datagram, and
         // a window smaller than one datagram never sends anything: start at ten datagrams.
         let default_window = (10 * u64::from(self.mtu)).max(14_720);
+        let window = |w: u64| if w > 0 { w } else { default_window };
         match self.congestion {
             Congestion::Cubic { initial_window } => {
                 let mut c = quinn::congestion::CubicConfig::default();
-                c.initial_window(if initial_window > 0 {
-                    initial_window
-                } else {
-                    default_window
-                });
+                c.initial_window(window(initial_window));
                 t.congestion_controller_factory(Arc::new(c));
             }
             Congestion::Bbr { initial_window } => {
                 let mut c = quinn::congestion::BbrConfig::default();
-                c.initial_window(if initial_window > 0 {
-                    initial_window
-                } else {
-                    default_window
-                });
+                c.initial_window(window(initial_window));
                 t.congestion_controller_factory(Arc::new(c));
             }
         }

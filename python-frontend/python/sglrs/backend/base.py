@@ -113,10 +113,7 @@ class GenerateApiBackend(BaseBackend):
         return payload
 
     def generate(self, s: "StreamExecutor", params: SamplingParams) -> Tuple[str, MetaInfo]:
-        obj = self._request(self.build_generate_payload(s.text_, params))
-        if not isinstance(obj, dict) or "text" not in obj:
-            raise BackendError(f"unexpected /generate response: {obj!r}")
-        return str(obj["text"]), dict(obj.get("meta_info") or {})
+        return generate_result(self._request(self.build_generate_payload(s.text_, params)))
 
     def generate_stream(
         self, s: "StreamExecutor", params: SamplingParams
@@ -187,3 +184,10 @@ class GenerateApiBackend(BaseBackend):
             output_token_logprobs=output_lps,
             unconditional_token_logprobs=unconditional,
         )
+
+
+def generate_result(obj: Any) -> Tuple[str, MetaInfo]:
+    """The text and `meta_info` of a native `/generate` answer for one prompt."""
+    if not isinstance(obj, dict) or "text" not in obj:
+        raise BackendError(f"unexpected /generate response: {obj!r}")
+    return str(obj["text"]), dict(obj.get("meta_info") or {})

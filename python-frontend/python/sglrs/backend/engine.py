@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 from sglrs import _native
-from sglrs.backend.base import BackendError, GenerateApiBackend, MetaInfo
+from sglrs.backend.base import BackendError, GenerateApiBackend, MetaInfo, generate_result
 from sglrs.lang.chat_template import (
     ChatTemplate,
     chat_template_by_model_path,
@@ -180,9 +180,7 @@ class Engine(GenerateApiBackend):
             if isinstance(e, json.JSONDecodeError):
                 raise
             raise _engine_error(e) from e
-        if not isinstance(obj, dict) or "text" not in obj:
-            raise BackendError(f"unexpected /generate response: {obj!r}")
-        return str(obj["text"]), dict(obj.get("meta_info") or {})
+        return generate_result(obj)
 
     def generate_stream(
         self, s: "StreamExecutor", params: SamplingParams

@@ -348,11 +348,17 @@ impl Pair {
     }
 }
 
-fn transfer_with(seed: u64, loss: f64, dup: f64, jitter_ms: u64) -> Pair {
+/// A default pair over a network with this loss, duplication and jitter (not yet connected).
+fn pair_on_net(seed: u64, loss: f64, dup: f64, jitter_ms: u64) -> Pair {
     let mut p = Pair::default_pair(seed);
     p.net.loss = loss;
     p.net.dup = dup;
     p.net.jitter_ms = jitter_ms;
+    p
+}
+
+fn transfer_with(seed: u64, loss: f64, dup: f64, jitter_ms: u64) -> Pair {
+    let mut p = pair_on_net(seed, loss, dup, jitter_ms);
     p.connect();
     let room = RoomId(7);
     let pages = p.start_room(room, 37);

@@ -46,11 +46,8 @@ fn transfer_survives_loss_reordering_and_duplicates_together() {
 #[test]
 fn driver_hashed_pages_hold_done_until_every_checksum_is_in() {
     for (seed, loss, dup, jitter) in [(1, 0.0, 0.0, 0), (2, 0.15, 0.3, 30), (3, 0.2, 0.0, 0)] {
-        let mut p = Pair::default_pair(seed);
+        let mut p = pair_on_net(seed, loss, dup, jitter);
         p.driver_sums = Some(Vec::new());
-        p.net.loss = loss;
-        p.net.dup = dup;
-        p.net.jitter_ms = jitter;
         p.connect();
         let room = RoomId(5);
         let pages = p.start_room(room, 37);
