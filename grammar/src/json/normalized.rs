@@ -1,0 +1,361 @@
+//! Compiling one normalised schema (no `allOf` or sibling `$ref` left): the types it admits,
+//! `enum`/`const` filtered by the rest of the schema, and the dispatch to the emitters of each
+//! type (`types.rs`, `object.rs`) and of `anyOf`/`oneOf`/`not`.
+
+use serde_json::{Map, Value};
+
+use super::{check, is_annotation, json_eq, push_list, static_type, JsonCompiler, NotForm};
+use crate::nfa::StateId;
+use crate::CompileError;
+
+impl JsonCompiler<'_> {
+    /// A schema without `allOf`/sibling `$ref` (already merged).
+    pub(super) fn normalized(
+        &mut self,
+        from: StateId,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
+        if s.get("__false").is_some() {
+            return self.nothing();
+        }
+        // enum/const: when every listed value can be checked against the rest, emit them.
+        if let Some(values) = s
+            .get("enum")
+            .and_then(|e| e.as_array())
+            .cloned()
+            .or_else(|| s.get("const").map(|c| vec![c.clone()]))
+        {
+            if values.iter().all(|v| check::check_value(v, s).is_some()) {
+                return self.enum_values(from, &values, s, ptr);
+            }
+        }
+        if let Some(n) = s.get("not") {
+            let mut owned = s.clone();
+            owned.remove("not");
+            let mut forms = Vec::new();
+            self.not_forms(n, &mut forms);
+            for form in forms {
+                match form {
+                    NotForm::Unsat => return self.nothing(),
+                    NotForm::NoOp => {}
+                    // Non-objects satisfy `required`, so `not required` admits objects only.
+                    NotForm::ForbidKey(k) => {
+                        let v = serde_json::json!({"type": "object", "__forbidden": [k]});
+                        let mark = self.merged_refs.len();
+                        let m = self.merge_schemas(&Value::Object(owned), &v, ptr, 0);
+                        self.merged_refs.truncate(mark);
+                        owned = match m? {
+                            Value::Object(m) => m,
+                            _ => return self.nothing(),
+                        };
+                    }
+                    NotForm::NotPattern(p) => push_list(&mut owned, "__not_pattern", p),
+                    NotForm::NotValues(vals) => {
+                        for v in vals {
+                            push_list(&mut owned, "__not_enum", v);
+                        }
+                    }
+                    NotForm::Positive(v) => {
+                        let mark = self.merged_refs.len();
+                        let m = self.merge_schemas(&Value::Object(owned), &v, ptr, 0);
+                        self.merged_refs.truncate(mark);
+                        owned = match m? {
+                            Value::Object(m) => m,
+                            Value::Bool(true) => Map::new(),
+                            _ => return self.nothing(),
+                        };
+                    }
+                    NotForm::NotTypes(ts) => {
+                        let mut keep: Vec<Value> = Vec::new();
+                        for t in self.types_of(&owned, ptr)? {
+                            let expanded: &[&str] = if t == "number" {
+                                &["number", "integer"]
+                            } else {
+                                std::slice::from_ref(&t)
+                            };
+                            for &x in expanded {
+                                let banned = ts
+                                    .iter()
+                                    .any(|b| b == x || (b == "number" && x == "integer"));
+                                if !banned {
+                                    keep.push(Value::String(x.into()));
+                                }
+                            }
+                        }
+                        // "number" minus "integer": numbers with a nonzero fraction.
+                        if ts.iter().any(|b| b == "integer") && keep.iter().any(|k| k == "number") {
+                            owned.insert("__fraction".into(), Value::Bool(true));
+                        }
+                        if keep.is_empty() {
+                            return self.nothing();
+                        }
+                        owned.insert("type".into(), Value::Array(keep));
+                    }
+                    NotForm::Other => {
+                        // The complement as a union of per-keyword complements.
+                        match self.negate(n, ptr, 0)? {
+                            Some(neg) => {
+                                let all = serde_json::json!({"allOf": [Value::Object(owned), neg]});
+                                return self.value(from, &all, ptr);
+                            }
+                            None => {
+                                let k = self.unnegatable.take().unwrap_or_default();
+                                self.unsupported(
+                                    "not",
+                                    ptr,
+                                    &format!(
+                                        "cannot be enforced exactly (`{k}` has no complement)"
+                                    ),
+                                )?
+                            }
+                        }
+                    }
+                }
+            }
+            return self.normalized(from, &owned, ptr);
+        }
+        // if/then/else = (if and then) or (not if and else), the two sides disjoint.
+        if let Some(cond) = s.get("if") {
+            let mut rest = s.clone();
+            rest.remove("if");
+            let then = rest.remove("then").unwrap_or(Value::Bool(true));
+            let els = rest.remove("else").unwrap_or(Value::Bool(true));
+            let Some(neg) = self.negate(cond, &format!("{ptr}/if"), 0)? else {
+                let k = self.unnegatable.take().unwrap_or_default();
+                self.unsupported(
+                    "if",
+                    ptr,
+                    &format!("the condition's complement cannot be expressed (`{k}`)"),
+                )?;
+                return self.normalized(from, &rest, ptr);
+            };
+            let all = serde_json::json!({"allOf": [Value::Object(rest), {"anyOf": [
+                {"allOf": [cond, then]},
+                {"allOf": [neg, els]},
+            ]}]});
+            return self.value(from, &all, ptr);
+        }
+        // Dependencies: for each trigger key, absent, or present with what it needs.
+        if ["dependencies", "dependentRequired", "dependentSchemas"]
+            .iter()
+            .any(|k| s.contains_key(*k))
+        {
+            let mut rest = s.clone();
+            let mut parts = vec![];
+            for kw in ["dependencies", "dependentRequired", "dependentSchemas"] {
+                let Some(d) = rest.remove(kw) else { continue };
+                let d = d
+                    .as_object()
+                    .ok_or_else(|| self.invalid(ptr, &format!("{kw} must be an object")))?;
+                for (k, need) in d {
+                    let present = match need {
+                        Value::Array(keys) => {
+                            let mut r = vec![Value::String(k.clone())];
+                            r.extend(keys.iter().cloned());
+                            serde_json::json!({"required": r})
+                        }
+                        other => serde_json::json!({"allOf": [{"required": [k]}, other]}),
+                    };
+                    parts.push(serde_json::json!({"anyOf": [{"__forbidden": [k]}, present]}));
+                }
+            }
+            if parts.len() > 6 {
+                self.unsupported("dependencies", ptr, "more than 6 dependencies")?;
+                return self.normalized(from, &rest, ptr);
+            }
+            parts.insert(0, Value::Object(rest));
+            let all = serde_json::json!({ "allOf": parts });
+            return self.value(from, &all, ptr);
+        }
+        // anyOf / oneOf: distribute the rest of the schema over the branches.
+        for kw in ["anyOf", "oneOf"] {
+            if let Some(branches) = s.get(kw) {
+                let branches = branches
+                    .as_array()
+                    .ok_or_else(|| self.invalid(ptr, &format!("{kw} must be an array")))?;
+                let mut rest = s.clone();
+                rest.remove(kw);
+                let mut owned_branches = branches.clone();
+                if kw == "oneOf" {
+                    // Branches that may overlap: each excludes the others' values.
+                    let overlaps = self.check_one_of(branches, &rest, ptr)?;
+                    for (i, j) in overlaps {
+                        for (a, b) in [(i, j), (j, i)] {
+                            let Some(neg) = self.negate(&branches[b], ptr, 0)? else {
+                                let k = self.unnegatable.take().unwrap_or_default();
+                                self.unsupported(
+                                    "oneOf",
+                                    ptr,
+                                    &format!(
+                                        "branches {i} and {j} may both match a value and \
+                                         `{k}` in branch {b} has no complement"
+                                    ),
+                                )?;
+                                continue;
+                            };
+                            let cur = owned_branches[a].clone();
+                            owned_branches[a] = serde_json::json!({"allOf": [cur, neg]});
+                        }
+                    }
+                }
+                let branches = &owned_branches;
+                let exit = self.b.state()?;
+                for (i, br) in branches.iter().enumerate() {
+                    let bptr = format!("{ptr}/{kw}/{i}");
+                    let e = if rest.keys().all(|k| is_annotation(k)) {
+                        self.value(from, br, &bptr)?
+                    } else {
+                        let mark = self.merged_refs.len();
+                        let merged = self.merge_schemas(&Value::Object(rest.clone()), br, &bptr, 0);
+                        match merged {
+                            Ok(Value::Object(m)) => {
+                                self.normalized_marked(from, Ok(m), mark, &bptr)?
+                            }
+                            Ok(other) => {
+                                self.merged_refs.truncate(mark);
+                                self.value(from, &other, &bptr)?
+                            }
+                            Err(e) => {
+                                self.merged_refs.truncate(mark);
+                                return Err(e);
+                            }
+                        }
+                    };
+                    self.b.eps(e, exit);
+                }
+                return Ok(exit);
+            }
+        }
+        for kw in s.keys() {
+            match kw.as_str() {
+                "unevaluatedProperties"
+                | "unevaluatedItems"
+                | "minContains"
+                | "maxContains"
+                | "$dynamicRef"
+                | "$recursiveRef" => {
+                    self.unsupported(kw, ptr, "cannot be enforced exactly")?;
+                }
+                _ => {}
+            }
+        }
+        if let Some(values) = s.get("enum").and_then(|e| e.as_array()).cloned() {
+            return self.enum_values(from, &values, s, ptr);
+        }
+        if let Some(c) = s.get("const").cloned() {
+            return self.enum_values(from, &[c], s, ptr);
+        }
+        let types = self.types_of(s, ptr)?;
+        let excluded: Vec<Value> = s
+            .get("__not_enum")
+            .and_then(|e| e.as_array())
+            .cloned()
+            .unwrap_or_default();
+        let exit = self.b.state()?;
+        for t in types {
+            let excl_here = excluded.iter().any(|v| match v {
+                Value::Number(_) => matches!(t, "number" | "integer"),
+                Value::Array(_) => t == "array",
+                Value::Object(_) => t == "object",
+                _ => false,
+            });
+            if excl_here {
+                self.unsupported("not", ptr, &format!("excluded {t} values"))?;
+            }
+            let e = match t {
+                "null" if excluded.contains(&Value::Null) => continue,
+                "null" => self.b.lit(from, b"null")?,
+                "boolean" => {
+                    let x = self.b.state()?;
+                    for (lit, v) in [("true", true), ("false", false)] {
+                        if !excluded.contains(&Value::Bool(v)) {
+                            let a = self.b.lit(from, lit.as_bytes())?;
+                            self.b.eps(a, x);
+                        }
+                    }
+                    x
+                }
+                "integer" if s.get("__fraction") == Some(&Value::Bool(true)) => continue,
+                "integer" => self.integer(from, s, ptr)?,
+                "number" => self.number(from, s, ptr)?,
+                "string" => self.string(from, s, ptr)?,
+                "array" => self.array(from, s, ptr)?,
+                "object" => self.object(from, s, ptr)?,
+                other => return Err(self.invalid(ptr, &format!("unknown type {other:?}"))),
+            };
+            self.b.eps(e, exit);
+        }
+        Ok(exit)
+    }
+
+    /// The types a schema admits, `number` absorbing `integer`.
+    pub(super) fn types_of(
+        &self,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<Vec<&'static str>, CompileError> {
+        const ALL: [&str; 6] = ["null", "boolean", "object", "array", "string", "number"];
+        let mut out: Vec<&'static str> =
+            match s.get("type") {
+                None => ALL.to_vec(),
+                Some(Value::String(t)) => vec![static_type(t)
+                    .ok_or_else(|| self.invalid(ptr, &format!("unknown type {t:?}")))?],
+                Some(Value::Array(ts)) => {
+                    let mut v = Vec::new();
+                    for t in ts {
+                        let t = t
+                            .as_str()
+                            .and_then(static_type)
+                            .ok_or_else(|| self.invalid(ptr, "bad type list"))?;
+                        if !v.contains(&t) {
+                            v.push(t);
+                        }
+                    }
+                    v
+                }
+                Some(_) => return Err(self.invalid(ptr, "bad type")),
+            };
+        if out.contains(&"number") {
+            out.retain(|t| *t != "integer");
+        }
+        Ok(out)
+    }
+
+    /// `enum`/`const`: the listed values that also satisfy the rest of the schema.
+    pub(super) fn enum_values(
+        &mut self,
+        from: StateId,
+        values: &[Value],
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
+        let exit = self.b.state()?;
+        for v in values {
+            if let Some(c) = s.get("const") {
+                if !json_eq(c, v) {
+                    continue;
+                }
+            }
+            if let Some(Value::Array(e)) = s.get("enum") {
+                if !e.iter().any(|x| json_eq(x, v)) {
+                    continue;
+                }
+            }
+            match check::check_value(v, s) {
+                Some(true) => {}
+                Some(false) => continue,
+                None => {
+                    self.unsupported(
+                        "enum",
+                        ptr,
+                        "enum/const combined with keywords the engine cannot check a value against",
+                    )?;
+                }
+            }
+            let e = self.literal(from, v)?;
+            self.b.eps(e, exit);
+        }
+        Ok(exit)
+    }
+}
