@@ -179,6 +179,91 @@ fn batched_decode_of_16_sequences_equals_decoding_each_alone() {
     assert_eq!(alone, together);
 }
 
+/// Decode steps of sequences whose page tables start with the same pages (a prefix computed
+/// once, as the radix cache shares it) give bit-identical logits whether each sequence runs
+/// alone or all run in one batch, where attention bundles them over the shared pages. Page
+/// size 5 makes 16-position key blocks straddle pages.
+#[test]
+fn decode_over_shared_pages_is_bit_identical_to_decoding_alone() {
+    for &(ps, shared_tokens) in &[(16usize, 160usize), (5, 65)] {
+        let n = 7;
+        let steps = 4;
+        let own: Vec<usize> = (0..n).map(|i| 1 + 9 * i).collect();
+        let per = (own.iter().max().unwrap() + steps).div_ceil(ps) + 1;
+        let shared_pages = shared_tokens / ps;
+        let mut ex = exec(ps, shared_pages + n * per);
+        let tables: Vec<Vec<u32>> = (0..n)
+            .map(|i| {
+                (0..shared_pages as u32)
+                    .chain((shared_pages + i * per..shared_pages + (i + 1) * per).map(|p| p as u32))
+                    .collect()
+            })
+            .collect();
+        let prefix = tokens(shared_tokens, 77);
+        ex.forward(&Batch {
+            seqs: vec![SeqChunk {
+                tokens: &prefix,
+                start_pos: 0,
+                pages: &tables[0],
+                logits: LogitsWanted::None,
+            }],
+        })
+        .unwrap();
+        // Teacher-forced inputs, so both runs feed the same tokens.
+        let rest: Vec<Vec<u32>> = (0..n)
+            .map(|i| tokens(own[i] + steps, 300 + i as u32))
+            .collect();
+        let run = |ex: &mut CpuExecutor, group: &[usize]| -> Vec<Vec<Vec<f32>>> {
+            let l = ex
+                .forward(&Batch {
+                    seqs: group
+                        .iter()
+                        .map(|&i| SeqChunk {
+                            tokens: &rest[i][..own[i]],
+                            start_pos: shared_tokens,
+                            pages: &tables[i],
+                            logits: LogitsWanted::Last,
+                        })
+                        .collect(),
+                })
+                .unwrap();
+            let mut out: Vec<Vec<Vec<f32>>> = group.iter().map(|_| Vec::new()).collect();
+            for (r, o) in out.iter_mut().enumerate() {
+                o.push(l.row(r).to_vec());
+            }
+            for s in 0..steps {
+                let l = ex
+                    .forward(&Batch {
+                        seqs: group
+                            .iter()
+                            .map(|&i| SeqChunk {
+                                tokens: &rest[i][own[i] + s..own[i] + s + 1],
+                                start_pos: shared_tokens + own[i] + s,
+                                pages: &tables[i],
+                                logits: LogitsWanted::Last,
+                            })
+                            .collect(),
+                    })
+                    .unwrap();
+                for (r, o) in out.iter_mut().enumerate() {
+                    o.push(l.row(r).to_vec());
+                }
+            }
+            out
+        };
+        let alone: Vec<Vec<Vec<f32>>> = (0..n).map(|i| run(&mut ex, &[i]).remove(0)).collect();
+        let together = run(&mut ex, &(0..n).collect::<Vec<_>>());
+        for i in 0..n {
+            for s in 0..=steps {
+                assert!(
+                    alone[i][s] == together[i][s],
+                    "page size {ps}, sequence {i}, step {s}: batched logits differ from alone"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn bad_batches_are_rejected_with_clear_errors() {
     let mut ex = exec(16, 4);

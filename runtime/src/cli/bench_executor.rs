@@ -2,6 +2,8 @@
 //!
 //! Prefill: one forward pass over a 1,500-token prompt. Decode: sequences of a 64-token prompt
 //! each, then greedy steps for all of them in one batch per step, at batch 1, 8 and 32.
+//! `--shared-prefix N` makes the decode prompts share their first N tokens' pages (computed
+//! once), as requests with a common system prompt or document do under the radix cache.
 //! With `--json` the last line is
 //! `{"prefill_tok_s": …, "decode_tok_s": {"1": …, "8": …, "32": …}}`.
 //!
@@ -37,6 +39,12 @@ pub struct BenchExecutorArgs {
     /// Prompt length of every decode sequence (the context the steps attend over).
     #[arg(long, default_value_t = DECODE_PROMPT)]
     pub decode_prompt: usize,
+    /// Tokens at the start of every decode prompt that all sequences share, rounded down to
+    /// whole pages: those pages are computed once and every sequence's page table starts
+    /// with them, as the radix cache arranges for requests with a common system prompt or
+    /// document (0: every sequence has its own prompt).
+    #[arg(long, default_value_t = 0)]
+    pub shared_prefix: usize,
     /// Batch sizes of the decode measurement.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1, 8, 32])]
     pub batch: Vec<usize>,
@@ -50,7 +58,7 @@ pub struct BenchExecutorArgs {
     /// prompts in the same run (skipped with a message if it cannot import `llama_cpp`).
     #[arg(long)]
     pub llama_python: Option<PathBuf>,
-    /// Re-encode float weights at load (`q8_0`), as `sglrs serve --quantize` does.
+    /// Re-encode float weights at load (`q8_0`, `q4_1`), as `sglrs serve --quantize` does.
     #[arg(long)]
     pub quantize: Option<model::Quantize>,
 }
@@ -175,6 +183,17 @@ fn synthetic_tokens(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
+/// CPU time of this process (all threads, user + system) in seconds, where `/proc` has it:
+/// on a shared machine it moves far less with other load than wall time does.
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
 fn argmax(row: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &v) in row.iter().enumerate() {
@@ -219,24 +238,49 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
 
     let mut decode = Vec::new();
     let prompt_len = args.decode_prompt.max(1);
+    // Shared pages: whole pages of the prompt, and never the prompt's last token (each
+    // sequence prefills at least one token of its own).
+    let shared_pages = (args.shared_prefix.min(prompt_len - 1)) / ps;
+    let shared = shared_pages * ps;
     for &b in &args.batch {
-        let per = (prompt_len + args.decode_steps).div_ceil(ps);
+        let per = (prompt_len + args.decode_steps).div_ceil(ps) - shared_pages;
         anyhow::ensure!(
-            b * per <= pages.len(),
+            shared_pages + b * per <= pages.len(),
             "KV pool too small for decode batch {b}"
         );
-        let tables: Vec<&[u32]> = (0..b).map(|i| &pages[i * per..(i + 1) * per]).collect();
+        let tables: Vec<Vec<u32>> = (0..b)
+            .map(|i| {
+                let own = &pages[shared_pages + i * per..shared_pages + (i + 1) * per];
+                pages[..shared_pages].iter().chain(own).copied().collect()
+            })
+            .collect();
         let mut best = f64::INFINITY;
+        let mut best_cpu = f64::INFINITY;
         for _ in 0..args.repeat.max(1) {
             let prompts: Vec<Vec<u32>> = (0..b)
-                .map(|i| synthetic_tokens(prompt_len, 100 + i as u64, vocab))
+                .map(|i| {
+                    let mut p = synthetic_tokens(shared, 99, vocab);
+                    p.extend(synthetic_tokens(prompt_len - shared, 100 + i as u64, vocab));
+                    p
+                })
                 .collect();
+            // The shared pages once (with the first sequence), then every sequence's own part.
+            if shared > 0 {
+                exec.forward(&Batch {
+                    seqs: vec![SeqChunk {
+                        tokens: &prompts[0][..shared],
+                        start_pos: 0,
+                        pages: &tables[0],
+                        logits: LogitsWanted::None,
+                    }],
+                })?;
+            }
             let batch = Batch {
                 seqs: (0..b)
                     .map(|i| SeqChunk {
-                        tokens: &prompts[i],
-                        start_pos: 0,
-                        pages: tables[i],
+                        tokens: &prompts[i][shared..],
+                        start_pos: shared,
+                        pages: &tables[i],
                         logits: LogitsWanted::Last,
                     })
                     .collect(),
@@ -244,13 +288,14 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
             let l = exec.forward(&batch)?;
             let mut last: Vec<[u32; 1]> = (0..b).map(|r| [argmax(l.row(r))]).collect();
             let t = Instant::now();
+            let cpu0 = process_cpu_seconds();
             for step in 0..args.decode_steps {
                 let batch = Batch {
                     seqs: (0..b)
                         .map(|i| SeqChunk {
                             tokens: &last[i],
                             start_pos: prompt_len + step,
-                            pages: tables[i],
+                            pages: &tables[i],
                             logits: LogitsWanted::Last,
                         })
                         .collect(),
@@ -261,10 +306,13 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
                 }
             }
             best = best.min(t.elapsed().as_secs_f64());
+            if let (Some(a), Some(z)) = (cpu0, process_cpu_seconds()) {
+                best_cpu = best_cpu.min(z - a);
+            }
         }
         let tok_s = (b * args.decode_steps) as f64 / best;
         eprintln!(
-            "decode batch {b}: {} steps in {best:.3} s, {tok_s:.1} tok/s",
+            "decode batch {b}: {} steps in {best:.3} s (CPU time {best_cpu:.2} s), {tok_s:.1} tok/s",
             args.decode_steps
         );
         decode.push((b, tok_s));

@@ -35,7 +35,7 @@ pub struct GenerateArgs {
     /// Kernel threads (default: available cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Re-encode float weights at load (`q8_0`); see `sglrs serve --help`.
+    /// Re-encode float weights at load (`q8_0`, `q4_1`); see `sglrs serve --help`.
     #[arg(long)]
     pub quantize: Option<Quantize>,
 }

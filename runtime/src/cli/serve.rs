@@ -59,8 +59,9 @@ pub struct ServeArgs {
     /// Turn off jump-forward over grammar-forced text.
     #[arg(long)]
     pub disable_jump_forward: bool,
-    /// Re-encode float weights (an HF folder's f32/f16/bf16) at load: `q8_0` runs them on
-    /// the 8-bit kernels. Weights already quantized (GGUF) are kept.
+    /// Re-encode float weights (an HF folder's f32/f16/bf16) at load: `q8_0` or `q4_1`
+    /// (llama.cpp's encodings; q4_1 keeps the embedding and output head at q8_0) run them on
+    /// the quantized kernels. Weights already quantized (GGUF) are kept.
     #[arg(long)]
     pub quantize: Option<Quantize>,
 }

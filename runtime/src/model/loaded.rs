@@ -15,7 +15,7 @@ use crate::tokenizer::Tokenizer;
 pub struct LoadOptions {
     /// When to draw a progress bar on stderr.
     pub progress: ShowProgress,
-    /// Re-encode float weight matrices at load (`--quantize q8_0`); `None` keeps them.
+    /// Re-encode float weight matrices at load (`--quantize q8_0|q4_1`); `None` keeps them.
     pub quantize: Option<Quantize>,
 }
 

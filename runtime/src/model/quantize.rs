@@ -1,10 +1,16 @@
-//! In-situ quantization at load (`--quantize q8_0`): float weight matrices (F32, F16, BF16,
-//! e.g. from an HF folder) re-encoded as GGML Q8_0 blocks, so they run on the 8-bit VNNI
-//! kernels with 8-bit activations, as llama.cpp runs a Q8_0 GGUF.
+//! In-situ quantization at load (`--quantize q8_0|q4_1`): float weight matrices (F32, F16,
+//! BF16, e.g. from an HF folder) re-encoded as GGML blocks, so they run on the VNNI kernels
+//! with 8-bit activations, as llama.cpp runs a Q8_0 or Q4_1 GGUF.
 //!
-//! Q8_0 is llama.cpp's reference encoding: per block of 32 values, `d = max|x| / 127` stored as
-//! f16 and `q = round(x / d)` as i8. Weights already in a GGML block format are kept as they
-//! are; norms and biases stay f32.
+//! Both are llama.cpp's reference encodings, per block of 32 values:
+//! - Q8_0: `d = max|x| / 127` stored as f16, `q = round(x / d)` as i8;
+//! - Q4_1: `d = (max − min) / 15` and `m = min` stored as f16, `q = min(15, ⌊(x − min) / d +
+//!   0.5⌋)` as 4 bits (element `j` in the low nibble of byte `j`, element `j + 16` in its high
+//!   nibble). As llama.cpp's Q4_1 files of tied-embedding models do (the default model is
+//!   one), the embedding and output head take Q8_0: they are the logits' last matrix and
+//!   cheap to keep at 8 bits.
+//!
+//! Weights already in a GGML block format are kept as they are; norms and biases stay f32.
 
 use bytes::Bytes;
 use half::f16;
@@ -17,6 +23,9 @@ use crate::kernels::quant::{dequantize, DequantError};
 pub enum Quantize {
     /// GGML Q8_0 (blocks of 32, f16 scale, 32 × i8).
     Q8_0,
+    /// GGML Q4_1 (blocks of 32, f16 scale and minimum, 32 × 4 bits) for the projections;
+    /// Q8_0 for the embedding and output head.
+    Q4_1,
 }
 
 impl std::str::FromStr for Quantize {
@@ -24,8 +33,9 @@ impl std::str::FromStr for Quantize {
     fn from_str(s: &str) -> Result<Self, String> {
         match s.to_ascii_lowercase().as_str() {
             "q8_0" => Ok(Self::Q8_0),
+            "q4_1" => Ok(Self::Q4_1),
             other => Err(format!(
-                "unsupported --quantize {other:?} (supported: q8_0)"
+                "unsupported --quantize {other:?} (supported: q8_0, q4_1)"
             )),
         }
     }
@@ -44,10 +54,29 @@ fn q8_0_row(x: &[f32], out: &mut Vec<u8>) {
     }
 }
 
-/// `w` re-encoded as Q8_0 when it is a float matrix whose rows are whole blocks; otherwise
-/// `w` unchanged (already quantized, or rows that Q8_0 cannot hold).
+/// Appends one row of floats (length a multiple of 32), encoded, to the buffer.
+type RowEncoder = fn(&[f32], &mut Vec<u8>);
+
+/// Encodes one row of floats (length a multiple of 32) as Q4_1 blocks into `out`.
+fn q4_1_row(x: &[f32], out: &mut Vec<u8>) {
+    for blk in x.chunks_exact(QK) {
+        let (min, max) = blk
+            .iter()
+            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+                (lo.min(v), hi.max(v))
+            });
+        let d = (max - min) / 15.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+        out.extend_from_slice(&f16::from_f32(min).to_le_bytes());
+        let q = |v: f32| (((v - min) * id + 0.5) as i8).min(15) as u8;
+        out.extend((0..QK / 2).map(|j| q(blk[j]) | (q(blk[j + QK / 2]) << 4)));
+    }
+}
+
+/// `w` re-encoded as `q` when it is a float matrix whose rows are whole blocks; otherwise
+/// `w` unchanged (already quantized, or rows that the blocks cannot hold).
 pub fn quantize_weight(w: &Weight, q: Quantize) -> Result<Weight, DequantError> {
-    let Quantize::Q8_0 = q;
     let float = matches!(
         w.dtype,
         WeightType::F32 | WeightType::F16 | WeightType::Bf16
@@ -56,12 +85,16 @@ pub fn quantize_weight(w: &Weight, q: Quantize) -> Result<Weight, DequantError> 
         return Ok(w.clone());
     }
     let values = dequantize(w)?;
-    let mut data = Vec::with_capacity(w.rows * (w.cols / QK) * (2 + QK));
+    let (dtype, block_bytes, row_fn): (_, _, RowEncoder) = match q {
+        Quantize::Q8_0 => (WeightType::Q8_0, 2 + QK, q8_0_row),
+        Quantize::Q4_1 => (WeightType::Q4_1, 4 + QK / 2, q4_1_row),
+    };
+    let mut data = Vec::with_capacity(w.rows * (w.cols / QK) * block_bytes);
     for row in values.chunks_exact(w.cols) {
-        q8_0_row(row, &mut data);
+        row_fn(row, &mut data);
     }
     Ok(Weight {
-        dtype: WeightType::Q8_0,
+        dtype,
         rows: w.rows,
         cols: w.cols,
         data: Bytes::from(data),
@@ -70,9 +103,10 @@ pub fn quantize_weight(w: &Weight, q: Quantize) -> Result<Weight, DequantError> 
 
 /// Quantizes every float weight matrix of the model (embedding, projections, output head).
 pub fn quantize_model(weights: &mut ModelWeights, q: Quantize) -> Result<(), DequantError> {
-    weights.embed = quantize_weight(&weights.embed, q)?;
+    // The embedding and output head stay at 8 bits (see the module docs).
+    weights.embed = quantize_weight(&weights.embed, Quantize::Q8_0)?;
     if let Some(head) = &weights.lm_head {
-        weights.lm_head = Some(quantize_weight(head, q)?);
+        weights.lm_head = Some(quantize_weight(head, Quantize::Q8_0)?);
     }
     for l in &mut weights.layers {
         for w in [
@@ -136,6 +170,28 @@ mod tests {
             WeightType::F32
         );
         assert_eq!("Q8_0".parse::<Quantize>(), Ok(Quantize::Q8_0));
+        assert_eq!("q4_1".parse::<Quantize>(), Ok(Quantize::Q4_1));
         assert!("q4_k".parse::<Quantize>().unwrap_err().contains("q4_k"));
+    }
+
+    /// Q4_1 matches candle's (llama.cpp's reference) encoder byte for byte, and re-encoding
+    /// dequantized Q4_1 blocks gives the same blocks back (an HF folder written from a Q4_1
+    /// GGUF loads as that GGUF again).
+    #[test]
+    fn q4_1_is_llama_cpps_encoding_and_round_trips() {
+        use candle_core::quantized::k_quants::{BlockQ4_1, GgmlType};
+        let x: Vec<f32> = (0..4 * 64)
+            .map(|i| ((i * 7919 % 613) as f32 - 300.0) / 97.0)
+            .collect();
+        let w = f32_weight(4, 64, |i| x[i]);
+        let q = quantize_weight(&w, Quantize::Q4_1).unwrap();
+        assert_eq!(q.dtype, WeightType::Q4_1);
+        let mut want = vec![BlockQ4_1::zeros(); 8];
+        BlockQ4_1::from_float(&x, &mut want);
+        let want_bytes = unsafe { std::slice::from_raw_parts(want.as_ptr() as *const u8, 8 * 20) };
+        assert_eq!(&q.data[..], want_bytes);
+        let back = dequantize(&q).unwrap();
+        let again = quantize_weight(&f32_weight(4, 64, |i| back[i]), Quantize::Q4_1).unwrap();
+        assert_eq!(again.data, q.data);
     }
 }
