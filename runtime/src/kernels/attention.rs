@@ -458,16 +458,34 @@ unsafe fn attend_n<S: Src, const N: usize>(
     let sp = scores.as_mut_ptr();
     // Copies of blocks that straddle pages (only with page sizes that are not multiples of 16).
     let mut tmp = if kv.needs_tmp() {
-        vec![0u16; 2 * kv.head_dim() * 16]
+        vec![0u16; 4 * kv.head_dim() * 16]
     } else {
         Vec::new()
     };
-    let half = tmp.len() / 2;
-    let (t0, t1) = tmp.split_at_mut(half);
+    let q = tmp.len() / 4;
+    let (t0, rest) = tmp.split_at_mut(q);
+    let (t1, rest) = rest.split_at_mut(q);
+    let (t2, t3) = rest.split_at_mut(q);
     // Scores: 32 positions × N queries per register tile (2N independent FMA chains).
     let mut b = 0;
     while b < blocks {
-        if b + 1 < blocks {
+        if N <= 4 && b + 3 < blocks {
+            // Few rows (decode): four blocks per tile, so that enough independent FMA chains
+            // hide the latency.
+            let k0 = kv.k_block(b, maxlen, t0);
+            let k1 = kv.k_block(b + 1, maxlen, t1);
+            let k2 = kv.k_block(b + 2, maxlen, t2);
+            let k3 = kv.k_block(b + 3, maxlen, t3);
+            scores_tile::<S, N, 4>(
+                tile,
+                kv.head_dim(),
+                [k0, k1, k2, k3],
+                scale,
+                sp.add(b * 16),
+                stride,
+            );
+            b += 4;
+        } else if b + 1 < blocks {
             let k0 = kv.k_block(b, maxlen, t0);
             let k1 = kv.k_block(b + 1, maxlen, t1);
             scores_tile::<S, N, 2>(tile, kv.head_dim(), [k0, k1], scale, sp.add(b * 16), stride);
