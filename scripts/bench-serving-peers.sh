@@ -13,7 +13,8 @@
 #
 # Environment: SGLRS (binary), SGLRS_MODEL (GGUF), THREADS (2), LLAMA_VENV (/tmp/llamapeer),
 # VLLM_VENV (/tmp/vllmpeer), HF_DIR (/tmp/sglrs-hf-smollm2), OUT (log folder),
-# JSON_REQUESTS (8 per temperature), ONLY (workloads, default all), PEERS (sglrs,llamacpp,vllm),
+# JSON_REQUESTS (8 per temperature), REPEAT (shared_prefix runs, each with its own prefix;
+# the median is reported, 3), ONLY (workloads, default all), PEERS (sglrs,llamacpp,vllm),
 # START_TIMEOUT (seconds to wait for a server, 900).
 set -euo pipefail
 
@@ -26,6 +27,7 @@ VLLM_VENV=${VLLM_VENV:-/tmp/vllmpeer}
 HF_DIR=${HF_DIR:-/tmp/sglrs-hf-smollm2}
 OUT=${OUT:-/tmp/bench-serving-peers}
 JSON_REQUESTS=${JSON_REQUESTS:-8}
+REPEAT=${REPEAT:-3}
 ONLY=${ONLY:-shared_prefix,concurrent,json}
 PEERS=${PEERS:-sglrs,llamacpp,vllm}
 START_TIMEOUT=${START_TIMEOUT:-900}
@@ -74,7 +76,7 @@ bench() {
     shift 3
     echo "== $name: load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
     if "$SGLRS" bench serving --base-url "$url" --peer "$peer" --only "$ONLY" \
-        --json-requests "$JSON_REQUESTS" --json "$@" >"$OUT/$name.bench.txt" 2>&1; then
+        --json-requests "$JSON_REQUESTS" --repeat "$REPEAT" --json "$@" >"$OUT/$name.bench.txt" 2>&1; then
         tail -n 1 "$OUT/$name.bench.txt" >"$OUT/$name.json"
     else
         # A peer that fails a workload (or times out) is reported, not fatal.

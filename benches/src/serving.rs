@@ -3,7 +3,10 @@
 //!
 //! - `shared_prefix`: 32 requests sharing a ~1,000-token prefix, each with a unique
 //!   ~23-token question and 16 output tokens, from 4 concurrent clients (streamed, so the
-//!   time to first token is measured). Reports `total_s` and `mean_ttft_s`.
+//!   time to first token is measured). Reports `total_s` and `mean_ttft_s`. With
+//!   `--repeat N` the workload runs N times, each time with another prefix (other prices in
+//!   the facts, so no run finds the previous one's pages cached); `total_s` and
+//!   `mean_ttft_s` are then those of the median run and `runs_s` lists every run's total.
 //! - `concurrent`: 8 concurrent requests with ~94-token prompts and 128 output tokens.
 //!   Reports `output_tok_s`.
 //! - `json`: chat requests constrained by a JSON schema (a person with a nested address, a
@@ -42,6 +45,9 @@ pub struct ServingArgs {
     /// Workloads to run (comma separated): shared_prefix, concurrent, json.
     #[arg(long, default_value = "shared_prefix,concurrent,json")]
     pub only: String,
+    /// Runs of the shared_prefix workload (each with its own prefix); the median is reported.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
     /// Requests per temperature in the json workload.
     #[arg(long, default_value_t = 8)]
     pub json_requests: usize,
@@ -227,13 +233,15 @@ where
     Ok((outs, wall))
 }
 
-fn shared_prefix(c: &Client) -> anyhow::Result<Value> {
+/// One run of the shared_prefix workload with prefix number `variant`: (total s, mean TTFT s).
+fn shared_prefix_run(c: &Client, variant: usize) -> anyhow::Result<(f64, f64)> {
     // 68 facts: 1,007 tokens with SmolLM2's tokenizer (the "1,000-token prefix").
+    // Other variants change the prices from the first fact on.
     let mut prefix = String::from("You are a helpful assistant. Here are some facts.\n");
     for i in 0..68 {
         prefix.push_str(&format!(
             "Fact {i}: item {i} costs {} dollars. ",
-            (i * 37) % 101
+            (i * 37 + variant * 13) % 101
         ));
     }
     let (outs, wall) = run_concurrent(32, 4, |i| {
@@ -245,6 +253,23 @@ fn shared_prefix(c: &Client) -> anyhow::Result<Value> {
     println!(
         "shared_prefix: 32 requests, 4 clients: total {wall:.2} s, mean TTFT {mean_ttft:.3} s"
     );
+    Ok((wall, mean_ttft))
+}
+
+fn shared_prefix(c: &Client, repeat: usize) -> anyhow::Result<Value> {
+    let mut runs = (0..repeat.max(1))
+        .map(|v| shared_prefix_run(c, v))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let totals: Vec<f64> = runs.iter().map(|r| r.0).collect();
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (wall, mean_ttft) = runs[(runs.len() - 1) / 2];
+    if totals.len() > 1 {
+        println!(
+            "shared_prefix: median of {} runs: total {wall:.2} s",
+            totals.len()
+        );
+        return Ok(json!({"total_s": wall, "mean_ttft_s": mean_ttft, "runs_s": totals}));
+    }
     Ok(json!({"total_s": wall, "mean_ttft_s": mean_ttft}))
 }
 
@@ -365,7 +390,7 @@ pub fn run(args: &ServingArgs) -> anyhow::Result<Value> {
     let only: Vec<&str> = args.only.split(',').map(str::trim).collect();
     let mut out = json!({});
     if only.contains(&"shared_prefix") {
-        out["shared_prefix"] = shared_prefix(&c)?;
+        out["shared_prefix"] = shared_prefix(&c, args.repeat)?;
     }
     if only.contains(&"concurrent") {
         out["concurrent"] = concurrent(&c)?;
