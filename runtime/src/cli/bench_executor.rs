@@ -3,7 +3,9 @@
 //! Prefill: one forward pass over a 1,500-token prompt. Decode: sequences of a 64-token prompt
 //! each, then greedy steps for all of them in one batch per step, at batch 1, 8 and 32.
 //! `--shared-prefix N` makes the decode prompts share their first N tokens' pages (computed
-//! once), as requests with a common system prompt or document do under the radix cache.
+//! once), as requests with a common system prompt or document do under the radix cache; the
+//! decode then runs a second time with the executor's shared-pages attention pass off, and
+//! the JSON object gains `"shared_prefix": {"tokens", "decode_tok_s_shared_attention_off"}`.
 //! With `--json` the last line is
 //! `{"prefill_tok_s": …, "decode_tok_s": {"1": …, "8": …, "32": …}}`.
 //!
@@ -167,6 +169,8 @@ pub struct ExecutorBench {
     pub prefill_tok_s: f64,
     /// (batch size, aggregate decode tokens per second).
     pub decode_tok_s: Vec<(usize, f64)>,
+    /// With `--shared-prefix`: the same with the shared-pages attention pass off.
+    pub decode_tok_s_unbundled: Vec<(usize, f64)>,
 }
 
 /// Deterministic pseudo-random token ids below `vocab` (avoiding the first 100 ids, which
@@ -236,6 +240,32 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
         args.prefill_tokens, best_prefill
     );
 
+    let decode = decode_runs(exec, args, &pages, "")?;
+    // Over a shared prefix, the same decode with the shared-pages attention pass off
+    // (bit-identical results; the ratio is what it saves).
+    let mut unbundled = Vec::new();
+    if args.shared_prefix >= ps {
+        exec.set_shared_attention(false);
+        let r = decode_runs(exec, args, &pages, " (shared-pages attention off)");
+        exec.set_shared_attention(true);
+        unbundled = r?;
+    }
+    Ok(ExecutorBench {
+        prefill_tok_s,
+        decode_tok_s: decode,
+        decode_tok_s_unbundled: unbundled,
+    })
+}
+
+/// Decode throughput per batch size (see the module docs); `label` tags the log lines.
+fn decode_runs(
+    exec: &mut CpuExecutor,
+    args: &BenchExecutorArgs,
+    pages: &[u32],
+    label: &str,
+) -> anyhow::Result<Vec<(usize, f64)>> {
+    let ps = exec.kv_layout().page_size;
+    let vocab = exec.vocab_size();
     let mut decode = Vec::new();
     let prompt_len = args.decode_prompt.max(1);
     // Shared pages: whole pages of the prompt, and never the prompt's last token (each
@@ -312,15 +342,12 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
         }
         let tok_s = (b * args.decode_steps) as f64 / best;
         eprintln!(
-            "decode batch {b}: {} steps in {best:.3} s (CPU time {best_cpu:.2} s), {tok_s:.1} tok/s",
+            "decode batch {b}{label}: {} steps in {best:.3} s (CPU time {best_cpu:.2} s), {tok_s:.1} tok/s",
             args.decode_steps
         );
         decode.push((b, tok_s));
     }
-    Ok(ExecutorBench {
-        prefill_tok_s,
-        decode_tok_s: decode,
-    })
+    Ok(decode)
 }
 
 /// Entry point of `sglrs bench executor`.
@@ -368,6 +395,12 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
     for (b, t) in &r.decode_tok_s {
         println!("| decode, batch {b} (aggregate) | {t:.1} |");
     }
+    for ((b, off), (_, on)) in r.decode_tok_s_unbundled.iter().zip(&r.decode_tok_s) {
+        println!(
+            "| decode, batch {b}, shared-pages attention off | {off:.1} (on/off {:.2}x) |",
+            on / off
+        );
+    }
     let ours_1 = r
         .decode_tok_s
         .iter()
@@ -399,6 +432,17 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
             "prefill_tok_s": round1(r.prefill_tok_s),
             "decode_tok_s": decode,
         });
+        if !r.decode_tok_s_unbundled.is_empty() {
+            let off: serde_json::Map<String, serde_json::Value> = r
+                .decode_tok_s_unbundled
+                .iter()
+                .map(|(b, t)| (b.to_string(), serde_json::json!(round1(*t))))
+                .collect();
+            obj["shared_prefix"] = serde_json::json!({
+                "tokens": args.shared_prefix,
+                "decode_tok_s_shared_attention_off": off,
+            });
+        }
         if let Some(l) = &llama {
             obj["llama_cpp"] = serde_json::json!({
                 "prefill_tok_s": round1(l.prefill_tok_s),

@@ -3,7 +3,10 @@
 use super::kv::KvPool;
 use super::rope::Rope;
 use super::{Batch, ExecError, Executor, KvDtype, KvLayout, Logits, LogitsWanted};
-use crate::kernels::attention::{attend, AttnTile, KvF32, KvSource, MAX_ROWS};
+use crate::kernels::attention::{
+    attend, attend_shared, shared_supported, AttnTile, KvF32, KvSource, SharedTile, MAX_ROWS,
+    MAX_SHARED_ROWS,
+};
 use crate::kernels::elementwise::{rms_norm, silu_mul};
 use crate::kernels::packed::{OutPtr, PackedMatrix};
 use crate::kernels::pool::ThreadPool;
@@ -114,6 +117,8 @@ pub struct CpuExecutor {
     pool: ThreadPool,
     isa: Isa,
     s: Scratch,
+    /// Bundle decode steps over shared pages into one attention pass (on by default).
+    shared_attention: bool,
 }
 
 impl std::fmt::Debug for CpuExecutor {
@@ -148,7 +153,8 @@ fn pack(name: &str, ws: &[&Weight], isa: Isa) -> Result<PackedMatrix, BuildError
     })
 }
 
-/// Attention work item: a block of one sequence's query tokens against one KV head.
+/// Attention work item: a block of one sequence's query tokens against one KV head, or the
+/// decode steps of several sequences whose page tables start with the same pages.
 struct AttnTask {
     seq: usize,
     kv_head: usize,
@@ -157,6 +163,65 @@ struct AttnTask {
     t1: usize,
     /// Position of token `t0`.
     pos0: usize,
+    /// A bundle instead: its sequences (a range of the bundle member list) and the positions
+    /// they all read from the same pages.
+    bundle: Option<(std::ops::Range<usize>, usize)>,
+}
+
+/// Fewest shared positions worth a bundle (below it, sequences attend one by one).
+const MIN_SHARED: usize = 64;
+
+/// Decode steps of sequences that start with the same pages, bundled: (member sequence
+/// indices, shared positions) per bundle. Sequences of a run with one first page are split
+/// into bundles of at most [`MAX_SHARED_ROWS`] rows, and into enough bundles that the KV
+/// heads' tasks keep every thread busy.
+fn shared_bundles(
+    batch: &Batch<'_>,
+    ps: usize,
+    group: usize,
+    nkv: usize,
+    threads: usize,
+) -> Vec<(Vec<usize>, usize)> {
+    let max_members = MAX_SHARED_ROWS / group;
+    let mut out = Vec::new();
+    if max_members < 2 {
+        return out;
+    }
+    let mut decode: Vec<usize> = (0..batch.seqs.len())
+        .filter(|&i| batch.seqs[i].tokens.len() == 1 && !batch.seqs[i].pages.is_empty())
+        .collect();
+    decode.sort_by_key(|&i| (batch.seqs[i].pages[0], i));
+    for run in decode.chunk_by(|&a, &b| batch.seqs[a].pages[0] == batch.seqs[b].pages[0]) {
+        if run.len() < 2 {
+            continue;
+        }
+        let bundles = run
+            .len()
+            .div_ceil(max_members)
+            .max((2 * threads).div_ceil(nkv).min(run.len() / 2));
+        for members in run.chunks(run.len().div_ceil(bundles)) {
+            if members.len() < 2 {
+                continue;
+            }
+            let first = batch.seqs[members[0]].pages;
+            let mut shared = usize::MAX;
+            for &m in members {
+                let q = &batch.seqs[m];
+                let common = q
+                    .pages
+                    .iter()
+                    .zip(first)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                shared = shared.min(common * ps).min(q.start_pos + 1);
+            }
+            let shared = shared / 16 * 16;
+            if shared >= MIN_SHARED {
+                out.push((members.to_vec(), shared));
+            }
+        }
+    }
+    out
 }
 
 /// Query tokens per attention task.
@@ -331,6 +396,7 @@ impl CpuExecutor {
             pool: ThreadPool::new(ec.threads.max(1)),
             isa,
             s: Scratch::default(),
+            shared_attention: true,
         })
     }
 
@@ -342,6 +408,12 @@ impl CpuExecutor {
     /// Instruction set the kernels use.
     pub fn isa(&self) -> Isa {
         self.isa
+    }
+
+    /// Turns bundled attention over shared pages on or off (for benchmarks; results are
+    /// bit-identical either way).
+    pub fn set_shared_attention(&mut self, on: bool) {
+        self.shared_attention = on;
     }
 
     /// Threads the kernels use.
@@ -415,6 +487,7 @@ impl Executor for CpuExecutor {
             pool,
             isa,
             s,
+            shared_attention,
         } = self;
         let isa = *isa;
         let (h, hd, nh, nkv) = (
@@ -466,9 +539,24 @@ impl Executor for CpuExecutor {
         }
         let half = hd / 2;
 
-        // Attention work: blocks of query tokens × KV heads.
+        // Attention work: blocks of query tokens × KV heads; decode steps over shared pages
+        // in bundles (pushed last: the pool runs tasks from the end, largest first).
+        let group = nh / nkv;
+        let bundles =
+            if *shared_attention && shared_supported(isa, &kv.head(0, batch.seqs[0].pages, 0)) {
+                shared_bundles(batch, ps, group, nkv, pool.threads())
+            } else {
+                Vec::new()
+            };
+        let mut in_bundle = vec![false; batch.seqs.len()];
+        for (ms, _) in &bundles {
+            ms.iter().for_each(|&m| in_bundle[m] = true);
+        }
         let mut tasks = Vec::new();
         for (i, q) in batch.seqs.iter().enumerate() {
+            if in_bundle[i] {
+                continue;
+            }
             let mut j = 0;
             while j < q.tokens.len() {
                 let j1 = (j + ATTN_BLOCK).min(q.tokens.len());
@@ -479,13 +567,28 @@ impl Executor for CpuExecutor {
                         t0: first[i] + j,
                         t1: first[i] + j1,
                         pos0: q.start_pos + j,
+                        bundle: None,
                     });
                 }
                 j = j1;
             }
         }
+        let mut members = Vec::new();
+        for (ms, shared) in &bundles {
+            let range = members.len()..members.len() + ms.len();
+            members.extend_from_slice(ms);
+            for g in 0..nkv {
+                tasks.push(AttnTask {
+                    seq: ms[0],
+                    kv_head: g,
+                    t0: 0,
+                    t1: 0,
+                    pos0: 0,
+                    bundle: Some((range.clone(), *shared)),
+                });
+            }
+        }
         let scale = 1.0 / (hd as f32).sqrt();
-        let group = nh / nkv;
         // Tokens write their K/V in parallel when no two share a page slot.
         let distinct_slots = {
             let mut slots: Vec<(u32, usize)> = (0..n)
@@ -563,9 +666,42 @@ impl Executor for CpuExecutor {
                 // place from the sequence's pages, once per tile of the GQA group's rows.
                 // Largest tasks (the last query blocks of a prefill) first, so that the
                 // threads finish together.
+                let (members, first) = (&members, &first);
                 pool.run(tasks.len(), &|ti| {
                     let task = &tasks[tasks.len() - 1 - ti];
                     let out = &out;
+                    if let Some((range, shared)) = &task.bundle {
+                        let ms = &members[range.clone()];
+                        let mut qs: Vec<&[f32]> = Vec::with_capacity(ms.len() * group);
+                        let mut lens = Vec::with_capacity(ms.len() * group);
+                        let mut outs: Vec<&mut [f32]> = Vec::with_capacity(ms.len() * group);
+                        let mut kvs = Vec::with_capacity(ms.len());
+                        for &m in ms {
+                            let t = first[m];
+                            kvs.push(kvr.head(li, seqs[m].pages, task.kv_head));
+                            for k in 0..group {
+                                let hh = task.kv_head * group + k;
+                                qs.push(&qkv[t * qkv_w + hh * hd..t * qkv_w + (hh + 1) * hd]);
+                                lens.push(seqs[m].start_pos + 1);
+                                // SAFETY: each (token, head) output slice is written by one
+                                // task only.
+                                outs.push(unsafe {
+                                    std::slice::from_raw_parts_mut(out.0.add(t * qd + hh * hd), hd)
+                                });
+                            }
+                        }
+                        let tile = SharedTile {
+                            q: &qs,
+                            lens: &lens,
+                            kv: &kvs,
+                            rows_per_member: group,
+                            shared: *shared,
+                        };
+                        ATTN_SCORES.with(|c| {
+                            attend_shared(isa, &tile, scale, &mut c.borrow_mut(), &mut outs)
+                        });
+                        return;
+                    }
                     let g = kvr.head(li, seqs[task.seq].pages, task.kv_head);
                     // Decode (one tile of rows) reads the pages in place; a prefill block's
                     // many tiles share one f32 conversion of its range (bit-identical).

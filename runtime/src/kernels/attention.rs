@@ -12,6 +12,10 @@
 // Register tiles are indexed by (row, token) on purpose: the loops mirror the tile shape.
 #![allow(clippy::needless_range_loop)]
 
+mod shared;
+
+pub use shared::{attend_shared, shared_supported, SharedTile, MAX_SHARED_ROWS};
+
 use super::Isa;
 use crate::executor::KvDtype;
 use half::{bf16, f16};
@@ -452,7 +456,6 @@ unsafe fn attend_n<S: Src, const N: usize>(
     scores: &mut [f32],
     out: &mut [&mut [f32]],
 ) {
-    use super::elementwise::exp512;
     let maxlen = tile.lens[..N].iter().copied().max().unwrap_or(0);
     let blocks = maxlen.div_ceil(16);
     let sp = scores.as_mut_ptr();
@@ -499,25 +502,7 @@ unsafe fn attend_n<S: Src, const N: usize>(
     // Softmax per row; probabilities past a row's length become 0.
     let mut inv = [0.0f32; N];
     for i in 0..N {
-        let len = tile.lens[i];
-        let row = sp.add(i * stride);
-        let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
-        for pb in 0..blocks {
-            let m = lane_mask(len, pb);
-            mx = _mm512_mask_max_ps(mx, m, mx, _mm512_loadu_ps(row.add(pb * 16)));
-        }
-        let mxv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-        let mut sum = _mm512_setzero_ps();
-        for pb in 0..blocks {
-            let m = lane_mask(len, pb);
-            let e = _mm512_maskz_mov_ps(
-                m,
-                exp512(_mm512_sub_ps(_mm512_loadu_ps(row.add(pb * 16)), mxv)),
-            );
-            _mm512_storeu_ps(row.add(pb * 16), e);
-            sum = _mm512_add_ps(sum, e);
-        }
-        inv[i] = 1.0 / _mm512_reduce_add_ps(sum);
+        inv[i] = softmax_row(sp.add(i * stride), tile.lens[i], blocks);
     }
     // Weighted sum of V rows: 64 dimensions × up to 4 queries per register tile, then the
     // rest 16 at a time.
@@ -538,6 +523,32 @@ unsafe fn attend_n<S: Src, const N: usize>(
         }
         i0 += nr;
     }
+}
+
+/// Turns one row of scores (blocks `0..blocks` of 16 at `row`) into unnormalised
+/// probabilities in place (0 past `len`); returns 1 / their sum.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn softmax_row(row: *mut f32, len: usize, blocks: usize) -> f32 {
+    use super::elementwise::exp512;
+    let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
+    for pb in 0..blocks {
+        let m = lane_mask(len, pb);
+        mx = _mm512_mask_max_ps(mx, m, mx, _mm512_loadu_ps(row.add(pb * 16)));
+    }
+    let mxv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    let mut sum = _mm512_setzero_ps();
+    for pb in 0..blocks {
+        let m = lane_mask(len, pb);
+        let e = _mm512_maskz_mov_ps(
+            m,
+            exp512(_mm512_sub_ps(_mm512_loadu_ps(row.add(pb * 16)), mxv)),
+        );
+        _mm512_storeu_ps(row.add(pb * 16), e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    1.0 / _mm512_reduce_add_ps(sum)
 }
 
 /// Scaled scores of `N` query rows against `B` key blocks of 16 positions (`k_block`
