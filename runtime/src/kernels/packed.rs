@@ -278,9 +278,47 @@ impl PackedMatrix {
         n: usize,
         out: &mut [f32],
     ) {
+        assert!(out.len() >= n * self.rows(), "matmul output too short");
+        // SAFETY: `out` holds `n * rows` floats and is borrowed exclusively.
+        unsafe { self.matmul_ptr(pool, isa, x, acts, n, out.as_mut_ptr()) }
+    }
+
+    /// [`PackedMatrix::matmul`] into a new vector of `n * rows` values, without zeroing it
+    /// first (for the output head: 6 MB at 32 rows, a serial `memset` before).
+    pub fn matmul_new(
+        &self,
+        pool: &ThreadPool,
+        isa: Isa,
+        x: &[f32],
+        acts: &QuantActs,
+        n: usize,
+    ) -> Vec<f32> {
+        let len = n * self.rows();
+        let mut out: Vec<f32> = Vec::with_capacity(len);
+        // SAFETY: the capacity holds `len` floats; every kernel writes each of the `n * rows`
+        // outputs (through the raw pointer, reading none), so all `len` are initialized.
+        unsafe {
+            self.matmul_ptr(pool, isa, x, acts, n, out.as_mut_ptr());
+            out.set_len(len);
+        }
+        out
+    }
+
+    /// Writes all `n * rows` outputs through `out`.
+    ///
+    /// # Safety
+    /// `out` must be valid for writes of `n * rows` floats, with no other access meanwhile.
+    unsafe fn matmul_ptr(
+        &self,
+        pool: &ThreadPool,
+        isa: Isa,
+        x: &[f32],
+        acts: &QuantActs,
+        n: usize,
+        out: *mut f32,
+    ) {
         let rows = self.rows();
-        debug_assert!(out.len() >= n * rows);
-        let ptr = OutPtr(out.as_mut_ptr());
+        let ptr = OutPtr(out);
         // Row chunks of a multiple of 16, about four per thread so a slow thread is helped.
         let per = rows.div_ceil(pool.threads() * 4).div_ceil(16) * 16;
         let tasks = rows.div_ceil(per);
@@ -530,5 +568,63 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// GEMM time of one decode step of a SmolLM2-135M-shaped model (30 layers of distinct
+    /// Q4_1 weights, so they stream from memory as in a real step, plus the output head),
+    /// with and without the next-tile prefetch, 1 and 2 threads, best of alternating runs:
+    /// `cargo test --release -p sglrs-runtime --lib -- --ignored --nocapture matmul_speed`.
+    #[test]
+    #[ignore]
+    fn matmul_speed() {
+        use std::sync::atomic::Ordering;
+        let isa = Isa::detect();
+        let shapes = [(832, 576), (576, 576), (3072, 576), (576, 1536)];
+        let mut ms = Vec::new();
+        for l in 0..30u64 {
+            for (k, &(rows, cols)) in shapes.iter().enumerate() {
+                let x = rand_vec(rows * cols, l * 4 + k as u64);
+                let w = quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1);
+                ms.push(PackedMatrix::pack(&[&w], isa).unwrap());
+            }
+        }
+        let x = rand_vec(49152 * 576, 7);
+        let w = quantized::<k_quants::BlockQ4_1>(&x, 49152, 576, WeightType::Q4_1);
+        ms.push(PackedMatrix::pack(&[&w], isa).unwrap());
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            for n in [1usize, 8, 32] {
+                let acts: Vec<QuantActs> = [576, 1536]
+                    .iter()
+                    .map(|&c| {
+                        let mut a = QuantActs::default();
+                        a.quantize(&rand_vec(n * c, c as u64), n, c);
+                        a
+                    })
+                    .collect();
+                let mut out = vec![0.0; n * 49152];
+                let mut step = |prefetch: bool| {
+                    super::dot_avx512::PREFETCH.store(prefetch, Ordering::Relaxed);
+                    let t = std::time::Instant::now();
+                    for m in &ms {
+                        let a = &acts[usize::from(m.cols() == 1536)];
+                        m.matmul(&pool, isa, &[], a, n, &mut out);
+                    }
+                    t.elapsed().as_secs_f64()
+                };
+                let (mut on, mut off) = (f64::MAX, f64::MAX);
+                for _ in 0..6 {
+                    on = on.min(step(true));
+                    off = off.min(step(false));
+                }
+                println!(
+                    "threads {threads} n={n:2}: prefetch {:7.2} ms, none {:7.2} ms per step ({:.3}x)",
+                    on * 1e3,
+                    off * 1e3,
+                    off / on
+                );
+            }
+        }
+        super::dot_avx512::PREFETCH.store(true, Ordering::Relaxed);
     }
 }
