@@ -281,15 +281,35 @@ fn round_to_f16(xs: &mut [f32]) {
     }
 }
 
-/// RMSNorm of every row of `x` into `out` (rows of `h`), parallel over tokens.
-fn rms_norm_rows(pool: &ThreadPool, x: &[f32], w: &[f32], eps: f32, h: usize, out: &mut [f32]) {
+/// For every token row `t` of `x` (rows of `h`): `x += add` (the residual of the previous
+/// block, when given), RMSNorm into `out`, and that row quantized into `acts` — one pass over
+/// the pool instead of three (same results as doing them one after the other).
+#[allow(clippy::too_many_arguments)]
+fn norm_quant_rows(
+    pool: &ThreadPool,
+    x: &mut [f32],
+    add: Option<&[f32]>,
+    w: &[f32],
+    eps: f32,
+    h: usize,
+    out: &mut [f32],
+    acts: &mut QuantActs,
+) {
     let n = x.len() / h;
-    let o = OutPtr(out.as_mut_ptr());
-    debug_assert!(out.len() >= n * h);
+    debug_assert!(out.len() >= n * h && add.is_none_or(|a| a.len() >= n * h));
+    acts.reset(n, h);
+    let (xp, op, acts) = (OutPtr(x.as_mut_ptr()), OutPtr(out.as_mut_ptr()), &*acts);
     par_tokens(pool, n, &|t| {
-        // SAFETY: each token's row is written by one call only; `out` holds `n * h` floats.
-        let dst = unsafe { row_mut(&o, t, h) };
-        rms_norm(&x[t * h..(t + 1) * h], w, eps, dst);
+        // SAFETY: each token's rows of `x`, `out` and `acts` are touched by one call only;
+        // both buffers hold `n * h` floats and `acts` was sized for `n` rows of `h`.
+        let (xr, dst) = unsafe { (row_mut(&xp, t, h), row_mut(&op, t, h)) };
+        if let Some(a) = add {
+            xr.iter_mut()
+                .zip(&a[t * h..(t + 1) * h])
+                .for_each(|(x, o)| *x += o);
+        }
+        rms_norm(xr, w, eps, dst);
+        unsafe { acts.quantize_row_shared(t, dst) };
     });
 }
 
@@ -601,8 +621,19 @@ impl Executor for CpuExecutor {
         for (li, layer) in layers.iter().enumerate() {
             // Attention block.
             s.h.resize(n * h, 0.0);
-            rms_norm_rows(pool, &s.x, &layer.attn_norm, eps, h, &mut s.h);
-            s.acts.quantize_par(pool, &s.h, n, h);
+            // The previous layer's MLP output joins the residual stream in this pass.
+            let mlp_out = (li > 0).then_some(&s.o[..]);
+            let x = &mut s.x;
+            norm_quant_rows(
+                pool,
+                x,
+                mlp_out,
+                &layer.attn_norm,
+                eps,
+                h,
+                &mut s.h,
+                &mut s.acts,
+            );
             s.qkv.resize(n * qkv_w, 0.0);
             layer.qkv.matmul(pool, isa, &s.h, &s.acts, n, &mut s.qkv);
             {
@@ -761,27 +792,39 @@ impl Executor for CpuExecutor {
             s.acts.quantize_par(pool, &s.attn, n, qd);
             s.o.resize(n * h, 0.0);
             layer.wo.matmul(pool, isa, &s.attn, &s.acts, n, &mut s.o);
-            add_rows(pool, &mut s.x, &s.o, n, h);
 
-            // MLP block.
-            rms_norm_rows(pool, &s.x, &layer.ffn_norm, eps, h, &mut s.h);
-            s.acts.quantize_par(pool, &s.h, n, h);
+            // MLP block (residual add, norm and quantization in one pass).
+            let attn_out = Some(&s.o[..]);
+            let x = &mut s.x;
+            norm_quant_rows(
+                pool,
+                x,
+                attn_out,
+                &layer.ffn_norm,
+                eps,
+                h,
+                &mut s.h,
+                &mut s.acts,
+            );
             s.gu.resize(n * 2 * inter, 0.0);
             layer.gate_up.matmul(pool, isa, &s.h, &s.acts, n, &mut s.gu);
             s.act.resize(n * inter, 0.0);
+            s.acts.reset(n, inter);
             {
-                let (gu, act) = (&s.gu, OutPtr(s.act.as_mut_ptr()));
+                let (gu, act, acts) = (&s.gu, OutPtr(s.act.as_mut_ptr()), &s.acts);
                 par_tokens(pool, n, &|t| {
                     let gu = &gu[t * 2 * inter..(t + 1) * 2 * inter];
-                    // SAFETY: each token's row is written by one call only.
+                    // SAFETY: each token's rows of `act` and `acts` are touched by one call
+                    // only; `acts` was sized for `n` rows of `inter`.
                     let dst = unsafe { row_mut(&act, t, inter) };
                     silu_mul(&gu[..inter], &gu[inter..], dst);
+                    unsafe { acts.quantize_row_shared(t, dst) };
                 });
             }
-            s.acts.quantize_par(pool, &s.act, n, inter);
             layer.down.matmul(pool, isa, &s.act, &s.acts, n, &mut s.o);
-            add_rows(pool, &mut s.x, &s.o, n, h);
+            // The residual add joins the next layer's norm pass (the last one is below).
         }
+        add_rows(pool, &mut s.x, &s.o, n, h);
 
         // Logits for the rows asked for.
         for (i, q) in batch.seqs.iter().enumerate() {
@@ -814,8 +857,7 @@ impl Executor for CpuExecutor {
             );
         }
         s.acts.quantize_par(pool, &s.h[..m * h], m, h);
-        logits.data = vec![0.0; m * cfg.vocab_size];
-        lm_head.matmul(pool, isa, &s.h[..m * h], &s.acts, m, &mut logits.data);
+        logits.data = lm_head.matmul_new(pool, isa, &s.h[..m * h], &s.acts, m);
         Ok(logits)
     }
 

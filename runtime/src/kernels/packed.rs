@@ -278,9 +278,47 @@ impl PackedMatrix {
         n: usize,
         out: &mut [f32],
     ) {
+        assert!(out.len() >= n * self.rows(), "matmul output too short");
+        // SAFETY: `out` holds `n * rows` floats and is borrowed exclusively.
+        unsafe { self.matmul_ptr(pool, isa, x, acts, n, out.as_mut_ptr()) }
+    }
+
+    /// [`PackedMatrix::matmul`] into a new vector of `n * rows` values, without zeroing it
+    /// first (for the output head: 6 MB at 32 rows, a serial `memset` before).
+    pub fn matmul_new(
+        &self,
+        pool: &ThreadPool,
+        isa: Isa,
+        x: &[f32],
+        acts: &QuantActs,
+        n: usize,
+    ) -> Vec<f32> {
+        let len = n * self.rows();
+        let mut out: Vec<f32> = Vec::with_capacity(len);
+        // SAFETY: the capacity holds `len` floats; every kernel writes each of the `n * rows`
+        // outputs (through the raw pointer, reading none), so all `len` are initialized.
+        unsafe {
+            self.matmul_ptr(pool, isa, x, acts, n, out.as_mut_ptr());
+            out.set_len(len);
+        }
+        out
+    }
+
+    /// Writes all `n * rows` outputs through `out`.
+    ///
+    /// # Safety
+    /// `out` must be valid for writes of `n * rows` floats, with no other access meanwhile.
+    unsafe fn matmul_ptr(
+        &self,
+        pool: &ThreadPool,
+        isa: Isa,
+        x: &[f32],
+        acts: &QuantActs,
+        n: usize,
+        out: *mut f32,
+    ) {
         let rows = self.rows();
-        debug_assert!(out.len() >= n * rows);
-        let ptr = OutPtr(out.as_mut_ptr());
+        let ptr = OutPtr(out);
         // Row chunks of a multiple of 16, about four per thread so a slow thread is helped.
         let per = rows.div_ceil(pool.threads() * 4).div_ceil(16) * 16;
         let tasks = rows.div_ceil(per);
@@ -443,10 +481,10 @@ mod tests {
     fn quantized_matmuls_match_naive_reference() {
         // 3 blocks per row (odd: exercises the padding block), 37 rows (a partial 16-row
         // group), 80 rows (the 4-group decode tile plus one group), 1..70 tokens (tiles of
-        // 1..4 tokens, more than one token block).
+        // 1..4 tokens, 1 x 8 tiles and their remainders, more than one token block).
         for (rows, cols) in [(37, 96), (64, 576), (80, 160)] {
             let x = rand_vec(rows * cols, 5);
-            for n in [1, 2, 3, 4, 5, 9, 70] {
+            for n in [1, 2, 3, 4, 5, 9, 15, 70] {
                 check(
                     &quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1),
                     n,
@@ -530,5 +568,96 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn tile_shapes_give_bit_identical_outputs() {
+        use std::sync::atomic::Ordering;
+        if !Isa::all_supported().contains(&Isa::Avx512Vnni) {
+            return;
+        }
+        let (rows, cols) = (72, 320);
+        let x = rand_vec(rows * cols, 3);
+        let w = quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1);
+        let p = PackedMatrix::pack(&[&w], Isa::Avx512Vnni).unwrap();
+        let pool = ThreadPool::new(2);
+        for n in [8, 13, 15, 32, 47] {
+            let mut acts = QuantActs::default();
+            acts.quantize(&rand_vec(n * cols, n as u64), n, cols);
+            let (mut a, mut b) = (vec![0.0; n * rows], vec![0.0; n * rows]);
+            p.matmul(&pool, Isa::Avx512Vnni, &[], &acts, n, &mut a);
+            super::dot_avx512::TILE8.store(false, Ordering::Relaxed);
+            p.matmul(&pool, Isa::Avx512Vnni, &[], &acts, n, &mut b);
+            super::dot_avx512::TILE8.store(true, Ordering::Relaxed);
+            assert!(
+                a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "n={n}"
+            );
+        }
+    }
+
+    /// GEMM time of one decode step of a SmolLM2-135M-shaped model (30 layers of distinct
+    /// Q4_1 weights, so they stream from memory as in a real step, plus the output head),
+    /// as built and without the next-tile prefetch or the 1 x 8 tiles, 1 and 2 threads, best
+    /// of alternating runs (ratio > 1: the built-in choice is faster):
+    /// `cargo test --release -p sglrs-runtime --lib -- --ignored --nocapture matmul_speed`.
+    #[test]
+    #[ignore]
+    fn matmul_speed() {
+        use std::sync::atomic::Ordering;
+        let isa = Isa::detect();
+        let shapes = [(832, 576), (576, 576), (3072, 576), (576, 1536)];
+        let mut ms = Vec::new();
+        for l in 0..30u64 {
+            for (k, &(rows, cols)) in shapes.iter().enumerate() {
+                let x = rand_vec(rows * cols, l * 4 + k as u64);
+                let w = quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1);
+                ms.push(PackedMatrix::pack(&[&w], isa).unwrap());
+            }
+        }
+        let x = rand_vec(49152 * 576, 7);
+        let w = quantized::<k_quants::BlockQ4_1>(&x, 49152, 576, WeightType::Q4_1);
+        ms.push(PackedMatrix::pack(&[&w], isa).unwrap());
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            for n in [1usize, 8, 16, 32, 64] {
+                let acts: Vec<QuantActs> = [576, 1536]
+                    .iter()
+                    .map(|&c| {
+                        let mut a = QuantActs::default();
+                        a.quantize(&rand_vec(n * c, c as u64), n, c);
+                        a
+                    })
+                    .collect();
+                let mut out = vec![0.0; n * 49152];
+                let mut step = |prefetch: bool| {
+                    super::dot_avx512::PREFETCH.store(prefetch, Ordering::Relaxed);
+                    let t = std::time::Instant::now();
+                    for m in &ms {
+                        let a = &acts[usize::from(m.cols() == 1536)];
+                        m.matmul(&pool, isa, &[], a, n, &mut out);
+                    }
+                    t.elapsed().as_secs_f64()
+                };
+                let (mut on, mut off, mut t8) = (f64::MAX, f64::MAX, f64::MAX);
+                for _ in 0..6 {
+                    on = on.min(step(true));
+                    off = off.min(step(false));
+                    super::dot_avx512::TILE8.store(false, Ordering::Relaxed);
+                    t8 = t8.min(step(true));
+                    super::dot_avx512::TILE8.store(true, Ordering::Relaxed);
+                }
+                println!(
+                    "threads {threads} n={n:2}: {:7.2} ms; no prefetch {:7.2} ms ({:.3}x); \
+                     no 1x8 tiles {:7.2} ms ({:.3}x)",
+                    on * 1e3,
+                    off * 1e3,
+                    off / on,
+                    t8 * 1e3,
+                    t8 / on
+                );
+            }
+        }
+        super::dot_avx512::PREFETCH.store(true, Ordering::Relaxed);
     }
 }

@@ -82,6 +82,25 @@ impl QuantActs {
         });
     }
 
+    /// Sizes the buffers for `n` rows of `cols` values (all zero), to be filled row by row
+    /// with [`QuantActs::quantize_row_shared`] from inside another per-row pass (so that,
+    /// e.g., RMSNorm and quantization share one hand-off of the thread pool).
+    pub fn reset(&mut self, n: usize, cols: usize) {
+        self.resize(n, cols);
+    }
+
+    /// Quantizes `x` (`cols` values) into row `r` after [`QuantActs::reset`]; the same
+    /// results as [`QuantActs::quantize`].
+    ///
+    /// # Safety
+    /// `r < n` of the last `reset`, and no two concurrent calls (nor any other access to
+    /// the buffers) may touch the same row.
+    pub unsafe fn quantize_row_shared(&self, r: usize, x: &[f32]) {
+        debug_assert!(r < self.n && x.len() == self.cols);
+        let (qs, d, s, se) = self.row_parts_raw(r);
+        quantize_row(x, self.nbp, qs, d, s, se);
+    }
+
     fn resize(&mut self, n: usize, cols: usize) {
         let nbp = padded_blocks(cols);
         self.n = n;
@@ -453,5 +472,15 @@ mod tests {
             assert_eq!(got.qs, want.qs);
             assert_eq!((&got.d, &got.s, &got.se), (&want.d, &want.s, &want.se));
         }
+        // Row by row after `reset` (rows in reverse, over stale buffers): the same.
+        let mut got = QuantActs::default();
+        got.quantize(&rand_vec(50 * 64, 3), 50, 64);
+        got.reset(37, 100);
+        for r in (0..37).rev() {
+            // SAFETY: one row at a time, r < 37.
+            unsafe { got.quantize_row_shared(r, &x[r * 100..(r + 1) * 100]) };
+        }
+        assert_eq!(got.qs, want.qs);
+        assert_eq!((&got.d, &got.s, &got.se), (&want.d, &want.s, &want.se));
     }
 }
