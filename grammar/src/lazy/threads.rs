@@ -1,0 +1,203 @@
+//! Masks as unions of per-thread masks, with frame-independent thread masks.
+//!
+//! A configuration is alive after a text iff one of its threads is (stepping and closing
+//! act on each thread alone), so its token mask is the union of its threads' masks. A
+//! wide configuration whose threads sit under different call stacks is split this way.
+//! This pays off at key positions: properties are produced in schema order, so every gap
+//! between two properties is a configuration of its own — the remaining declared keys'
+//! literal threads (the same threads in every gap) plus the "other key" rule called with a
+//! gap-specific return state. Computed whole, every gap walks the trie afresh and creates
+//! some hundred new configurations; split, each thread's mask is shared between gaps.
+//!
+//! A thread `(S, q)` under a non-empty stack `S` of depth `d` is decided in two parts that
+//! do not depend on `S`, cached per `(d, q)`: its *lower* mask, computed with `S` replaced
+//! by a sentinel frame that ends a thread returning into it, and its *upper* mask, with a
+//! sentinel frame into which a return yields [`TOP`] (alive after any text). Every token
+//! alive in the lower world is alive from `(S, q)` (the same thread path exists there, at
+//! the same depth), and every token alive from `(S, q)` is alive in the upper world (a path
+//! that never returns below `S`'s top frame exists there; one that does reaches `TOP`). So
+//! `lower ⊆ mask(S, q) ⊆ upper`, and only the *uncertain* tokens `upper \ lower` — those
+//! that leave the thread's rule through its return and go on — are checked against the real
+//! stack, by stepping their bytes. Both parts are ordinary configurations, so their masks
+//! take all the usual fast paths (plain loops, donors, chain representatives).
+
+use std::sync::Arc;
+
+use super::{ConfigId, Lazy, DEAD, SENT_LOWER, SENT_UPPER, TOP};
+use crate::nfa::{Nfa, StateId};
+use crate::vocab::TokenVocab;
+
+/// Split configurations with at least this many threads (and two stacks or more, and a
+/// wide thread) at once; smaller ones only when the masks of their wide threads are known
+/// already (a split costs two walks per new thread, repaid only when the thread recurs).
+const SPLIT_MIN_THREADS: usize = 8;
+/// A thread is *wide* when at least this many printable ASCII bytes move it: its mask is
+/// wide and costly to walk, and worth sharing (e.g. the "other key" rule in every gap).
+const WIDE_BYTES: u32 = 16;
+/// A thread with more uncertain tokens than this takes its own mask under its real stack
+/// instead of checking them one by one.
+const MAX_UNCERTAIN: usize = 4096;
+
+/// The frame-independent parts of one thread's mask (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct ThreadParts {
+    /// Tokens alive whatever the frames below: the lower sentinel mask.
+    lower: Arc<[u32]>,
+    /// Token ids in the upper sentinel mask but not in the lower one.
+    uncertain: Arc<[u32]>,
+}
+
+impl Lazy {
+    /// Whether `c`'s mask is computed as the union of its threads' masks.
+    pub(super) fn split_by_threads(&self, nfa: &Nfa, c: ConfigId) -> bool {
+        if c == DEAD || c == TOP {
+            return false;
+        }
+        let threads = &self.configs[c as usize].threads;
+        if threads.len() < 2 || threads.iter().all(|t| t.0 == threads[0].0) {
+            return false;
+        }
+        let mut wide = threads.iter().filter(|&&(_, q)| {
+            let printable: u32 = nfa.states[q as usize]
+                .bytes
+                .iter()
+                .map(|&(lo, hi, _)| (hi.min(0x7E) as u32 + 1).saturating_sub(lo.max(0x20) as u32))
+                .sum();
+            printable >= WIDE_BYTES
+        });
+        if threads.len() >= SPLIT_MIN_THREADS {
+            return wide.next().is_some();
+        }
+        let mut any = false;
+        for &(stk, q) in wide {
+            let known = stk != 0
+                && self
+                    .thread_parts
+                    .contains_key(&(self.stacks[stk as usize].2, q));
+            if !known {
+                return false;
+            }
+            any = true;
+        }
+        any
+    }
+
+    /// Writes the mask of `c` (`out` zeroed) as the union of its threads' masks.
+    pub(super) fn fill_by_threads(
+        &mut self,
+        nfa: &Nfa,
+        vocab: &TokenVocab,
+        c: ConfigId,
+        out: &mut [u32],
+    ) {
+        let threads = self.configs[c as usize].threads.clone();
+        let mut buf = vec![0u32; out.len()];
+        // Lower masks already in `out` (threads at one state under several stacks).
+        let mut merged: Vec<(u32, StateId)> = Vec::new();
+        for &(stk, q) in threads.iter() {
+            let depth = self.stacks[stk as usize].2;
+            let parts = if stk == 0 {
+                None
+            } else {
+                Some(self.thread_parts(nfa, vocab, depth, q))
+            };
+            match parts {
+                Some(p) if p.uncertain.len() <= MAX_UNCERTAIN => {
+                    if !merged.contains(&(depth, q)) {
+                        merged.push((depth, q));
+                        or_into(out, &p.lower);
+                    }
+                    let mut real = DEAD;
+                    for &id in p.uncertain.iter() {
+                        if out[(id >> 5) as usize] >> (id & 31) & 1 == 1 {
+                            continue;
+                        }
+                        if real == DEAD {
+                            real = self.intern(nfa, &[(stk, q)], false);
+                        }
+                        let bytes = vocab.token_bytes(id).unwrap_or(&[]);
+                        if self.step_bytes(nfa, real, bytes) != DEAD {
+                            out[(id >> 5) as usize] |= 1u32 << (id & 31);
+                        }
+                    }
+                }
+                _ => {
+                    // The thread alone, under its real stack (one thread: not split again).
+                    let single = self.intern(nfa, &[(stk, q)], false);
+                    self.fill_mask(nfa, vocab, single, &mut buf);
+                    or_into(out, &buf);
+                }
+            }
+        }
+    }
+
+    /// The lower mask and the uncertain tokens of a thread at state `q` under a stack of
+    /// depth `depth` (cached).
+    fn thread_parts(
+        &mut self,
+        nfa: &Nfa,
+        vocab: &TokenVocab,
+        depth: u32,
+        q: StateId,
+    ) -> ThreadParts {
+        if let Some(p) = self.thread_parts.get(&(depth, q)) {
+            return p.clone();
+        }
+        let words = vocab.mask_words();
+        let mut lower = vec![0u32; words];
+        let mut upper = vec![0u32; words];
+        let lo = self.sentinel_stack(false, depth);
+        let z = self.intern(nfa, &[(lo, q)], false);
+        self.fill_mask(nfa, vocab, z, &mut lower);
+        let up = self.sentinel_stack(true, depth);
+        let z = self.intern(nfa, &[(up, q)], false);
+        self.fill_mask(nfa, vocab, z, &mut upper);
+        let mut uncertain = Vec::new();
+        for (w, (&u, &l)) in upper.iter().zip(&lower).enumerate() {
+            let mut x = u & !l;
+            while x != 0 {
+                uncertain.push((w as u32) << 5 | x.trailing_zeros());
+                x &= x - 1;
+            }
+        }
+        let p = ThreadParts {
+            lower: Arc::from(lower),
+            uncertain: Arc::from(uncertain),
+        };
+        self.thread_parts.insert((depth, q), p.clone());
+        p
+    }
+
+    /// The sentinel stack of this kind at this depth (its frame's return state is
+    /// [`SENT_UPPER`] or [`SENT_LOWER`]; the same depth keeps the depth limit exact).
+    fn sentinel_stack(&mut self, upper: bool, depth: u32) -> u32 {
+        if let Some(&s) = self.sentinels.get(&(upper, depth)) {
+            return s;
+        }
+        let id = self.stacks.len() as u32;
+        let ret = if upper { SENT_UPPER } else { SENT_LOWER };
+        self.stacks.push((0, ret, depth));
+        self.stack_cost.push(0);
+        self.sentinels.insert((upper, depth), id);
+        id
+    }
+
+    /// The mask of every usable token (cached).
+    pub(super) fn all_usable(&mut self, vocab: &TokenVocab) -> Arc<[u32]> {
+        if let Some(m) = &self.all_usable {
+            return m.clone();
+        }
+        let mut m = vec![0u32; vocab.mask_words()];
+        super::set_ids(&mut m, &vocab.trie().ids);
+        let m: Arc<[u32]> = Arc::from(m);
+        self.all_usable = Some(m.clone());
+        m
+    }
+}
+
+/// `out |= m`, word by word.
+fn or_into(out: &mut [u32], m: &[u32]) {
+    for (o, &x) in out.iter_mut().zip(m) {
+        *o |= x;
+    }
+}
