@@ -92,40 +92,46 @@ impl Lazy {
     ) {
         let threads = self.configs[c as usize].threads.clone();
         let mut buf = vec![0u32; out.len()];
-        // Lower masks already in `out` (threads at one state under several stacks).
-        let mut merged: Vec<(u32, StateId)> = Vec::new();
+        // Threads at one state under stacks of one depth share their parts (e.g. the
+        // "other key" rule called from every property-count track): one group each.
+        let mut groups: Vec<((u32, StateId), Vec<(u32, StateId)>)> = Vec::new();
         for &(stk, q) in threads.iter() {
-            let depth = self.stacks[stk as usize].2;
-            let parts = if stk == 0 {
-                None
+            let key = (self.stacks[stk as usize].2, q);
+            if stk == 0 {
+                // The thread alone (one thread: never split again).
+                let single = self.intern(nfa, &[(stk, q)], false);
+                self.fill_mask(nfa, vocab, single, &mut buf);
+                or_into(out, &buf);
+            } else if let Some(g) = groups.iter_mut().find(|g| g.0 == key) {
+                g.1.push((stk, q));
             } else {
-                Some(self.thread_parts(nfa, vocab, depth, q))
-            };
-            match parts {
-                Some(p) if p.uncertain.len() <= MAX_UNCERTAIN => {
-                    if !merged.contains(&(depth, q)) {
-                        merged.push((depth, q));
-                        or_into(out, &p.lower);
-                    }
-                    let mut real = DEAD;
-                    for &id in p.uncertain.iter() {
-                        if out[(id >> 5) as usize] >> (id & 31) & 1 == 1 {
-                            continue;
-                        }
-                        if real == DEAD {
-                            real = self.intern(nfa, &[(stk, q)], false);
-                        }
-                        let bytes = vocab.token_bytes(id).unwrap_or(&[]);
-                        if self.step_bytes(nfa, real, bytes) != DEAD {
-                            out[(id >> 5) as usize] |= 1u32 << (id & 31);
-                        }
-                    }
-                }
-                _ => {
-                    // The thread alone, under its real stack (one thread: not split again).
-                    let single = self.intern(nfa, &[(stk, q)], false);
+                groups.push((key, vec![(stk, q)]));
+            }
+        }
+        for ((depth, q), members) in groups {
+            let p = self.thread_parts(nfa, vocab, depth, q);
+            if p.uncertain.len() > MAX_UNCERTAIN {
+                // Each thread alone under its real stack.
+                for t in members {
+                    let single = self.intern(nfa, &[t], false);
                     self.fill_mask(nfa, vocab, single, &mut buf);
                     or_into(out, &buf);
+                }
+                continue;
+            }
+            or_into(out, &p.lower);
+            // The group under its real stacks (sorted: `threads` is), interned on first use.
+            let mut real = DEAD;
+            for &id in p.uncertain.iter() {
+                if out[(id >> 5) as usize] >> (id & 31) & 1 == 1 {
+                    continue;
+                }
+                if real == DEAD {
+                    real = self.intern(nfa, &members, false);
+                }
+                let bytes = vocab.token_bytes(id).unwrap_or(&[]);
+                if self.step_bytes(nfa, real, bytes) != DEAD {
+                    out[(id >> 5) as usize] |= 1u32 << (id & 31);
                 }
             }
         }
