@@ -38,6 +38,11 @@ const WIDE_BYTES: u32 = 16;
 /// instead of checking them one by one.
 const MAX_UNCERTAIN: usize = 4096;
 
+/// A thread: `(stack, state)`.
+type Thread = (u32, StateId);
+/// What a thread's parts depend on: `(stack depth, state)`.
+type ThreadKey = (u32, StateId);
+
 /// The frame-independent parts of one thread's mask (see the module docs).
 #[derive(Debug, Clone)]
 pub(crate) struct ThreadParts {
@@ -94,7 +99,7 @@ impl Lazy {
         let mut buf = vec![0u32; out.len()];
         // Threads at one state under stacks of one depth share their parts (e.g. the
         // "other key" rule called from every property-count track): one group each.
-        let mut groups: Vec<((u32, StateId), Vec<(u32, StateId)>)> = Vec::new();
+        let mut groups: Vec<(ThreadKey, Vec<Thread>)> = Vec::new();
         for &(stk, q) in threads.iter() {
             let key = (self.stacks[stk as usize].2, q);
             if stk == 0 {
