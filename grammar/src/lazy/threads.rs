@@ -62,14 +62,7 @@ impl Lazy {
         if threads.len() < 2 || threads.iter().all(|t| t.0 == threads[0].0) {
             return false;
         }
-        let mut wide = threads.iter().filter(|&&(_, q)| {
-            let printable: u32 = nfa.states[q as usize]
-                .bytes
-                .iter()
-                .map(|&(lo, hi, _)| (hi.min(0x7E) as u32 + 1).saturating_sub(lo.max(0x20) as u32))
-                .sum();
-            printable >= WIDE_BYTES
-        });
+        let mut wide = threads.iter().filter(|&&(_, q)| is_wide(nfa, q));
         if threads.len() >= SPLIT_MIN_THREADS {
             return wide.next().is_some();
         }
@@ -100,9 +93,15 @@ impl Lazy {
         // Threads at one state under stacks of one depth share their parts (e.g. the
         // "other key" rule called from every property-count track): one group each.
         let mut groups: Vec<(ThreadKey, Vec<Thread>)> = Vec::new();
+        // Narrow threads together, under their real stacks: one cheap walk (that
+        // configuration has no wide thread, so it is never split again), and its narrow
+        // successors are shared between gaps.
+        let mut rest: Vec<Thread> = Vec::new();
         for &(stk, q) in threads.iter() {
             let key = (self.stacks[stk as usize].2, q);
-            if stk == 0 {
+            if !is_wide(nfa, q) {
+                rest.push((stk, q));
+            } else if stk == 0 {
                 // The thread alone (one thread: never split again).
                 let single = self.intern(nfa, &[(stk, q)], false);
                 self.fill_mask(nfa, vocab, single, &mut buf);
@@ -112,6 +111,11 @@ impl Lazy {
             } else {
                 groups.push((key, vec![(stk, q)]));
             }
+        }
+        if !rest.is_empty() {
+            let r = self.intern(nfa, &rest, false);
+            self.fill_mask(nfa, vocab, r, &mut buf);
+            or_into(out, &buf);
         }
         for ((depth, q), members) in groups {
             let p = self.thread_parts(nfa, vocab, depth, q);
@@ -204,6 +208,16 @@ impl Lazy {
         self.all_usable = Some(m.clone());
         m
     }
+}
+
+/// Whether at least [`WIDE_BYTES`] printable ASCII bytes move state `q`.
+fn is_wide(nfa: &Nfa, q: StateId) -> bool {
+    let printable: u32 = nfa.states[q as usize]
+        .bytes
+        .iter()
+        .map(|&(lo, hi, _)| (hi.min(0x7E) as u32 + 1).saturating_sub(lo.max(0x20) as u32))
+        .sum();
+    printable >= WIDE_BYTES
 }
 
 /// `out |= m`, word by word.
