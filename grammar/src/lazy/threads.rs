@@ -162,8 +162,8 @@ impl Lazy {
         let mut lower = vec![0u32; words];
         let mut upper = vec![0u32; words];
         let lo = self.sentinel_stack(false, depth);
-        let z = self.intern(nfa, &[(lo, q)], false);
-        self.fill_mask(nfa, vocab, z, &mut lower);
+        let lo_cfg = self.intern(nfa, &[(lo, q)], false);
+        self.fill_mask(nfa, vocab, lo_cfg, &mut lower);
         let up = self.sentinel_stack(true, depth);
         let z = self.intern(nfa, &[(up, q)], false);
         self.fill_mask(nfa, vocab, z, &mut upper);
@@ -175,8 +175,15 @@ impl Lazy {
                 x &= x - 1;
             }
         }
+        // Share the lower configuration's cached mask when there is one (no extra memory);
+        // the uncertain ids count against the mask budget like a mask.
+        let lower = match &self.masks[lo_cfg as usize] {
+            Some(m) => m.clone(),
+            None => Arc::from(lower),
+        };
+        self.mask_bytes += uncertain.len() * 4;
         let p = ThreadParts {
-            lower: Arc::from(lower),
+            lower,
             uncertain: Arc::from(uncertain),
         };
         self.thread_parts.insert((depth, q), p.clone());
