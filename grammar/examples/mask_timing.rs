@@ -1,5 +1,8 @@
 //! Times cold (first at a configuration) and cached token masks at a few states of JSON
 //! Schemas: `cargo run --release -p sglrs-grammar --example mask_timing -- TOKENIZER.json [REPS]`.
+//! With `TOKENIZER.json REPS SCHEMA.json PREFIX...` it times the masks after each given
+//! prefix of a text valid for the schema in that file instead (e.g. a slow mask printed by
+//! `SGLRS_BENCH_SLOW_US`).
 //!
 //! Every cold figure compiles the grammar afresh; with `REPS` runs (default 9) it prints the
 //! minimum and the median, which stay comparable on a loaded machine (the minimum is the
@@ -37,6 +40,10 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .next()
         .ok_or("usage: mask_timing TOKENIZER.json [REPS]")?;
     let reps: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(9);
+    let custom: Option<(String, Vec<String>)> = match args.next() {
+        Some(file) => Some((std::fs::read_to_string(file)?, args.collect())),
+        None => None,
+    };
     let tok = tokenizers::Tokenizer::from_file(&path)?;
     let eos = ["<|end_of_text|>", "</s>", "<|endoftext|>"]
         .iter()
@@ -44,8 +51,12 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .ok_or("no eos")?;
     let vocab = Arc::new(TokenVocab::from_tokenizer(&tok, &[eos])?);
     let mut buf = vec![0u32; vocab.mask_words()];
-    for (schema, prefixes) in CASES {
-        for prefix in prefixes.iter() {
+    let cases: Vec<(&str, Vec<&str>)> = match &custom {
+        Some((schema, prefixes)) => vec![(schema, prefixes.iter().map(|p| p.as_str()).collect())],
+        None => CASES.iter().map(|(s, p)| (*s, p.to_vec())).collect(),
+    };
+    for (schema, prefixes) in cases {
+        for prefix in prefixes {
             let mut cold: Vec<Duration> = Vec::new();
             let mut warm = Duration::ZERO;
             let mut allowed = 0;
@@ -57,7 +68,16 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     &CompileOptions::default(),
                 )?;
                 let mut m = Matcher::new(g.clone());
-                if !m.try_advance_bytes(prefix.as_bytes()) {
+                if custom.is_some() {
+                    // As the bench does: a mask at every (greedy) token boundary before.
+                    let ids = vocab
+                        .greedy_tokenize(prefix.as_bytes())
+                        .ok_or("prefix not tokenizable")?;
+                    for id in ids {
+                        m.fill_mask(&mut buf)?;
+                        m.accept_token(id)?;
+                    }
+                } else if !m.try_advance_bytes(prefix.as_bytes()) {
                     return Err(format!("prefix {prefix:?} does not match").into());
                 }
                 let t0 = Instant::now();

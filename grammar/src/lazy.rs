@@ -13,10 +13,19 @@ use std::sync::Arc;
 use crate::nfa::{Nfa, StateId};
 use crate::vocab::TokenVocab;
 
+mod threads;
+
 /// Configuration id. `DEAD` is the empty configuration.
 pub(crate) type ConfigId = u32;
 /// The empty, rejecting configuration.
 pub(crate) const DEAD: ConfigId = 0;
+/// The configuration that is alive after any text: what a thread becomes when it returns
+/// into an "upper" sentinel frame (see [`threads`]). Only mask computations reach it.
+pub(crate) const TOP: ConfigId = 1;
+/// Return state of an "upper" sentinel frame: returning into it yields [`TOP`].
+const SENT_UPPER: StateId = u32::MAX;
+/// Return state of a "lower" sentinel frame: a thread returning into it ends.
+const SENT_LOWER: StateId = u32::MAX - 1;
 const UNKNOWN: u32 = u32::MAX;
 const NO_SUCC: u32 = u32::MAX - 1;
 
@@ -106,6 +115,12 @@ pub(crate) struct Lazy {
     mask_bytes: usize,
     mask_budget: usize,
     max_configs: usize,
+    /// Sentinel stacks by (upper, depth) (see [`threads`]).
+    sentinels: FastMap<(bool, u32), u32>,
+    /// Per thread state and stack depth: its frame-independent mask parts (see [`threads`]).
+    thread_parts: FastMap<(u32, StateId), threads::ThreadParts>,
+    /// Mask of every usable token (the mask of [`TOP`]); empty until first needed.
+    all_usable: Option<Arc<[u32]>>,
 }
 
 impl Lazy {
@@ -131,8 +146,17 @@ impl Lazy {
             mask_bytes: 0,
             mask_budget,
             max_configs,
+            sentinels: FastMap::default(),
+            thread_parts: FastMap::default(),
+            all_usable: None,
         };
         l.push_config(Box::new([]), false, u32::MAX);
+        // TOP: a placeholder thread no real configuration has; it is never stepped (its
+        // row leads back to itself) nor given to a matcher.
+        let top = l.push_config(Box::new([(u32::MAX, u32::MAX)]), false, 0);
+        l.trans[top as usize * 256..(top as usize + 1) * 256].fill(top);
+        l.plain_succ[top as usize] = top;
+        l.config_rep[top as usize] = top;
         l
     }
 
@@ -292,6 +316,7 @@ impl Lazy {
         let mut out = std::mem::take(&mut self.out_buf);
         out.clear();
         let mut accept = false;
+        let mut top = false;
         while let Some((stk, s)) = work.pop() {
             if !visited.insert((stk, s)) {
                 continue;
@@ -315,7 +340,12 @@ impl Lazy {
                     }
                 } else {
                     let (parent, ret, _) = self.stacks[stk as usize];
-                    work.push((parent, ret));
+                    match ret {
+                        // Returning into a sentinel frame (mask computations only).
+                        SENT_UPPER => top = true,
+                        SENT_LOWER => {}
+                        _ => work.push((parent, ret)),
+                    }
                 }
             }
         }
@@ -323,7 +353,9 @@ impl Lazy {
         self.work = work;
         out.sort_unstable();
         out.dedup();
-        let id = if out.is_empty() && !accept {
+        let id = if top {
+            TOP
+        } else if out.is_empty() && !accept {
             DEAD
         } else {
             self.intern(nfa, &out, accept)
@@ -429,7 +461,13 @@ impl Lazy {
             return;
         }
         out.fill(0);
-        if c != DEAD {
+        if c == TOP {
+            out.copy_from_slice(&self.all_usable(vocab));
+            return;
+        }
+        if self.split_by_threads(nfa, c) {
+            self.fill_by_threads(nfa, vocab, c, out);
+        } else if c != DEAD {
             match self.donor(nfa, c) {
                 Some(g) => {
                     out.copy_from_slice(&self.donor_mask(nfa, vocab, g));
@@ -549,6 +587,11 @@ impl Lazy {
                 i = n.next as usize;
                 continue;
             }
+            if x2 == TOP {
+                set_ids(out, trie.subtree_ids(i));
+                i = n.next as usize;
+                continue;
+            }
             cfg_at[d] = (x2, y2);
             for &id in &ids[n.ids_start as usize..(n.ids_start + n.ids_len) as usize] {
                 out[(id >> 5) as usize] |= 1u32 << (id & 31);
@@ -593,6 +636,11 @@ impl Lazy {
             let d = n.depth as usize;
             let nc = self.step(nfa, cfg_at[d - 1], n.byte);
             if nc == DEAD {
+                i = n.next as usize;
+                continue;
+            }
+            if nc == TOP {
+                set_ids(out, trie.subtree_ids(i));
                 i = n.next as usize;
                 continue;
             }
@@ -680,6 +728,13 @@ impl Lazy {
     /// Rough heap size in bytes (for cache limits and reports).
     pub fn heap_bytes(&self) -> usize {
         self.trans.len() * 4 + self.mask_bytes + self.configs.len() * 64 + self.stacks.len() * 24
+    }
+}
+
+/// Sets the bits of `ids` in `out`.
+fn set_ids(out: &mut [u32], ids: &[u32]) {
+    for &id in ids {
+        out[(id >> 5) as usize] |= 1u32 << (id & 31);
     }
 }
 

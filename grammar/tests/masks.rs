@@ -94,6 +94,33 @@ fn masks_exact_along_valid_text() {
     }
 }
 
+/// Objects with many declared keys and undeclared ones allowed: every key position is a
+/// configuration of many threads under two stacks (the remaining declared keys' literals
+/// and the "other key" rule's call), whose mask is the union of per-thread masks with
+/// frame-independent parts (`lazy/threads.rs`). The text and the random walks go through
+/// tokens that finish an undeclared key's value and go on past its rule's return (`":1,"`,
+/// `":true}`), the only tokens checked against the real stack, at two nesting depths.
+#[test]
+fn masks_exact_at_many_key_positions() {
+    let schema = r#"{"type":"object","properties":{"alpha":{"type":"string"},"beta":{"type":"integer"},"gamma":{"type":"boolean"},"delta":{"type":"string","maxLength":8},"epsilon":{"type":"number"},"zeta":{"type":"object","properties":{"k1":{"type":"integer"},"k2":{"type":"string"},"k3":{"type":"boolean"},"k4":{"type":"integer"},"k5":{"type":"null"},"k6":{"type":"string"},"k7":{"type":"integer"},"k8":{"type":"string"}},"additionalProperties":{"type":"integer"}},"eta":{"type":"string"},"theta":{"type":"array","items":{"type":"integer"}},"iota":{"type":"string"},"kappa":{"type":"boolean"},"lambda":{"type":"string"},"mu":{"type":"integer"}}}"#;
+    let text = r#"{"alpha":"a","x":1,"beta":2,"y":true,"gamma":false,"zz":"q","zeta":{"k1":1,"o":7,"k2":"s","k4":4,"p":5,"k8":"t"},"w":{"u":[1,{}]},"eta":"e","kappa":true,"v":null,"mu":3}"#;
+    for tok in [common::llama3(), common::mistral()].into_iter().flatten() {
+        for opts in [CompileOptions::default(), CompileOptions::flexible()] {
+            let g = CompiledGrammar::json_schema(schema, tok.vocab.clone(), &opts).unwrap();
+            let mut m = Matcher::new(g.clone());
+            let mut mask = vec![0u32; tok.vocab.mask_words()];
+            for id in tok.tokenize(text) {
+                let allowed = check_here(tok, &m, &mut mask);
+                assert!(allowed.contains(&id), "valid token {id} allowed");
+                m.accept_token(id).unwrap();
+            }
+            check_here(tok, &m, &mut mask);
+            assert!(m.is_accepting());
+            check_walks(tok, &g, 31, 3, 30);
+        }
+    }
+}
+
 /// Long counted strings (`maxLength` > 64 calls one character rule per position): the
 /// positions far from both ends share one mask representative. Checked along texts that run
 /// from the start to the very end of the count (where the masks differ again), with
