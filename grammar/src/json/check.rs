@@ -137,16 +137,14 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                 for c in x.as_array()? {
                     let keys = c.get("keys")?.as_array()?;
                     let pats = c.get("patterns")?.as_array()?;
+                    let positive = c.get("match") == Some(&Value::Bool(true));
                     let mut found = false;
                     for k in o.keys() {
-                        if keys.iter().any(|x| x.as_str() == Some(k.as_str())) {
-                            continue;
-                        }
-                        let mut matched = false;
+                        let mut listed = keys.iter().any(|x| x.as_str() == Some(k.as_str()));
                         for p in pats {
-                            matched |= regex_full_match(p.as_str()?, Flavor::EcmaSearch, k)?;
+                            listed |= regex_full_match(p.as_str()?, Flavor::EcmaSearch, k)?;
                         }
-                        found |= !matched;
+                        found |= listed == positive;
                     }
                     all &= found;
                 }

@@ -193,7 +193,7 @@ impl JsonCompiler<'_> {
                     let both = serde_json::json!({"anyOf": [av.clone(), bv.clone()]});
                     out.insert(k.clone(), both);
                 }
-                "items" | "additionalProperties" | "additionalItems"
+                "items" | "additionalProperties" | "additionalItems" | "propertyNames"
                     if !av.is_array() && !bv.is_array() =>
                 {
                     let m = self.merge_schemas(av, bv, &format!("{ptr}/{k}"), depth + 1)?;
@@ -552,12 +552,23 @@ impl JsonCompiler<'_> {
                         }
                     }
                 }
+                // Some key outside the key schema.
+                "propertyNames" => match self.negate_property_names(v, ptr, depth)? {
+                    Some(mut more) => alts.append(&mut more),
+                    None => {
+                        self.unnegatable = Some(k.clone());
+                        return Ok(None);
+                    }
+                },
                 "__fraction" => alts.push(json!({"type": "integer"})),
                 // Pattern schemas that accept every value have no complement to add.
                 "patternProperties" => {
-                    for pv in v.as_object().into_iter().flatten().map(|(_, pv)| pv) {
+                    for (pk, pv) in v.as_object().into_iter().flatten() {
                         match self.negate(pv, ptr, depth + 1)? {
                             Some(Value::Bool(false)) => {}
+                            // `false`: some key matching the pattern.
+                            Some(Value::Bool(true)) => alts.push(json!({"type": "object",
+                                "__has_other": [{"keys": [], "patterns": [pk], "match": true}]})),
                             _ => {
                                 self.unnegatable = Some(k.clone());
                                 return Ok(None);
@@ -565,9 +576,22 @@ impl JsonCompiler<'_> {
                         }
                     }
                 }
-                // Every key among the names or patterns of one condition.
+                // Every key among the names or patterns of one condition (positive: no key
+                // among them).
                 "__has_other" => {
                     for c in v.as_array().into_iter().flatten() {
+                        if c.get("match") == Some(&Value::Bool(true)) {
+                            let mut pp = serde_json::Map::new();
+                            for p in c.get("patterns").and_then(|k| k.as_array()).into_iter().flatten() {
+                                if let Some(p) = p.as_str() {
+                                    pp.insert(p.to_string(), Value::Bool(false));
+                                }
+                            }
+                            let keys = c.get("keys").cloned().unwrap_or(json!([]));
+                            alts.push(json!({"type": "object", "__forbidden": keys,
+                                "patternProperties": pp}));
+                            continue;
+                        }
                         let mut props = serde_json::Map::new();
                         for k in c
                             .get("keys")
@@ -657,6 +681,117 @@ impl JsonCompiler<'_> {
         } else {
             json!({ "anyOf": alts })
         }))
+    }
+}
+
+impl JsonCompiler<'_> {
+    /// The complement of `propertyNames: v` on objects, as alternatives: some key outside
+    /// the key schema. `None` when a keyword of the key schema has no such complement.
+    fn negate_property_names(
+        &mut self,
+        v: &Value,
+        ptr: &str,
+        depth: u32,
+    ) -> Result<Option<Vec<Value>>, CompileError> {
+        use serde_json::json;
+        let some_key = || json!({"type": "object", "minProperties": 1});
+        // A key that is none of `keys` and matches none of `patterns`.
+        let other = |keys: Vec<Value>, patterns: Vec<Value>| {
+            json!({"type": "object", "__has_other": [{"keys": keys, "patterns": patterns}]})
+        };
+        // A key matching a pattern.
+        let matching = |p: Value| {
+            json!({"type": "object", "__has_other": [{"keys": [], "patterns": [p], "match": true}]})
+        };
+        let m = match v {
+            Value::Bool(true) => return Ok(Some(Vec::new())),
+            Value::Bool(false) => return Ok(Some(vec![some_key()])),
+            Value::Object(m) => {
+                let mark = self.merged_refs.len();
+                let n = self.normalize(m, ptr, depth + 1);
+                self.merged_refs.truncate(mark);
+                n?
+            }
+            _ => return Err(self.invalid(ptr, "a schema must be an object or a boolean")),
+        };
+        let mut alts = Vec::new();
+        let len = |x: &Value| x.as_u64();
+        for (k, x) in &m {
+            if is_annotation(k) {
+                continue;
+            }
+            match k.as_str() {
+                "__false" => return Ok(Some(vec![some_key()])),
+                "type" => {
+                    if !type_list(x).iter().any(|t| t == "string") {
+                        return Ok(Some(vec![some_key()]));
+                    }
+                }
+                "pattern" if x.is_string() => alts.push(other(vec![], vec![x.clone()])),
+                "__patterns" => {
+                    for p in x.as_array().into_iter().flatten() {
+                        alts.push(other(vec![], vec![p.clone()]));
+                    }
+                }
+                "minLength" if len(x).is_some() => {
+                    let lo = len(x).unwrap_or(0);
+                    if lo > 0 {
+                        let p = format!("^[\\s\\S]{{{lo},}}$");
+                        alts.push(other(vec![], vec![Value::String(p)]));
+                    }
+                }
+                "maxLength" if len(x).is_some() => {
+                    let hi = len(x).unwrap_or(0);
+                    let p = format!("^[\\s\\S]{{0,{hi}}}$");
+                    alts.push(other(vec![], vec![Value::String(p)]));
+                }
+                "enum" | "const" => {
+                    let vals = match x {
+                        Value::Array(a) if k == "enum" => a.clone(),
+                        _ => vec![x.clone()],
+                    };
+                    let names: Vec<Value> = vals.into_iter().filter(|n| n.is_string()).collect();
+                    if names.is_empty() {
+                        return Ok(Some(vec![some_key()]));
+                    }
+                    alts.push(other(names, vec![]));
+                }
+                // Some key among the excluded names, or matching an excluded pattern.
+                "__not_enum" => {
+                    for n in x.as_array().into_iter().flatten() {
+                        if n.is_string() {
+                            alts.push(json!({"type": "object", "required": [n]}));
+                        }
+                    }
+                }
+                "__not_pattern" => {
+                    for p in x.as_array().into_iter().flatten() {
+                        alts.push(matching(p.clone()));
+                    }
+                }
+                "not" => {
+                    let mut forms = Vec::new();
+                    self.not_forms(x, &mut forms);
+                    for f in forms {
+                        match f {
+                            super::NotForm::NoOp => {}
+                            super::NotForm::Unsat => return Ok(Some(vec![some_key()])),
+                            super::NotForm::NotValues(vals) => {
+                                for n in vals.into_iter().filter(|n| n.is_string()) {
+                                    alts.push(json!({"type": "object", "required": [n]}));
+                                }
+                            }
+                            super::NotForm::NotPattern(p) if p.is_string() => {
+                                alts.push(matching(p))
+                            }
+                            _ => return Ok(None),
+                        }
+                    }
+                }
+                _ => return Ok(None),
+            }
+        }
+        Ok(Some(alts))
     }
 }
 

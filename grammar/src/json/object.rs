@@ -12,8 +12,9 @@ use crate::nfa::{RuleId, StateId};
 use crate::regex::{parse, Flavor};
 use crate::CompileError;
 
-/// Most `__has_other` conditions (complements of `additionalProperties`) on one object.
-const MAX_CONDS: usize = 2;
+/// Most `__has_other` conditions (complements of `additionalProperties`/`propertyNames`)
+/// on one object.
+const MAX_CONDS: usize = 4;
 /// Most declared properties an object may have for the any-order automaton.
 const MAX_ANY_ORDER_KEYS: usize = 16;
 /// Most (written set, count) states of one any-order object.
@@ -105,20 +106,22 @@ impl JsonCompiler<'_> {
             return self.nothing();
         }
         items.retain(|i| !forbidden.contains(&i.0));
-        // `__has_other` (the complement of `additionalProperties: false`): the object must
-        // have a key outside a list of names and patterns. Such names this object does not
-        // declare become optional items, so that undeclared keys are never one of them.
+        // `__has_other` (the complement of `additionalProperties: false` or `propertyNames`):
+        // the object must have a key outside a list of names and patterns (or, `positive`,
+        // among them). Such names this object does not declare become optional items, so
+        // that undeclared keys are never one of them.
         let conds = has_other_conditions(s);
         if conds.len() > MAX_CONDS {
             self.unsupported(
                 "additionalProperties",
                 ptr,
-                "more than two complements of `additionalProperties` on one object",
+                "more than four key conditions (complements of `additionalProperties` or \
+                 `propertyNames`) on one object",
             )?;
         }
-        let conds: Vec<(Vec<String>, Vec<String>)> = conds.into_iter().take(MAX_CONDS).collect();
+        let conds: Vec<KeyCond> = conds.into_iter().take(MAX_CONDS).collect();
         let mut cond_res: Vec<Vec<regex_automata::meta::Regex>> = Vec::new();
-        for (keys, pats) in &conds {
+        for (keys, pats, _) in &conds {
             let mut res = Vec::new();
             for p in pats {
                 res.push(full_match_regex(p).map_err(|e| CompileError::Unsupported {
@@ -142,8 +145,10 @@ impl JsonCompiler<'_> {
         // Which conditions writing each declared key satisfies.
         let witness_bits = |k: &str| -> u8 {
             let mut bits = 0u8;
-            for (i, (keys, _)) in conds.iter().enumerate() {
-                if !keys.iter().any(|x| x == k) && !cond_res[i].iter().any(|re| re.is_match(k)) {
+            for (i, (keys, _, positive)) in conds.iter().enumerate() {
+                let listed =
+                    keys.iter().any(|x| x == k) || cond_res[i].iter().any(|re| re.is_match(k));
+                if listed == *positive {
                     bits |= 1 << i;
                 }
             }
@@ -297,7 +302,7 @@ impl JsonCompiler<'_> {
             pats.extend(name_neg.iter().map(|p| p.as_str()));
             let any = additional.is_some() || pats.len() > n_pp;
             let mut cond_masks = Vec::new();
-            for (_, cp) in &conds {
+            for (_, cp, _) in &conds {
                 let lo = pats.len();
                 pats.extend(cp.iter().map(|p| p.as_str()));
                 cond_masks.push(((1u64 << pats.len()) - (1u64 << lo)) as u32);
@@ -325,7 +330,7 @@ impl JsonCompiler<'_> {
                     }
                     let mut wb = 0u8;
                     for (i, m) in cond_masks.iter().enumerate() {
-                        if set & m == 0 {
+                        if (set & m != 0) == conds[i].2 {
                             wb |= 1 << i;
                         }
                     }
@@ -840,9 +845,13 @@ fn key_char_step(d: u8, b: u8) -> Option<u8> {
     }
 }
 
-/// The `__has_other` conditions of an object schema: (names, patterns) pairs, each asking
-/// for a key that is none of the names and matches none of the patterns.
-fn has_other_conditions(s: &Map<String, Value>) -> Vec<(Vec<String>, Vec<String>)> {
+/// One `__has_other` condition: (names, patterns, positive).
+type KeyCond = (Vec<String>, Vec<String>, bool);
+
+/// The `__has_other` conditions of an object schema, each asking for a key that is none of
+/// the names and matches none of the patterns (or, when `positive` — `"match": true` —
+/// a key that is one of the names or matches one of the patterns).
+fn has_other_conditions(s: &Map<String, Value>) -> Vec<KeyCond> {
     let strs = |v: Option<&Value>| -> Vec<String> {
         v.and_then(|x| x.as_array())
             .map(|a| {
@@ -857,7 +866,10 @@ fn has_other_conditions(s: &Map<String, Value>) -> Vec<(Vec<String>, Vec<String>
         .map(|conds| {
             conds
                 .iter()
-                .map(|c| (strs(c.get("keys")), strs(c.get("patterns"))))
+                .map(|c| {
+                    let positive = c.get("match") == Some(&Value::Bool(true));
+                    (strs(c.get("keys")), strs(c.get("patterns")), positive)
+                })
                 .collect()
         })
         .unwrap_or_default()

@@ -1,0 +1,147 @@
+//! Complements added for coverage (session 4): `not`/`oneOf`/`if` over `propertyNames`,
+//! `patternProperties` with constraining schemas, and excluded strings beside other string
+//! keywords. For each schema, listed valid texts are accepted and listed invalid texts
+//! rejected (byte vocabulary, compact policy), including adversarial near misses.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use sglrs_grammar::{CompileError, CompileOptions, CompiledGrammar, Matcher, TokenVocab};
+
+fn vocab() -> Arc<TokenVocab> {
+    let mut toks: Vec<Vec<u8>> = vec![Vec::new()];
+    toks.extend((0u8..=255).map(|b| vec![b]));
+    Arc::new(TokenVocab::new(toks, &[], &[0]).unwrap())
+}
+
+fn compile(schema: &serde_json::Value) -> Result<Arc<CompiledGrammar>, CompileError> {
+    CompiledGrammar::json_schema_value(schema, vocab(), &CompileOptions::default())
+}
+
+fn accepts(g: &Arc<CompiledGrammar>, text: &str) -> bool {
+    let mut m = Matcher::new(g.clone());
+    m.try_advance_bytes(text.as_bytes()) && m.is_accepting()
+}
+
+fn check(schema: serde_json::Value, valid: &[&str], invalid: &[&str]) {
+    let g = compile(&schema).unwrap_or_else(|e| panic!("{schema}: {e}"));
+    for v in valid {
+        assert!(accepts(&g, v), "{schema}: valid {v} rejected");
+    }
+    for v in invalid {
+        assert!(!accepts(&g, v), "{schema}: invalid {v} accepted");
+    }
+}
+
+#[test]
+fn not_property_names_pattern_needs_a_key_outside_it() {
+    check(
+        json!({"type": "object", "not": {"propertyNames": {"pattern": "^[a-z]+$"}}}),
+        &[r#"{"A":1}"#, r#"{"a":1,"B1":2}"#, r#"{"":0}"#, r#"{"a b":null}"#],
+        &["{}", r#"{"a":1}"#, r#"{"abc":1,"d":2}"#, "1", "\"A\""],
+    );
+}
+
+#[test]
+fn not_property_names_on_declared_keys() {
+    // Declared keys are witnesses too; `additionalProperties: false` leaves only them.
+    check(
+        json!({"properties": {"ok": {}, "Bad": {}}, "additionalProperties": false,
+               "not": {"propertyNames": {"pattern": "^[a-z]+$"}}}),
+        &[r#"{"Bad":1}"#, r#"{"ok":1,"Bad":2}"#],
+        &["{}", r#"{"ok":1}"#, r#"{"zz":1}"#],
+    );
+}
+
+#[test]
+fn not_property_names_length_enum_and_type() {
+    check(
+        json!({"type": "object", "not": {"propertyNames": {"maxLength": 2}}}),
+        &[r#"{"abc":1}"#, r#"{"a":1,"éèà":2}"#],
+        &["{}", r#"{"ab":1}"#, r#"{"é":1,"xy":2}"#],
+    );
+    check(
+        json!({"type": "object", "not": {"propertyNames": {"minLength": 2}}}),
+        &[r#"{"a":1}"#, r#"{"":1}"#, r#"{"ab":1,"é":2}"#],
+        &["{}", r#"{"ab":1}"#, r#"{"éè":1}"#],
+    );
+    check(
+        json!({"type": "object", "not": {"propertyNames": {"enum": ["x", "y"]}}}),
+        &[r#"{"z":1}"#, r#"{"x":1,"xy":2}"#],
+        &["{}", r#"{"x":1}"#, r#"{"x":1,"y":2}"#],
+    );
+    check(
+        json!({"type": "object", "not": {"propertyNames": {"type": "number"}}}),
+        &[r#"{"z":1}"#],
+        &["{}"],
+    );
+    // Two key conditions: some key fails one of them.
+    check(
+        json!({"type": "object", "not": {"propertyNames": {"pattern": "^a", "maxLength": 3}}}),
+        &[r#"{"b":1}"#, r#"{"abcd":1}"#, r#"{"ab":1,"x":2}"#],
+        &["{}", r#"{"ab":1}"#, r#"{"a":1,"abc":2}"#],
+    );
+    // Excluded names: some key among them.
+    check(
+        json!({"type": "object", "not": {"propertyNames": {"not": {"enum": ["x", "y"]}}}}),
+        &[r#"{"x":1}"#, r#"{"a":1,"y":2}"#],
+        &["{}", r#"{"a":1}"#, r#"{"xx":1}"#],
+    );
+}
+
+#[test]
+fn one_of_with_property_names_branches() {
+    // Branch 0: keys are lower case; branch 1: at most 2 properties. An object with both
+    // lower-case keys and ≤ 2 properties matches both, so it is invalid.
+    check(
+        json!({"type": "object", "oneOf": [
+            {"propertyNames": {"pattern": "^[a-z]+$"}},
+            {"maxProperties": 2}
+        ]}),
+        &[r#"{"a":1,"b":2,"c":3}"#, r#"{"A":1}"#, r#"{"A":1,"b":2}"#],
+        &["{}", r#"{"a":1}"#, r#"{"a":1,"b":2}"#, r#"{"A":1,"B":2,"C":3}"#],
+    );
+}
+
+#[test]
+fn not_property_names_not_pattern_needs_a_matching_key() {
+    // "Some key matches a1" and "some key matches b2", keys of 4 characters, one property.
+    check(
+        json!({"type": "object", "allOf": [
+            {"not": {"propertyNames": {"not": {"pattern": "a1"}}}},
+            {"not": {"propertyNames": {"not": {"pattern": "b2"}}}},
+            {"propertyNames": {"pattern": "^....$"}},
+            {"maxProperties": 1}
+        ]}),
+        &[r#"{"a1b2":1}"#, r#"{"b2a1":{}}"#],
+        &["{}", r#"{"a1xx":1}"#, r#"{"a1b2x":1}"#, r#"{"a1xx":1,"b2yy":2}"#],
+    );
+    // Up to four such conditions at once, over declared and undeclared keys.
+    check(
+        json!({"type": "object", "properties": {"ab": {"type": "integer"}}, "allOf": [
+            {"not": {"propertyNames": {"not": {"pattern": "a"}}}},
+            {"not": {"propertyNames": {"not": {"pattern": "b"}}}},
+            {"not": {"propertyNames": {"not": {"pattern": "c"}}}},
+            {"not": {"propertyNames": {"not": {"pattern": "d"}}}}
+        ]}),
+        &[r#"{"ab":1,"cd":2}"#, r#"{"abcd":1}"#, r#"{"ab":1,"c":2,"d":3}"#],
+        &["{}", r#"{"ab":1}"#, r#"{"ab":1,"c":2}"#, r#"{"ab":"x","cd":2}"#],
+    );
+}
+
+#[test]
+fn complement_of_a_false_pattern_property_is_a_matching_key() {
+    check(
+        json!({"type": "object", "not": {"patternProperties": {"^x": false}}}),
+        &[r#"{"x":1}"#, r#"{"a":1,"xy":2}"#],
+        &["{}", r#"{"a":1}"#, r#"{"ax":1}"#],
+    );
+    // As a condition: a key starting with x needs `y` too; no such key, `z`.
+    check(
+        json!({"type": "object",
+               "if": {"not": {"patternProperties": {"^x": false}}},
+               "then": {"required": ["y"]}, "else": {"required": ["z"]}}),
+        &[r#"{"x":1,"y":2}"#, r#"{"z":1}"#, r#"{"xa":1,"y":2,"z":3}"#],
+        &["{}", r#"{"x":1}"#, r#"{"x":1,"z":2}"#, r#"{"y":1}"#],
+    );
+}
