@@ -145,3 +145,58 @@ fn complement_of_a_false_pattern_property_is_a_matching_key() {
         &["{}", r#"{"x":1}"#, r#"{"x":1,"z":2}"#, r#"{"y":1}"#],
     );
 }
+
+#[test]
+fn multiple_of_any_decimal_divisor() {
+    check(
+        json!({"type": "integer", "multipleOf": 3}),
+        &["0", "3", "-3", "999", "123456789012"],
+        &["1", "-4", "1000", "3.0", "\"3\""],
+    );
+    check(
+        json!({"type": "number", "multipleOf": 2.5, "minimum": -10, "maximum": 10}),
+        &["0", "2.5", "-7.5", "10", "5.0", "7.50"],
+        &["1", "2.4", "12.5", "-12.5", "2.51", "0.25"],
+    );
+    check(
+        json!({"type": "number", "multipleOf": 0.01}),
+        &["1", "1.5", "1.25", "-0.07", "3.140"],
+        &["1.255", "0.001", "-0.0001"],
+    );
+}
+
+#[test]
+fn multiple_of_merged_and_negated() {
+    // allOf of two divisors: multiples of both (lcm of 6.75 and 4.5 = 13.5).
+    check(
+        json!({"allOf": [{"type": "number", "multipleOf": 6.75}, {"multipleOf": 4.5}]}),
+        &["0", "13.5", "-27", "40.50"],
+        &["6.75", "4.5", "20.25", "13.4", "13.55"],
+    );
+    // A common multiple too large to enforce is refused, naming the keyword.
+    let e = compile(&json!({"allOf": [{"multipleOf": 99991}, {"multipleOf": 99989}]}));
+    assert!(
+        matches!(&e, Err(CompileError::Unsupported { keyword, .. }) if keyword == "multipleOf"),
+        "{:?}",
+        e.err()
+    );
+    // not multipleOf: integers that are not multiples of 2, 3 or 5.
+    check(
+        json!({"type": "integer", "minimum": 1, "maximum": 50,
+               "not": {"anyOf": [{"multipleOf": 2}, {"multipleOf": 3}, {"multipleOf": 5}]}}),
+        &["1", "7", "49", "11", "13"],
+        &["2", "3", "5", "30", "0", "51", "-7"],
+    );
+    // oneOf with overlapping divisors: exactly one.
+    check(
+        json!({"type": "integer", "oneOf": [{"multipleOf": 2}, {"multipleOf": 3}]}),
+        &["2", "3", "4", "9", "-8"],
+        &["6", "12", "0", "1", "5", "-6"],
+    );
+    // Numbers: not a multiple of 0.5 includes finer fractions.
+    check(
+        json!({"type": "number", "not": {"multipleOf": 0.5}}),
+        &["0.25", "1.1", "-3.75", "0.001"],
+        &["0", "1", "1.5", "-2.50", "\"x\""],
+    );
+}

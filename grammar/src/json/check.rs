@@ -124,6 +124,20 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                 _ => Some(n.as_f64()? < num(x)),
             },
             ("multipleOf", Value::Number(n)) => is_multiple(n, x.as_number()?),
+            ("__multiples", Value::Number(n)) => {
+                let mut all = true;
+                for m in x.as_array()? {
+                    all &= is_multiple(n, m.as_number()?)?;
+                }
+                Some(all)
+            }
+            ("__not_multiple", Value::Number(n)) => {
+                let mut none = true;
+                for m in x.as_array()? {
+                    none &= !is_multiple(n, m.as_number()?)?;
+                }
+                Some(none)
+            }
             // Objects.
             ("__forbidden", Value::Object(o)) => Some(
                 !x.as_array()?
@@ -278,8 +292,11 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
             ("minContains" | "maxContains", _) => Some(true),
             // Keywords that do not apply to this value's type.
             ("minLength" | "maxLength" | "pattern" | "format", _) if !v.is_string() => Some(true),
-            ("minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" | "multipleOf", _)
-                if !v.is_number() =>
+            (
+                "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" | "multipleOf"
+                | "__multiples" | "__not_multiple",
+                _,
+            ) if !v.is_number() =>
             {
                 Some(true)
             }

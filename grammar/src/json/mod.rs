@@ -8,6 +8,7 @@
 
 mod check;
 mod formats;
+mod multiple;
 mod norm;
 mod normalized;
 mod object;
@@ -193,6 +194,8 @@ pub(crate) const CONSTRAINTS: &[&str] = &[
     "__patterns",
     "__has_other",
     "__fraction",
+    "__multiples",
+    "__not_multiple",
 ];
 
 /// True for keywords that carry no constraint.

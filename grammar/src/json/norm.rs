@@ -135,8 +135,10 @@ impl JsonCompiler<'_> {
                 }
                 // Two patterns: both must match (intersected when compiled).
                 "pattern" => push_all(&mut out, "__patterns", std::slice::from_ref(bv)),
+                // Two divisors: a multiple of both (the remainder automaton takes a list).
+                "multipleOf" => push_all(&mut out, "__multiples", std::slice::from_ref(bv)),
                 "required" | "__forbidden" | "__not_enum" | "__not_pattern" | "__patterns"
-                | "__has_other" => {
+                | "__has_other" | "__multiples" | "__not_multiple" => {
                     let mut r = av.as_array().cloned().unwrap_or_default();
                     for x in bv.as_array().into_iter().flatten() {
                         if !r.contains(x) {
@@ -561,6 +563,19 @@ impl JsonCompiler<'_> {
                     }
                 },
                 "__fraction" => alts.push(json!({"type": "integer"})),
+                "multipleOf" if v.is_number() => {
+                    alts.push(json!({"type": "number", "__not_multiple": [v]}))
+                }
+                "__multiples" => {
+                    for d in v.as_array().into_iter().flatten() {
+                        alts.push(json!({"type": "number", "__not_multiple": [d]}));
+                    }
+                }
+                "__not_multiple" => {
+                    for d in v.as_array().into_iter().flatten() {
+                        alts.push(json!({"type": "number", "multipleOf": d}));
+                    }
+                }
                 // Pattern schemas that accept every value have no complement to add.
                 "patternProperties" => {
                     for (pk, pv) in v.as_object().into_iter().flatten() {

@@ -5,11 +5,21 @@ use serde_json::{Map, Value};
 use super::formats::{dec_ge, dec_le, format_regex, int_range, number_range, Dec};
 use super::JsonCompiler;
 use crate::nfa::StateId;
-use crate::regex::{emit_hir, emit_hir_len, emit_intersection, parse, Escape, Flavor};
+use crate::regex::{
+    emit_hir, emit_hir_len, emit_intersection, emit_intersection_with, parse, Escape, Flavor,
+};
 use crate::CompileError;
 
 /// Bounded repetitions longer than this are refused (they would not be enforced cheaply).
 const MAX_COUNT: u64 = 4096;
+
+/// `k` when `m` is exactly 10^k.
+fn power_of_ten(m: &serde_json::Number) -> Option<i32> {
+    let (mm, e) = super::check::decimal(m)?;
+    let t = mm.to_string();
+    (mm > 0 && t.trim_start_matches('1').len() == t.len() - 1 && t[1..].bytes().all(|c| c == b'0'))
+        .then(|| e + t.len() as i32 - 1)
+}
 
 /// A numeric bound: `(value, inclusive)`.
 type Bound = Option<(f64, bool)>;
@@ -80,23 +90,14 @@ impl JsonCompiler<'_> {
         s: &Map<String, Value>,
         ptr: &str,
     ) -> Result<StateId, CompileError> {
-        if let Some(m) = s.get("multipleOf").and_then(|m| m.as_number()) {
-            // Every integer is a multiple of 10^-k (k >= 0).
-            let unit = super::check::decimal(m).is_some_and(|(mm, e)| {
-                mm > 0
-                    && mm
-                        .to_string()
-                        .trim_start_matches('1')
-                        .bytes()
-                        .all(|c| c == b'0')
-                    && e + mm.to_string().len() as i32 - 1 <= 0
-            });
-            if !unit {
-                self.unsupported(
-                    "multipleOf",
-                    ptr,
-                    "only multipleOf 10^-k is enforced on integers",
-                )?;
+        // Every integer is a multiple of 10^-k (k >= 0); other divisors (and excluded
+        // ones) take the remainder automaton.
+        let (pos, neg) = super::multiple::divisors(s);
+        let mut residue = None;
+        if !neg.is_empty() || pos.iter().any(|m| power_of_ten(m).is_none_or(|k| k > 0)) {
+            match super::multiple::Residue::new(&pos, &neg) {
+                Ok(r) => residue = Some(r),
+                Err(e) => self.unsupported("multipleOf", ptr, &e)?,
             }
         }
         let (lo, hi) = Self::bounds(s);
@@ -123,7 +124,44 @@ impl JsonCompiler<'_> {
             }),
         };
         let re = int_range(lo_i, hi_i);
-        self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr)
+        match residue {
+            Some(r) => self.emit_residue(from, &[re], &r, ptr),
+            None => self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr),
+        }
+    }
+
+    /// The intersection of number regexes with a `multipleOf` remainder automaton.
+    fn emit_residue(
+        &mut self,
+        from: StateId,
+        res: &[String],
+        r: &super::multiple::Residue,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
+        let mut hirs = Vec::new();
+        for re in res {
+            hirs.push(
+                parse(re, Flavor::FullMatch).map_err(|e| CompileError::Regex {
+                    pattern: re.clone(),
+                    reason: e,
+                })?,
+            );
+        }
+        emit_intersection_with(self.b, from, &hirs, Some(r), Escape::Raw).map_err(|e| {
+            if e.contains("too many states") {
+                CompileError::TooLarge {
+                    states: self.b.states.len(),
+                }
+            } else if e.contains("deadline") {
+                CompileError::Timeout
+            } else {
+                CompileError::Unsupported {
+                    keyword: "multipleOf".into(),
+                    pointer: ptr.into(),
+                    reason: e,
+                }
+            }
+        })
     }
 
     pub(crate) fn number_plain(&mut self, from: StateId) -> Result<StateId, CompileError> {
@@ -143,11 +181,21 @@ impl JsonCompiler<'_> {
         s: &Map<String, Value>,
         ptr: &str,
     ) -> Result<StateId, CompileError> {
-        let mult = s.get("multipleOf").and_then(|m| m.as_number()).cloned();
+        let (pos, neg) = super::multiple::divisors(s);
+        // One divisor 10^-k (k >= 0) is a regex; anything else the remainder automaton.
+        let mut mult = pos.first().cloned();
+        let mut residue = None;
+        if !neg.is_empty() || pos.len() > 1 || mult.as_ref().is_some_and(|m| power_of_ten(m).is_none_or(|k| k > 0)) {
+            mult = None;
+            match super::multiple::Residue::new(&pos, &neg) {
+                Ok(r) => residue = Some(r),
+                Err(e) => self.unsupported("multipleOf", ptr, &e)?,
+            }
+        }
         let (lo, hi) = Self::bounds(s);
         // `not: {type: integer}` on numbers: a nonzero digit after the point (no exponent).
         let fraction = s.get("__fraction") == Some(&Value::Bool(true));
-        if lo.is_none() && hi.is_none() && mult.is_none() && !fraction {
+        if lo.is_none() && hi.is_none() && mult.is_none() && !fraction && residue.is_none() {
             return self.number_plain(from);
         }
         let as_int = |b: Option<(f64, bool)>| -> Option<Option<(i64, bool)>> {
@@ -157,7 +205,7 @@ impl JsonCompiler<'_> {
                 Some(_) => None,
             }
         };
-        if mult.is_none() && !fraction {
+        if mult.is_none() && !fraction && residue.is_none() {
             if let (Some(l), Some(h)) = (as_int(lo), as_int(hi)) {
                 let re = number_range(l, h);
                 return self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr);
@@ -227,6 +275,9 @@ impl JsonCompiler<'_> {
                 }
                 None => return self.nothing(),
             }
+        }
+        if let Some(r) = &residue {
+            return self.emit_residue(from, &res, r, ptr);
         }
         let mut hirs = Vec::new();
         for re in &res {
