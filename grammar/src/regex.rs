@@ -207,7 +207,7 @@ pub(crate) fn emit_hir(
 }
 
 /// Largest product (regex states × character counts) [`emit_hir_len`] builds.
-const MAX_PRODUCT: usize = 60_000;
+const MAX_PRODUCT: usize = 300_000;
 
 /// Like [`emit_hir`], but only texts of `min..=max` characters (code points) match: the
 /// product of the regex automaton with a character counter (exact).

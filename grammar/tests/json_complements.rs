@@ -37,7 +37,12 @@ fn check(schema: serde_json::Value, valid: &[&str], invalid: &[&str]) {
 fn not_property_names_pattern_needs_a_key_outside_it() {
     check(
         json!({"type": "object", "not": {"propertyNames": {"pattern": "^[a-z]+$"}}}),
-        &[r#"{"A":1}"#, r#"{"a":1,"B1":2}"#, r#"{"":0}"#, r#"{"a b":null}"#],
+        &[
+            r#"{"A":1}"#,
+            r#"{"a":1,"B1":2}"#,
+            r#"{"":0}"#,
+            r#"{"a b":null}"#,
+        ],
         &["{}", r#"{"a":1}"#, r#"{"abc":1,"d":2}"#, "1", "\"A\""],
     );
 }
@@ -99,7 +104,12 @@ fn one_of_with_property_names_branches() {
             {"maxProperties": 2}
         ]}),
         &[r#"{"a":1,"b":2,"c":3}"#, r#"{"A":1}"#, r#"{"A":1,"b":2}"#],
-        &["{}", r#"{"a":1}"#, r#"{"a":1,"b":2}"#, r#"{"A":1,"B":2,"C":3}"#],
+        &[
+            "{}",
+            r#"{"a":1}"#,
+            r#"{"a":1,"b":2}"#,
+            r#"{"A":1,"B":2,"C":3}"#,
+        ],
     );
 }
 
@@ -114,7 +124,12 @@ fn not_property_names_not_pattern_needs_a_matching_key() {
             {"maxProperties": 1}
         ]}),
         &[r#"{"a1b2":1}"#, r#"{"b2a1":{}}"#],
-        &["{}", r#"{"a1xx":1}"#, r#"{"a1b2x":1}"#, r#"{"a1xx":1,"b2yy":2}"#],
+        &[
+            "{}",
+            r#"{"a1xx":1}"#,
+            r#"{"a1b2x":1}"#,
+            r#"{"a1xx":1,"b2yy":2}"#,
+        ],
     );
     // Up to four such conditions at once, over declared and undeclared keys.
     check(
@@ -124,8 +139,17 @@ fn not_property_names_not_pattern_needs_a_matching_key() {
             {"not": {"propertyNames": {"not": {"pattern": "c"}}}},
             {"not": {"propertyNames": {"not": {"pattern": "d"}}}}
         ]}),
-        &[r#"{"ab":1,"cd":2}"#, r#"{"abcd":1}"#, r#"{"ab":1,"c":2,"d":3}"#],
-        &["{}", r#"{"ab":1}"#, r#"{"ab":1,"c":2}"#, r#"{"ab":"x","cd":2}"#],
+        &[
+            r#"{"ab":1,"cd":2}"#,
+            r#"{"abcd":1}"#,
+            r#"{"ab":1,"c":2,"d":3}"#,
+        ],
+        &[
+            "{}",
+            r#"{"ab":1}"#,
+            r#"{"ab":1,"c":2}"#,
+            r#"{"ab":"x","cd":2}"#,
+        ],
     );
 }
 
@@ -198,5 +222,54 @@ fn multiple_of_merged_and_negated() {
         json!({"type": "number", "not": {"multipleOf": 0.5}}),
         &["0.25", "1.1", "-3.75", "0.001"],
         &["0", "1", "1.5", "-2.50", "\"x\""],
+    );
+}
+
+#[test]
+fn one_of_with_exact_and_unknown_formats() {
+    // ipv4 and uuid are enforced exactly, so their complements are exact.
+    check(
+        json!({"type": "string", "oneOf": [{"format": "ipv4"}, {"pattern": "^1"}]}),
+        &["\"10\"", "\"1x\"", "\"2.3.4.5\"", "\"255.255.255.255\""],
+        &["\"1.2.3.4\"", "\"100.0.0.1\"", "\"x\"", "\"256.1.1.1\""],
+    );
+    check(
+        json!({"type": "string", "oneOf": [{"format": "uuid"}, {"pattern": "^[0-9a-f-]+$"}]}),
+        &["\"0-1\"", "\"ABCDEF01-2345-6789-ABCD-EF0123456789\""],
+        &["\"abcdef01-2345-6789-abcd-ef0123456789\"", "\"xyz\""],
+    );
+    // An unknown format is an annotation: it has nothing to negate.
+    check(
+        json!({"type": "string", "oneOf": [{"maxLength": 0}, {"format": "html-selector", "minLength": 1}]}),
+        &["\"\"", "\"a\"", "\"div > p\""],
+        &["1"],
+    );
+    // date-time is enforced stricter than RFC 3339 (no leap second): never negated.
+    let e = compile(&json!({"type": "string",
+        "oneOf": [{"format": "date-time"}, {"pattern": "^2"}]}));
+    assert!(
+        matches!(&e, Err(CompileError::Unsupported { keyword, .. }) if keyword == "oneOf"),
+        "{:?}",
+        e.err()
+    );
+}
+
+#[test]
+fn excluded_strings_beside_format_and_length() {
+    check(
+        json!({"type": "string", "format": "ipv4", "not": {"enum": ["0.0.0.0", "127.0.0.1"]}}),
+        &["\"1.2.3.4\"", "\"127.0.0.2\"", "\"0.0.0.1\""],
+        &["\"0.0.0.0\"", "\"127.0.0.1\"", "\"1.2.3\"", "\"x\""],
+    );
+    check(
+        json!({"type": "string", "minLength": 2, "maxLength": 3, "not": {"enum": ["ab", "xyz"]}}),
+        &["\"ac\"", "\"xy\"", "\"éèà\"", "\"a\\nb\""],
+        &["\"ab\"", "\"xyz\"", "\"a\"", "\"abcd\"", "\"\""],
+    );
+    check(
+        json!({"type": "string", "pattern": "^[a-z]+$", "maxLength": 4,
+               "not": {"pattern": "^x"}}),
+        &["\"a\"", "\"abcd\"", "\"yx\""],
+        &["\"x\"", "\"xa\"", "\"abcde\"", "\"A\"", "\"\""],
     );
 }

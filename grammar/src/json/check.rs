@@ -296,10 +296,7 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                 "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" | "multipleOf"
                 | "__multiples" | "__not_multiple",
                 _,
-            ) if !v.is_number() =>
-            {
-                Some(true)
-            }
+            ) if !v.is_number() => Some(true),
             (
                 "properties"
                 | "required"

@@ -8,6 +8,7 @@
 
 mod check;
 mod formats;
+mod keys;
 mod multiple;
 mod norm;
 mod normalized;
@@ -53,6 +54,8 @@ pub(crate) struct JsonCompiler<'a> {
     unnegatable: Option<String>,
     /// Rules of schemas that merge a recursive `$ref` with other keywords, by schema text.
     merge_rules: HashMap<String, RuleId>,
+    /// Rules of large length-bounded regexes (regex, min, max), built once and called.
+    pub(crate) len_rules: HashMap<(String, u64, Option<u64>), RuleId>,
 }
 
 /// Most NFA states a JSON Schema may compile to (the post-passes are not interruptible).
@@ -83,6 +86,7 @@ pub(crate) fn compile(
         any_order_cost: 0,
         unnegatable: None,
         merge_rules: HashMap::new(),
+        len_rules: HashMap::new(),
     };
     let r = c.b.rules[root_rule as usize];
     c.inlining.push("#".to_string());

@@ -28,7 +28,9 @@ pub(crate) struct Residue {
 
 /// The divisors of `multipleOf`, `__multiples` and `__not_multiple` in `s`: (must be a
 /// multiple of each, must be a multiple of none).
-pub(super) fn divisors(s: &Map<String, Value>) -> (Vec<serde_json::Number>, Vec<serde_json::Number>) {
+pub(super) fn divisors(
+    s: &Map<String, Value>,
+) -> (Vec<serde_json::Number>, Vec<serde_json::Number>) {
     let list = |v: Option<&Value>| -> Vec<serde_json::Number> {
         v.and_then(|x| x.as_array())
             .into_iter()
@@ -172,7 +174,9 @@ mod tests {
 
     #[test]
     fn agrees_with_exact_division() {
-        let divisors = ["2", "3", "7", "0.5", "2.5", "0.01", "1.25", "13.5", "6.75", "10"];
+        let divisors = [
+            "2", "3", "7", "0.5", "2.5", "0.01", "1.25", "13.5", "6.75", "10",
+        ];
         let values: Vec<String> = (-300i64..300)
             .flat_map(|i| {
                 [

@@ -457,6 +457,20 @@ impl JsonCompiler<'_> {
                 }
                 "__not_enum" => alts.push(json!({ "enum": v.clone() })),
                 "pattern" => alts.push(json!({"type": "string", "__not_pattern": [v]})),
+                // Unknown formats are annotations (nothing to negate); formats enforced
+                // exactly as their RFC defines them are negated through their regex. The
+                // others are enforced stricter than the spec, so their complement would be
+                // looser: refused.
+                "format" => match v.as_str().map(|f| (f, super::formats::format_regex(f))) {
+                    Some((_, Some(re))) if re.is_empty() => {}
+                    Some(("ipv4" | "ipv6" | "uuid" | "date", Some(re))) => alts.push(json!({
+                        "type": "string", "__not_pattern": [format!("^(?:{re})$")]
+                    })),
+                    _ => {
+                        self.unnegatable = Some(k.clone());
+                        return Ok(None);
+                    }
+                },
                 "__patterns" => {
                     for p in v.as_array().into_iter().flatten() {
                         alts.push(json!({"type": "string", "__not_pattern": [p]}));
@@ -597,7 +611,12 @@ impl JsonCompiler<'_> {
                     for c in v.as_array().into_iter().flatten() {
                         if c.get("match") == Some(&Value::Bool(true)) {
                             let mut pp = serde_json::Map::new();
-                            for p in c.get("patterns").and_then(|k| k.as_array()).into_iter().flatten() {
+                            for p in c
+                                .get("patterns")
+                                .and_then(|k| k.as_array())
+                                .into_iter()
+                                .flatten()
+                            {
                                 if let Some(p) = p.as_str() {
                                     pp.insert(p.to_string(), Value::Bool(false));
                                 }
@@ -711,13 +730,9 @@ impl JsonCompiler<'_> {
         use serde_json::json;
         let some_key = || json!({"type": "object", "minProperties": 1});
         // A key that is none of `keys` and matches none of `patterns`.
-        let other = |keys: Vec<Value>, patterns: Vec<Value>| {
-            json!({"type": "object", "__has_other": [{"keys": keys, "patterns": patterns}]})
-        };
+        let other = |keys: Vec<Value>, patterns: Vec<Value>| json!({"type": "object", "__has_other": [{"keys": keys, "patterns": patterns}]});
         // A key matching a pattern.
-        let matching = |p: Value| {
-            json!({"type": "object", "__has_other": [{"keys": [], "patterns": [p], "match": true}]})
-        };
+        let matching = |p: Value| json!({"type": "object", "__has_other": [{"keys": [], "patterns": [p], "match": true}]});
         let m = match v {
             Value::Bool(true) => return Ok(Some(Vec::new())),
             Value::Bool(false) => return Ok(Some(vec![some_key()])),

@@ -185,7 +185,12 @@ impl JsonCompiler<'_> {
         // One divisor 10^-k (k >= 0) is a regex; anything else the remainder automaton.
         let mut mult = pos.first().cloned();
         let mut residue = None;
-        if !neg.is_empty() || pos.len() > 1 || mult.as_ref().is_some_and(|m| power_of_ten(m).is_none_or(|k| k > 0)) {
+        if !neg.is_empty()
+            || pos.len() > 1
+            || mult
+                .as_ref()
+                .is_some_and(|m| power_of_ten(m).is_none_or(|k| k > 0))
+        {
             mult = None;
             match super::multiple::Residue::new(&pos, &neg) {
                 Ok(r) => residue = Some(r),
@@ -383,16 +388,48 @@ impl JsonCompiler<'_> {
             .map(|e| e.iter().filter_map(|x| x.as_str()).collect())
             .unwrap_or_default();
         if !excluded.is_empty() || !not_patterns.is_empty() {
-            // Key automaton: excluded spellings, then pattern i (bit i): the pattern itself
-            // (if any) must match, none of the excluded patterns may.
-            let pos = res.iter().all(|r| r.0 == "pattern") && min == 0 && max.is_none();
-            if pos && not_patterns.len() + res.len() < 24 {
-                // Every positive pattern (all of `res` here) must match.
-                let mut pats: Vec<&str> = res.iter().map(|r| r.1.as_str()).collect();
+            // Key automaton: excluded spellings, then pattern i (bit i): the patterns, the
+            // format (anchored) and the length bounds must match, none of the excluded
+            // patterns may.
+            let mut positive: Vec<String> = res
+                .iter()
+                .map(|(_, re, flavor)| match flavor {
+                    Flavor::FullMatch => format!("^(?:{re})$"),
+                    Flavor::EcmaSearch => re.clone(),
+                })
+                .collect();
+            if min > 0 || max.is_some() {
+                let lo = min.min(MAX_COUNT);
+                positive.push(match max {
+                    Some(hi) => format!("^[\\s\\S]{{{lo},{}}}$", hi.min(MAX_COUNT)),
+                    None => format!("^[\\s\\S]{{{lo},}}$"),
+                });
+            }
+            if min > MAX_COUNT {
+                self.unsupported(
+                    "minLength",
+                    ptr,
+                    &format!("length bounds above {MAX_COUNT} are not enforced"),
+                )?;
+            }
+            if not_patterns.len() + positive.len() < 24 {
+                // Every positive pattern must match.
+                let mut pats: Vec<&str> = positive.iter().map(|r| r.as_str()).collect();
                 let first_not = pats.len();
                 let pos_mask: u32 = (1u32 << first_not) - 1;
                 pats.extend(not_patterns.iter().copied());
-                let exits = self.other_key(from, &excluded, &pats, true, ptr)?;
+                let exits =
+                    self.other_key(from, &excluded, &pats, true, ptr)
+                        .map_err(|e| match e {
+                            CompileError::Unsupported { reason, .. } => CompileError::Unsupported {
+                                keyword: "not".into(),
+                                pointer: ptr.into(),
+                                reason: format!(
+                                    "excluded strings beside other string keywords: {reason}"
+                                ),
+                            },
+                            other => other,
+                        })?;
                 let exit = self.b.state()?;
                 for (set, e) in exits {
                     let has_pos = set & pos_mask == pos_mask;
@@ -454,26 +491,50 @@ impl JsonCompiler<'_> {
             let lmin = if min_chars >= min { 0 } else { min };
             let lmax = max.filter(|m| max_bytes.is_none_or(|x| x > *m));
             let a = self.b.lit(from, b"\"")?;
-            let e = emit_hir_len(self.b, a, &hir, Escape::JsonString, lmin, lmax).map_err(|e| {
-                if e.contains("too many states") {
-                    CompileError::TooLarge {
-                        states: self.b.states.len(),
-                    }
-                } else if e.contains("deadline") {
-                    CompileError::Timeout
-                } else {
-                    CompileError::Unsupported {
-                        keyword: if lmin > 0 || lmax.is_some() {
-                            "maxLength"
-                        } else {
-                            kw
+            // A large product (length bounds on a big regex, e.g. `email` with
+            // `maxLength`) is built once per schema as a rule and called.
+            let key = (re.clone(), lmin, lmax);
+            if let Some(&r) = self.len_rules.get(&key) {
+                let e = self.b.call(a, r)?;
+                return self.b.lit(e, b"\"");
+            }
+            let large = lmax.unwrap_or(lmin) > 64;
+            let (start, rule) = if large {
+                let r = self.b.new_rule()?;
+                (self.b.rules[r as usize].start, Some(r))
+            } else {
+                (a, None)
+            };
+            let e =
+                emit_hir_len(self.b, start, &hir, Escape::JsonString, lmin, lmax).map_err(|e| {
+                    if e.contains("too many states") {
+                        CompileError::TooLarge {
+                            states: self.b.states.len(),
                         }
-                        .into(),
-                        pointer: ptr.into(),
-                        reason: format!("{re:?}: {e}"),
+                    } else if e.contains("deadline") {
+                        CompileError::Timeout
+                    } else {
+                        CompileError::Unsupported {
+                            keyword: if lmin > 0 || lmax.is_some() {
+                                "maxLength"
+                            } else {
+                                kw
+                            }
+                            .into(),
+                            pointer: ptr.into(),
+                            reason: format!("{re:?}: {e}"),
+                        }
                     }
+                })?;
+            let e = match rule {
+                Some(r) => {
+                    let end = self.b.rules[r as usize].end;
+                    self.b.eps(e, end);
+                    self.len_rules.insert(key, r);
+                    self.b.call(a, r)?
                 }
-            })?;
+                None => e,
+            };
             return self.b.lit(e, b"\"");
         }
         if min > MAX_COUNT {
