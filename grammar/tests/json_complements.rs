@@ -273,3 +273,77 @@ fn excluded_strings_beside_format_and_length() {
         &["\"x\"", "\"xa\"", "\"abcde\"", "\"A\"", "\"\""],
     );
 }
+
+#[test]
+fn not_pattern_properties_needs_a_matching_key_with_a_value_outside() {
+    check(
+        json!({"type": "object", "not": {"patternProperties": {"^a": {"type": "integer"}}}}),
+        &[
+            r#"{"a":"x"}"#,
+            r#"{"b":1,"ab":null}"#,
+            r#"{"a1":1,"a2":[]}"#,
+        ],
+        &[
+            "{}",
+            r#"{"a":1}"#,
+            r#"{"b":"x"}"#,
+            r#"{"a1":1,"a2":2,"c":"s"}"#,
+        ],
+    );
+    // Declared keys are witnesses too.
+    check(
+        json!({"properties": {"ax": {"type": ["integer", "string"]}, "b": {}},
+               "additionalProperties": false,
+               "not": {"patternProperties": {"^a": {"type": "integer"}}}}),
+        &[r#"{"ax":"s"}"#, r#"{"ax":"s","b":1}"#],
+        &["{}", r#"{"ax":1}"#, r#"{"b":"s"}"#, r#"{"ax":1,"b":"s"}"#],
+    );
+}
+
+#[test]
+fn one_of_pattern_properties_branches() {
+    // Branch 0: a-keys hold multiples of 10 up to 35; branch 1: up to 40.
+    check(
+        json!({"type": "object", "oneOf": [
+            {"patternProperties": {"a": {"multipleOf": 10, "maximum": 35}}},
+            {"patternProperties": {"a": {"multipleOf": 10, "maximum": 40}}}
+        ]}),
+        &[r#"{"a":40}"#, r#"{"xa":40,"b":1}"#, r#"{"a":10,"ba":40}"#],
+        &[
+            "{}",
+            r#"{"a":30}"#,
+            r#"{"a":50}"#,
+            r#"{"b":1}"#,
+            r#"{"a":15}"#,
+        ],
+    );
+}
+
+#[test]
+fn required_key_taken_by_a_pattern_gets_the_patterns_schema() {
+    check(
+        json!({"patternProperties": {"^[0-9]$": {"type": "array"}},
+               "additionalProperties": false, "required": ["1"]}),
+        &[r#"{"1":[]}"#, r#"{"1":[1],"2":[]}"#],
+        &["{}", r#"{"1":1}"#, r#"{"1":[],"a":[]}"#],
+    );
+    check(
+        json!({"patternProperties": {"^[0-9]$": {"type": "array"}},
+               "additionalProperties": {"type": "string"}, "required": ["1"]}),
+        &[r#"{"1":[]}"#, r#"{"1":[],"a":"s"}"#],
+        &["{}", r#"{"1":"s"}"#, r#"{"1":[],"a":[]}"#],
+    );
+    // Some key among the names (complement of propertyNames: not enum), closed object.
+    check(
+        json!({"type": "object", "patternProperties": {"^[0-9]$": {"type": "array", "minItems": 2}},
+               "additionalProperties": false, "maxProperties": 2,
+               "not": {"anyOf": [{"propertyNames": {"not": {"enum": ["1", "3"]}}},
+                                 {"propertyNames": {"not": {"enum": ["2", "3"]}}}]}}),
+        &[r#"{"1":[1,2],"2":[3,4]}"#, r#"{"3":[1,2]}"#],
+        &[
+            r#"{"1":[1,2]}"#,
+            r#"{"A":[1,2],"2":[3,4]}"#,
+            r#"{"1":[1],"2":[3,4]}"#,
+        ],
+    );
+}

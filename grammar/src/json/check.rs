@@ -152,11 +152,15 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                     let keys = c.get("keys")?.as_array()?;
                     let pats = c.get("patterns")?.as_array()?;
                     let positive = c.get("match") == Some(&Value::Bool(true));
+                    let value = c.get("value").filter(|_| positive);
                     let mut found = false;
-                    for k in o.keys() {
+                    for (k, kv) in o {
                         let mut listed = keys.iter().any(|x| x.as_str() == Some(k.as_str()));
                         for p in pats {
                             listed |= regex_full_match(p.as_str()?, Flavor::EcmaSearch, k)?;
+                        }
+                        if let (true, Some(vs)) = (listed, value) {
+                            listed = check_schema(kv, vs)?;
                         }
                         found |= listed == positive;
                     }

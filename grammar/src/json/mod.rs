@@ -10,8 +10,10 @@ mod check;
 mod formats;
 mod keys;
 mod multiple;
+mod negate;
 mod norm;
 mod normalized;
+mod numbers;
 mod object;
 mod types;
 

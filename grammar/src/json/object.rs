@@ -83,6 +83,12 @@ impl JsonCompiler<'_> {
         }
         for r in &required {
             if !props.contains_key(r) {
+                // A key a pattern takes gets the pattern's schema (merged below), never
+                // `additionalProperties`.
+                if matchers.iter().any(|re| re.is_match(r.as_str())) {
+                    items.push((r.clone(), Value::Bool(true), true));
+                    continue;
+                }
                 match &additional {
                     Some(a) => items.push((r.clone(), a.clone(), true)),
                     None if s.get("additionalProperties") == Some(&Value::Bool(false)) => {
@@ -121,7 +127,7 @@ impl JsonCompiler<'_> {
         }
         let conds: Vec<KeyCond> = conds.into_iter().take(MAX_CONDS).collect();
         let mut cond_res: Vec<Vec<regex_automata::meta::Regex>> = Vec::new();
-        for (keys, pats, _) in &conds {
+        for (keys, pats, _, _) in &conds {
             let mut res = Vec::new();
             for p in pats {
                 res.push(full_match_regex(p).map_err(|e| CompileError::Unsupported {
@@ -142,18 +148,34 @@ impl JsonCompiler<'_> {
                 }
             }
         }
-        // Which conditions writing each declared key satisfies.
+        // Which key-only conditions writing each declared key satisfies, and which value
+        // conditions (a listed key whose value is in a schema) it may satisfy.
+        let listed = |i: usize, k: &str| {
+            conds[i].0.iter().any(|x| x == k) || cond_res[i].iter().any(|re| re.is_match(k))
+        };
         let witness_bits = |k: &str| -> u8 {
             let mut bits = 0u8;
-            for (i, (keys, _, positive)) in conds.iter().enumerate() {
-                let listed =
-                    keys.iter().any(|x| x == k) || cond_res[i].iter().any(|re| re.is_match(k));
-                if listed == *positive {
+            for (i, c) in conds.iter().enumerate() {
+                if c.3.is_none() && listed(i, k) == c.2 {
                     bits |= 1 << i;
                 }
             }
             bits
         };
+        let value_bits = |k: &str| -> u8 {
+            let mut bits = 0u8;
+            for (i, c) in conds.iter().enumerate() {
+                if c.3.is_some() && listed(i, k) {
+                    bits |= 1 << i;
+                }
+            }
+            bits
+        };
+        let all_value_bits: u8 = conds
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.3.is_some())
+            .fold(0, |a, (i, _)| a | 1 << i);
         let nw = 1usize << conds.len();
         let full_w = (nw - 1) as u8;
         // A declared key that matches a pattern must satisfy both schemas.
@@ -302,7 +324,7 @@ impl JsonCompiler<'_> {
             pats.extend(name_neg.iter().map(|p| p.as_str()));
             let any = additional.is_some() || pats.len() > n_pp;
             let mut cond_masks = Vec::new();
-            for (_, cp, _) in &conds {
+            for (_, cp, _, _) in &conds {
                 let lo = pats.len();
                 pats.extend(cp.iter().map(|p| p.as_str()));
                 cond_masks.push(((1u64 << pats.len()) - (1u64 << lo)) as u32);
@@ -328,22 +350,27 @@ impl JsonCompiler<'_> {
                     if set & pos_mask != pos_mask || set & neg_mask != 0 {
                         continue;
                     }
+                    // Key-only conditions follow from the key; value conditions whose
+                    // pattern the key matches are met when the value is in their schema.
                     let mut wb = 0u8;
+                    let mut applicable = 0u8;
                     for (i, m) in cond_masks.iter().enumerate() {
-                        if (set & m != 0) == conds[i].2 {
+                        if conds[i].3.is_some() {
+                            if set & m != 0 {
+                                applicable |= 1 << i;
+                            }
+                        } else if (set & m != 0) == conds[i].2 {
                             wb |= 1 << i;
                         }
                     }
-                    if wb != want {
+                    let sub = want & all_value_bits;
+                    if want & !all_value_bits != wb || sub & !applicable != 0 {
                         continue;
                     }
                     let set = set & ((1u32 << n_pp) - 1);
-                    let k = self.punct(exit, b':')?;
-                    let e = if set == 0 {
+                    let (mut schema, vptr) = if set == 0 {
                         match &additional {
-                            Some(add) => {
-                                self.value(k, add, &format!("{ptr}/additionalProperties"))?
-                            }
+                            Some(add) => (add.clone(), format!("{ptr}/additionalProperties")),
                             None => continue,
                         }
                     } else {
@@ -354,8 +381,15 @@ impl JsonCompiler<'_> {
                                 schema = self.merge_schemas(&schema, v, &pptr, 0)?;
                             }
                         }
-                        self.value(k, &schema, &pptr)?
+                        (schema, pptr)
                     };
+                    for (i, c) in conds.iter().enumerate() {
+                        if let (true, Some(vs)) = (sub >> i & 1 == 1, &c.3) {
+                            schema = self.merge_schemas(&schema, vs, &vptr, 0)?;
+                        }
+                    }
+                    let k = self.punct(exit, b':')?;
+                    let e = self.value(k, &schema, &vptr)?;
                     self.b.eps(e, rr.end);
                     used = true;
                 }
@@ -365,14 +399,21 @@ impl JsonCompiler<'_> {
             }
         }
         let item_bits: Vec<u8> = items.iter().map(|i| witness_bits(&i.0)).collect();
-        if let Some(close) = self.any_order(
-            open,
-            &items,
-            &item_bits,
-            &extras,
-            (cap, exact, min_count, full_w),
-            ptr,
-        )? {
+        let item_value_bits: Vec<u8> = items.iter().map(|i| value_bits(&i.0)).collect();
+        // Value conditions make a key's witness bits depend on its value: schema order only.
+        let any_order = if all_value_bits == 0 {
+            self.any_order(
+                open,
+                &items,
+                &item_bits,
+                &extras,
+                (cap, exact, min_count, full_w),
+                ptr,
+            )?
+        } else {
+            None
+        };
+        if let Some(close) = any_order {
             let c = self.ws(close)?;
             return self.b.lit(c, b"}");
         }
@@ -439,7 +480,7 @@ impl JsonCompiler<'_> {
             Ok(())
         };
         let share = tracks_n > 2;
-        for ((k, v, req), &bits) in items.iter().zip(&item_bits) {
+        for (((k, v, req), &bits), &vbits) in items.iter().zip(&item_bits).zip(&item_value_bits) {
             gap(self, &mut tracks)?;
             let key = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
             let vptr = format!(
@@ -487,6 +528,31 @@ impl JsonCompiler<'_> {
                             }
                         };
                         self.b.eps(e, a);
+                        // The same key with its value in value conditions' schemas.
+                        let mut sub = vbits;
+                        while sub != 0 {
+                            let mut schema = v.clone();
+                            for (i, cnd) in conds.iter().enumerate() {
+                                if let (true, Some(vs)) = (sub >> i & 1 == 1, &cnd.3) {
+                                    schema = self.merge_schemas(&schema, vs, &vptr, 0)?;
+                                }
+                            }
+                            let s = if c > 0 { self.punct(t, b',')? } else { t };
+                            let s = self.b.lit(s, key.as_bytes())?;
+                            let s = self.punct(s, b':')?;
+                            let e = self.value(s, &schema, &vptr)?;
+                            let j = idx(c2, w | bits | sub);
+                            let a = match new[j] {
+                                Some(a) => a,
+                                None => {
+                                    let a = self.b.state()?;
+                                    new[j] = Some(a);
+                                    a
+                                }
+                            };
+                            self.b.eps(e, a);
+                            sub = (sub - 1) & vbits;
+                        }
                     }
                 }
             }
@@ -641,8 +707,9 @@ fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, String> {
         .map_err(|e| e.to_string())
 }
 
-/// One `__has_other` condition: (names, patterns, positive).
-type KeyCond = (Vec<String>, Vec<String>, bool);
+/// One `__has_other` condition: (names, patterns, positive, value schema). With a value
+/// schema (positive only), a listed key whose value is in that schema.
+type KeyCond = (Vec<String>, Vec<String>, bool, Option<Value>);
 
 /// The `__has_other` conditions of an object schema, each asking for a key that is none of
 /// the names and matches none of the patterns (or, when `positive` — `"match": true` —
@@ -664,7 +731,13 @@ fn has_other_conditions(s: &Map<String, Value>) -> Vec<KeyCond> {
                 .iter()
                 .map(|c| {
                     let positive = c.get("match") == Some(&Value::Bool(true));
-                    (strs(c.get("keys")), strs(c.get("patterns")), positive)
+                    let value = c.get("value").filter(|_| positive).cloned();
+                    (
+                        strs(c.get("keys")),
+                        strs(c.get("patterns")),
+                        positive,
+                        value,
+                    )
                 })
                 .collect()
         })
