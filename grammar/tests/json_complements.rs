@@ -347,3 +347,31 @@ fn required_key_taken_by_a_pattern_gets_the_patterns_schema() {
         ],
     );
 }
+
+#[test]
+fn two_contains_in_all_of_need_an_item_for_each() {
+    check(
+        json!({"type": "array", "allOf": [
+            {"contains": {"type": "integer", "minimum": 10}},
+            {"contains": {"type": "string"}}
+        ]}),
+        &[r#"[10,"a"]"#, r#"["a",1,20]"#, r#"[null,"x",{},11]"#],
+        &["[]", "[10]", r#"["a"]"#, r#"[9,"a"]"#, r#"[10,11]"#],
+    );
+    // One item may satisfy both.
+    check(
+        json!({"type": "array", "items": {"type": "integer"}, "allOf": [
+            {"contains": {"minimum": 5}}, {"contains": {"maximum": 5}}, {"contains": {"multipleOf": 5}}
+        ]}),
+        &["[5]", "[6,4,10]", "[1,10]", "[0,9]"],
+        &["[]", "[6]", "[4,6]", "[4,6,7]", r#"[5,"x"]"#],
+    );
+    // Complement: an array with no item matching one of them.
+    check(
+        json!({"type": "array", "not": {"allOf": [
+            {"contains": {"type": "integer"}}, {"contains": {"type": "string"}}
+        ]}}),
+        &["[]", "[1,2]", r#"["a"]"#, "[null]"],
+        &[r#"[1,"a"]"#, r#"["b",null,3]"#],
+    );
+}

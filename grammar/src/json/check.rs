@@ -293,6 +293,17 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                     Some(n >= lo && n <= hi)
                 }
             }
+            ("__contains", Value::Array(a)) => {
+                let mut all = true;
+                for c in x.as_array()? {
+                    let mut any = false;
+                    for e in a {
+                        any |= check_schema(e, c)?;
+                    }
+                    all &= any;
+                }
+                Some(all)
+            }
             ("minContains" | "maxContains", _) => Some(true),
             // Keywords that do not apply to this value's type.
             ("minLength" | "maxLength" | "pattern" | "format", _) if !v.is_string() => Some(true),
@@ -318,7 +329,7 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
             ) if !v.is_object() => Some(true),
             (
                 "items" | "prefixItems" | "additionalItems" | "minItems" | "maxItems"
-                | "uniqueItems" | "contains",
+                | "uniqueItems" | "contains" | "__contains",
                 _,
             ) if !v.is_array() => Some(true),
             _ => None,

@@ -202,6 +202,7 @@ pub(crate) const CONSTRAINTS: &[&str] = &[
     "__fraction",
     "__multiples",
     "__not_multiple",
+    "__contains",
 ];
 
 /// True for keywords that carry no constraint.

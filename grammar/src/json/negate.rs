@@ -249,6 +249,14 @@ impl JsonCompiler<'_> {
                     }
                 }
                 // No item matches.
+                "__contains" => {
+                    for x in v.as_array().into_iter().flatten() {
+                        match self.negate(x, ptr, depth + 1)? {
+                            Some(neg) => alts.push(json!({"type": "array", "items": neg})),
+                            None => return Ok(None),
+                        }
+                    }
+                }
                 "contains" if !m.contains_key("minContains") && !m.contains_key("maxContains") => {
                     match self.negate(v, ptr, depth + 1)? {
                         Some(neg) => alts.push(json!({"type": "array", "items": neg})),

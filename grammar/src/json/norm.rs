@@ -137,8 +137,16 @@ impl JsonCompiler<'_> {
                 "pattern" => push_all(&mut out, "__patterns", std::slice::from_ref(bv)),
                 // Two divisors: a multiple of both (the remainder automaton takes a list).
                 "multipleOf" => push_all(&mut out, "__multiples", std::slice::from_ref(bv)),
+                // Two different `contains` (uncounted): an item matching each.
+                "contains"
+                    if ![&a, &b].iter().any(|m| {
+                        m.contains_key("minContains") || m.contains_key("maxContains")
+                    }) =>
+                {
+                    push_all(&mut out, "__contains", std::slice::from_ref(bv))
+                }
                 "required" | "__forbidden" | "__not_enum" | "__not_pattern" | "__patterns"
-                | "__has_other" | "__multiples" | "__not_multiple" => {
+                | "__has_other" | "__multiples" | "__not_multiple" | "__contains" => {
                     let mut r = av.as_array().cloned().unwrap_or_default();
                     for x in bv.as_array().into_iter().flatten() {
                         if !r.contains(x) {

@@ -8,6 +8,9 @@ use crate::nfa::StateId;
 use crate::regex::{emit_hir, emit_hir_len, emit_intersection, parse, Escape, Flavor};
 use crate::CompileError;
 
+/// Most different `contains` schemas on one array (layers: 2^n).
+const MAX_CONTAINS: usize = 3;
+
 /// Bounded repetitions longer than this are refused (they would not be enforced cheaply).
 const MAX_COUNT: u64 = 4096;
 
@@ -305,7 +308,7 @@ impl JsonCompiler<'_> {
             return self.nothing();
         }
         if s.get("uniqueItems") == Some(&Value::Bool(true)) && max.is_none_or(|m| m > 1) {
-            if !s.contains_key("contains") {
+            if !s.contains_key("contains") && !s.contains_key("__contains") {
                 if let Some(e) = self.unique_finite(from, s, min, max, ptr)? {
                     return Ok(e);
                 }
@@ -340,46 +343,69 @@ impl JsonCompiler<'_> {
             )?;
         }
         let rest_ok = rest != Value::Bool(false);
-        // `contains: X`: a second layer of states after an item that also matches X; only
-        // that layer may close the array (items are `I* (I and X) I*`, exact).
-        let contains = match s.get("contains") {
-            None => None,
-            Some(x) => {
-                if s.contains_key("minContains") || s.contains_key("maxContains") {
-                    self.unsupported("minContains", ptr, "counted `contains` is not enforced")?;
-                }
-                Some(x.clone())
-            }
-        };
+        // `contains: X` (and more, merged from `allOf`): one layer of states per set of
+        // `contains` schemas some item matched so far, moving up after an item that also
+        // matches new ones; only the top layer may close the array (for one schema the
+        // items are `I* (I and X) I*`; exact).
+        let mut contains: Vec<Value> = s.get("contains").cloned().into_iter().collect();
+        contains.extend(
+            s.get("__contains")
+                .and_then(|c| c.as_array())
+                .into_iter()
+                .flatten()
+                .cloned(),
+        );
+        if !contains.is_empty() && (s.contains_key("minContains") || s.contains_key("maxContains"))
+        {
+            self.unsupported("minContains", ptr, "counted `contains` is not enforced")?;
+        }
+        if contains.len() > MAX_CONTAINS {
+            self.unsupported(
+                "contains",
+                ptr,
+                &format!("more than {MAX_CONTAINS} different `contains` on one array"),
+            )?;
+            contains.truncate(MAX_CONTAINS);
+        }
         let cptr = format!("{ptr}/contains");
-        let witness = |c: &mut Self, item: &Value| -> Result<Option<Value>, CompileError> {
-            match &contains {
-                None => Ok(None),
-                Some(x) => match c.merge_schemas(item, x, &cptr, 0)? {
-                    Value::Bool(false) => Ok(None),
-                    m => Ok(Some(m)),
-                },
+        let layers = 1usize << contains.len();
+        let top = layers - 1;
+        // The item schema merged with each nonempty set of `contains` schemas (the ones
+        // that can match at all).
+        let witness = |c: &mut Self, item: &Value| -> Result<Vec<(usize, Value)>, CompileError> {
+            let mut out = Vec::new();
+            for set in 1..layers {
+                let mut m = item.clone();
+                for (i, x) in contains.iter().enumerate() {
+                    if set >> i & 1 == 1 {
+                        m = c.merge_schemas(&m, x, &cptr, 0)?;
+                    }
+                }
+                if m != Value::Bool(false) {
+                    out.push((set, m));
+                }
             }
+            Ok(out)
         };
-        let top = usize::from(contains.is_some());
         let open = self.b.lit(from, b"[")?;
         let open = self.ws(open)?;
         let close = self.b.state()?;
-        // cur[w]: the state after the items so far, w = whether an item matched `contains`.
-        let mut cur: [Option<StateId>; 2] = [Some(open), None];
+        // cur[w]: the state after the items so far, w = the `contains` schemas matched.
+        let mut cur: Vec<Option<StateId>> = vec![None; layers];
+        cur[0] = Some(open);
         if min == 0 && top == 0 {
             self.b.eps(open, close);
         }
         // One item after `cur` (a comma first unless it is the first item).
         let step = |c: &mut Self,
-                    cur: [Option<StateId>; 2],
+                    cur: &[Option<StateId>],
                     first: bool,
                     item: &Value,
-                    wit: &Option<Value>,
+                    wit: &[(usize, Value)],
                     iptr: &str,
                     call: bool|
-         -> Result<[Option<StateId>; 2], CompileError> {
-            let mut next: [Option<StateId>; 2] = [None, None];
+         -> Result<Vec<Option<StateId>>, CompileError> {
+            let mut next: Vec<Option<StateId>> = vec![None; cur.len()];
             let emit = |c: &mut Self, s: StateId, v: &Value| -> Result<StateId, CompileError> {
                 if call {
                     c.schema_call(s, v, iptr)
@@ -387,18 +413,26 @@ impl JsonCompiler<'_> {
                     c.value(s, v, iptr)
                 }
             };
-            for w in 0..2 {
+            for w in 0..cur.len() {
                 let Some(st) = cur[w] else { continue };
                 let st = if first { st } else { c.punct(st, b',')? };
                 let e = emit(c, st, item)?;
-                let j = *next[w].get_or_insert(c.b.state()?);
+                let j = match next[w] {
+                    Some(j) => j,
+                    None => *next[w].insert(c.b.state()?),
+                };
                 c.b.eps(e, j);
-                if w == 0 {
-                    if let Some(wv) = wit {
-                        let e = emit(c, st, wv)?;
-                        let j = *next[1].get_or_insert(c.b.state()?);
-                        c.b.eps(e, j);
+                // Only sets that add new schemas move up.
+                for (set, wv) in wit {
+                    if set & !w == 0 || set & w != 0 {
+                        continue;
                     }
+                    let e = emit(c, st, wv)?;
+                    let j = match next[w | set] {
+                        Some(j) => j,
+                        None => *next[w | set].insert(c.b.state()?),
+                    };
+                    c.b.eps(e, j);
                 }
             }
             Ok(next)
@@ -410,7 +444,7 @@ impl JsonCompiler<'_> {
             }
             let wit = witness(self, t)?;
             let tptr = format!("{ptr}/prefixItems/{i}");
-            cur = step(self, cur, i == 0, t, &wit, &tptr, false)?;
+            cur = step(self, &cur, i == 0, t, &wit, &tptr, false)?;
             n += 1;
             if n >= min {
                 if let Some(st) = cur[top] {
@@ -427,7 +461,7 @@ impl JsonCompiler<'_> {
             let copies = req + opt.unwrap_or(0);
             let use_call = copies > 2;
             for _ in 0..req {
-                cur = step(self, cur, n == 0, &rest, &wit, &rptr, use_call)?;
+                cur = step(self, &cur, n == 0, &rest, &wit, &rptr, use_call)?;
                 n += 1;
             }
             if n >= min {
@@ -438,7 +472,7 @@ impl JsonCompiler<'_> {
             match opt {
                 Some(k) => {
                     for _ in 0..k {
-                        cur = step(self, cur, n == 0, &rest, &wit, &rptr, use_call)?;
+                        cur = step(self, &cur, n == 0, &rest, &wit, &rptr, use_call)?;
                         n += 1;
                         if let Some(st) = cur[top] {
                             self.b.eps(st, close);
@@ -447,15 +481,17 @@ impl JsonCompiler<'_> {
                 }
                 None => {
                     if n == 0 {
-                        cur = step(self, cur, true, &rest, &wit, &rptr, use_call)?;
+                        cur = step(self, &cur, true, &rest, &wit, &rptr, use_call)?;
                         if let Some(st) = cur[top] {
                             self.b.eps(st, close);
                         }
                     }
-                    // A loop per layer; from layer 0 an item matching `contains` moves up.
-                    let mut lps: [Option<StateId>; 2] = [None, None];
-                    for w in 0..2 {
-                        if cur[w].is_some() || (w == 1 && wit.is_some()) {
+                    // A loop per layer; an item matching more `contains` schemas moves up.
+                    let mut lps: Vec<Option<StateId>> = vec![None; layers];
+                    for w in 0..layers {
+                        let reachable = cur[w].is_some()
+                            || (w > 0 && (0..w).any(|v| cur[v].is_some() && v & !w == 0));
+                        if reachable {
                             let lp = self.b.state()?;
                             if let Some(st) = cur[w] {
                                 self.b.eps(st, lp);
@@ -463,8 +499,8 @@ impl JsonCompiler<'_> {
                             lps[w] = Some(lp);
                         }
                     }
-                    let e = step(self, lps, false, &rest, &wit, &rptr, use_call)?;
-                    for w in 0..2 {
+                    let e = step(self, &lps, false, &rest, &wit, &rptr, use_call)?;
+                    for w in 0..layers {
                         if let (Some(e), Some(lp)) = (e[w], lps[w]) {
                             self.b.eps(e, lp);
                         }
