@@ -375,3 +375,53 @@ fn two_contains_in_all_of_need_an_item_for_each() {
         &[r#"[1,"a"]"#, r#"["b",null,3]"#],
     );
 }
+
+#[test]
+fn all_of_if_then_blocks_on_one_property_are_one_switch() {
+    // Twelve blocks: distributing them would make 2^12 branches.
+    let mut blocks = Vec::new();
+    for i in 0..12 {
+        blocks.push(
+            json!({"if": {"properties": {"kind": {"const": format!("k{i}")}}},
+                           "then": {"required": [format!("p{i}")]}}),
+        );
+    }
+    blocks.push(
+        json!({"if": {"properties": {"kind": {"enum": ["k0", "k1"]}}, "required": ["kind"]},
+                       "then": {"required": ["both"]}, "else": {"required": ["other"]}}),
+    );
+    let schema = json!({"type": "object", "allOf": blocks});
+    let g = compile(&schema).unwrap();
+    for (text, ok) in [
+        (r#"{"kind":"k0","p0":1,"both":2}"#, true),
+        (r#"{"kind":"k1","p1":1,"both":2}"#, true),
+        (r#"{"kind":"k5","p5":1,"other":0}"#, true),
+        (r#"{"kind":"zz","other":0}"#, true),
+        (r#"{"kind":"k0","p0":1}"#, false),
+        (r#"{"kind":"k5","p5":1}"#, false),
+        (r#"{"kind":"k5","other":1}"#, false),
+        (r#"{"kind":"zz"}"#, false),
+        // Absent: every block without `required` applies its `then`.
+        (r#"{"other":1}"#, false),
+        (
+            r#"{"p0":1,"p1":1,"p2":1,"p3":1,"p4":1,"p5":1,"p6":1,"p7":1,"p8":1,"p9":1,"p10":1,"p11":1,"other":1}"#,
+            true,
+        ),
+    ] {
+        assert_eq!(accepts(&g, text), ok, "{text}");
+    }
+    // Non-objects: the conditions hold vacuously unless they ask for an object.
+    check(
+        json!({"allOf": [
+            {"if": {"properties": {"k": {"const": "a"}}}, "then": {"type": "object"}},
+            {"if": {"type": "object", "properties": {"k": {"const": "b"}}}, "then": {"required": ["x"]}}
+        ]}),
+        &[
+            r#"{"x":1}"#,
+            r#"{"k":"b","x":0}"#,
+            r#"{"k":"a"}"#,
+            r#"{"k":"c"}"#,
+        ],
+        &["{}", "1", "\"s\"", r#"{"k":"b"}"#],
+    );
+}

@@ -15,6 +15,7 @@ mod norm;
 mod normalized;
 mod numbers;
 mod object;
+mod switch;
 mod types;
 
 use std::collections::HashMap;

@@ -48,6 +48,7 @@ impl JsonCompiler<'_> {
                 parts.push((s.clone(), format!("{ptr}/allOf/{i}")));
             }
         }
+        super::switch::rewrite(&mut parts);
         let mut acc = Value::Object(out);
         for (p, pptr) in parts {
             acc = self.merge_schemas(&acc, &p, &pptr, depth + 1)?;
