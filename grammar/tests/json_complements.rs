@@ -425,3 +425,29 @@ fn all_of_if_then_blocks_on_one_property_are_one_switch() {
         &["{}", "1", "\"s\"", r#"{"k":"b"}"#],
     );
 }
+
+#[test]
+fn all_of_two_large_any_of_skips_disjoint_pairs() {
+    // 12 x 12 branch pairs, all but 12 disjoint by their `kind` constant.
+    let side = |extra: &str| {
+        let b: Vec<serde_json::Value> = (0..12)
+            .map(|i| {
+                json!({"type": "object", "required": ["kind", extra],
+                            "properties": {"kind": {"const": format!("k{i}")}}})
+            })
+            .collect();
+        json!({ "anyOf": b })
+    };
+    check(
+        json!({"allOf": [side("a"), side("b")]}),
+        &[
+            r#"{"kind":"k3","a":1,"b":2}"#,
+            r#"{"kind":"k11","a":1,"b":2}"#,
+        ],
+        &[
+            r#"{"kind":"k3","a":1}"#,
+            r#"{"kind":"k12","a":1,"b":2}"#,
+            "{}",
+        ],
+    );
+}

@@ -9,6 +9,12 @@ use crate::CompileError;
 
 const MAX_MERGE_DEPTH: u32 = 24;
 
+/// Most branch pairs two `anyOf` merged in an `allOf` are checked for disjointness.
+const MAX_ANY_OF_PAIRS: usize = 4096;
+
+/// Most (not provably disjoint) branch pairs two `anyOf` merged in an `allOf` may leave.
+const MAX_ANY_OF_MERGED: usize = 96;
+
 impl JsonCompiler<'_> {
     /// Merges `allOf` and a sibling `$ref` into the schema.
     pub(super) fn normalize(
@@ -213,18 +219,44 @@ impl JsonCompiler<'_> {
                 "anyOf" => {
                     let xa = av.as_array().cloned().unwrap_or_default();
                     let xb = bv.as_array().cloned().unwrap_or_default();
-                    if xa.len() * xb.len() > 64 {
-                        return Err(CompileError::Unsupported {
-                            keyword: "allOf".into(),
-                            pointer: ptr.into(),
-                            reason: "intersection of two large anyOf".into(),
+                    let too_large = || CompileError::Unsupported {
+                        keyword: "allOf".into(),
+                        pointer: ptr.into(),
+                        reason: "intersection of two large anyOf".into(),
+                    };
+                    if xa.len() * xb.len() > MAX_ANY_OF_PAIRS {
+                        return Err(too_large());
+                    }
+                    // Pairs of branches provably disjoint (types, values, a discriminating
+                    // property) are empty: only the others are merged and counted.
+                    let mut na = Vec::new();
+                    for x in xa.iter().chain(&xb) {
+                        na.push(match x {
+                            Value::Object(m) => Value::Object(self.normalize(m, ptr, depth + 1)?),
+                            other => other.clone(),
                         });
                     }
-                    let mut alts = Vec::new();
-                    for x in &xa {
-                        for y in &xb {
-                            alts.push(self.merge_schemas(x, y, ptr, depth + 1)?);
+                    let nb = na.split_off(xa.len());
+                    let mut pairs = Vec::new();
+                    for x in &na {
+                        for y in &nb {
+                            if let (Value::Object(p), Value::Object(q)) = (x, y) {
+                                if disjoint(p, q) {
+                                    continue;
+                                }
+                            }
+                            pairs.push((x, y));
                         }
+                    }
+                    if pairs.len() > MAX_ANY_OF_MERGED {
+                        return Err(too_large());
+                    }
+                    let mut alts = Vec::new();
+                    for (x, y) in pairs {
+                        alts.push(self.merge_schemas(x, y, ptr, depth + 1)?);
+                    }
+                    if alts.is_empty() {
+                        alts.push(Value::Bool(false));
                     }
                     out.insert(k.clone(), Value::Array(alts));
                 }
