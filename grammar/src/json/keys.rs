@@ -148,6 +148,9 @@ impl JsonCompiler<'_> {
                 }
             }
             let mut run: Option<(u8, u8, StateId)> = None;
+            // The successor key is built in place (no allocation per byte); it is cloned
+            // only when it becomes a new state or the run's previous successor.
+            let mut k2: Key = (0, 0, Vec::with_capacity(ps.len()));
             for byte in 0u8..=255 {
                 let target = match key_char_step(d, byte) {
                     None => None,
@@ -167,21 +170,21 @@ impl JsonCompiler<'_> {
                             (1, b't') => Some(9),
                             (_, x) => Some(x),
                         };
-                        let ps2: Vec<LazyStateID> = match fed {
-                            None => ps.clone(),
+                        k2.0 = d2;
+                        k2.1 = t2;
+                        k2.2.clear();
+                        match fed {
+                            None => k2.2.extend_from_slice(ps),
                             Some(x) => {
-                                let mut v = Vec::with_capacity(ps.len());
                                 for (i, dfa) in dfas.iter().enumerate() {
-                                    v.push(
+                                    k2.2.push(
                                         dfa.next_state(&mut caches[i], ps[i], x)
                                             .map_err(lazy_err)?,
                                     );
                                 }
                                 too_large(&caches)?;
-                                v
                             }
-                        };
-                        let k2: Key = (d2, t2, ps2);
+                        }
                         let id = match &prev {
                             Some((pk, pid)) if *pk == k2 => *pid,
                             _ => {
@@ -194,7 +197,7 @@ impl JsonCompiler<'_> {
                                         id
                                     }
                                 };
-                                prev = Some((k2, id));
+                                prev = Some((k2.clone(), id));
                                 id
                             }
                         };

@@ -62,7 +62,7 @@ pub(crate) struct JsonCompiler<'a> {
 }
 
 /// Most NFA states a JSON Schema may compile to (the post-passes are not interruptible).
-const MAX_JSON_STATES: usize = 600_000;
+pub(crate) const MAX_JSON_STATES: usize = 600_000;
 
 /// Deepest schema nesting compiled inline.
 const MAX_DEPTH: u32 = 96;
