@@ -451,3 +451,39 @@ fn all_of_two_large_any_of_skips_disjoint_pairs() {
         ],
     );
 }
+
+#[test]
+fn one_of_objects_told_apart_by_a_discriminator_without_type_object() {
+    // Any non-object matches both branches (their keywords are vacuous there): invalid.
+    let schema = json!({"oneOf": [
+        {"properties": {"type": {"enum": ["solid"]}, "colour": {"type": "string"}},
+         "required": ["type", "colour"], "additionalProperties": false},
+        {"properties": {"type": {"enum": ["texture"]}, "path": {"type": "string"}},
+         "required": ["type", "path"], "additionalProperties": false}
+    ]});
+    check(
+        schema,
+        &[
+            r#"{"type":"solid","colour":"red"}"#,
+            r#"{"type":"texture","path":"p"}"#,
+        ],
+        &[
+            "1",
+            "\"s\"",
+            "null",
+            "[]",
+            "{}",
+            r#"{"type":"solid","path":"p"}"#,
+            r#"{"type":"other","colour":"red"}"#,
+        ],
+    );
+    // A branch that admits one non-object type on its own: that type is exactly-one.
+    check(
+        json!({"oneOf": [
+            {"type": ["object", "string"], "required": ["k"], "properties": {"k": {"const": "a"}}},
+            {"type": "object", "required": ["k"], "properties": {"k": {"const": "b"}}}
+        ]}),
+        &[r#"{"k":"a"}"#, r#"{"k":"b"}"#, "\"s\""],
+        &["1", "{}", r#"{"k":"c"}"#, "null"],
+    );
+}

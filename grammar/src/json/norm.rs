@@ -9,6 +9,22 @@ use crate::CompileError;
 
 const MAX_MERGE_DEPTH: u32 = 24;
 
+/// Keywords that only constrain objects (vacuous on other values).
+const OBJECT_KEYWORDS: &[&str] = &[
+    "properties",
+    "required",
+    "additionalProperties",
+    "patternProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "dependencies",
+    "dependentRequired",
+    "dependentSchemas",
+    "__forbidden",
+    "__has_other",
+];
+
 /// Most branch pairs two `anyOf` merged in an `allOf` are checked for disjointness.
 const MAX_ANY_OF_PAIRS: usize = 4096;
 
@@ -366,6 +382,66 @@ impl JsonCompiler<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// A `oneOf` whose overlapping branches are disjoint on objects (e.g. object schemas
+    /// told apart by a required discriminator but without `type: object`, so any
+    /// non-object matches them all), as an equivalent schema: on objects the union of the
+    /// branches, on other values a `oneOf` of the branches without their object keywords
+    /// (vacuous there). `None` when the overlaps are not of that kind.
+    pub(super) fn one_of_object_split(
+        &mut self,
+        branches: &[Value],
+        rest: &Map<String, Value>,
+        overlaps: &[(usize, usize)],
+        ptr: &str,
+    ) -> Result<Option<Value>, CompileError> {
+        use serde_json::json;
+        let mut sigs = Vec::new();
+        for (i, br) in branches.iter().enumerate() {
+            let bptr = format!("{ptr}/oneOf/{i}");
+            let mark = self.merged_refs.len();
+            let m = self.merge_schemas(&Value::Object(rest.clone()), br, &bptr, 0);
+            self.merged_refs.truncate(mark);
+            match m {
+                Ok(v) => sigs.push(v),
+                Err(_) => return Ok(None),
+            }
+        }
+        for &(i, j) in overlaps {
+            let (Value::Object(a), Value::Object(b)) = (&sigs[i], &sigs[j]) else {
+                return Ok(None);
+            };
+            if type_bits(a) & 4 == 0 || type_bits(b) & 4 == 0 {
+                return Ok(None);
+            }
+            let (mut a, mut b) = (a.clone(), b.clone());
+            a.insert("type".into(), json!("object"));
+            b.insert("type".into(), json!("object"));
+            if !disjoint(&a, &b) {
+                return Ok(None);
+            }
+        }
+        let objects: Vec<Value> = branches
+            .iter()
+            .map(|b| json!({"allOf": [{"type": "object"}, b]}))
+            .collect();
+        let others: Vec<Value> = sigs
+            .into_iter()
+            .map(|s| match s {
+                Value::Object(mut m) => {
+                    for k in OBJECT_KEYWORDS {
+                        m.remove(*k);
+                    }
+                    Value::Object(m)
+                }
+                other => other,
+            })
+            .collect();
+        Ok(Some(json!({"anyOf": [
+            {"anyOf": objects},
+            {"allOf": [{"not": {"type": "object"}}, {"oneOf": others}]}
+        ]})))
     }
 
     /// `s` with its `if`/`then`/`else` (kw = "if") or `oneOf` replaced by an equivalent
