@@ -405,7 +405,12 @@ impl JsonCompiler<'_> {
             self.merged_refs.truncate(mark);
             match m {
                 Ok(v) => sigs.push(v),
-                Err(_) => return Ok(None),
+                // Only a keyword the merge cannot express means "not this way"; a deadline
+                // or size limit stops the compile.
+                Err(CompileError::Unsupported { .. } | CompileError::InvalidSchema { .. }) => {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e),
             }
         }
         for &(i, j) in overlaps {
