@@ -346,7 +346,12 @@ impl CompiledGrammar {
         vocab: Arc<TokenVocab>,
         opts: &CompileOptions,
     ) -> Result<Arc<Self>, CompileError> {
-        let mut b = Self::builder(opts);
+        // JSON schemas past `json::MAX_JSON_STATES` are refused anyway: stop building there
+        // (sooner, and less to free).
+        let mut b = Builder::new(Budget {
+            max_states: opts.max_states.min(json::MAX_JSON_STATES + 1),
+            deadline: opts.timeout.map(|t| std::time::Instant::now() + t),
+        });
         json::compile(&mut b, schema, opts)?;
         Self::finish(b, vocab, opts)
     }

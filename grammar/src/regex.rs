@@ -207,7 +207,7 @@ pub(crate) fn emit_hir(
 }
 
 /// Largest product (regex states × character counts) [`emit_hir_len`] builds.
-const MAX_PRODUCT: usize = 60_000;
+const MAX_PRODUCT: usize = 300_000;
 
 /// Like [`emit_hir`], but only texts of `min..=max` characters (code points) match: the
 /// product of the regex automaton with a character counter (exact).
@@ -426,12 +426,34 @@ pub(crate) fn emit_pattern(
 /// Largest intersection automaton [`emit_intersection`] builds (states).
 const MAX_PRODUCT_DFA: usize = 20_000;
 
+/// A small deterministic byte automaton intersected with regexes by
+/// [`emit_intersection_with`] (e.g. the remainder automaton of `multipleOf`).
+pub(crate) trait ByteAutomaton {
+    /// The start state.
+    fn start(&self) -> u32;
+    /// The state after byte `b`, `None` when no text continues this way.
+    fn step(&self, s: u32, b: u8) -> Option<u32>;
+    /// Whether a text ending in `s` is accepted.
+    fn accepts(&self, s: u32) -> bool;
+}
+
 /// The intersection of several whole-text regexes, copied into `b` from `from` (product
 /// of their dense DFAs, exact); returns the exit state.
 pub(crate) fn emit_intersection(
     b: &mut Builder,
     from: StateId,
     hirs: &[Hir],
+    esc: Escape,
+) -> Result<StateId, String> {
+    emit_intersection_with(b, from, hirs, None, esc)
+}
+
+/// [`emit_intersection`] with one more automaton in the product.
+pub(crate) fn emit_intersection_with(
+    b: &mut Builder,
+    from: StateId,
+    hirs: &[Hir],
+    extra: Option<&dyn ByteAutomaton>,
     esc: Escape,
 ) -> Result<StateId, String> {
     use regex_automata::dfa::{dense, Automaton, StartKind};
@@ -460,7 +482,8 @@ pub(crate) fn emit_intersection(
         start.push(s);
         dfas.push(dfa);
     }
-    type Key = Vec<regex_automata::util::primitives::StateID>;
+    type Key = (Vec<regex_automata::util::primitives::StateID>, u32);
+    let start: Key = (start, extra.map_or(0, |x| x.start()));
     let exit = b.state().map_err(|e| e.to_string())?;
     let s0 = b.state().map_err(|e| e.to_string())?;
     b.eps(from, s0);
@@ -471,29 +494,42 @@ pub(crate) fn emit_intersection(
         let me = ids[&key];
         if dfas
             .iter()
-            .zip(&key)
+            .zip(&key.0)
             .all(|(d, &s)| d.is_match_state(d.next_eoi_state(s)))
+            && extra.is_none_or(|x| x.accepts(key.1))
         {
             b.eps(me, exit);
         }
         let mut run: Option<(u8, u8, StateId)> = None;
         for byte in 0u8..=255 {
-            let next: Key = dfas
-                .iter()
-                .zip(&key)
-                .map(|(d, &s)| d.next_state(s, byte))
-                .collect();
-            let dead = dfas
-                .iter()
-                .zip(&next)
-                .any(|(d, &s)| d.is_dead_state(s) || d.is_quit_state(s));
+            let ex = match extra {
+                Some(x) => x.step(key.1, byte),
+                None => Some(0),
+            };
+            let next: Key = (
+                dfas.iter()
+                    .zip(&key.0)
+                    .map(|(d, &s)| d.next_state(s, byte))
+                    .collect(),
+                ex.unwrap_or(0),
+            );
+            let dead = ex.is_none()
+                || dfas
+                    .iter()
+                    .zip(&next.0)
+                    .any(|(d, &s)| d.is_dead_state(s) || d.is_quit_state(s));
             let target = if dead {
                 None
             } else {
                 Some(match ids.get(&next) {
                     Some(&id) => id,
                     None => {
-                        if ids.len() >= MAX_PRODUCT_DFA {
+                        let cap = if extra.is_some() {
+                            MAX_PRODUCT_DFA * 3
+                        } else {
+                            MAX_PRODUCT_DFA
+                        };
+                        if ids.len() >= cap {
                             return Err("intersection of the regexes is too large".into());
                         }
                         let id = b.state().map_err(|e| e.to_string())?;

@@ -124,6 +124,20 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                 _ => Some(n.as_f64()? < num(x)),
             },
             ("multipleOf", Value::Number(n)) => is_multiple(n, x.as_number()?),
+            ("__multiples", Value::Number(n)) => {
+                let mut all = true;
+                for m in x.as_array()? {
+                    all &= is_multiple(n, m.as_number()?)?;
+                }
+                Some(all)
+            }
+            ("__not_multiple", Value::Number(n)) => {
+                let mut none = true;
+                for m in x.as_array()? {
+                    none &= !is_multiple(n, m.as_number()?)?;
+                }
+                Some(none)
+            }
             // Objects.
             ("__forbidden", Value::Object(o)) => Some(
                 !x.as_array()?
@@ -137,16 +151,18 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                 for c in x.as_array()? {
                     let keys = c.get("keys")?.as_array()?;
                     let pats = c.get("patterns")?.as_array()?;
+                    let positive = c.get("match") == Some(&Value::Bool(true));
+                    let value = c.get("value").filter(|_| positive);
                     let mut found = false;
-                    for k in o.keys() {
-                        if keys.iter().any(|x| x.as_str() == Some(k.as_str())) {
-                            continue;
-                        }
-                        let mut matched = false;
+                    for (k, kv) in o {
+                        let mut listed = keys.iter().any(|x| x.as_str() == Some(k.as_str()));
                         for p in pats {
-                            matched |= regex_full_match(p.as_str()?, Flavor::EcmaSearch, k)?;
+                            listed |= regex_full_match(p.as_str()?, Flavor::EcmaSearch, k)?;
                         }
-                        found |= !matched;
+                        if let (true, Some(vs)) = (listed, value) {
+                            listed = check_schema(kv, vs)?;
+                        }
+                        found |= listed == positive;
                     }
                     all &= found;
                 }
@@ -277,14 +293,25 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                     Some(n >= lo && n <= hi)
                 }
             }
+            ("__contains", Value::Array(a)) => {
+                let mut all = true;
+                for c in x.as_array()? {
+                    let mut any = false;
+                    for e in a {
+                        any |= check_schema(e, c)?;
+                    }
+                    all &= any;
+                }
+                Some(all)
+            }
             ("minContains" | "maxContains", _) => Some(true),
             // Keywords that do not apply to this value's type.
             ("minLength" | "maxLength" | "pattern" | "format", _) if !v.is_string() => Some(true),
-            ("minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" | "multipleOf", _)
-                if !v.is_number() =>
-            {
-                Some(true)
-            }
+            (
+                "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" | "multipleOf"
+                | "__multiples" | "__not_multiple",
+                _,
+            ) if !v.is_number() => Some(true),
             (
                 "properties"
                 | "required"
@@ -302,7 +329,7 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
             ) if !v.is_object() => Some(true),
             (
                 "items" | "prefixItems" | "additionalItems" | "minItems" | "maxItems"
-                | "uniqueItems" | "contains",
+                | "uniqueItems" | "contains" | "__contains",
                 _,
             ) if !v.is_array() => Some(true),
             _ => None,

@@ -8,9 +8,14 @@
 
 mod check;
 mod formats;
+mod keys;
+mod multiple;
+mod negate;
 mod norm;
 mod normalized;
+mod numbers;
 mod object;
+mod switch;
 mod types;
 
 use std::collections::HashMap;
@@ -52,10 +57,12 @@ pub(crate) struct JsonCompiler<'a> {
     unnegatable: Option<String>,
     /// Rules of schemas that merge a recursive `$ref` with other keywords, by schema text.
     merge_rules: HashMap<String, RuleId>,
+    /// Rules of large length-bounded regexes (regex, min, max), built once and called.
+    pub(crate) len_rules: HashMap<(String, u64, Option<u64>), RuleId>,
 }
 
 /// Most NFA states a JSON Schema may compile to (the post-passes are not interruptible).
-const MAX_JSON_STATES: usize = 600_000;
+pub(crate) const MAX_JSON_STATES: usize = 600_000;
 
 /// Deepest schema nesting compiled inline.
 const MAX_DEPTH: u32 = 96;
@@ -82,6 +89,7 @@ pub(crate) fn compile(
         any_order_cost: 0,
         unnegatable: None,
         merge_rules: HashMap::new(),
+        len_rules: HashMap::new(),
     };
     let r = c.b.rules[root_rule as usize];
     c.inlining.push("#".to_string());
@@ -193,6 +201,9 @@ pub(crate) const CONSTRAINTS: &[&str] = &[
     "__patterns",
     "__has_other",
     "__fraction",
+    "__multiples",
+    "__not_multiple",
+    "__contains",
 ];
 
 /// True for keywords that carry no constraint.

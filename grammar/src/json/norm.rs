@@ -9,6 +9,28 @@ use crate::CompileError;
 
 const MAX_MERGE_DEPTH: u32 = 24;
 
+/// Keywords that only constrain objects (vacuous on other values).
+const OBJECT_KEYWORDS: &[&str] = &[
+    "properties",
+    "required",
+    "additionalProperties",
+    "patternProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "dependencies",
+    "dependentRequired",
+    "dependentSchemas",
+    "__forbidden",
+    "__has_other",
+];
+
+/// Most branch pairs two `anyOf` merged in an `allOf` are checked for disjointness.
+const MAX_ANY_OF_PAIRS: usize = 4096;
+
+/// Most (not provably disjoint) branch pairs two `anyOf` merged in an `allOf` may leave.
+const MAX_ANY_OF_MERGED: usize = 96;
+
 impl JsonCompiler<'_> {
     /// Merges `allOf` and a sibling `$ref` into the schema.
     pub(super) fn normalize(
@@ -48,6 +70,7 @@ impl JsonCompiler<'_> {
                 parts.push((s.clone(), format!("{ptr}/allOf/{i}")));
             }
         }
+        super::switch::rewrite(&mut parts);
         let mut acc = Value::Object(out);
         for (p, pptr) in parts {
             acc = self.merge_schemas(&acc, &p, &pptr, depth + 1)?;
@@ -135,8 +158,18 @@ impl JsonCompiler<'_> {
                 }
                 // Two patterns: both must match (intersected when compiled).
                 "pattern" => push_all(&mut out, "__patterns", std::slice::from_ref(bv)),
+                // Two divisors: a multiple of both (the remainder automaton takes a list).
+                "multipleOf" => push_all(&mut out, "__multiples", std::slice::from_ref(bv)),
+                // Two different `contains` (uncounted): an item matching each.
+                "contains"
+                    if ![&a, &b].iter().any(|m| {
+                        m.contains_key("minContains") || m.contains_key("maxContains")
+                    }) =>
+                {
+                    push_all(&mut out, "__contains", std::slice::from_ref(bv))
+                }
                 "required" | "__forbidden" | "__not_enum" | "__not_pattern" | "__patterns"
-                | "__has_other" => {
+                | "__has_other" | "__multiples" | "__not_multiple" | "__contains" => {
                     let mut r = av.as_array().cloned().unwrap_or_default();
                     for x in bv.as_array().into_iter().flatten() {
                         if !r.contains(x) {
@@ -193,7 +226,7 @@ impl JsonCompiler<'_> {
                     let both = serde_json::json!({"anyOf": [av.clone(), bv.clone()]});
                     out.insert(k.clone(), both);
                 }
-                "items" | "additionalProperties" | "additionalItems"
+                "items" | "additionalProperties" | "additionalItems" | "propertyNames"
                     if !av.is_array() && !bv.is_array() =>
                 {
                     let m = self.merge_schemas(av, bv, &format!("{ptr}/{k}"), depth + 1)?;
@@ -202,18 +235,44 @@ impl JsonCompiler<'_> {
                 "anyOf" => {
                     let xa = av.as_array().cloned().unwrap_or_default();
                     let xb = bv.as_array().cloned().unwrap_or_default();
-                    if xa.len() * xb.len() > 64 {
-                        return Err(CompileError::Unsupported {
-                            keyword: "allOf".into(),
-                            pointer: ptr.into(),
-                            reason: "intersection of two large anyOf".into(),
+                    let too_large = || CompileError::Unsupported {
+                        keyword: "allOf".into(),
+                        pointer: ptr.into(),
+                        reason: "intersection of two large anyOf".into(),
+                    };
+                    if xa.len() * xb.len() > MAX_ANY_OF_PAIRS {
+                        return Err(too_large());
+                    }
+                    // Pairs of branches provably disjoint (types, values, a discriminating
+                    // property) are empty: only the others are merged and counted.
+                    let mut na = Vec::new();
+                    for x in xa.iter().chain(&xb) {
+                        na.push(match x {
+                            Value::Object(m) => Value::Object(self.normalize(m, ptr, depth + 1)?),
+                            other => other.clone(),
                         });
                     }
-                    let mut alts = Vec::new();
-                    for x in &xa {
-                        for y in &xb {
-                            alts.push(self.merge_schemas(x, y, ptr, depth + 1)?);
+                    let nb = na.split_off(xa.len());
+                    let mut pairs = Vec::new();
+                    for x in &na {
+                        for y in &nb {
+                            if let (Value::Object(p), Value::Object(q)) = (x, y) {
+                                if disjoint(p, q) {
+                                    continue;
+                                }
+                            }
+                            pairs.push((x, y));
                         }
+                    }
+                    if pairs.len() > MAX_ANY_OF_MERGED {
+                        return Err(too_large());
+                    }
+                    let mut alts = Vec::new();
+                    for (x, y) in pairs {
+                        alts.push(self.merge_schemas(x, y, ptr, depth + 1)?);
+                    }
+                    if alts.is_empty() {
+                        alts.push(Value::Bool(false));
                     }
                     out.insert(k.clone(), Value::Array(alts));
                 }
@@ -325,6 +384,71 @@ impl JsonCompiler<'_> {
         Ok(out)
     }
 
+    /// A `oneOf` whose overlapping branches are disjoint on objects (e.g. object schemas
+    /// told apart by a required discriminator but without `type: object`, so any
+    /// non-object matches them all), as an equivalent schema: on objects the union of the
+    /// branches, on other values a `oneOf` of the branches without their object keywords
+    /// (vacuous there). `None` when the overlaps are not of that kind.
+    pub(super) fn one_of_object_split(
+        &mut self,
+        branches: &[Value],
+        rest: &Map<String, Value>,
+        overlaps: &[(usize, usize)],
+        ptr: &str,
+    ) -> Result<Option<Value>, CompileError> {
+        use serde_json::json;
+        let mut sigs = Vec::new();
+        for (i, br) in branches.iter().enumerate() {
+            let bptr = format!("{ptr}/oneOf/{i}");
+            let mark = self.merged_refs.len();
+            let m = self.merge_schemas(&Value::Object(rest.clone()), br, &bptr, 0);
+            self.merged_refs.truncate(mark);
+            match m {
+                Ok(v) => sigs.push(v),
+                // Only a keyword the merge cannot express means "not this way"; a deadline
+                // or size limit stops the compile.
+                Err(CompileError::Unsupported { .. } | CompileError::InvalidSchema { .. }) => {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for &(i, j) in overlaps {
+            let (Value::Object(a), Value::Object(b)) = (&sigs[i], &sigs[j]) else {
+                return Ok(None);
+            };
+            if type_bits(a) & 4 == 0 || type_bits(b) & 4 == 0 {
+                return Ok(None);
+            }
+            let (mut a, mut b) = (a.clone(), b.clone());
+            a.insert("type".into(), json!("object"));
+            b.insert("type".into(), json!("object"));
+            if !disjoint(&a, &b) {
+                return Ok(None);
+            }
+        }
+        let objects: Vec<Value> = branches
+            .iter()
+            .map(|b| json!({"allOf": [{"type": "object"}, b]}))
+            .collect();
+        let others: Vec<Value> = sigs
+            .into_iter()
+            .map(|s| match s {
+                Value::Object(mut m) => {
+                    for k in OBJECT_KEYWORDS {
+                        m.remove(*k);
+                    }
+                    Value::Object(m)
+                }
+                other => other,
+            })
+            .collect();
+        Ok(Some(json!({"anyOf": [
+            {"anyOf": objects},
+            {"allOf": [{"not": {"type": "object"}}, {"oneOf": others}]}
+        ]})))
+    }
+
     /// `s` with its `if`/`then`/`else` (kw = "if") or `oneOf` replaced by an equivalent
     /// `anyOf` of disjoint branches (merged with `s`'s own `anyOf`); `None` when a needed
     /// complement cannot be expressed.
@@ -418,246 +542,6 @@ impl JsonCompiler<'_> {
         }
         bits
     }
-
-    /// A schema for the complement of `s` (the values `s` rejects), when it can be written
-    /// with keywords the compiler enforces: the union of each keyword's complement.
-    pub(super) fn negate(
-        &mut self,
-        s: &Value,
-        ptr: &str,
-        depth: u32,
-    ) -> Result<Option<Value>, CompileError> {
-        use serde_json::json;
-        let m = match s {
-            Value::Bool(b) => return Ok(Some(Value::Bool(!b))),
-            Value::Object(m) => m,
-            _ => return Err(self.invalid(ptr, "a schema must be an object or a boolean")),
-        };
-        if depth > 8 {
-            return Ok(None);
-        }
-        let mark = self.merged_refs.len();
-        let m = self.normalize(m, ptr, depth + 1);
-        self.merged_refs.truncate(mark);
-        let m = m?;
-        let mut alts: Vec<Value> = Vec::new();
-        let excl_min = m.get("exclusiveMinimum") == Some(&Value::Bool(true));
-        let excl_max = m.get("exclusiveMaximum") == Some(&Value::Bool(true));
-        for (k, v) in &m {
-            if is_annotation(k) {
-                continue;
-            }
-            let n = || v.as_f64().unwrap_or(f64::NAN);
-            match k.as_str() {
-                "__false" => return Ok(Some(Value::Bool(true))),
-                "type" | "enum" | "const" | "__not_enum" if k != "__not_enum" => {
-                    alts.push(json!({ "not": { k.clone(): v.clone() } }))
-                }
-                "__not_enum" => alts.push(json!({ "enum": v.clone() })),
-                "pattern" => alts.push(json!({"type": "string", "__not_pattern": [v]})),
-                "__patterns" => {
-                    for p in v.as_array().into_iter().flatten() {
-                        alts.push(json!({"type": "string", "__not_pattern": [p]}));
-                    }
-                }
-                "__not_pattern" => {
-                    for p in v.as_array().into_iter().flatten() {
-                        alts.push(json!({"type": "string", "pattern": p}));
-                    }
-                }
-                "not" => alts.push(v.clone()),
-                "required" => {
-                    for key in v.as_array().into_iter().flatten() {
-                        alts.push(json!({"type": "object", "__forbidden": [key]}));
-                    }
-                }
-                "__forbidden" => {
-                    for key in v.as_array().into_iter().flatten() {
-                        alts.push(json!({"type": "object", "required": [key]}));
-                    }
-                }
-                "properties" => {
-                    for (pk, pv) in v.as_object().into_iter().flatten() {
-                        match self.negate(pv, ptr, depth + 1)? {
-                            Some(Value::Bool(false)) => {}
-                            Some(neg) => alts.push(json!({
-                                "type": "object", "required": [pk], "properties": { pk.clone(): neg }
-                            })),
-                            None => return Ok(None),
-                        }
-                    }
-                }
-                // Some item outside the item schema (no tuple part: `items` is every item).
-                "items" if !v.is_array() && !m.contains_key("prefixItems") => {
-                    match self.negate(v, ptr, depth + 1)? {
-                        Some(Value::Bool(false)) => {}
-                        Some(neg) => alts.push(json!({"type": "array", "contains": neg})),
-                        None => return Ok(None),
-                    }
-                }
-                // A tuple position present and outside its schema.
-                "prefixItems" | "items" if v.is_array() => {
-                    for (i, it) in v.as_array().into_iter().flatten().enumerate() {
-                        match self.negate(it, ptr, depth + 1)? {
-                            Some(Value::Bool(false)) => {}
-                            Some(neg) => {
-                                let mut tuple = vec![Value::Bool(true); i];
-                                tuple.push(neg);
-                                alts.push(json!({
-                                    "type": "array", "prefixItems": tuple, "minItems": i + 1
-                                }));
-                            }
-                            None => return Ok(None),
-                        }
-                    }
-                }
-                // `additionalProperties: false`: some key neither declared nor matching a
-                // pattern.
-                "additionalProperties" if v == &Value::Bool(false) => {
-                    let keys: Vec<&String> = m
-                        .get("properties")
-                        .and_then(|p| p.as_object())
-                        .map(|p| p.keys().collect())
-                        .unwrap_or_default();
-                    let pats: Vec<&String> = m
-                        .get("patternProperties")
-                        .and_then(|p| p.as_object())
-                        .map(|p| p.keys().collect())
-                        .unwrap_or_default();
-                    alts.push(json!({"type": "object",
-                        "__has_other": [{"keys": keys, "patterns": pats}]}));
-                }
-                "additionalProperties" if v == &Value::Bool(true) || v == &json!({}) => {}
-                // None of the branches, or two of them.
-                "oneOf" if v.as_array().is_some_and(|b| b.len() <= 6) => {
-                    let branches = v.as_array().cloned().unwrap_or_default();
-                    let mut none = Vec::new();
-                    for b in &branches {
-                        match self.negate(b, ptr, depth + 1)? {
-                            Some(neg) => none.push(neg),
-                            None => return Ok(None),
-                        }
-                    }
-                    alts.push(json!({ "allOf": none }));
-                    for i in 0..branches.len() {
-                        for j in i + 1..branches.len() {
-                            if let (Value::Object(x), Value::Object(y)) =
-                                (&branches[i], &branches[j])
-                            {
-                                if disjoint(x, y) {
-                                    continue;
-                                }
-                            }
-                            alts.push(json!({"allOf": [branches[i].clone(), branches[j].clone()]}));
-                        }
-                    }
-                }
-                "__fraction" => alts.push(json!({"type": "integer"})),
-                // Pattern schemas that accept every value have no complement to add.
-                "patternProperties" => {
-                    for pv in v.as_object().into_iter().flatten().map(|(_, pv)| pv) {
-                        match self.negate(pv, ptr, depth + 1)? {
-                            Some(Value::Bool(false)) => {}
-                            _ => {
-                                self.unnegatable = Some(k.clone());
-                                return Ok(None);
-                            }
-                        }
-                    }
-                }
-                // Every key among the names or patterns of one condition.
-                "__has_other" => {
-                    for c in v.as_array().into_iter().flatten() {
-                        let mut props = serde_json::Map::new();
-                        for k in c
-                            .get("keys")
-                            .and_then(|k| k.as_array())
-                            .into_iter()
-                            .flatten()
-                        {
-                            if let Some(k) = k.as_str() {
-                                props.insert(k.to_string(), Value::Bool(true));
-                            }
-                        }
-                        let mut pp = serde_json::Map::new();
-                        for p in c
-                            .get("patterns")
-                            .and_then(|k| k.as_array())
-                            .into_iter()
-                            .flatten()
-                        {
-                            if let Some(p) = p.as_str() {
-                                pp.insert(p.to_string(), Value::Bool(true));
-                            }
-                        }
-                        alts.push(json!({"type": "object", "properties": props,
-                            "patternProperties": pp, "additionalProperties": false}));
-                    }
-                }
-                // No item matches.
-                "contains" if !m.contains_key("minContains") && !m.contains_key("maxContains") => {
-                    match self.negate(v, ptr, depth + 1)? {
-                        Some(neg) => alts.push(json!({"type": "array", "items": neg})),
-                        None => return Ok(None),
-                    }
-                }
-                "anyOf" => {
-                    let mut all = Vec::new();
-                    for b in v.as_array().into_iter().flatten() {
-                        match self.negate(b, ptr, depth + 1)? {
-                            Some(neg) => all.push(neg),
-                            None => return Ok(None),
-                        }
-                    }
-                    alts.push(json!({ "allOf": all }));
-                }
-                "minimum" if v.is_number() => alts.push(if excl_min {
-                    json!({"type": "number", "maximum": v})
-                } else {
-                    json!({"type": "number", "exclusiveMaximum": v})
-                }),
-                "maximum" if v.is_number() => alts.push(if excl_max {
-                    json!({"type": "number", "minimum": v})
-                } else {
-                    json!({"type": "number", "exclusiveMinimum": v})
-                }),
-                "exclusiveMinimum" | "exclusiveMaximum" if v.is_boolean() => {}
-                "exclusiveMinimum" if v.is_number() => {
-                    alts.push(json!({"type": "number", "maximum": v}))
-                }
-                "exclusiveMaximum" if v.is_number() => {
-                    alts.push(json!({"type": "number", "minimum": v}))
-                }
-                "minLength" | "minItems" | "minProperties" if n() >= 0.0 => {
-                    let (t, other) = match k.as_str() {
-                        "minLength" => ("string", "maxLength"),
-                        "minItems" => ("array", "maxItems"),
-                        _ => ("object", "maxProperties"),
-                    };
-                    if n() >= 1.0 {
-                        alts.push(json!({"type": t, other: n().ceil() - 1.0}));
-                    }
-                }
-                "maxLength" | "maxItems" | "maxProperties" if n() >= 0.0 => {
-                    let (t, other) = match k.as_str() {
-                        "maxLength" => ("string", "minLength"),
-                        "maxItems" => ("array", "minItems"),
-                        _ => ("object", "minProperties"),
-                    };
-                    alts.push(json!({"type": t, other: n().floor() + 1.0}));
-                }
-                _ => {
-                    self.unnegatable = Some(k.clone());
-                    return Ok(None);
-                }
-            }
-        }
-        Ok(Some(if alts.is_empty() {
-            Value::Bool(false)
-        } else {
-            json!({ "anyOf": alts })
-        }))
-    }
 }
 
 /// Whether a schema has a tuple part (`prefixItems`, or `items` as an array).
@@ -746,7 +630,7 @@ fn value_set(s: &Map<String, Value>) -> Option<Vec<Value>> {
 }
 
 /// True when no JSON value can satisfy both (conservative: false when unsure).
-fn disjoint(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
+pub(super) fn disjoint(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     if type_bits(a) & type_bits(b) == 0 {
         return true;
     }

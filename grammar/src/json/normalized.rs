@@ -180,6 +180,14 @@ impl JsonCompiler<'_> {
                 if kw == "oneOf" {
                     // Branches that may overlap: each excludes the others' values.
                     let overlaps = self.check_one_of(branches, &rest, ptr)?;
+                    if !overlaps.is_empty() {
+                        if let Some(alt) =
+                            self.one_of_object_split(branches, &rest, &overlaps, ptr)?
+                        {
+                            let all = serde_json::json!({"allOf": [Value::Object(rest), alt]});
+                            return self.value(from, &all, ptr);
+                        }
+                    }
                     for (i, j) in overlaps {
                         for (a, b) in [(i, j), (j, i)] {
                             let Some(neg) = self.negate(&branches[b], ptr, 0)? else {

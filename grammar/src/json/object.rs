@@ -12,8 +12,9 @@ use crate::nfa::{RuleId, StateId};
 use crate::regex::{parse, Flavor};
 use crate::CompileError;
 
-/// Most `__has_other` conditions (complements of `additionalProperties`) on one object.
-const MAX_CONDS: usize = 2;
+/// Most `__has_other` conditions (complements of `additionalProperties`/`propertyNames`)
+/// on one object.
+const MAX_CONDS: usize = 4;
 /// Most declared properties an object may have for the any-order automaton.
 const MAX_ANY_ORDER_KEYS: usize = 16;
 /// Most (written set, count) states of one any-order object.
@@ -82,6 +83,12 @@ impl JsonCompiler<'_> {
         }
         for r in &required {
             if !props.contains_key(r) {
+                // A key a pattern takes gets the pattern's schema (merged below), never
+                // `additionalProperties`.
+                if matchers.iter().any(|re| re.is_match(r.as_str())) {
+                    items.push((r.clone(), Value::Bool(true), true));
+                    continue;
+                }
                 match &additional {
                     Some(a) => items.push((r.clone(), a.clone(), true)),
                     None if s.get("additionalProperties") == Some(&Value::Bool(false)) => {
@@ -105,20 +112,22 @@ impl JsonCompiler<'_> {
             return self.nothing();
         }
         items.retain(|i| !forbidden.contains(&i.0));
-        // `__has_other` (the complement of `additionalProperties: false`): the object must
-        // have a key outside a list of names and patterns. Such names this object does not
-        // declare become optional items, so that undeclared keys are never one of them.
+        // `__has_other` (the complement of `additionalProperties: false` or `propertyNames`):
+        // the object must have a key outside a list of names and patterns (or, `positive`,
+        // among them). Such names this object does not declare become optional items, so
+        // that undeclared keys are never one of them.
         let conds = has_other_conditions(s);
         if conds.len() > MAX_CONDS {
             self.unsupported(
                 "additionalProperties",
                 ptr,
-                "more than two complements of `additionalProperties` on one object",
+                "more than four key conditions (complements of `additionalProperties` or \
+                 `propertyNames`) on one object",
             )?;
         }
-        let conds: Vec<(Vec<String>, Vec<String>)> = conds.into_iter().take(MAX_CONDS).collect();
+        let conds: Vec<KeyCond> = conds.into_iter().take(MAX_CONDS).collect();
         let mut cond_res: Vec<Vec<regex_automata::meta::Regex>> = Vec::new();
-        for (keys, pats) in &conds {
+        for (keys, pats, _, _) in &conds {
             let mut res = Vec::new();
             for p in pats {
                 res.push(full_match_regex(p).map_err(|e| CompileError::Unsupported {
@@ -139,16 +148,34 @@ impl JsonCompiler<'_> {
                 }
             }
         }
-        // Which conditions writing each declared key satisfies.
+        // Which key-only conditions writing each declared key satisfies, and which value
+        // conditions (a listed key whose value is in a schema) it may satisfy.
+        let listed = |i: usize, k: &str| {
+            conds[i].0.iter().any(|x| x == k) || cond_res[i].iter().any(|re| re.is_match(k))
+        };
         let witness_bits = |k: &str| -> u8 {
             let mut bits = 0u8;
-            for (i, (keys, _)) in conds.iter().enumerate() {
-                if !keys.iter().any(|x| x == k) && !cond_res[i].iter().any(|re| re.is_match(k)) {
+            for (i, c) in conds.iter().enumerate() {
+                if c.3.is_none() && listed(i, k) == c.2 {
                     bits |= 1 << i;
                 }
             }
             bits
         };
+        let value_bits = |k: &str| -> u8 {
+            let mut bits = 0u8;
+            for (i, c) in conds.iter().enumerate() {
+                if c.3.is_some() && listed(i, k) {
+                    bits |= 1 << i;
+                }
+            }
+            bits
+        };
+        let all_value_bits: u8 = conds
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.3.is_some())
+            .fold(0, |a, (i, _)| a | 1 << i);
         let nw = 1usize << conds.len();
         let full_w = (nw - 1) as u8;
         // A declared key that matches a pattern must satisfy both schemas.
@@ -297,7 +324,7 @@ impl JsonCompiler<'_> {
             pats.extend(name_neg.iter().map(|p| p.as_str()));
             let any = additional.is_some() || pats.len() > n_pp;
             let mut cond_masks = Vec::new();
-            for (_, cp) in &conds {
+            for (_, cp, _, _) in &conds {
                 let lo = pats.len();
                 pats.extend(cp.iter().map(|p| p.as_str()));
                 cond_masks.push(((1u64 << pats.len()) - (1u64 << lo)) as u32);
@@ -323,22 +350,27 @@ impl JsonCompiler<'_> {
                     if set & pos_mask != pos_mask || set & neg_mask != 0 {
                         continue;
                     }
+                    // Key-only conditions follow from the key; value conditions whose
+                    // pattern the key matches are met when the value is in their schema.
                     let mut wb = 0u8;
+                    let mut applicable = 0u8;
                     for (i, m) in cond_masks.iter().enumerate() {
-                        if set & m == 0 {
+                        if conds[i].3.is_some() {
+                            if set & m != 0 {
+                                applicable |= 1 << i;
+                            }
+                        } else if (set & m != 0) == conds[i].2 {
                             wb |= 1 << i;
                         }
                     }
-                    if wb != want {
+                    let sub = want & all_value_bits;
+                    if want & !all_value_bits != wb || sub & !applicable != 0 {
                         continue;
                     }
                     let set = set & ((1u32 << n_pp) - 1);
-                    let k = self.punct(exit, b':')?;
-                    let e = if set == 0 {
+                    let (mut schema, vptr) = if set == 0 {
                         match &additional {
-                            Some(add) => {
-                                self.value(k, add, &format!("{ptr}/additionalProperties"))?
-                            }
+                            Some(add) => (add.clone(), format!("{ptr}/additionalProperties")),
                             None => continue,
                         }
                     } else {
@@ -349,8 +381,15 @@ impl JsonCompiler<'_> {
                                 schema = self.merge_schemas(&schema, v, &pptr, 0)?;
                             }
                         }
-                        self.value(k, &schema, &pptr)?
+                        (schema, pptr)
                     };
+                    for (i, c) in conds.iter().enumerate() {
+                        if let (true, Some(vs)) = (sub >> i & 1 == 1, &c.3) {
+                            schema = self.merge_schemas(&schema, vs, &vptr, 0)?;
+                        }
+                    }
+                    let k = self.punct(exit, b':')?;
+                    let e = self.value(k, &schema, &vptr)?;
                     self.b.eps(e, rr.end);
                     used = true;
                 }
@@ -360,14 +399,21 @@ impl JsonCompiler<'_> {
             }
         }
         let item_bits: Vec<u8> = items.iter().map(|i| witness_bits(&i.0)).collect();
-        if let Some(close) = self.any_order(
-            open,
-            &items,
-            &item_bits,
-            &extras,
-            (cap, exact, min_count, full_w),
-            ptr,
-        )? {
+        let item_value_bits: Vec<u8> = items.iter().map(|i| value_bits(&i.0)).collect();
+        // Value conditions make a key's witness bits depend on its value: schema order only.
+        let any_order = if all_value_bits == 0 {
+            self.any_order(
+                open,
+                &items,
+                &item_bits,
+                &extras,
+                (cap, exact, min_count, full_w),
+                ptr,
+            )?
+        } else {
+            None
+        };
+        if let Some(close) = any_order {
             let c = self.ws(close)?;
             return self.b.lit(c, b"}");
         }
@@ -434,7 +480,7 @@ impl JsonCompiler<'_> {
             Ok(())
         };
         let share = tracks_n > 2;
-        for ((k, v, req), &bits) in items.iter().zip(&item_bits) {
+        for (((k, v, req), &bits), &vbits) in items.iter().zip(&item_bits).zip(&item_value_bits) {
             gap(self, &mut tracks)?;
             let key = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
             let vptr = format!(
@@ -482,6 +528,31 @@ impl JsonCompiler<'_> {
                             }
                         };
                         self.b.eps(e, a);
+                        // The same key with its value in value conditions' schemas.
+                        let mut sub = vbits;
+                        while sub != 0 {
+                            let mut schema = v.clone();
+                            for (i, cnd) in conds.iter().enumerate() {
+                                if let (true, Some(vs)) = (sub >> i & 1 == 1, &cnd.3) {
+                                    schema = self.merge_schemas(&schema, vs, &vptr, 0)?;
+                                }
+                            }
+                            let s = if c > 0 { self.punct(t, b',')? } else { t };
+                            let s = self.b.lit(s, key.as_bytes())?;
+                            let s = self.punct(s, b':')?;
+                            let e = self.value(s, &schema, &vptr)?;
+                            let j = idx(c2, w | bits | sub);
+                            let a = match new[j] {
+                                Some(a) => a,
+                                None => {
+                                    let a = self.b.state()?;
+                                    new[j] = Some(a);
+                                    a
+                                }
+                            };
+                            self.b.eps(e, a);
+                            sub = (sub - 1) & vbits;
+                        }
                     }
                 }
             }
@@ -621,182 +692,6 @@ impl JsonCompiler<'_> {
         }
         Ok(Some(close))
     }
-
-    /// A quoted key that is none of `declared`, split by which `patterns` it matches: one
-    /// exit per matched-pattern set (bit i = pattern i; set 0 only when `allow_unmatched`).
-    /// Keys are written canonically (no `\u`, no `\/`), so the written form decides the key
-    /// and excluding declared spellings is exact.
-    pub(super) fn other_key(
-        &mut self,
-        from: StateId,
-        declared: &[String],
-        patterns: &[&str],
-        allow_unmatched: bool,
-        ptr: &str,
-    ) -> Result<Vec<(u32, StateId)>, CompileError> {
-        use regex_automata::dfa::Automaton;
-        // Trie of canonical declared keys.
-        let mut trie_children: Vec<HashMap<u8, usize>> = vec![HashMap::new()];
-        let mut terminal = vec![false];
-        for k in declared {
-            let enc = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
-            let bytes = &enc.as_bytes()[1..enc.len() - 1];
-            let mut node = 0;
-            for &b in bytes {
-                node = match trie_children[node].get(&b) {
-                    Some(&c) => c,
-                    None => {
-                        trie_children.push(HashMap::new());
-                        terminal.push(false);
-                        let c = trie_children.len() - 1;
-                        trie_children[node].insert(b, c);
-                        c
-                    }
-                };
-            }
-            terminal[node] = true;
-        }
-        // One anchored DFA per pattern, fed the decoded key bytes.
-        let mut dfas = Vec::new();
-        let mut starts = Vec::new();
-        for p in patterns {
-            let unsupported = |e: String| CompileError::Unsupported {
-                keyword: "patternProperties".into(),
-                pointer: ptr.into(),
-                reason: format!("{p:?}: {e}"),
-            };
-            let hir = parse(p, Flavor::EcmaSearch).map_err(unsupported)?;
-            let nfa = regex_automata::nfa::thompson::Compiler::new()
-                .configure(
-                    regex_automata::nfa::thompson::Config::new()
-                        .which_captures(regex_automata::nfa::thompson::WhichCaptures::None),
-                )
-                .build_from_hir(&hir)
-                .map_err(|e| unsupported(e.to_string()))?;
-            let dfa = regex_automata::dfa::dense::Builder::new()
-                .configure(
-                    regex_automata::dfa::dense::Config::new()
-                        .start_kind(regex_automata::dfa::StartKind::Anchored)
-                        .match_kind(regex_automata::MatchKind::All)
-                        .dfa_size_limit(Some(1 << 22)),
-                )
-                .build_from_nfa(&nfa)
-                .map_err(|e| unsupported(e.to_string()))?;
-            let st = dfa
-                .start_state(
-                    &regex_automata::util::start::Config::new()
-                        .anchored(regex_automata::Anchored::Yes),
-                )
-                .map_err(|e| unsupported(e.to_string()))?;
-            starts.push(st);
-            dfas.push(dfa);
-        }
-        const OFF: usize = usize::MAX;
-        type Key = (u8, usize, Vec<regex_automata::util::primitives::StateID>);
-        let start = self.b.lit(from, b"\"")?;
-        let mut exits: HashMap<u32, StateId> = HashMap::new();
-        let mut ids: HashMap<Key, StateId> = HashMap::new();
-        let k0: Key = (0, 0, starts);
-        ids.insert(k0.clone(), start);
-        let mut work = vec![k0];
-        let mut steps = 0u32;
-        while let Some(key) = work.pop() {
-            steps += 1;
-            if steps.is_multiple_of(256) {
-                self.b.check_deadline()?;
-            }
-            let (d, t, ref ps) = key;
-            let me = ids[&key];
-            // The previous byte's successor: runs of bytes with the same successor skip
-            // the hash lookup.
-            let mut prev: Option<(Key, StateId)> = None;
-            if d == 0 && (t == OFF || !terminal[t]) {
-                let mut set = 0u32;
-                for (i, dfa) in dfas.iter().enumerate() {
-                    if dfa.is_match_state(dfa.next_eoi_state(ps[i])) {
-                        set |= 1 << i;
-                    }
-                }
-                if set != 0 || allow_unmatched {
-                    let exit = match exits.get(&set) {
-                        Some(&e) => e,
-                        None => {
-                            let e = self.b.state()?;
-                            exits.insert(set, e);
-                            e
-                        }
-                    };
-                    self.b.range(me, b'"', b'"', exit);
-                }
-            }
-            let mut run: Option<(u8, u8, StateId)> = None;
-            for byte in 0u8..=255 {
-                let target = match key_char_step(d, byte) {
-                    None => None,
-                    Some(d2) => {
-                        let t2 = if t == OFF {
-                            OFF
-                        } else {
-                            trie_children[t].get(&byte).copied().unwrap_or(OFF)
-                        };
-                        // The decoded byte the patterns see (none for the backslash itself).
-                        let fed = match (d, byte) {
-                            (0, b'\\') => None,
-                            (1, b'b') => Some(8),
-                            (1, b'f') => Some(12),
-                            (1, b'n') => Some(10),
-                            (1, b'r') => Some(13),
-                            (1, b't') => Some(9),
-                            (_, x) => Some(x),
-                        };
-                        let ps2: Vec<_> = match fed {
-                            None => ps.clone(),
-                            Some(x) => dfas
-                                .iter()
-                                .zip(ps)
-                                .map(|(dfa, &s)| dfa.next_state(s, x))
-                                .collect(),
-                        };
-                        let k2: Key = (d2, t2, ps2);
-                        let id = match &prev {
-                            Some((pk, pid)) if *pk == k2 => *pid,
-                            _ => {
-                                let id = match ids.get(&k2) {
-                                    Some(&id) => id,
-                                    None => {
-                                        let id = self.b.state()?;
-                                        ids.insert(k2.clone(), id);
-                                        work.push(k2.clone());
-                                        id
-                                    }
-                                };
-                                prev = Some((k2, id));
-                                id
-                            }
-                        };
-                        Some(id)
-                    }
-                };
-                match (run, target) {
-                    (Some((lo, hi, id)), Some(t2)) if t2 == id && hi as u16 + 1 == byte as u16 => {
-                        run = Some((lo, byte, id))
-                    }
-                    (r, t2) => {
-                        if let Some((lo, hi, id)) = r {
-                            self.b.range(me, lo, hi, id);
-                        }
-                        run = t2.map(|id| (byte, byte, id));
-                    }
-                }
-            }
-            if let Some((lo, hi, id)) = run {
-                self.b.range(me, lo, hi, id);
-            }
-        }
-        let mut out: Vec<(u32, StateId)> = exits.into_iter().collect();
-        out.sort_unstable();
-        Ok(out)
-    }
 }
 
 /// A full-match regex for a JSON Schema pattern (search semantics included).
@@ -812,37 +707,14 @@ fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, String> {
         .map_err(|e| e.to_string())
 }
 
-/// The canonical key-character automaton: 0 = between characters, 1 = after `\`,
-/// 2..=8 = inside a UTF-8 sequence.
-fn key_char_step(d: u8, b: u8) -> Option<u8> {
-    match d {
-        0 => match b {
-            0x20..=0x21 | 0x23..=0x5B | 0x5D..=0x7F => Some(0),
-            b'\\' => Some(1),
-            0xC2..=0xDF => Some(2),
-            0xE0 => Some(5),
-            0xE1..=0xEC | 0xEE..=0xEF => Some(3),
-            0xED => Some(6),
-            0xF0 => Some(7),
-            0xF1..=0xF3 => Some(4),
-            0xF4 => Some(8),
-            _ => None,
-        },
-        1 => matches!(b, b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't').then_some(0),
-        2 => (0x80..=0xBF).contains(&b).then_some(0),
-        3 => (0x80..=0xBF).contains(&b).then_some(2),
-        4 => (0x80..=0xBF).contains(&b).then_some(3),
-        5 => (0xA0..=0xBF).contains(&b).then_some(2),
-        6 => (0x80..=0x9F).contains(&b).then_some(2),
-        7 => (0x90..=0xBF).contains(&b).then_some(3),
-        8 => (0x80..=0x8F).contains(&b).then_some(3),
-        _ => None,
-    }
-}
+/// One `__has_other` condition: (names, patterns, positive, value schema). With a value
+/// schema (positive only), a listed key whose value is in that schema.
+type KeyCond = (Vec<String>, Vec<String>, bool, Option<Value>);
 
-/// The `__has_other` conditions of an object schema: (names, patterns) pairs, each asking
-/// for a key that is none of the names and matches none of the patterns.
-fn has_other_conditions(s: &Map<String, Value>) -> Vec<(Vec<String>, Vec<String>)> {
+/// The `__has_other` conditions of an object schema, each asking for a key that is none of
+/// the names and matches none of the patterns (or, when `positive` — `"match": true` —
+/// a key that is one of the names or matches one of the patterns).
+fn has_other_conditions(s: &Map<String, Value>) -> Vec<KeyCond> {
     let strs = |v: Option<&Value>| -> Vec<String> {
         v.and_then(|x| x.as_array())
             .map(|a| {
@@ -857,7 +729,16 @@ fn has_other_conditions(s: &Map<String, Value>) -> Vec<(Vec<String>, Vec<String>
         .map(|conds| {
             conds
                 .iter()
-                .map(|c| (strs(c.get("keys")), strs(c.get("patterns"))))
+                .map(|c| {
+                    let positive = c.get("match") == Some(&Value::Bool(true));
+                    let value = c.get("value").filter(|_| positive).cloned();
+                    (
+                        strs(c.get("keys")),
+                        strs(c.get("patterns")),
+                        positive,
+                        value,
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default()

@@ -2,24 +2,24 @@
 
 use serde_json::{Map, Value};
 
-use super::formats::{dec_ge, dec_le, format_regex, int_range, number_range, Dec};
+use super::formats::format_regex;
 use super::JsonCompiler;
 use crate::nfa::StateId;
 use crate::regex::{emit_hir, emit_hir_len, emit_intersection, parse, Escape, Flavor};
 use crate::CompileError;
 
+/// Most different `contains` schemas on one array (layers: 2^n).
+const MAX_CONTAINS: usize = 3;
+
 /// Bounded repetitions longer than this are refused (they would not be enforced cheaply).
 const MAX_COUNT: u64 = 4096;
-
-/// A numeric bound: `(value, inclusive)`.
-type Bound = Option<(f64, bool)>;
 
 pub(super) fn f(v: Option<&Value>) -> Option<f64> {
     v.and_then(|x| x.as_f64())
 }
 
 impl JsonCompiler<'_> {
-    fn emit_regex(
+    pub(super) fn emit_regex(
         &mut self,
         from: StateId,
         re: &str,
@@ -50,203 +50,6 @@ impl JsonCompiler<'_> {
                     keyword: kw.into(),
                     pointer: ptr.into(),
                     reason: format!("{re:?}: {e}"),
-                }
-            }
-        })
-    }
-
-    /// Numeric bounds as `(value, inclusive)`, handling draft-4 boolean exclusives.
-    fn bounds(s: &Map<String, Value>) -> (Bound, Bound) {
-        let mut lo =
-            f(s.get("minimum")).map(|v| (v, s.get("exclusiveMinimum") != Some(&Value::Bool(true))));
-        let mut hi =
-            f(s.get("maximum")).map(|v| (v, s.get("exclusiveMaximum") != Some(&Value::Bool(true))));
-        if let Some(x) = f(s.get("exclusiveMinimum")) {
-            if lo.is_none_or(|(l, _)| x >= l) {
-                lo = Some((x, false));
-            }
-        }
-        if let Some(x) = f(s.get("exclusiveMaximum")) {
-            if hi.is_none_or(|(h, _)| x <= h) {
-                hi = Some((x, false));
-            }
-        }
-        (lo, hi)
-    }
-
-    pub(super) fn integer(
-        &mut self,
-        from: StateId,
-        s: &Map<String, Value>,
-        ptr: &str,
-    ) -> Result<StateId, CompileError> {
-        if let Some(m) = s.get("multipleOf").and_then(|m| m.as_number()) {
-            // Every integer is a multiple of 10^-k (k >= 0).
-            let unit = super::check::decimal(m).is_some_and(|(mm, e)| {
-                mm > 0
-                    && mm
-                        .to_string()
-                        .trim_start_matches('1')
-                        .bytes()
-                        .all(|c| c == b'0')
-                    && e + mm.to_string().len() as i32 - 1 <= 0
-            });
-            if !unit {
-                self.unsupported(
-                    "multipleOf",
-                    ptr,
-                    "only multipleOf 10^-k is enforced on integers",
-                )?;
-            }
-        }
-        let (lo, hi) = Self::bounds(s);
-        const LIM: f64 = 1e15;
-        let lo_i = match lo {
-            None => None,
-            // Beyond ±1e15 bounds are clamped inward: stricter, never looser.
-            Some((v, _)) if v < -LIM => Some(-(LIM as i64)),
-            Some((v, _)) if v > LIM => return self.nothing(),
-            Some((v, inc)) => Some(if inc {
-                v.ceil() as i64
-            } else {
-                v.floor() as i64 + 1
-            }),
-        };
-        let hi_i = match hi {
-            None => None,
-            Some((v, _)) if v > LIM => Some(LIM as i64),
-            Some((v, _)) if v < -LIM => return self.nothing(),
-            Some((v, inc)) => Some(if inc {
-                v.floor() as i64
-            } else {
-                v.ceil() as i64 - 1
-            }),
-        };
-        let re = int_range(lo_i, hi_i);
-        self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr)
-    }
-
-    pub(crate) fn number_plain(&mut self, from: StateId) -> Result<StateId, CompileError> {
-        self.emit_regex(
-            from,
-            r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?",
-            Flavor::FullMatch,
-            Escape::Raw,
-            "type",
-            "#",
-        )
-    }
-
-    pub(super) fn number(
-        &mut self,
-        from: StateId,
-        s: &Map<String, Value>,
-        ptr: &str,
-    ) -> Result<StateId, CompileError> {
-        let mult = s.get("multipleOf").and_then(|m| m.as_number()).cloned();
-        let (lo, hi) = Self::bounds(s);
-        // `not: {type: integer}` on numbers: a nonzero digit after the point (no exponent).
-        let fraction = s.get("__fraction") == Some(&Value::Bool(true));
-        if lo.is_none() && hi.is_none() && mult.is_none() && !fraction {
-            return self.number_plain(from);
-        }
-        let as_int = |b: Option<(f64, bool)>| -> Option<Option<(i64, bool)>> {
-            match b {
-                None => Some(None),
-                Some((v, inc)) if v.fract() == 0.0 && v.abs() < 1e15 => Some(Some((v as i64, inc))),
-                Some(_) => None,
-            }
-        };
-        if mult.is_none() && !fraction {
-            if let (Some(l), Some(h)) = (as_int(lo), as_int(hi)) {
-                let re = number_range(l, h);
-                return self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr);
-            }
-        }
-        // Decimal bounds and multipleOf 10^-k: an intersection of regexes (no exponent).
-        let mut res: Vec<String> = Vec::new();
-        match &mult {
-            None => res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into()),
-            Some(m) => match super::check::decimal(m) {
-                Some((mm, e))
-                    if mm > 0
-                        && mm
-                            .to_string()
-                            .trim_start_matches('1')
-                            .bytes()
-                            .all(|c| c == b'0') =>
-                {
-                    let k = e + mm.to_string().len() as i32 - 1;
-                    if k > 0 {
-                        self.unsupported("multipleOf", ptr, "multipleOf above 1 on numbers")?;
-                        res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into());
-                    } else if k == 0 {
-                        res.push(r"-?(0|[1-9][0-9]*)(\.0+)?".into());
-                    } else {
-                        res.push(format!(r"-?(0|[1-9][0-9]*)(\.[0-9]{{1,{}}}0*)?", -k));
-                    }
-                }
-                _ => {
-                    self.unsupported(
-                        "multipleOf",
-                        ptr,
-                        "only multipleOf 10^-k is enforced on numbers",
-                    )?;
-                    res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into());
-                }
-            },
-        }
-        if fraction {
-            res.push(r"-?(0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*".into());
-        }
-        let dec = |v: f64| -> Option<Dec> {
-            let n = serde_json::Number::from_f64(v)?;
-            let (m, e) = super::check::decimal(&n)?;
-            Dec::new(m, e)
-        };
-        for (bound, is_lo) in [(lo, true), (hi, false)] {
-            let Some((v, inc)) = bound else { continue };
-            match dec(v) {
-                Some(d) => res.push(if is_lo {
-                    dec_ge(&d, !inc)
-                } else {
-                    dec_le(&d, !inc)
-                }),
-                None if is_lo && v < 0.0 || !is_lo && v > 0.0 => {
-                    // Beyond ±10^15: clamp inward (stricter).
-                    let d = Dec {
-                        neg: v < 0.0,
-                        int: 999_999_999_999_999,
-                        frac: Vec::new(),
-                    };
-                    res.push(if is_lo {
-                        dec_ge(&d, false)
-                    } else {
-                        dec_le(&d, false)
-                    });
-                }
-                None => return self.nothing(),
-            }
-        }
-        let mut hirs = Vec::new();
-        for re in &res {
-            hirs.push(
-                parse(re, Flavor::FullMatch).map_err(|e| CompileError::Regex {
-                    pattern: re.clone(),
-                    reason: e,
-                })?,
-            );
-        }
-        emit_intersection(self.b, from, &hirs, Escape::Raw).map_err(|e| {
-            if e.contains("too many states") {
-                CompileError::TooLarge {
-                    states: self.b.states.len(),
-                }
-            } else {
-                CompileError::Unsupported {
-                    keyword: "minimum".into(),
-                    pointer: ptr.into(),
-                    reason: e,
                 }
             }
         })
@@ -332,16 +135,48 @@ impl JsonCompiler<'_> {
             .map(|e| e.iter().filter_map(|x| x.as_str()).collect())
             .unwrap_or_default();
         if !excluded.is_empty() || !not_patterns.is_empty() {
-            // Key automaton: excluded spellings, then pattern i (bit i): the pattern itself
-            // (if any) must match, none of the excluded patterns may.
-            let pos = res.iter().all(|r| r.0 == "pattern") && min == 0 && max.is_none();
-            if pos && not_patterns.len() + res.len() < 24 {
-                // Every positive pattern (all of `res` here) must match.
-                let mut pats: Vec<&str> = res.iter().map(|r| r.1.as_str()).collect();
+            // Key automaton: excluded spellings, then pattern i (bit i): the patterns, the
+            // format (anchored) and the length bounds must match, none of the excluded
+            // patterns may.
+            let mut positive: Vec<String> = res
+                .iter()
+                .map(|(_, re, flavor)| match flavor {
+                    Flavor::FullMatch => format!("^(?:{re})$"),
+                    Flavor::EcmaSearch => re.clone(),
+                })
+                .collect();
+            if min > 0 || max.is_some() {
+                let lo = min.min(MAX_COUNT);
+                positive.push(match max {
+                    Some(hi) => format!("^[\\s\\S]{{{lo},{}}}$", hi.min(MAX_COUNT)),
+                    None => format!("^[\\s\\S]{{{lo},}}$"),
+                });
+            }
+            if min > MAX_COUNT {
+                self.unsupported(
+                    "minLength",
+                    ptr,
+                    &format!("length bounds above {MAX_COUNT} are not enforced"),
+                )?;
+            }
+            if not_patterns.len() + positive.len() < 24 {
+                // Every positive pattern must match.
+                let mut pats: Vec<&str> = positive.iter().map(|r| r.as_str()).collect();
                 let first_not = pats.len();
                 let pos_mask: u32 = (1u32 << first_not) - 1;
                 pats.extend(not_patterns.iter().copied());
-                let exits = self.other_key(from, &excluded, &pats, true, ptr)?;
+                let exits =
+                    self.other_key(from, &excluded, &pats, true, ptr)
+                        .map_err(|e| match e {
+                            CompileError::Unsupported { reason, .. } => CompileError::Unsupported {
+                                keyword: "not".into(),
+                                pointer: ptr.into(),
+                                reason: format!(
+                                    "excluded strings beside other string keywords: {reason}"
+                                ),
+                            },
+                            other => other,
+                        })?;
                 let exit = self.b.state()?;
                 for (set, e) in exits {
                     let has_pos = set & pos_mask == pos_mask;
@@ -403,26 +238,50 @@ impl JsonCompiler<'_> {
             let lmin = if min_chars >= min { 0 } else { min };
             let lmax = max.filter(|m| max_bytes.is_none_or(|x| x > *m));
             let a = self.b.lit(from, b"\"")?;
-            let e = emit_hir_len(self.b, a, &hir, Escape::JsonString, lmin, lmax).map_err(|e| {
-                if e.contains("too many states") {
-                    CompileError::TooLarge {
-                        states: self.b.states.len(),
-                    }
-                } else if e.contains("deadline") {
-                    CompileError::Timeout
-                } else {
-                    CompileError::Unsupported {
-                        keyword: if lmin > 0 || lmax.is_some() {
-                            "maxLength"
-                        } else {
-                            kw
+            // A large product (length bounds on a big regex, e.g. `email` with
+            // `maxLength`) is built once per schema as a rule and called.
+            let key = (re.clone(), lmin, lmax);
+            if let Some(&r) = self.len_rules.get(&key) {
+                let e = self.b.call(a, r)?;
+                return self.b.lit(e, b"\"");
+            }
+            let large = lmax.unwrap_or(lmin) > 64;
+            let (start, rule) = if large {
+                let r = self.b.new_rule()?;
+                (self.b.rules[r as usize].start, Some(r))
+            } else {
+                (a, None)
+            };
+            let e =
+                emit_hir_len(self.b, start, &hir, Escape::JsonString, lmin, lmax).map_err(|e| {
+                    if e.contains("too many states") {
+                        CompileError::TooLarge {
+                            states: self.b.states.len(),
                         }
-                        .into(),
-                        pointer: ptr.into(),
-                        reason: format!("{re:?}: {e}"),
+                    } else if e.contains("deadline") {
+                        CompileError::Timeout
+                    } else {
+                        CompileError::Unsupported {
+                            keyword: if lmin > 0 || lmax.is_some() {
+                                "maxLength"
+                            } else {
+                                kw
+                            }
+                            .into(),
+                            pointer: ptr.into(),
+                            reason: format!("{re:?}: {e}"),
+                        }
                     }
+                })?;
+            let e = match rule {
+                Some(r) => {
+                    let end = self.b.rules[r as usize].end;
+                    self.b.eps(e, end);
+                    self.len_rules.insert(key, r);
+                    self.b.call(a, r)?
                 }
-            })?;
+                None => e,
+            };
             return self.b.lit(e, b"\"");
         }
         if min > MAX_COUNT {
@@ -449,7 +308,7 @@ impl JsonCompiler<'_> {
             return self.nothing();
         }
         if s.get("uniqueItems") == Some(&Value::Bool(true)) && max.is_none_or(|m| m > 1) {
-            if !s.contains_key("contains") {
+            if !s.contains_key("contains") && !s.contains_key("__contains") {
                 if let Some(e) = self.unique_finite(from, s, min, max, ptr)? {
                     return Ok(e);
                 }
@@ -484,46 +343,69 @@ impl JsonCompiler<'_> {
             )?;
         }
         let rest_ok = rest != Value::Bool(false);
-        // `contains: X`: a second layer of states after an item that also matches X; only
-        // that layer may close the array (items are `I* (I and X) I*`, exact).
-        let contains = match s.get("contains") {
-            None => None,
-            Some(x) => {
-                if s.contains_key("minContains") || s.contains_key("maxContains") {
-                    self.unsupported("minContains", ptr, "counted `contains` is not enforced")?;
-                }
-                Some(x.clone())
-            }
-        };
+        // `contains: X` (and more, merged from `allOf`): one layer of states per set of
+        // `contains` schemas some item matched so far, moving up after an item that also
+        // matches new ones; only the top layer may close the array (for one schema the
+        // items are `I* (I and X) I*`; exact).
+        let mut contains: Vec<Value> = s.get("contains").cloned().into_iter().collect();
+        contains.extend(
+            s.get("__contains")
+                .and_then(|c| c.as_array())
+                .into_iter()
+                .flatten()
+                .cloned(),
+        );
+        if !contains.is_empty() && (s.contains_key("minContains") || s.contains_key("maxContains"))
+        {
+            self.unsupported("minContains", ptr, "counted `contains` is not enforced")?;
+        }
+        if contains.len() > MAX_CONTAINS {
+            self.unsupported(
+                "contains",
+                ptr,
+                &format!("more than {MAX_CONTAINS} different `contains` on one array"),
+            )?;
+            contains.truncate(MAX_CONTAINS);
+        }
         let cptr = format!("{ptr}/contains");
-        let witness = |c: &mut Self, item: &Value| -> Result<Option<Value>, CompileError> {
-            match &contains {
-                None => Ok(None),
-                Some(x) => match c.merge_schemas(item, x, &cptr, 0)? {
-                    Value::Bool(false) => Ok(None),
-                    m => Ok(Some(m)),
-                },
+        let layers = 1usize << contains.len();
+        let top = layers - 1;
+        // The item schema merged with each nonempty set of `contains` schemas (the ones
+        // that can match at all).
+        let witness = |c: &mut Self, item: &Value| -> Result<Vec<(usize, Value)>, CompileError> {
+            let mut out = Vec::new();
+            for set in 1..layers {
+                let mut m = item.clone();
+                for (i, x) in contains.iter().enumerate() {
+                    if set >> i & 1 == 1 {
+                        m = c.merge_schemas(&m, x, &cptr, 0)?;
+                    }
+                }
+                if m != Value::Bool(false) {
+                    out.push((set, m));
+                }
             }
+            Ok(out)
         };
-        let top = usize::from(contains.is_some());
         let open = self.b.lit(from, b"[")?;
         let open = self.ws(open)?;
         let close = self.b.state()?;
-        // cur[w]: the state after the items so far, w = whether an item matched `contains`.
-        let mut cur: [Option<StateId>; 2] = [Some(open), None];
+        // cur[w]: the state after the items so far, w = the `contains` schemas matched.
+        let mut cur: Vec<Option<StateId>> = vec![None; layers];
+        cur[0] = Some(open);
         if min == 0 && top == 0 {
             self.b.eps(open, close);
         }
         // One item after `cur` (a comma first unless it is the first item).
         let step = |c: &mut Self,
-                    cur: [Option<StateId>; 2],
+                    cur: &[Option<StateId>],
                     first: bool,
                     item: &Value,
-                    wit: &Option<Value>,
+                    wit: &[(usize, Value)],
                     iptr: &str,
                     call: bool|
-         -> Result<[Option<StateId>; 2], CompileError> {
-            let mut next: [Option<StateId>; 2] = [None, None];
+         -> Result<Vec<Option<StateId>>, CompileError> {
+            let mut next: Vec<Option<StateId>> = vec![None; cur.len()];
             let emit = |c: &mut Self, s: StateId, v: &Value| -> Result<StateId, CompileError> {
                 if call {
                     c.schema_call(s, v, iptr)
@@ -531,18 +413,26 @@ impl JsonCompiler<'_> {
                     c.value(s, v, iptr)
                 }
             };
-            for w in 0..2 {
+            for w in 0..cur.len() {
                 let Some(st) = cur[w] else { continue };
                 let st = if first { st } else { c.punct(st, b',')? };
                 let e = emit(c, st, item)?;
-                let j = *next[w].get_or_insert(c.b.state()?);
+                let j = match next[w] {
+                    Some(j) => j,
+                    None => *next[w].insert(c.b.state()?),
+                };
                 c.b.eps(e, j);
-                if w == 0 {
-                    if let Some(wv) = wit {
-                        let e = emit(c, st, wv)?;
-                        let j = *next[1].get_or_insert(c.b.state()?);
-                        c.b.eps(e, j);
+                // Only sets that add new schemas move up.
+                for (set, wv) in wit {
+                    if set & !w == 0 || set & w != 0 {
+                        continue;
                     }
+                    let e = emit(c, st, wv)?;
+                    let j = match next[w | set] {
+                        Some(j) => j,
+                        None => *next[w | set].insert(c.b.state()?),
+                    };
+                    c.b.eps(e, j);
                 }
             }
             Ok(next)
@@ -554,7 +444,7 @@ impl JsonCompiler<'_> {
             }
             let wit = witness(self, t)?;
             let tptr = format!("{ptr}/prefixItems/{i}");
-            cur = step(self, cur, i == 0, t, &wit, &tptr, false)?;
+            cur = step(self, &cur, i == 0, t, &wit, &tptr, false)?;
             n += 1;
             if n >= min {
                 if let Some(st) = cur[top] {
@@ -571,7 +461,7 @@ impl JsonCompiler<'_> {
             let copies = req + opt.unwrap_or(0);
             let use_call = copies > 2;
             for _ in 0..req {
-                cur = step(self, cur, n == 0, &rest, &wit, &rptr, use_call)?;
+                cur = step(self, &cur, n == 0, &rest, &wit, &rptr, use_call)?;
                 n += 1;
             }
             if n >= min {
@@ -582,7 +472,7 @@ impl JsonCompiler<'_> {
             match opt {
                 Some(k) => {
                     for _ in 0..k {
-                        cur = step(self, cur, n == 0, &rest, &wit, &rptr, use_call)?;
+                        cur = step(self, &cur, n == 0, &rest, &wit, &rptr, use_call)?;
                         n += 1;
                         if let Some(st) = cur[top] {
                             self.b.eps(st, close);
@@ -591,15 +481,17 @@ impl JsonCompiler<'_> {
                 }
                 None => {
                     if n == 0 {
-                        cur = step(self, cur, true, &rest, &wit, &rptr, use_call)?;
+                        cur = step(self, &cur, true, &rest, &wit, &rptr, use_call)?;
                         if let Some(st) = cur[top] {
                             self.b.eps(st, close);
                         }
                     }
-                    // A loop per layer; from layer 0 an item matching `contains` moves up.
-                    let mut lps: [Option<StateId>; 2] = [None, None];
-                    for w in 0..2 {
-                        if cur[w].is_some() || (w == 1 && wit.is_some()) {
+                    // A loop per layer; an item matching more `contains` schemas moves up.
+                    let mut lps: Vec<Option<StateId>> = vec![None; layers];
+                    for w in 0..layers {
+                        let reachable = cur[w].is_some()
+                            || (w > 0 && (0..w).any(|v| cur[v].is_some() && v & !w == 0));
+                        if reachable {
                             let lp = self.b.state()?;
                             if let Some(st) = cur[w] {
                                 self.b.eps(st, lp);
@@ -607,8 +499,8 @@ impl JsonCompiler<'_> {
                             lps[w] = Some(lp);
                         }
                     }
-                    let e = step(self, lps, false, &rest, &wit, &rptr, use_call)?;
-                    for w in 0..2 {
+                    let e = step(self, &lps, false, &rest, &wit, &rptr, use_call)?;
+                    for w in 0..layers {
                         if let (Some(e), Some(lp)) = (e[w], lps[w]) {
                             self.b.eps(e, lp);
                         }

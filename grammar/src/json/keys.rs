@@ -1,0 +1,255 @@
+//! The key automaton: a quoted JSON string (object key, or a string under excluded
+//! values/patterns) written canonically, split by which of a list of patterns it matches,
+//! with a list of spellings excluded.
+
+use std::collections::HashMap;
+
+use super::JsonCompiler;
+use crate::nfa::StateId;
+use crate::regex::{parse, Flavor};
+use crate::CompileError;
+use regex_automata::hybrid::dfa::{Cache, DFA as LazyDfa};
+use regex_automata::hybrid::LazyStateID;
+
+/// Most memory one key pattern's lazy DFA may use (past it the pattern is refused).
+const LAZY_CACHE_BYTES: usize = 8 << 20;
+
+impl JsonCompiler<'_> {
+    /// A quoted key that is none of `declared`, split by which `patterns` it matches: one
+    /// exit per matched-pattern set (bit i = pattern i; set 0 only when `allow_unmatched`).
+    /// Keys are written canonically (no `\u`, no `\/`), so the written form decides the key
+    /// and excluding declared spellings is exact.
+    pub(super) fn other_key(
+        &mut self,
+        from: StateId,
+        declared: &[String],
+        patterns: &[&str],
+        allow_unmatched: bool,
+        ptr: &str,
+    ) -> Result<Vec<(u32, StateId)>, CompileError> {
+        // Trie of canonical declared keys.
+        let mut trie_children: Vec<HashMap<u8, usize>> = vec![HashMap::new()];
+        let mut terminal = vec![false];
+        for k in declared {
+            let enc = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
+            let bytes = &enc.as_bytes()[1..enc.len() - 1];
+            let mut node = 0;
+            for &b in bytes {
+                node = match trie_children[node].get(&b) {
+                    Some(&c) => c,
+                    None => {
+                        trie_children.push(HashMap::new());
+                        terminal.push(false);
+                        let c = trie_children.len() - 1;
+                        trie_children[node].insert(b, c);
+                        c
+                    }
+                };
+            }
+            terminal[node] = true;
+        }
+        // One anchored lazy DFA per pattern, fed the decoded key bytes. Lazy, so that a
+        // pattern whose full DFA would be huge (a long alternation under search
+        // semantics) costs only the states the keys reach, one at a time, between the
+        // deadline checks below.
+        let mut dfas = Vec::new();
+        let mut caches = Vec::new();
+        let mut starts = Vec::new();
+        for p in patterns {
+            let unsupported = |e: String| CompileError::Unsupported {
+                keyword: "patternProperties".into(),
+                pointer: ptr.into(),
+                reason: format!("{p:?}: {e}"),
+            };
+            let hir = parse(p, Flavor::EcmaSearch).map_err(unsupported)?;
+            let nfa = regex_automata::nfa::thompson::Compiler::new()
+                .configure(
+                    regex_automata::nfa::thompson::Config::new()
+                        .which_captures(regex_automata::nfa::thompson::WhichCaptures::None),
+                )
+                .build_from_hir(&hir)
+                .map_err(|e| unsupported(e.to_string()))?;
+            let dfa = LazyDfa::builder()
+                .configure(
+                    LazyDfa::config()
+                        .match_kind(regex_automata::MatchKind::All)
+                        .cache_capacity(LAZY_CACHE_BYTES),
+                )
+                .build_from_nfa(nfa)
+                .map_err(|e| unsupported(e.to_string()))?;
+            let mut cache = dfa.create_cache();
+            let st = dfa
+                .start_state(
+                    &mut cache,
+                    &regex_automata::util::start::Config::new()
+                        .anchored(regex_automata::Anchored::Yes),
+                )
+                .map_err(|e| unsupported(e.to_string()))?;
+            starts.push(st);
+            dfas.push(dfa);
+            caches.push(cache);
+        }
+        // A cache cleared (too many states) would invalidate the state ids held below.
+        let too_large = |caches: &[Cache]| -> Result<(), CompileError> {
+            if caches.iter().any(|c| c.clear_count() > 0) {
+                return Err(CompileError::Unsupported {
+                    keyword: "patternProperties".into(),
+                    pointer: ptr.into(),
+                    reason: "the key patterns' automaton is too large".into(),
+                });
+            }
+            Ok(())
+        };
+        let lazy_err = |e: regex_automata::hybrid::CacheError| CompileError::Unsupported {
+            keyword: "patternProperties".into(),
+            pointer: ptr.into(),
+            reason: format!("the key patterns' automaton is too large ({e})"),
+        };
+        const OFF: usize = usize::MAX;
+        type Key = (u8, usize, Vec<LazyStateID>);
+        let start = self.b.lit(from, b"\"")?;
+        let mut exits: HashMap<u32, StateId> = HashMap::new();
+        let mut ids: HashMap<Key, StateId> = HashMap::new();
+        let k0: Key = (0, 0, starts);
+        ids.insert(k0.clone(), start);
+        let mut work = vec![k0];
+        let mut steps = 0u32;
+        while let Some(key) = work.pop() {
+            steps += 1;
+            if steps.is_multiple_of(256) {
+                self.b.check_deadline()?;
+            }
+            let (d, t, ref ps) = key;
+            let me = ids[&key];
+            // The previous byte's successor: runs of bytes with the same successor skip
+            // the hash lookup.
+            let mut prev: Option<(Key, StateId)> = None;
+            if d == 0 && (t == OFF || !terminal[t]) {
+                let mut set = 0u32;
+                for (i, dfa) in dfas.iter().enumerate() {
+                    let eoi = dfa
+                        .next_eoi_state(&mut caches[i], ps[i])
+                        .map_err(lazy_err)?;
+                    if eoi.is_match() {
+                        set |= 1 << i;
+                    }
+                }
+                too_large(&caches)?;
+                if set != 0 || allow_unmatched {
+                    let exit = match exits.get(&set) {
+                        Some(&e) => e,
+                        None => {
+                            let e = self.b.state()?;
+                            exits.insert(set, e);
+                            e
+                        }
+                    };
+                    self.b.range(me, b'"', b'"', exit);
+                }
+            }
+            let mut run: Option<(u8, u8, StateId)> = None;
+            // The successor key is built in place (no allocation per byte); it is cloned
+            // only when it becomes a new state or the run's previous successor.
+            let mut k2: Key = (0, 0, Vec::with_capacity(ps.len()));
+            for byte in 0u8..=255 {
+                let target = match key_char_step(d, byte) {
+                    None => None,
+                    Some(d2) => {
+                        let t2 = if t == OFF {
+                            OFF
+                        } else {
+                            trie_children[t].get(&byte).copied().unwrap_or(OFF)
+                        };
+                        // The decoded byte the patterns see (none for the backslash itself).
+                        let fed = match (d, byte) {
+                            (0, b'\\') => None,
+                            (1, b'b') => Some(8),
+                            (1, b'f') => Some(12),
+                            (1, b'n') => Some(10),
+                            (1, b'r') => Some(13),
+                            (1, b't') => Some(9),
+                            (_, x) => Some(x),
+                        };
+                        k2.0 = d2;
+                        k2.1 = t2;
+                        k2.2.clear();
+                        match fed {
+                            None => k2.2.extend_from_slice(ps),
+                            Some(x) => {
+                                for (i, dfa) in dfas.iter().enumerate() {
+                                    k2.2.push(
+                                        dfa.next_state(&mut caches[i], ps[i], x)
+                                            .map_err(lazy_err)?,
+                                    );
+                                }
+                                too_large(&caches)?;
+                            }
+                        }
+                        let id = match &prev {
+                            Some((pk, pid)) if *pk == k2 => *pid,
+                            _ => {
+                                let id = match ids.get(&k2) {
+                                    Some(&id) => id,
+                                    None => {
+                                        let id = self.b.state()?;
+                                        ids.insert(k2.clone(), id);
+                                        work.push(k2.clone());
+                                        id
+                                    }
+                                };
+                                prev = Some((k2.clone(), id));
+                                id
+                            }
+                        };
+                        Some(id)
+                    }
+                };
+                match (run, target) {
+                    (Some((lo, hi, id)), Some(t2)) if t2 == id && hi as u16 + 1 == byte as u16 => {
+                        run = Some((lo, byte, id))
+                    }
+                    (r, t2) => {
+                        if let Some((lo, hi, id)) = r {
+                            self.b.range(me, lo, hi, id);
+                        }
+                        run = t2.map(|id| (byte, byte, id));
+                    }
+                }
+            }
+            if let Some((lo, hi, id)) = run {
+                self.b.range(me, lo, hi, id);
+            }
+        }
+        let mut out: Vec<(u32, StateId)> = exits.into_iter().collect();
+        out.sort_unstable();
+        Ok(out)
+    }
+}
+
+/// The canonical key-character automaton: 0 = between characters, 1 = after `\`,
+/// 2..=8 = inside a UTF-8 sequence.
+fn key_char_step(d: u8, b: u8) -> Option<u8> {
+    match d {
+        0 => match b {
+            0x20..=0x21 | 0x23..=0x5B | 0x5D..=0x7F => Some(0),
+            b'\\' => Some(1),
+            0xC2..=0xDF => Some(2),
+            0xE0 => Some(5),
+            0xE1..=0xEC | 0xEE..=0xEF => Some(3),
+            0xED => Some(6),
+            0xF0 => Some(7),
+            0xF1..=0xF3 => Some(4),
+            0xF4 => Some(8),
+            _ => None,
+        },
+        1 => matches!(b, b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't').then_some(0),
+        2 => (0x80..=0xBF).contains(&b).then_some(0),
+        3 => (0x80..=0xBF).contains(&b).then_some(2),
+        4 => (0x80..=0xBF).contains(&b).then_some(3),
+        5 => (0xA0..=0xBF).contains(&b).then_some(2),
+        6 => (0x80..=0x9F).contains(&b).then_some(2),
+        7 => (0x90..=0xBF).contains(&b).then_some(3),
+        8 => (0x80..=0x8F).contains(&b).then_some(3),
+        _ => None,
+    }
+}

@@ -1,0 +1,430 @@
+//! Complements: a schema for the values a schema rejects, written with keywords the
+//! compiler enforces (the union of each keyword's complement). `not`, `oneOf` and
+//! `if`/`then`/`else` are compiled through it.
+
+use serde_json::Value;
+
+use super::norm::{disjoint, type_list};
+use super::{is_annotation, JsonCompiler};
+use crate::CompileError;
+
+impl JsonCompiler<'_> {
+    /// A schema for the complement of `s` (the values `s` rejects), when it can be written
+    /// with keywords the compiler enforces: the union of each keyword's complement.
+    pub(super) fn negate(
+        &mut self,
+        s: &Value,
+        ptr: &str,
+        depth: u32,
+    ) -> Result<Option<Value>, CompileError> {
+        use serde_json::json;
+        let m = match s {
+            Value::Bool(b) => return Ok(Some(Value::Bool(!b))),
+            Value::Object(m) => m,
+            _ => return Err(self.invalid(ptr, "a schema must be an object or a boolean")),
+        };
+        if depth > 8 {
+            return Ok(None);
+        }
+        let mark = self.merged_refs.len();
+        let m = self.normalize(m, ptr, depth + 1);
+        self.merged_refs.truncate(mark);
+        let m = m?;
+        let mut alts: Vec<Value> = Vec::new();
+        let excl_min = m.get("exclusiveMinimum") == Some(&Value::Bool(true));
+        let excl_max = m.get("exclusiveMaximum") == Some(&Value::Bool(true));
+        for (k, v) in &m {
+            if is_annotation(k) {
+                continue;
+            }
+            let n = || v.as_f64().unwrap_or(f64::NAN);
+            match k.as_str() {
+                "__false" => return Ok(Some(Value::Bool(true))),
+                "type" | "enum" | "const" | "__not_enum" if k != "__not_enum" => {
+                    alts.push(json!({ "not": { k.clone(): v.clone() } }))
+                }
+                "__not_enum" => alts.push(json!({ "enum": v.clone() })),
+                "pattern" => alts.push(json!({"type": "string", "__not_pattern": [v]})),
+                // Unknown formats are annotations (nothing to negate); formats enforced
+                // exactly as their RFC defines them are negated through their regex. The
+                // others are enforced stricter than the spec, so their complement would be
+                // looser: refused.
+                "format" => match v.as_str().map(|f| (f, super::formats::format_regex(f))) {
+                    Some((_, Some(re))) if re.is_empty() => {}
+                    Some(("ipv4" | "ipv6" | "uuid" | "date", Some(re))) => alts.push(json!({
+                        "type": "string", "__not_pattern": [format!("^(?:{re})$")]
+                    })),
+                    _ => {
+                        self.unnegatable = Some(k.clone());
+                        return Ok(None);
+                    }
+                },
+                "__patterns" => {
+                    for p in v.as_array().into_iter().flatten() {
+                        alts.push(json!({"type": "string", "__not_pattern": [p]}));
+                    }
+                }
+                "__not_pattern" => {
+                    for p in v.as_array().into_iter().flatten() {
+                        alts.push(json!({"type": "string", "pattern": p}));
+                    }
+                }
+                "not" => alts.push(v.clone()),
+                "required" => {
+                    for key in v.as_array().into_iter().flatten() {
+                        alts.push(json!({"type": "object", "__forbidden": [key]}));
+                    }
+                }
+                "__forbidden" => {
+                    for key in v.as_array().into_iter().flatten() {
+                        alts.push(json!({"type": "object", "required": [key]}));
+                    }
+                }
+                "properties" => {
+                    for (pk, pv) in v.as_object().into_iter().flatten() {
+                        match self.negate(pv, ptr, depth + 1)? {
+                            Some(Value::Bool(false)) => {}
+                            Some(neg) => alts.push(json!({
+                                "type": "object", "required": [pk], "properties": { pk.clone(): neg }
+                            })),
+                            None => return Ok(None),
+                        }
+                    }
+                }
+                // Some item outside the item schema (no tuple part: `items` is every item).
+                "items" if !v.is_array() && !m.contains_key("prefixItems") => {
+                    match self.negate(v, ptr, depth + 1)? {
+                        Some(Value::Bool(false)) => {}
+                        Some(neg) => alts.push(json!({"type": "array", "contains": neg})),
+                        None => return Ok(None),
+                    }
+                }
+                // A tuple position present and outside its schema.
+                "prefixItems" | "items" if v.is_array() => {
+                    for (i, it) in v.as_array().into_iter().flatten().enumerate() {
+                        match self.negate(it, ptr, depth + 1)? {
+                            Some(Value::Bool(false)) => {}
+                            Some(neg) => {
+                                let mut tuple = vec![Value::Bool(true); i];
+                                tuple.push(neg);
+                                alts.push(json!({
+                                    "type": "array", "prefixItems": tuple, "minItems": i + 1
+                                }));
+                            }
+                            None => return Ok(None),
+                        }
+                    }
+                }
+                // `additionalProperties: false`: some key neither declared nor matching a
+                // pattern.
+                "additionalProperties" if v == &Value::Bool(false) => {
+                    let keys: Vec<&String> = m
+                        .get("properties")
+                        .and_then(|p| p.as_object())
+                        .map(|p| p.keys().collect())
+                        .unwrap_or_default();
+                    let pats: Vec<&String> = m
+                        .get("patternProperties")
+                        .and_then(|p| p.as_object())
+                        .map(|p| p.keys().collect())
+                        .unwrap_or_default();
+                    alts.push(json!({"type": "object",
+                        "__has_other": [{"keys": keys, "patterns": pats}]}));
+                }
+                "additionalProperties" if v == &Value::Bool(true) || v == &json!({}) => {}
+                // None of the branches, or two of them.
+                "oneOf" if v.as_array().is_some_and(|b| b.len() <= 6) => {
+                    let branches = v.as_array().cloned().unwrap_or_default();
+                    let mut none = Vec::new();
+                    for b in &branches {
+                        match self.negate(b, ptr, depth + 1)? {
+                            Some(neg) => none.push(neg),
+                            None => return Ok(None),
+                        }
+                    }
+                    alts.push(json!({ "allOf": none }));
+                    for i in 0..branches.len() {
+                        for j in i + 1..branches.len() {
+                            if let (Value::Object(x), Value::Object(y)) =
+                                (&branches[i], &branches[j])
+                            {
+                                if disjoint(x, y) {
+                                    continue;
+                                }
+                            }
+                            alts.push(json!({"allOf": [branches[i].clone(), branches[j].clone()]}));
+                        }
+                    }
+                }
+                // Some key outside the key schema.
+                "propertyNames" => match self.negate_property_names(v, ptr, depth)? {
+                    Some(mut more) => alts.append(&mut more),
+                    None => {
+                        self.unnegatable = Some(k.clone());
+                        return Ok(None);
+                    }
+                },
+                "__fraction" => alts.push(json!({"type": "integer"})),
+                "multipleOf" if v.is_number() => {
+                    alts.push(json!({"type": "number", "__not_multiple": [v]}))
+                }
+                "__multiples" => {
+                    for d in v.as_array().into_iter().flatten() {
+                        alts.push(json!({"type": "number", "__not_multiple": [d]}));
+                    }
+                }
+                "__not_multiple" => {
+                    for d in v.as_array().into_iter().flatten() {
+                        alts.push(json!({"type": "number", "multipleOf": d}));
+                    }
+                }
+                // Pattern schemas that accept every value have no complement to add.
+                "patternProperties" => {
+                    for (pk, pv) in v.as_object().into_iter().flatten() {
+                        match self.negate(pv, ptr, depth + 1)? {
+                            Some(Value::Bool(false)) => {}
+                            // `false`: some key matching the pattern.
+                            Some(Value::Bool(true)) => alts.push(json!({"type": "object",
+                                "__has_other": [{"keys": [], "patterns": [pk], "match": true}]})),
+                            // Some key matching the pattern with its value outside.
+                            Some(neg) => alts.push(json!({"type": "object",
+                                "__has_other": [{"keys": [], "patterns": [pk], "match": true,
+                                                 "value": neg}]})),
+                            None => {
+                                self.unnegatable = Some(k.clone());
+                                return Ok(None);
+                            }
+                        }
+                    }
+                }
+                // Every key among the names or patterns of one condition (positive: no key
+                // among them).
+                "__has_other" => {
+                    for c in v.as_array().into_iter().flatten() {
+                        if c.get("value").is_some() {
+                            self.unnegatable = Some("patternProperties".into());
+                            return Ok(None);
+                        }
+                        if c.get("match") == Some(&Value::Bool(true)) {
+                            let mut pp = serde_json::Map::new();
+                            for p in c
+                                .get("patterns")
+                                .and_then(|k| k.as_array())
+                                .into_iter()
+                                .flatten()
+                            {
+                                if let Some(p) = p.as_str() {
+                                    pp.insert(p.to_string(), Value::Bool(false));
+                                }
+                            }
+                            let keys = c.get("keys").cloned().unwrap_or(json!([]));
+                            alts.push(json!({"type": "object", "__forbidden": keys,
+                                "patternProperties": pp}));
+                            continue;
+                        }
+                        let mut props = serde_json::Map::new();
+                        for k in c
+                            .get("keys")
+                            .and_then(|k| k.as_array())
+                            .into_iter()
+                            .flatten()
+                        {
+                            if let Some(k) = k.as_str() {
+                                props.insert(k.to_string(), Value::Bool(true));
+                            }
+                        }
+                        let mut pp = serde_json::Map::new();
+                        for p in c
+                            .get("patterns")
+                            .and_then(|k| k.as_array())
+                            .into_iter()
+                            .flatten()
+                        {
+                            if let Some(p) = p.as_str() {
+                                pp.insert(p.to_string(), Value::Bool(true));
+                            }
+                        }
+                        alts.push(json!({"type": "object", "properties": props,
+                            "patternProperties": pp, "additionalProperties": false}));
+                    }
+                }
+                // No item matches.
+                "__contains" => {
+                    for x in v.as_array().into_iter().flatten() {
+                        match self.negate(x, ptr, depth + 1)? {
+                            Some(neg) => alts.push(json!({"type": "array", "items": neg})),
+                            None => return Ok(None),
+                        }
+                    }
+                }
+                "contains" if !m.contains_key("minContains") && !m.contains_key("maxContains") => {
+                    match self.negate(v, ptr, depth + 1)? {
+                        Some(neg) => alts.push(json!({"type": "array", "items": neg})),
+                        None => return Ok(None),
+                    }
+                }
+                "anyOf" => {
+                    let mut all = Vec::new();
+                    for b in v.as_array().into_iter().flatten() {
+                        match self.negate(b, ptr, depth + 1)? {
+                            Some(neg) => all.push(neg),
+                            None => return Ok(None),
+                        }
+                    }
+                    alts.push(json!({ "allOf": all }));
+                }
+                "minimum" if v.is_number() => alts.push(if excl_min {
+                    json!({"type": "number", "maximum": v})
+                } else {
+                    json!({"type": "number", "exclusiveMaximum": v})
+                }),
+                "maximum" if v.is_number() => alts.push(if excl_max {
+                    json!({"type": "number", "minimum": v})
+                } else {
+                    json!({"type": "number", "exclusiveMinimum": v})
+                }),
+                "exclusiveMinimum" | "exclusiveMaximum" if v.is_boolean() => {}
+                "exclusiveMinimum" if v.is_number() => {
+                    alts.push(json!({"type": "number", "maximum": v}))
+                }
+                "exclusiveMaximum" if v.is_number() => {
+                    alts.push(json!({"type": "number", "minimum": v}))
+                }
+                "minLength" | "minItems" | "minProperties" if n() >= 0.0 => {
+                    let (t, other) = match k.as_str() {
+                        "minLength" => ("string", "maxLength"),
+                        "minItems" => ("array", "maxItems"),
+                        _ => ("object", "maxProperties"),
+                    };
+                    if n() >= 1.0 {
+                        alts.push(json!({"type": t, other: n().ceil() - 1.0}));
+                    }
+                }
+                "maxLength" | "maxItems" | "maxProperties" if n() >= 0.0 => {
+                    let (t, other) = match k.as_str() {
+                        "maxLength" => ("string", "minLength"),
+                        "maxItems" => ("array", "minItems"),
+                        _ => ("object", "minProperties"),
+                    };
+                    alts.push(json!({"type": t, other: n().floor() + 1.0}));
+                }
+                _ => {
+                    self.unnegatable = Some(k.clone());
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(if alts.is_empty() {
+            Value::Bool(false)
+        } else {
+            json!({ "anyOf": alts })
+        }))
+    }
+}
+
+impl JsonCompiler<'_> {
+    /// The complement of `propertyNames: v` on objects, as alternatives: some key outside
+    /// the key schema. `None` when a keyword of the key schema has no such complement.
+    fn negate_property_names(
+        &mut self,
+        v: &Value,
+        ptr: &str,
+        depth: u32,
+    ) -> Result<Option<Vec<Value>>, CompileError> {
+        use serde_json::json;
+        let some_key = || json!({"type": "object", "minProperties": 1});
+        // A key that is none of `keys` and matches none of `patterns`.
+        let other = |keys: Vec<Value>, patterns: Vec<Value>| json!({"type": "object", "__has_other": [{"keys": keys, "patterns": patterns}]});
+        // A key matching a pattern.
+        let matching = |p: Value| json!({"type": "object", "__has_other": [{"keys": [], "patterns": [p], "match": true}]});
+        let m = match v {
+            Value::Bool(true) => return Ok(Some(Vec::new())),
+            Value::Bool(false) => return Ok(Some(vec![some_key()])),
+            Value::Object(m) => {
+                let mark = self.merged_refs.len();
+                let n = self.normalize(m, ptr, depth + 1);
+                self.merged_refs.truncate(mark);
+                n?
+            }
+            _ => return Err(self.invalid(ptr, "a schema must be an object or a boolean")),
+        };
+        let mut alts = Vec::new();
+        let len = |x: &Value| x.as_u64();
+        for (k, x) in &m {
+            if is_annotation(k) {
+                continue;
+            }
+            match k.as_str() {
+                "__false" => return Ok(Some(vec![some_key()])),
+                "type" => {
+                    if !type_list(x).iter().any(|t| t == "string") {
+                        return Ok(Some(vec![some_key()]));
+                    }
+                }
+                "pattern" if x.is_string() => alts.push(other(vec![], vec![x.clone()])),
+                "__patterns" => {
+                    for p in x.as_array().into_iter().flatten() {
+                        alts.push(other(vec![], vec![p.clone()]));
+                    }
+                }
+                "minLength" if len(x).is_some() => {
+                    let lo = len(x).unwrap_or(0);
+                    if lo > 0 {
+                        let p = format!("^[\\s\\S]{{{lo},}}$");
+                        alts.push(other(vec![], vec![Value::String(p)]));
+                    }
+                }
+                "maxLength" if len(x).is_some() => {
+                    let hi = len(x).unwrap_or(0);
+                    let p = format!("^[\\s\\S]{{0,{hi}}}$");
+                    alts.push(other(vec![], vec![Value::String(p)]));
+                }
+                "enum" | "const" => {
+                    let vals = match x {
+                        Value::Array(a) if k == "enum" => a.clone(),
+                        _ => vec![x.clone()],
+                    };
+                    let names: Vec<Value> = vals.into_iter().filter(|n| n.is_string()).collect();
+                    if names.is_empty() {
+                        return Ok(Some(vec![some_key()]));
+                    }
+                    alts.push(other(names, vec![]));
+                }
+                // Some key among the excluded names, or matching an excluded pattern.
+                "__not_enum" => {
+                    for n in x.as_array().into_iter().flatten() {
+                        if n.is_string() {
+                            alts.push(json!({"type": "object", "required": [n]}));
+                        }
+                    }
+                }
+                "__not_pattern" => {
+                    for p in x.as_array().into_iter().flatten() {
+                        alts.push(matching(p.clone()));
+                    }
+                }
+                "not" => {
+                    let mut forms = Vec::new();
+                    self.not_forms(x, &mut forms);
+                    for f in forms {
+                        match f {
+                            super::NotForm::NoOp => {}
+                            super::NotForm::Unsat => return Ok(Some(vec![some_key()])),
+                            super::NotForm::NotValues(vals) => {
+                                for n in vals.into_iter().filter(|n| n.is_string()) {
+                                    alts.push(json!({"type": "object", "required": [n]}));
+                                }
+                            }
+                            super::NotForm::NotPattern(p) if p.is_string() => {
+                                alts.push(matching(p))
+                            }
+                            _ => return Ok(None),
+                        }
+                    }
+                }
+                _ => return Ok(None),
+            }
+        }
+        Ok(Some(alts))
+    }
+}

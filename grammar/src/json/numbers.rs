@@ -1,0 +1,268 @@
+//! Number emitters: integer and decimal bounds, `multipleOf` (10^-k as a regex, other
+//! divisors and excluded ones through the remainder automaton of `multiple.rs`), and
+//! numbers that are not integers.
+
+use serde_json::{Map, Value};
+
+use super::formats::{dec_ge, dec_le, int_range, number_range, Dec};
+use super::types::f;
+use super::JsonCompiler;
+use crate::nfa::StateId;
+use crate::regex::{emit_intersection, emit_intersection_with, parse, Escape, Flavor};
+use crate::CompileError;
+
+/// `k` when `m` is exactly 10^k.
+fn power_of_ten(m: &serde_json::Number) -> Option<i32> {
+    let (mm, e) = super::check::decimal(m)?;
+    let t = mm.to_string();
+    (mm > 0 && t.trim_start_matches('1').len() == t.len() - 1 && t[1..].bytes().all(|c| c == b'0'))
+        .then(|| e + t.len() as i32 - 1)
+}
+
+/// A numeric bound: `(value, inclusive)`.
+type Bound = Option<(f64, bool)>;
+
+impl JsonCompiler<'_> {
+    /// Numeric bounds as `(value, inclusive)`, handling draft-4 boolean exclusives.
+    fn bounds(s: &Map<String, Value>) -> (Bound, Bound) {
+        let mut lo =
+            f(s.get("minimum")).map(|v| (v, s.get("exclusiveMinimum") != Some(&Value::Bool(true))));
+        let mut hi =
+            f(s.get("maximum")).map(|v| (v, s.get("exclusiveMaximum") != Some(&Value::Bool(true))));
+        if let Some(x) = f(s.get("exclusiveMinimum")) {
+            if lo.is_none_or(|(l, _)| x >= l) {
+                lo = Some((x, false));
+            }
+        }
+        if let Some(x) = f(s.get("exclusiveMaximum")) {
+            if hi.is_none_or(|(h, _)| x <= h) {
+                hi = Some((x, false));
+            }
+        }
+        (lo, hi)
+    }
+
+    pub(super) fn integer(
+        &mut self,
+        from: StateId,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
+        // Every integer is a multiple of 10^-k (k >= 0); other divisors (and excluded
+        // ones) take the remainder automaton.
+        let (pos, neg) = super::multiple::divisors(s);
+        let mut residue = None;
+        if !neg.is_empty() || pos.iter().any(|m| power_of_ten(m).is_none_or(|k| k > 0)) {
+            match super::multiple::Residue::new(&pos, &neg) {
+                Ok(r) => residue = Some(r),
+                Err(e) => self.unsupported("multipleOf", ptr, &e)?,
+            }
+        }
+        let (lo, hi) = Self::bounds(s);
+        const LIM: f64 = 1e15;
+        let lo_i = match lo {
+            None => None,
+            // Beyond ±1e15 bounds are clamped inward: stricter, never looser.
+            Some((v, _)) if v < -LIM => Some(-(LIM as i64)),
+            Some((v, _)) if v > LIM => return self.nothing(),
+            Some((v, inc)) => Some(if inc {
+                v.ceil() as i64
+            } else {
+                v.floor() as i64 + 1
+            }),
+        };
+        let hi_i = match hi {
+            None => None,
+            Some((v, _)) if v > LIM => Some(LIM as i64),
+            Some((v, _)) if v < -LIM => return self.nothing(),
+            Some((v, inc)) => Some(if inc {
+                v.floor() as i64
+            } else {
+                v.ceil() as i64 - 1
+            }),
+        };
+        let re = int_range(lo_i, hi_i);
+        match residue {
+            Some(r) => self.emit_residue(from, &[re], &r, ptr),
+            None => self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr),
+        }
+    }
+
+    /// The intersection of number regexes with a `multipleOf` remainder automaton.
+    fn emit_residue(
+        &mut self,
+        from: StateId,
+        res: &[String],
+        r: &super::multiple::Residue,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
+        let mut hirs = Vec::new();
+        for re in res {
+            hirs.push(
+                parse(re, Flavor::FullMatch).map_err(|e| CompileError::Regex {
+                    pattern: re.clone(),
+                    reason: e,
+                })?,
+            );
+        }
+        emit_intersection_with(self.b, from, &hirs, Some(r), Escape::Raw).map_err(|e| {
+            if e.contains("too many states") {
+                CompileError::TooLarge {
+                    states: self.b.states.len(),
+                }
+            } else if e.contains("deadline") {
+                CompileError::Timeout
+            } else {
+                CompileError::Unsupported {
+                    keyword: "multipleOf".into(),
+                    pointer: ptr.into(),
+                    reason: e,
+                }
+            }
+        })
+    }
+
+    pub(crate) fn number_plain(&mut self, from: StateId) -> Result<StateId, CompileError> {
+        self.emit_regex(
+            from,
+            r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?",
+            Flavor::FullMatch,
+            Escape::Raw,
+            "type",
+            "#",
+        )
+    }
+
+    pub(super) fn number(
+        &mut self,
+        from: StateId,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
+        let (pos, neg) = super::multiple::divisors(s);
+        // One divisor 10^-k (k >= 0) is a regex; anything else the remainder automaton.
+        let mut mult = pos.first().cloned();
+        let mut residue = None;
+        if !neg.is_empty()
+            || pos.len() > 1
+            || mult
+                .as_ref()
+                .is_some_and(|m| power_of_ten(m).is_none_or(|k| k > 0))
+        {
+            mult = None;
+            match super::multiple::Residue::new(&pos, &neg) {
+                Ok(r) => residue = Some(r),
+                Err(e) => self.unsupported("multipleOf", ptr, &e)?,
+            }
+        }
+        let (lo, hi) = Self::bounds(s);
+        // `not: {type: integer}` on numbers: a nonzero digit after the point (no exponent).
+        let fraction = s.get("__fraction") == Some(&Value::Bool(true));
+        if lo.is_none() && hi.is_none() && mult.is_none() && !fraction && residue.is_none() {
+            return self.number_plain(from);
+        }
+        let as_int = |b: Option<(f64, bool)>| -> Option<Option<(i64, bool)>> {
+            match b {
+                None => Some(None),
+                Some((v, inc)) if v.fract() == 0.0 && v.abs() < 1e15 => Some(Some((v as i64, inc))),
+                Some(_) => None,
+            }
+        };
+        if mult.is_none() && !fraction && residue.is_none() {
+            if let (Some(l), Some(h)) = (as_int(lo), as_int(hi)) {
+                let re = number_range(l, h);
+                return self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr);
+            }
+        }
+        // Decimal bounds and multipleOf 10^-k: an intersection of regexes (no exponent).
+        let mut res: Vec<String> = Vec::new();
+        match &mult {
+            None => res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into()),
+            Some(m) => match super::check::decimal(m) {
+                Some((mm, e))
+                    if mm > 0
+                        && mm
+                            .to_string()
+                            .trim_start_matches('1')
+                            .bytes()
+                            .all(|c| c == b'0') =>
+                {
+                    let k = e + mm.to_string().len() as i32 - 1;
+                    if k > 0 {
+                        self.unsupported("multipleOf", ptr, "multipleOf above 1 on numbers")?;
+                        res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into());
+                    } else if k == 0 {
+                        res.push(r"-?(0|[1-9][0-9]*)(\.0+)?".into());
+                    } else {
+                        res.push(format!(r"-?(0|[1-9][0-9]*)(\.[0-9]{{1,{}}}0*)?", -k));
+                    }
+                }
+                _ => {
+                    self.unsupported(
+                        "multipleOf",
+                        ptr,
+                        "only multipleOf 10^-k is enforced on numbers",
+                    )?;
+                    res.push(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?".into());
+                }
+            },
+        }
+        if fraction {
+            res.push(r"-?(0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*".into());
+        }
+        let dec = |v: f64| -> Option<Dec> {
+            let n = serde_json::Number::from_f64(v)?;
+            let (m, e) = super::check::decimal(&n)?;
+            Dec::new(m, e)
+        };
+        for (bound, is_lo) in [(lo, true), (hi, false)] {
+            let Some((v, inc)) = bound else { continue };
+            match dec(v) {
+                Some(d) => res.push(if is_lo {
+                    dec_ge(&d, !inc)
+                } else {
+                    dec_le(&d, !inc)
+                }),
+                None if is_lo && v < 0.0 || !is_lo && v > 0.0 => {
+                    // Beyond ±10^15: clamp inward (stricter).
+                    let d = Dec {
+                        neg: v < 0.0,
+                        int: 999_999_999_999_999,
+                        frac: Vec::new(),
+                    };
+                    res.push(if is_lo {
+                        dec_ge(&d, false)
+                    } else {
+                        dec_le(&d, false)
+                    });
+                }
+                None => return self.nothing(),
+            }
+        }
+        if let Some(r) = &residue {
+            return self.emit_residue(from, &res, r, ptr);
+        }
+        let mut hirs = Vec::new();
+        for re in &res {
+            hirs.push(
+                parse(re, Flavor::FullMatch).map_err(|e| CompileError::Regex {
+                    pattern: re.clone(),
+                    reason: e,
+                })?,
+            );
+        }
+        emit_intersection(self.b, from, &hirs, Escape::Raw).map_err(|e| {
+            if e.contains("too many states") {
+                CompileError::TooLarge {
+                    states: self.b.states.len(),
+                }
+            } else {
+                CompileError::Unsupported {
+                    keyword: "minimum".into(),
+                    pointer: ptr.into(),
+                    reason: e,
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,489 @@
+//! Complements added for coverage (session 4): `not`/`oneOf`/`if` over `propertyNames`,
+//! `patternProperties` with constraining schemas, and excluded strings beside other string
+//! keywords. For each schema, listed valid texts are accepted and listed invalid texts
+//! rejected (byte vocabulary, compact policy), including adversarial near misses.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use sglrs_grammar::{CompileError, CompileOptions, CompiledGrammar, Matcher, TokenVocab};
+
+fn vocab() -> Arc<TokenVocab> {
+    let mut toks: Vec<Vec<u8>> = vec![Vec::new()];
+    toks.extend((0u8..=255).map(|b| vec![b]));
+    Arc::new(TokenVocab::new(toks, &[], &[0]).unwrap())
+}
+
+fn compile(schema: &serde_json::Value) -> Result<Arc<CompiledGrammar>, CompileError> {
+    CompiledGrammar::json_schema_value(schema, vocab(), &CompileOptions::default())
+}
+
+fn accepts(g: &Arc<CompiledGrammar>, text: &str) -> bool {
+    let mut m = Matcher::new(g.clone());
+    m.try_advance_bytes(text.as_bytes()) && m.is_accepting()
+}
+
+fn check(schema: serde_json::Value, valid: &[&str], invalid: &[&str]) {
+    let g = compile(&schema).unwrap_or_else(|e| panic!("{schema}: {e}"));
+    for v in valid {
+        assert!(accepts(&g, v), "{schema}: valid {v} rejected");
+    }
+    for v in invalid {
+        assert!(!accepts(&g, v), "{schema}: invalid {v} accepted");
+    }
+}
+
+#[test]
+fn not_property_names_pattern_needs_a_key_outside_it() {
+    check(
+        json!({"type": "object", "not": {"propertyNames": {"pattern": "^[a-z]+$"}}}),
+        &[
+            r#"{"A":1}"#,
+            r#"{"a":1,"B1":2}"#,
+            r#"{"":0}"#,
+            r#"{"a b":null}"#,
+        ],
+        &["{}", r#"{"a":1}"#, r#"{"abc":1,"d":2}"#, "1", "\"A\""],
+    );
+}
+
+#[test]
+fn not_property_names_on_declared_keys() {
+    // Declared keys are witnesses too; `additionalProperties: false` leaves only them.
+    check(
+        json!({"properties": {"ok": {}, "Bad": {}}, "additionalProperties": false,
+               "not": {"propertyNames": {"pattern": "^[a-z]+$"}}}),
+        &[r#"{"Bad":1}"#, r#"{"ok":1,"Bad":2}"#],
+        &["{}", r#"{"ok":1}"#, r#"{"zz":1}"#],
+    );
+}
+
+#[test]
+fn not_property_names_length_enum_and_type() {
+    check(
+        json!({"type": "object", "not": {"propertyNames": {"maxLength": 2}}}),
+        &[r#"{"abc":1}"#, r#"{"a":1,"éèà":2}"#],
+        &["{}", r#"{"ab":1}"#, r#"{"é":1,"xy":2}"#],
+    );
+    check(
+        json!({"type": "object", "not": {"propertyNames": {"minLength": 2}}}),
+        &[r#"{"a":1}"#, r#"{"":1}"#, r#"{"ab":1,"é":2}"#],
+        &["{}", r#"{"ab":1}"#, r#"{"éè":1}"#],
+    );
+    check(
+        json!({"type": "object", "not": {"propertyNames": {"enum": ["x", "y"]}}}),
+        &[r#"{"z":1}"#, r#"{"x":1,"xy":2}"#],
+        &["{}", r#"{"x":1}"#, r#"{"x":1,"y":2}"#],
+    );
+    check(
+        json!({"type": "object", "not": {"propertyNames": {"type": "number"}}}),
+        &[r#"{"z":1}"#],
+        &["{}"],
+    );
+    // Two key conditions: some key fails one of them.
+    check(
+        json!({"type": "object", "not": {"propertyNames": {"pattern": "^a", "maxLength": 3}}}),
+        &[r#"{"b":1}"#, r#"{"abcd":1}"#, r#"{"ab":1,"x":2}"#],
+        &["{}", r#"{"ab":1}"#, r#"{"a":1,"abc":2}"#],
+    );
+    // Excluded names: some key among them.
+    check(
+        json!({"type": "object", "not": {"propertyNames": {"not": {"enum": ["x", "y"]}}}}),
+        &[r#"{"x":1}"#, r#"{"a":1,"y":2}"#],
+        &["{}", r#"{"a":1}"#, r#"{"xx":1}"#],
+    );
+}
+
+#[test]
+fn one_of_with_property_names_branches() {
+    // Branch 0: keys are lower case; branch 1: at most 2 properties. An object with both
+    // lower-case keys and ≤ 2 properties matches both, so it is invalid.
+    check(
+        json!({"type": "object", "oneOf": [
+            {"propertyNames": {"pattern": "^[a-z]+$"}},
+            {"maxProperties": 2}
+        ]}),
+        &[r#"{"a":1,"b":2,"c":3}"#, r#"{"A":1}"#, r#"{"A":1,"b":2}"#],
+        &[
+            "{}",
+            r#"{"a":1}"#,
+            r#"{"a":1,"b":2}"#,
+            r#"{"A":1,"B":2,"C":3}"#,
+        ],
+    );
+}
+
+#[test]
+fn not_property_names_not_pattern_needs_a_matching_key() {
+    // "Some key matches a1" and "some key matches b2", keys of 4 characters, one property.
+    check(
+        json!({"type": "object", "allOf": [
+            {"not": {"propertyNames": {"not": {"pattern": "a1"}}}},
+            {"not": {"propertyNames": {"not": {"pattern": "b2"}}}},
+            {"propertyNames": {"pattern": "^....$"}},
+            {"maxProperties": 1}
+        ]}),
+        &[r#"{"a1b2":1}"#, r#"{"b2a1":{}}"#],
+        &[
+            "{}",
+            r#"{"a1xx":1}"#,
+            r#"{"a1b2x":1}"#,
+            r#"{"a1xx":1,"b2yy":2}"#,
+        ],
+    );
+    // Up to four such conditions at once, over declared and undeclared keys.
+    check(
+        json!({"type": "object", "properties": {"ab": {"type": "integer"}}, "allOf": [
+            {"not": {"propertyNames": {"not": {"pattern": "a"}}}},
+            {"not": {"propertyNames": {"not": {"pattern": "b"}}}},
+            {"not": {"propertyNames": {"not": {"pattern": "c"}}}},
+            {"not": {"propertyNames": {"not": {"pattern": "d"}}}}
+        ]}),
+        &[
+            r#"{"ab":1,"cd":2}"#,
+            r#"{"abcd":1}"#,
+            r#"{"ab":1,"c":2,"d":3}"#,
+        ],
+        &[
+            "{}",
+            r#"{"ab":1}"#,
+            r#"{"ab":1,"c":2}"#,
+            r#"{"ab":"x","cd":2}"#,
+        ],
+    );
+}
+
+#[test]
+fn complement_of_a_false_pattern_property_is_a_matching_key() {
+    check(
+        json!({"type": "object", "not": {"patternProperties": {"^x": false}}}),
+        &[r#"{"x":1}"#, r#"{"a":1,"xy":2}"#],
+        &["{}", r#"{"a":1}"#, r#"{"ax":1}"#],
+    );
+    // As a condition: a key starting with x needs `y` too; no such key, `z`.
+    check(
+        json!({"type": "object",
+               "if": {"not": {"patternProperties": {"^x": false}}},
+               "then": {"required": ["y"]}, "else": {"required": ["z"]}}),
+        &[r#"{"x":1,"y":2}"#, r#"{"z":1}"#, r#"{"xa":1,"y":2,"z":3}"#],
+        &["{}", r#"{"x":1}"#, r#"{"x":1,"z":2}"#, r#"{"y":1}"#],
+    );
+}
+
+#[test]
+fn multiple_of_any_decimal_divisor() {
+    check(
+        json!({"type": "integer", "multipleOf": 3}),
+        &["0", "3", "-3", "999", "123456789012"],
+        &["1", "-4", "1000", "3.0", "\"3\""],
+    );
+    check(
+        json!({"type": "number", "multipleOf": 2.5, "minimum": -10, "maximum": 10}),
+        &["0", "2.5", "-7.5", "10", "5.0", "7.50"],
+        &["1", "2.4", "12.5", "-12.5", "2.51", "0.25"],
+    );
+    check(
+        json!({"type": "number", "multipleOf": 0.01}),
+        &["1", "1.5", "1.25", "-0.07", "3.140"],
+        &["1.255", "0.001", "-0.0001"],
+    );
+}
+
+#[test]
+fn multiple_of_merged_and_negated() {
+    // allOf of two divisors: multiples of both (lcm of 6.75 and 4.5 = 13.5).
+    check(
+        json!({"allOf": [{"type": "number", "multipleOf": 6.75}, {"multipleOf": 4.5}]}),
+        &["0", "13.5", "-27", "40.50"],
+        &["6.75", "4.5", "20.25", "13.4", "13.55"],
+    );
+    // A common multiple too large to enforce is refused, naming the keyword.
+    let e = compile(&json!({"allOf": [{"multipleOf": 99991}, {"multipleOf": 99989}]}));
+    assert!(
+        matches!(&e, Err(CompileError::Unsupported { keyword, .. }) if keyword == "multipleOf"),
+        "{:?}",
+        e.err()
+    );
+    // not multipleOf: integers that are not multiples of 2, 3 or 5.
+    check(
+        json!({"type": "integer", "minimum": 1, "maximum": 50,
+               "not": {"anyOf": [{"multipleOf": 2}, {"multipleOf": 3}, {"multipleOf": 5}]}}),
+        &["1", "7", "49", "11", "13"],
+        &["2", "3", "5", "30", "0", "51", "-7"],
+    );
+    // oneOf with overlapping divisors: exactly one.
+    check(
+        json!({"type": "integer", "oneOf": [{"multipleOf": 2}, {"multipleOf": 3}]}),
+        &["2", "3", "4", "9", "-8"],
+        &["6", "12", "0", "1", "5", "-6"],
+    );
+    // Numbers: not a multiple of 0.5 includes finer fractions.
+    check(
+        json!({"type": "number", "not": {"multipleOf": 0.5}}),
+        &["0.25", "1.1", "-3.75", "0.001"],
+        &["0", "1", "1.5", "-2.50", "\"x\""],
+    );
+}
+
+#[test]
+fn one_of_with_exact_and_unknown_formats() {
+    // ipv4 and uuid are enforced exactly, so their complements are exact.
+    check(
+        json!({"type": "string", "oneOf": [{"format": "ipv4"}, {"pattern": "^1"}]}),
+        &["\"10\"", "\"1x\"", "\"2.3.4.5\"", "\"255.255.255.255\""],
+        &["\"1.2.3.4\"", "\"100.0.0.1\"", "\"x\"", "\"256.1.1.1\""],
+    );
+    check(
+        json!({"type": "string", "oneOf": [{"format": "uuid"}, {"pattern": "^[0-9a-f-]+$"}]}),
+        &["\"0-1\"", "\"ABCDEF01-2345-6789-ABCD-EF0123456789\""],
+        &["\"abcdef01-2345-6789-abcd-ef0123456789\"", "\"xyz\""],
+    );
+    // An unknown format is an annotation: it has nothing to negate.
+    check(
+        json!({"type": "string", "oneOf": [{"maxLength": 0}, {"format": "html-selector", "minLength": 1}]}),
+        &["\"\"", "\"a\"", "\"div > p\""],
+        &["1"],
+    );
+    // date-time is enforced stricter than RFC 3339 (no leap second): never negated.
+    let e = compile(&json!({"type": "string",
+        "oneOf": [{"format": "date-time"}, {"pattern": "^2"}]}));
+    assert!(
+        matches!(&e, Err(CompileError::Unsupported { keyword, .. }) if keyword == "oneOf"),
+        "{:?}",
+        e.err()
+    );
+}
+
+#[test]
+fn excluded_strings_beside_format_and_length() {
+    check(
+        json!({"type": "string", "format": "ipv4", "not": {"enum": ["0.0.0.0", "127.0.0.1"]}}),
+        &["\"1.2.3.4\"", "\"127.0.0.2\"", "\"0.0.0.1\""],
+        &["\"0.0.0.0\"", "\"127.0.0.1\"", "\"1.2.3\"", "\"x\""],
+    );
+    check(
+        json!({"type": "string", "minLength": 2, "maxLength": 3, "not": {"enum": ["ab", "xyz"]}}),
+        &["\"ac\"", "\"xy\"", "\"éèà\"", "\"a\\nb\""],
+        &["\"ab\"", "\"xyz\"", "\"a\"", "\"abcd\"", "\"\""],
+    );
+    check(
+        json!({"type": "string", "pattern": "^[a-z]+$", "maxLength": 4,
+               "not": {"pattern": "^x"}}),
+        &["\"a\"", "\"abcd\"", "\"yx\""],
+        &["\"x\"", "\"xa\"", "\"abcde\"", "\"A\"", "\"\""],
+    );
+}
+
+#[test]
+fn not_pattern_properties_needs_a_matching_key_with_a_value_outside() {
+    check(
+        json!({"type": "object", "not": {"patternProperties": {"^a": {"type": "integer"}}}}),
+        &[
+            r#"{"a":"x"}"#,
+            r#"{"b":1,"ab":null}"#,
+            r#"{"a1":1,"a2":[]}"#,
+        ],
+        &[
+            "{}",
+            r#"{"a":1}"#,
+            r#"{"b":"x"}"#,
+            r#"{"a1":1,"a2":2,"c":"s"}"#,
+        ],
+    );
+    // Declared keys are witnesses too.
+    check(
+        json!({"properties": {"ax": {"type": ["integer", "string"]}, "b": {}},
+               "additionalProperties": false,
+               "not": {"patternProperties": {"^a": {"type": "integer"}}}}),
+        &[r#"{"ax":"s"}"#, r#"{"ax":"s","b":1}"#],
+        &["{}", r#"{"ax":1}"#, r#"{"b":"s"}"#, r#"{"ax":1,"b":"s"}"#],
+    );
+}
+
+#[test]
+fn one_of_pattern_properties_branches() {
+    // Branch 0: a-keys hold multiples of 10 up to 35; branch 1: up to 40.
+    check(
+        json!({"type": "object", "oneOf": [
+            {"patternProperties": {"a": {"multipleOf": 10, "maximum": 35}}},
+            {"patternProperties": {"a": {"multipleOf": 10, "maximum": 40}}}
+        ]}),
+        &[r#"{"a":40}"#, r#"{"xa":40,"b":1}"#, r#"{"a":10,"ba":40}"#],
+        &[
+            "{}",
+            r#"{"a":30}"#,
+            r#"{"a":50}"#,
+            r#"{"b":1}"#,
+            r#"{"a":15}"#,
+        ],
+    );
+}
+
+#[test]
+fn required_key_taken_by_a_pattern_gets_the_patterns_schema() {
+    check(
+        json!({"patternProperties": {"^[0-9]$": {"type": "array"}},
+               "additionalProperties": false, "required": ["1"]}),
+        &[r#"{"1":[]}"#, r#"{"1":[1],"2":[]}"#],
+        &["{}", r#"{"1":1}"#, r#"{"1":[],"a":[]}"#],
+    );
+    check(
+        json!({"patternProperties": {"^[0-9]$": {"type": "array"}},
+               "additionalProperties": {"type": "string"}, "required": ["1"]}),
+        &[r#"{"1":[]}"#, r#"{"1":[],"a":"s"}"#],
+        &["{}", r#"{"1":"s"}"#, r#"{"1":[],"a":[]}"#],
+    );
+    // Some key among the names (complement of propertyNames: not enum), closed object.
+    check(
+        json!({"type": "object", "patternProperties": {"^[0-9]$": {"type": "array", "minItems": 2}},
+               "additionalProperties": false, "maxProperties": 2,
+               "not": {"anyOf": [{"propertyNames": {"not": {"enum": ["1", "3"]}}},
+                                 {"propertyNames": {"not": {"enum": ["2", "3"]}}}]}}),
+        &[r#"{"1":[1,2],"2":[3,4]}"#, r#"{"3":[1,2]}"#],
+        &[
+            r#"{"1":[1,2]}"#,
+            r#"{"A":[1,2],"2":[3,4]}"#,
+            r#"{"1":[1],"2":[3,4]}"#,
+        ],
+    );
+}
+
+#[test]
+fn two_contains_in_all_of_need_an_item_for_each() {
+    check(
+        json!({"type": "array", "allOf": [
+            {"contains": {"type": "integer", "minimum": 10}},
+            {"contains": {"type": "string"}}
+        ]}),
+        &[r#"[10,"a"]"#, r#"["a",1,20]"#, r#"[null,"x",{},11]"#],
+        &["[]", "[10]", r#"["a"]"#, r#"[9,"a"]"#, r#"[10,11]"#],
+    );
+    // One item may satisfy both.
+    check(
+        json!({"type": "array", "items": {"type": "integer"}, "allOf": [
+            {"contains": {"minimum": 5}}, {"contains": {"maximum": 5}}, {"contains": {"multipleOf": 5}}
+        ]}),
+        &["[5]", "[6,4,10]", "[1,10]", "[0,9]"],
+        &["[]", "[6]", "[4,6]", "[4,6,7]", r#"[5,"x"]"#],
+    );
+    // Complement: an array with no item matching one of them.
+    check(
+        json!({"type": "array", "not": {"allOf": [
+            {"contains": {"type": "integer"}}, {"contains": {"type": "string"}}
+        ]}}),
+        &["[]", "[1,2]", r#"["a"]"#, "[null]"],
+        &[r#"[1,"a"]"#, r#"["b",null,3]"#],
+    );
+}
+
+#[test]
+fn all_of_if_then_blocks_on_one_property_are_one_switch() {
+    // Twelve blocks: distributing them would make 2^12 branches.
+    let mut blocks = Vec::new();
+    for i in 0..12 {
+        blocks.push(
+            json!({"if": {"properties": {"kind": {"const": format!("k{i}")}}},
+                           "then": {"required": [format!("p{i}")]}}),
+        );
+    }
+    blocks.push(
+        json!({"if": {"properties": {"kind": {"enum": ["k0", "k1"]}}, "required": ["kind"]},
+                       "then": {"required": ["both"]}, "else": {"required": ["other"]}}),
+    );
+    let schema = json!({"type": "object", "allOf": blocks});
+    let g = compile(&schema).unwrap();
+    for (text, ok) in [
+        (r#"{"kind":"k0","p0":1,"both":2}"#, true),
+        (r#"{"kind":"k1","p1":1,"both":2}"#, true),
+        (r#"{"kind":"k5","p5":1,"other":0}"#, true),
+        (r#"{"kind":"zz","other":0}"#, true),
+        (r#"{"kind":"k0","p0":1}"#, false),
+        (r#"{"kind":"k5","p5":1}"#, false),
+        (r#"{"kind":"k5","other":1}"#, false),
+        (r#"{"kind":"zz"}"#, false),
+        // Absent: every block without `required` applies its `then`.
+        (r#"{"other":1}"#, false),
+        (
+            r#"{"p0":1,"p1":1,"p2":1,"p3":1,"p4":1,"p5":1,"p6":1,"p7":1,"p8":1,"p9":1,"p10":1,"p11":1,"other":1}"#,
+            true,
+        ),
+    ] {
+        assert_eq!(accepts(&g, text), ok, "{text}");
+    }
+    // Non-objects: the conditions hold vacuously unless they ask for an object.
+    check(
+        json!({"allOf": [
+            {"if": {"properties": {"k": {"const": "a"}}}, "then": {"type": "object"}},
+            {"if": {"type": "object", "properties": {"k": {"const": "b"}}}, "then": {"required": ["x"]}}
+        ]}),
+        &[
+            r#"{"x":1}"#,
+            r#"{"k":"b","x":0}"#,
+            r#"{"k":"a"}"#,
+            r#"{"k":"c"}"#,
+        ],
+        &["{}", "1", "\"s\"", r#"{"k":"b"}"#],
+    );
+}
+
+#[test]
+fn all_of_two_large_any_of_skips_disjoint_pairs() {
+    // 12 x 12 branch pairs, all but 12 disjoint by their `kind` constant.
+    let side = |extra: &str| {
+        let b: Vec<serde_json::Value> = (0..12)
+            .map(|i| {
+                json!({"type": "object", "required": ["kind", extra],
+                            "properties": {"kind": {"const": format!("k{i}")}}})
+            })
+            .collect();
+        json!({ "anyOf": b })
+    };
+    check(
+        json!({"allOf": [side("a"), side("b")]}),
+        &[
+            r#"{"kind":"k3","a":1,"b":2}"#,
+            r#"{"kind":"k11","a":1,"b":2}"#,
+        ],
+        &[
+            r#"{"kind":"k3","a":1}"#,
+            r#"{"kind":"k12","a":1,"b":2}"#,
+            "{}",
+        ],
+    );
+}
+
+#[test]
+fn one_of_objects_told_apart_by_a_discriminator_without_type_object() {
+    // Any non-object matches both branches (their keywords are vacuous there): invalid.
+    let schema = json!({"oneOf": [
+        {"properties": {"type": {"enum": ["solid"]}, "colour": {"type": "string"}},
+         "required": ["type", "colour"], "additionalProperties": false},
+        {"properties": {"type": {"enum": ["texture"]}, "path": {"type": "string"}},
+         "required": ["type", "path"], "additionalProperties": false}
+    ]});
+    check(
+        schema,
+        &[
+            r#"{"type":"solid","colour":"red"}"#,
+            r#"{"type":"texture","path":"p"}"#,
+        ],
+        &[
+            "1",
+            "\"s\"",
+            "null",
+            "[]",
+            "{}",
+            r#"{"type":"solid","path":"p"}"#,
+            r#"{"type":"other","colour":"red"}"#,
+        ],
+    );
+    // A branch that admits one non-object type on its own: that type is exactly-one.
+    check(
+        json!({"oneOf": [
+            {"type": ["object", "string"], "required": ["k"], "properties": {"k": {"const": "a"}}},
+            {"type": "object", "required": ["k"], "properties": {"k": {"const": "b"}}}
+        ]}),
+        &[r#"{"k":"a"}"#, r#"{"k":"b"}"#, "\"s\""],
+        &["1", "{}", r#"{"k":"c"}"#, "null"],
+    );
+}
