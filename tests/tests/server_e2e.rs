@@ -99,8 +99,8 @@ fn bad_input_gets_400_naming_the_problem_and_the_server_keeps_serving() {
     assert_400(
         s,
         "/generate",
-        r#"{"text": "hi", "sampling_params": {"json_schema": "{\"type\": \"number\", \"multipleOf\": 0.5}"}}"#,
-        "multipleOf",
+        r#"{"text": "hi", "sampling_params": {"json_schema": "{\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"uniqueItems\": true}"}}"#,
+        "uniqueItems",
     );
     assert_400(
         s,
