@@ -3,35 +3,11 @@
 //! keywords. For each schema, listed valid texts are accepted and listed invalid texts
 //! rejected (byte vocabulary, compact policy), including adversarial near misses.
 
-use std::sync::Arc;
+mod common;
 
+use common::{accepts_text as accepts, check, compile_bytes as compile};
 use serde_json::json;
-use sglrs_grammar::{CompileError, CompileOptions, CompiledGrammar, Matcher, TokenVocab};
-
-fn vocab() -> Arc<TokenVocab> {
-    let mut toks: Vec<Vec<u8>> = vec![Vec::new()];
-    toks.extend((0u8..=255).map(|b| vec![b]));
-    Arc::new(TokenVocab::new(toks, &[], &[0]).unwrap())
-}
-
-fn compile(schema: &serde_json::Value) -> Result<Arc<CompiledGrammar>, CompileError> {
-    CompiledGrammar::json_schema_value(schema, vocab(), &CompileOptions::default())
-}
-
-fn accepts(g: &Arc<CompiledGrammar>, text: &str) -> bool {
-    let mut m = Matcher::new(g.clone());
-    m.try_advance_bytes(text.as_bytes()) && m.is_accepting()
-}
-
-fn check(schema: serde_json::Value, valid: &[&str], invalid: &[&str]) {
-    let g = compile(&schema).unwrap_or_else(|e| panic!("{schema}: {e}"));
-    for v in valid {
-        assert!(accepts(&g, v), "{schema}: valid {v} rejected");
-    }
-    for v in invalid {
-        assert!(!accepts(&g, v), "{schema}: invalid {v} accepted");
-    }
-}
+use sglrs_grammar::CompileError;
 
 #[test]
 fn not_property_names_pattern_needs_a_key_outside_it() {

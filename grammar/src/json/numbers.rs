@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::formats::{dec_ge, dec_le, int_range, number_range, Dec};
-use super::types::f;
+use super::types::{emit_error, f};
 use super::JsonCompiler;
 use crate::nfa::StateId;
 use crate::regex::{emit_intersection, emit_intersection_with, parse, Escape, Flavor};
@@ -105,21 +105,8 @@ impl JsonCompiler<'_> {
                 })?,
             );
         }
-        emit_intersection_with(self.b, from, &hirs, Some(r), Escape::Raw).map_err(|e| {
-            if e.contains("too many states") {
-                CompileError::TooLarge {
-                    states: self.b.states.len(),
-                }
-            } else if e.contains("deadline") {
-                CompileError::Timeout
-            } else {
-                CompileError::Unsupported {
-                    keyword: "multipleOf".into(),
-                    pointer: ptr.into(),
-                    reason: e,
-                }
-            }
-        })
+        emit_intersection_with(self.b, from, &hirs, Some(r), Escape::Raw)
+            .map_err(|e| emit_error(self.b.states.len(), &e, "multipleOf", ptr, e.clone()))
     }
 
     pub(crate) fn number_plain(&mut self, from: StateId) -> Result<StateId, CompileError> {
@@ -251,18 +238,7 @@ impl JsonCompiler<'_> {
                 })?,
             );
         }
-        emit_intersection(self.b, from, &hirs, Escape::Raw).map_err(|e| {
-            if e.contains("too many states") {
-                CompileError::TooLarge {
-                    states: self.b.states.len(),
-                }
-            } else {
-                CompileError::Unsupported {
-                    keyword: "minimum".into(),
-                    pointer: ptr.into(),
-                    reason: e,
-                }
-            }
-        })
+        emit_intersection(self.b, from, &hirs, Escape::Raw)
+            .map_err(|e| emit_error(self.b.states.len(), &e, "minimum", ptr, e.clone()))
     }
 }

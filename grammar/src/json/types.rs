@@ -14,6 +14,28 @@ const MAX_CONTAINS: usize = 3;
 /// Bounded repetitions longer than this are refused (they would not be enforced cheaply).
 const MAX_COUNT: u64 = 4096;
 
+/// A regex emitter's error as a compile error: too many states, the deadline, or else a
+/// refusal naming `keyword` at `pointer`.
+pub(super) fn emit_error(
+    states: usize,
+    e: &str,
+    keyword: &str,
+    pointer: &str,
+    reason: String,
+) -> CompileError {
+    if e.contains("too many states") {
+        CompileError::TooLarge { states }
+    } else if e.contains("deadline") {
+        CompileError::Timeout
+    } else {
+        CompileError::Unsupported {
+            keyword: keyword.into(),
+            pointer: pointer.into(),
+            reason,
+        }
+    }
+}
+
 pub(super) fn f(v: Option<&Value>) -> Option<f64> {
     v.and_then(|x| x.as_f64())
 }
@@ -38,21 +60,8 @@ impl JsonCompiler<'_> {
                 })
             }
         };
-        emit_hir(self.b, from, &hir, esc).map_err(|e| {
-            if e.contains("too many states") {
-                CompileError::TooLarge {
-                    states: self.b.states.len(),
-                }
-            } else if e.contains("deadline") {
-                CompileError::Timeout
-            } else {
-                CompileError::Unsupported {
-                    keyword: kw.into(),
-                    pointer: ptr.into(),
-                    reason: format!("{re:?}: {e}"),
-                }
-            }
-        })
+        emit_hir(self.b, from, &hir, esc)
+            .map_err(|e| emit_error(self.b.states.len(), &e, kw, ptr, format!("{re:?}: {e}")))
     }
 
     /// A string of `min..=max` characters, any content.
@@ -254,24 +263,18 @@ impl JsonCompiler<'_> {
             };
             let e =
                 emit_hir_len(self.b, start, &hir, Escape::JsonString, lmin, lmax).map_err(|e| {
-                    if e.contains("too many states") {
-                        CompileError::TooLarge {
-                            states: self.b.states.len(),
-                        }
-                    } else if e.contains("deadline") {
-                        CompileError::Timeout
+                    let keyword = if lmin > 0 || lmax.is_some() {
+                        "maxLength"
                     } else {
-                        CompileError::Unsupported {
-                            keyword: if lmin > 0 || lmax.is_some() {
-                                "maxLength"
-                            } else {
-                                kw
-                            }
-                            .into(),
-                            pointer: ptr.into(),
-                            reason: format!("{re:?}: {e}"),
-                        }
-                    }
+                        kw
+                    };
+                    emit_error(
+                        self.b.states.len(),
+                        &e,
+                        keyword,
+                        ptr,
+                        format!("{re:?}: {e}"),
+                    )
                 })?;
             let e = match rule {
                 Some(r) => {

@@ -113,3 +113,40 @@ fn dumps_into(v: &Value, out: &mut String) {
         other => out.push_str(&serde_json::to_string(other).expect("scalar")),
     }
 }
+
+/// A vocabulary of the 256 single bytes (plus the EOS token 0): acceptance then does not
+/// depend on tokenization.
+pub fn byte_vocab() -> Arc<TokenVocab> {
+    let mut toks: Vec<Vec<u8>> = vec![Vec::new()];
+    toks.extend((0u8..=255).map(|b| vec![b]));
+    Arc::new(TokenVocab::new(toks, &[], &[0]).unwrap())
+}
+
+/// `schema` compiled over [`byte_vocab`] with the default options.
+pub fn compile_bytes(
+    schema: &Value,
+) -> Result<Arc<sglrs_grammar::CompiledGrammar>, sglrs_grammar::CompileError> {
+    sglrs_grammar::CompiledGrammar::json_schema_value(
+        schema,
+        byte_vocab(),
+        &sglrs_grammar::CompileOptions::default(),
+    )
+}
+
+/// Whether `text`, fed byte by byte, leaves `g` in an accepting state.
+pub fn accepts_text(g: &Arc<sglrs_grammar::CompiledGrammar>, text: &str) -> bool {
+    let mut m = sglrs_grammar::Matcher::new(g.clone());
+    m.try_advance_bytes(text.as_bytes()) && m.is_accepting()
+}
+
+/// Compiles `schema` (it must compile) and checks that every `valid` text is accepted and
+/// every `invalid` one rejected.
+pub fn check(schema: Value, valid: &[&str], invalid: &[&str]) {
+    let g = compile_bytes(&schema).unwrap_or_else(|e| panic!("{schema}: {e}"));
+    for v in valid {
+        assert!(accepts_text(&g, v), "{schema}: valid {v} rejected");
+    }
+    for v in invalid {
+        assert!(!accepts_text(&g, v), "{schema}: invalid {v} accepted");
+    }
+}
