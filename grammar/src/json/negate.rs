@@ -206,44 +206,14 @@ impl JsonCompiler<'_> {
                             return Ok(None);
                         }
                         if c.get("match") == Some(&Value::Bool(true)) {
-                            let mut pp = serde_json::Map::new();
-                            for p in c
-                                .get("patterns")
-                                .and_then(|k| k.as_array())
-                                .into_iter()
-                                .flatten()
-                            {
-                                if let Some(p) = p.as_str() {
-                                    pp.insert(p.to_string(), Value::Bool(false));
-                                }
-                            }
+                            let pp = names_to(c, "patterns", false);
                             let keys = c.get("keys").cloned().unwrap_or(json!([]));
                             alts.push(json!({"type": "object", "__forbidden": keys,
                                 "patternProperties": pp}));
                             continue;
                         }
-                        let mut props = serde_json::Map::new();
-                        for k in c
-                            .get("keys")
-                            .and_then(|k| k.as_array())
-                            .into_iter()
-                            .flatten()
-                        {
-                            if let Some(k) = k.as_str() {
-                                props.insert(k.to_string(), Value::Bool(true));
-                            }
-                        }
-                        let mut pp = serde_json::Map::new();
-                        for p in c
-                            .get("patterns")
-                            .and_then(|k| k.as_array())
-                            .into_iter()
-                            .flatten()
-                        {
-                            if let Some(p) = p.as_str() {
-                                pp.insert(p.to_string(), Value::Bool(true));
-                            }
-                        }
+                        let props = names_to(c, "keys", true);
+                        let pp = names_to(c, "patterns", true);
                         alts.push(json!({"type": "object", "properties": props,
                             "patternProperties": pp, "additionalProperties": false}));
                     }
@@ -427,4 +397,16 @@ impl JsonCompiler<'_> {
         }
         Ok(Some(alts))
     }
+}
+
+/// The strings of the array `c[field]` as schema keys, each mapped to the boolean schema
+/// `allowed`.
+fn names_to(c: &Value, field: &str, allowed: bool) -> serde_json::Map<String, Value> {
+    c.get(field)
+        .and_then(|k| k.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str())
+        .map(|n| (n.to_string(), Value::Bool(allowed)))
+        .collect()
 }

@@ -506,27 +506,13 @@ impl JsonCompiler<'_> {
                 for w in 0..nw as u8 {
                     let Some(t) = tracks[idx(c, w)] else { continue };
                     if !*req {
-                        let a = match new[idx(c, w)] {
-                            Some(a) => a,
-                            None => {
-                                let a = self.b.state()?;
-                                new[idx(c, w)] = Some(a);
-                                a
-                            }
-                        };
+                        let a = slot_state(self.b, &mut new, idx(c, w))?;
                         self.b.eps(t, a);
                     }
                     if let Some(c2) = bump(c) {
                         let e = kv(self, t, c > 0)?;
                         let j = idx(c2, w | bits);
-                        let a = match new[j] {
-                            Some(a) => a,
-                            None => {
-                                let a = self.b.state()?;
-                                new[j] = Some(a);
-                                a
-                            }
-                        };
+                        let a = slot_state(self.b, &mut new, j)?;
                         self.b.eps(e, a);
                         // The same key with its value in value conditions' schemas.
                         let mut sub = vbits;
@@ -542,14 +528,7 @@ impl JsonCompiler<'_> {
                             let s = self.punct(s, b':')?;
                             let e = self.value(s, &schema, &vptr)?;
                             let j = idx(c2, w | bits | sub);
-                            let a = match new[j] {
-                                Some(a) => a,
-                                None => {
-                                    let a = self.b.state()?;
-                                    new[j] = Some(a);
-                                    a
-                                }
-                            };
+                            let a = slot_state(self.b, &mut new, j)?;
                             self.b.eps(e, a);
                             sub = (sub - 1) & vbits;
                         }
@@ -754,4 +733,18 @@ fn bump_count(c: usize, cap: usize, exact: bool) -> Option<usize> {
     } else {
         Some(cap)
     }
+}
+
+/// The state in `slots[j]`, created on first use.
+fn slot_state(
+    b: &mut crate::nfa::Builder,
+    slots: &mut [Option<StateId>],
+    j: usize,
+) -> Result<StateId, CompileError> {
+    if let Some(a) = slots[j] {
+        return Ok(a);
+    }
+    let a = b.state()?;
+    slots[j] = Some(a);
+    Ok(a)
 }

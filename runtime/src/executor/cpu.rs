@@ -153,19 +153,29 @@ fn pack(name: &str, ws: &[&Weight], isa: Isa) -> Result<PackedMatrix, BuildError
     })
 }
 
-/// Attention work item: a block of one sequence's query tokens against one KV head, or the
-/// decode steps of several sequences whose page tables start with the same pages.
+/// Attention work item: some query rows against one KV head.
 struct AttnTask {
-    seq: usize,
     kv_head: usize,
-    /// Global token indices `t0..t1`.
-    t0: usize,
-    t1: usize,
-    /// Position of token `t0`.
-    pos0: usize,
-    /// A bundle instead: its sequences (a range of the bundle member list) and the positions
-    /// they all read from the same pages.
-    bundle: Option<(std::ops::Range<usize>, usize)>,
+    work: AttnWork,
+}
+
+/// The query rows of an [`AttnTask`].
+enum AttnWork {
+    /// A block of one sequence's query tokens: global token indices `t0..t1`, token `t0` at
+    /// position `pos0`.
+    Block {
+        seq: usize,
+        t0: usize,
+        t1: usize,
+        pos0: usize,
+    },
+    /// The decode steps of several sequences whose page tables start with the same pages:
+    /// the sequences (a range of the bundle member list) and the positions they all read
+    /// from those pages.
+    Bundle {
+        members: std::ops::Range<usize>,
+        shared: usize,
+    },
 }
 
 /// Fewest shared positions worth a bundle (below it, sequences attend one by one).
@@ -582,12 +592,13 @@ impl Executor for CpuExecutor {
                 let j1 = (j + ATTN_BLOCK).min(q.tokens.len());
                 for g in 0..nkv {
                     tasks.push(AttnTask {
-                        seq: i,
                         kv_head: g,
-                        t0: first[i] + j,
-                        t1: first[i] + j1,
-                        pos0: q.start_pos + j,
-                        bundle: None,
+                        work: AttnWork::Block {
+                            seq: i,
+                            t0: first[i] + j,
+                            t1: first[i] + j1,
+                            pos0: q.start_pos + j,
+                        },
                     });
                 }
                 j = j1;
@@ -599,12 +610,11 @@ impl Executor for CpuExecutor {
             members.extend_from_slice(ms);
             for g in 0..nkv {
                 tasks.push(AttnTask {
-                    seq: ms[0],
                     kv_head: g,
-                    t0: 0,
-                    t1: 0,
-                    pos0: 0,
-                    bundle: Some((range.clone(), *shared)),
+                    work: AttnWork::Bundle {
+                        members: range.clone(),
+                        shared: *shared,
+                    },
                 });
             }
         }
@@ -693,61 +703,69 @@ impl Executor for CpuExecutor {
             {
                 let out = OutPtr(s.attn.as_mut_ptr());
                 let (qkv, kvr, seqs) = (&s.qkv, &*kv, &batch.seqs);
-                // One task per (sequence, KV head, block of query tokens): K/V are read in
-                // place from the sequence's pages, once per tile of the GQA group's rows.
-                // Largest tasks (the last query blocks of a prefill) first, so that the
-                // threads finish together.
+                // K/V are read in place from the sequences' pages, once per tile of the GQA
+                // group's rows. The pool runs tasks from the end: bundles, then the last
+                // query blocks of a prefill first, so that the threads finish together.
                 let (members, first) = (&members, &first);
                 pool.run(tasks.len(), &|ti| {
                     let task = &tasks[tasks.len() - 1 - ti];
                     let out = &out;
-                    if let Some((range, shared)) = &task.bundle {
-                        let ms = &members[range.clone()];
-                        let mut qs: Vec<&[f32]> = Vec::with_capacity(ms.len() * group);
-                        let mut lens = Vec::with_capacity(ms.len() * group);
-                        let mut outs: Vec<&mut [f32]> = Vec::with_capacity(ms.len() * group);
-                        let mut kvs = Vec::with_capacity(ms.len());
-                        for &m in ms {
-                            let t = first[m];
-                            kvs.push(kvr.head(li, seqs[m].pages, task.kv_head));
-                            for k in 0..group {
-                                let hh = task.kv_head * group + k;
-                                qs.push(&qkv[t * qkv_w + hh * hd..t * qkv_w + (hh + 1) * hd]);
-                                lens.push(seqs[m].start_pos + 1);
-                                // SAFETY: each (token, head) output slice is written by one
-                                // task only.
-                                outs.push(unsafe {
-                                    std::slice::from_raw_parts_mut(out.0.add(t * qd + hh * hd), hd)
-                                });
+                    let (seq, t0, t1, pos0) = match &task.work {
+                        AttnWork::Block { seq, t0, t1, pos0 } => (*seq, *t0, *t1, *pos0),
+                        AttnWork::Bundle {
+                            members: range,
+                            shared,
+                        } => {
+                            let ms = &members[range.clone()];
+                            let mut qs: Vec<&[f32]> = Vec::with_capacity(ms.len() * group);
+                            let mut lens = Vec::with_capacity(ms.len() * group);
+                            let mut outs: Vec<&mut [f32]> = Vec::with_capacity(ms.len() * group);
+                            let mut kvs = Vec::with_capacity(ms.len());
+                            for &m in ms {
+                                let t = first[m];
+                                kvs.push(kvr.head(li, seqs[m].pages, task.kv_head));
+                                for k in 0..group {
+                                    let hh = task.kv_head * group + k;
+                                    qs.push(&qkv[t * qkv_w + hh * hd..t * qkv_w + (hh + 1) * hd]);
+                                    lens.push(seqs[m].start_pos + 1);
+                                    // SAFETY: each (token, head) output slice is written by one
+                                    // task only.
+                                    outs.push(unsafe {
+                                        std::slice::from_raw_parts_mut(
+                                            out.0.add(t * qd + hh * hd),
+                                            hd,
+                                        )
+                                    });
+                                }
                             }
+                            let tile = SharedTile {
+                                q: &qs,
+                                lens: &lens,
+                                kv: &kvs,
+                                rows_per_member: group,
+                                shared: *shared,
+                            };
+                            ATTN_SCORES.with(|c| {
+                                attend_shared(isa, &tile, scale, &mut c.borrow_mut(), &mut outs)
+                            });
+                            return;
                         }
-                        let tile = SharedTile {
-                            q: &qs,
-                            lens: &lens,
-                            kv: &kvs,
-                            rows_per_member: group,
-                            shared: *shared,
-                        };
-                        ATTN_SCORES.with(|c| {
-                            attend_shared(isa, &tile, scale, &mut c.borrow_mut(), &mut outs)
-                        });
-                        return;
-                    }
-                    let g = kvr.head(li, seqs[task.seq].pages, task.kv_head);
+                    };
+                    let g = kvr.head(li, seqs[seq].pages, task.kv_head);
                     // Decode (one tile of rows) reads the pages in place; a prefill block's
                     // many tiles share one f32 conversion of its range (bit-identical).
-                    let copy = (task.t1 - task.t0) * group > MAX_ROWS;
+                    let copy = (t1 - t0) * group > MAX_ROWS;
                     ATTN_SCORES.with(|c| {
                         ATTN_KV.with(|kc| {
                             let scores = &mut *c.borrow_mut();
                             let kc = &mut *kc.borrow_mut();
                             let src = if copy {
-                                kc.fill(isa, &g, task.pos0 + (task.t1 - task.t0));
+                                kc.fill(isa, &g, pos0 + (t1 - t0));
                                 KvSource::F32(kc)
                             } else {
                                 KvSource::Paged(g)
                             };
-                            let rows: Vec<(usize, usize)> = (task.t0..task.t1)
+                            let rows: Vec<(usize, usize)> = (t0..t1)
                                 .flat_map(|t| {
                                     (0..group).map(move |k| (t, task.kv_head * group + k))
                                 })
@@ -759,10 +777,8 @@ impl Executor for CpuExecutor {
                                         &qkv[t * qkv_w + hh * hd..t * qkv_w + (hh + 1) * hd]
                                     })
                                     .collect();
-                                let lens: Vec<usize> = chunk
-                                    .iter()
-                                    .map(|&(t, _)| task.pos0 + (t - task.t0) + 1)
-                                    .collect();
+                                let lens: Vec<usize> =
+                                    chunk.iter().map(|&(t, _)| pos0 + (t - t0) + 1).collect();
                                 // SAFETY: each (token, head) output slice is written by one task only.
                                 let mut outs: Vec<&mut [f32]> = chunk
                                     .iter()
