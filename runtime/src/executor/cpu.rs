@@ -451,6 +451,13 @@ impl CpuExecutor {
         self.pool.threads()
     }
 
+    /// Runs `f(i)` for every `i in 0..n` on the executor's threads (the caller's included) and
+    /// returns when all are done: per-row work between forwards, such as picking each
+    /// sequence's next token from its logits, in parallel as a server samples them.
+    pub fn par_for(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.pool.run(n, f)
+    }
+
     fn validate(&self, batch: &Batch<'_>) -> Result<(), ExecError> {
         let ps = self.kv.layout().page_size;
         for (i, s) in batch.seqs.iter().enumerate() {

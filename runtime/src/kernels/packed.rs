@@ -620,7 +620,7 @@ mod tests {
         ms.push(PackedMatrix::pack(&[&w], isa).unwrap());
         for threads in [1, 2] {
             let pool = ThreadPool::new(threads);
-            for n in [1usize, 8, 16, 32, 64] {
+            for n in [1usize, 2, 4, 8, 16, 32, 64] {
                 let acts: Vec<QuantActs> = [576, 1536]
                     .iter()
                     .map(|&c| {

@@ -32,6 +32,12 @@ struct Shared {
     closed: AtomicBool,
     panicked: AtomicBool,
     shutdown: AtomicBool,
+    /// Workers parked (or about to park) on `wake`: `run` takes the lock and notifies only
+    /// when this is non-zero (a futex call per job saved while the workers are polling).
+    sleepers: AtomicUsize,
+    /// Whether `run`'s caller is parked (or about to park) on `done`: the last task notifies
+    /// only then.
+    waiting: AtomicBool,
     lock: Mutex<()>,
     wake: Condvar,
     done: Condvar,
@@ -72,6 +78,8 @@ impl ThreadPool {
             closed: AtomicBool::new(true),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            waiting: AtomicBool::new(false),
             lock: Mutex::new(()),
             wake: Condvar::new(),
             done: Condvar::new(),
@@ -119,9 +127,13 @@ impl ThreadPool {
         s.next.store(0, Ordering::Relaxed);
         s.finished.store(0, Ordering::Relaxed);
         s.closed.store(false, Ordering::SeqCst);
-        {
+        // Publish, then wake parked workers, if any. A worker registers in `sleepers` under
+        // the lock before it checks `generation` and parks (both SeqCst, as here): either it
+        // sees the new generation and does not park, or this load sees it and the notify
+        // (under the lock, so after it parked) wakes it.
+        s.generation.fetch_add(1, Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
-            s.generation.fetch_add(1, Ordering::SeqCst);
             s.wake.notify_all();
         }
         claim_tasks(s, f);
@@ -132,11 +144,14 @@ impl ThreadPool {
                 std::hint::spin_loop();
                 continue;
             }
+            // Same handshake as `sleepers`, with the last task's `finished` increment.
             let l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.waiting.store(true, Ordering::SeqCst);
             let _l = s
                 .done
-                .wait_while(l, |_| s.finished.load(Ordering::Acquire) < n)
+                .wait_while(l, |_| s.finished.load(Ordering::SeqCst) < n)
                 .unwrap_or_else(|e| e.into_inner());
+            s.waiting.store(false, Ordering::SeqCst);
         }
         // Close the job; wait for workers that entered it (they are running, not sleeping:
         // they only check for more tasks and leave).
@@ -162,7 +177,8 @@ fn claim_tasks(s: &Shared, f: &(dyn Fn(usize) + Sync)) {
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(i))).is_err() {
             s.panicked.store(true, Ordering::Release);
         }
-        if s.finished.fetch_add(1, Ordering::AcqRel) + 1 == n {
+        if s.finished.fetch_add(1, Ordering::SeqCst) + 1 == n && s.waiting.load(Ordering::SeqCst)
+        {
             let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.done.notify_all();
         }
@@ -181,13 +197,15 @@ fn worker(s: &Shared) {
         }
         if gen == seen {
             let l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.sleepers.fetch_add(1, Ordering::SeqCst);
             let _l = s
                 .wake
                 .wait_while(l, |_| {
-                    s.generation.load(Ordering::Acquire) == seen
+                    s.generation.load(Ordering::SeqCst) == seen
                         && !s.shutdown.load(Ordering::Acquire)
                 })
                 .unwrap_or_else(|e| e.into_inner());
+            s.sleepers.fetch_sub(1, Ordering::SeqCst);
             gen = s.generation.load(Ordering::Acquire);
         }
         if s.shutdown.load(Ordering::Acquire) {
@@ -233,6 +251,24 @@ mod tests {
                 });
             }
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 50));
+        }
+    }
+
+    #[test]
+    fn jobs_complete_when_workers_and_the_caller_park() {
+        // Pauses longer than the polling window park the workers before the next job
+        // (`sleepers`), slow tasks park the caller before the last one ends (`waiting`).
+        let pool = ThreadPool::new(3);
+        for round in 0..30 {
+            std::thread::sleep(SPIN * 4);
+            let hits: Vec<AtomicUsize> = (0..5).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(5, &|i| {
+                if (i + round) % 3 == 0 {
+                    std::thread::sleep(SPIN * 3);
+                }
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
         }
     }
 
