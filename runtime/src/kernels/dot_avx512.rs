@@ -42,6 +42,17 @@ fn tile8_on() -> bool {
     true
 }
 
+/// Test-only switch of the f16 scales (`QuantMatrix::dm16`; `matmul_speed` compares).
+#[cfg(test)]
+pub(super) static HALF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+fn half_on() -> bool {
+    #[cfg(test)]
+    return HALF.load(std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(test))]
+    true
+}
+
 fn prefetch_on() -> bool {
     #[cfg(test)]
     return PREFETCH.load(std::sync::atomic::Ordering::Relaxed);
@@ -65,17 +76,18 @@ pub(super) unsafe fn matmul_rows(
     out: *mut f32,
 ) {
     debug_assert!(w.layout == QuantLayout::Vnni16 && r0.is_multiple_of(16));
-    if w.nibble {
-        rows_impl::<true>(w, &w.qs, r0, r1, a, out)
-    } else {
-        rows_impl::<false>(w, &w.qs, r0, r1, a, out)
+    match (w.nibble, !w.dm16.is_empty() && half_on()) {
+        (true, true) => rows_impl::<true, true>(w, &w.qs, r0, r1, a, out),
+        (true, false) => rows_impl::<true, false>(w, &w.qs, r0, r1, a, out),
+        (false, true) => rows_impl::<false, true>(w, &w.qs, r0, r1, a, out),
+        (false, false) => rows_impl::<false, false>(w, &w.qs, r0, r1, a, out),
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn rows_impl<const NIB: bool>(
+unsafe fn rows_impl<const NIB: bool, const H: bool>(
     w: &QuantMatrix,
     qs: &[u8],
     r0: usize,
@@ -116,24 +128,24 @@ unsafe fn rows_impl<const NIB: bool>(
                 let nt = (t1 - t).min(if t8 { 8 } else { 4 });
                 let pf = if t == t0 { pf_groups } else { 0 };
                 match (ng, nt) {
-                    (1, 8) => tile::<1, 8, NIB>(w, qs, g, a, t, out, pf),
+                    (1, 8) => tile::<1, 8, NIB, H>(w, qs, g, a, t, out, pf),
                     (1, 5..=7) => {
-                        tile::<1, 4, NIB>(w, qs, g, a, t, out, pf);
+                        tile::<1, 4, NIB, H>(w, qs, g, a, t, out, pf);
                         match nt - 4 {
-                            3 => tile::<1, 3, NIB>(w, qs, g, a, t + 4, out, 0),
-                            2 => tile::<1, 2, NIB>(w, qs, g, a, t + 4, out, 0),
-                            _ => tile::<1, 1, NIB>(w, qs, g, a, t + 4, out, 0),
+                            3 => tile::<1, 3, NIB, H>(w, qs, g, a, t + 4, out, 0),
+                            2 => tile::<1, 2, NIB, H>(w, qs, g, a, t + 4, out, 0),
+                            _ => tile::<1, 1, NIB, H>(w, qs, g, a, t + 4, out, 0),
                         }
                     }
-                    (4, _) => tile::<4, 1, NIB>(w, qs, g, a, t, out, pf),
-                    (2, 4) => tile::<2, 4, NIB>(w, qs, g, a, t, out, pf),
-                    (2, 3) => tile::<2, 3, NIB>(w, qs, g, a, t, out, pf),
-                    (2, 2) => tile::<2, 2, NIB>(w, qs, g, a, t, out, pf),
-                    (2, _) => tile::<2, 1, NIB>(w, qs, g, a, t, out, pf),
-                    (_, 4) => tile::<1, 4, NIB>(w, qs, g, a, t, out, pf),
-                    (_, 3) => tile::<1, 3, NIB>(w, qs, g, a, t, out, pf),
-                    (_, 2) => tile::<1, 2, NIB>(w, qs, g, a, t, out, pf),
-                    _ => tile::<1, 1, NIB>(w, qs, g, a, t, out, pf),
+                    (4, _) => tile::<4, 1, NIB, H>(w, qs, g, a, t, out, pf),
+                    (2, 4) => tile::<2, 4, NIB, H>(w, qs, g, a, t, out, pf),
+                    (2, 3) => tile::<2, 3, NIB, H>(w, qs, g, a, t, out, pf),
+                    (2, 2) => tile::<2, 2, NIB, H>(w, qs, g, a, t, out, pf),
+                    (2, _) => tile::<2, 1, NIB, H>(w, qs, g, a, t, out, pf),
+                    (_, 4) => tile::<1, 4, NIB, H>(w, qs, g, a, t, out, pf),
+                    (_, 3) => tile::<1, 3, NIB, H>(w, qs, g, a, t, out, pf),
+                    (_, 2) => tile::<1, 2, NIB, H>(w, qs, g, a, t, out, pf),
+                    _ => tile::<1, 1, NIB, H>(w, qs, g, a, t, out, pf),
                 }
                 t += nt;
             }
@@ -144,12 +156,13 @@ unsafe fn rows_impl<const NIB: bool>(
 }
 
 /// One register tile: row groups `g..g + R`, tokens `t..t + T`; also prefetches the weights
-/// of the `pf` row groups after them (which must exist) into L2.
+/// of the `pf` row groups after them (which must exist) into L2. `H`: the scales and offsets
+/// are read from `w.dm16` (f16, converted exactly) instead of `w.d` / `w.m`.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile<const R: usize, const T: usize, const NIB: bool>(
+unsafe fn tile<const R: usize, const T: usize, const NIB: bool, const H: bool>(
     w: &QuantMatrix,
     qs: &[u8],
     g: usize,
@@ -171,13 +184,20 @@ unsafe fn tile<const R: usize, const T: usize, const NIB: bool>(
                 _mm_prefetch::<_MM_HINT_T1>(at.add(line * 64));
             }
             let sc = (grp * w.nbp + b) * 16;
-            for x in [w.d.as_ptr().add(sc), w.m.as_ptr().add(sc)] {
-                _mm_prefetch::<_MM_HINT_T1>(x as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(x.add(16) as *const i8);
+            if H {
+                // Two blocks' lines of f16 scales and offsets.
+                let x = w.dm16.as_ptr().add(2 * sc) as *const i8;
+                _mm_prefetch::<_MM_HINT_T1>(x);
+                _mm_prefetch::<_MM_HINT_T1>(x.add(64));
+            } else {
+                for x in [w.d.as_ptr().add(sc), w.m.as_ptr().add(sc)] {
+                    _mm_prefetch::<_MM_HINT_T1>(x as *const i8);
+                    _mm_prefetch::<_MM_HINT_T1>(x.add(16) as *const i8);
+                }
             }
         }
-        block::<R, T, NIB, false>(w, qs, g, a, t, b, &mut acc);
-        block::<R, T, NIB, true>(w, qs, g, a, t, b + 1, &mut acc);
+        block::<R, T, NIB, H, false>(w, qs, g, a, t, b, &mut acc);
+        block::<R, T, NIB, H, true>(w, qs, g, a, t, b + 1, &mut acc);
     }
     for i in 0..R {
         let r = (g + i) * 16;
@@ -197,7 +217,7 @@ unsafe fn tile<const R: usize, const T: usize, const NIB: bool>(
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn block<const R: usize, const T: usize, const NIB: bool, const ODD: bool>(
+unsafe fn block<const R: usize, const T: usize, const NIB: bool, const H: bool, const ODD: bool>(
     w: &QuantMatrix,
     qs: &[u8],
     g: usize,
@@ -238,8 +258,17 @@ unsafe fn block<const R: usize, const T: usize, const NIB: bool, const ODD: bool
         }
     }
     for i in 0..R {
-        let dw = _mm512_loadu_ps(wd.add(((g + i) * nbp + b) * 16));
-        let mv = _mm512_loadu_ps(wm.add(((g + i) * nbp + b) * 16));
+        let sc = ((g + i) * nbp + b) * 16;
+        let (dw, mv) = if H {
+            // f16 → f32 is exact: the same f32 scales as `w.d` / `w.m`.
+            let x = w.dm16.as_ptr().add(2 * sc);
+            (
+                _mm512_cvtph_ps(_mm256_loadu_si256(x as *const __m256i)),
+                _mm512_cvtph_ps(_mm256_loadu_si256(x.add(16) as *const __m256i)),
+            )
+        } else {
+            (_mm512_loadu_ps(wd.add(sc)), _mm512_loadu_ps(wm.add(sc)))
+        };
         for j in 0..T {
             let ai = (t + j) * nbp + b;
             let sc = _mm512_mul_ps(dw, _mm512_set1_ps(*ad.add(ai)));
