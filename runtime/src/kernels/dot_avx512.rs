@@ -113,12 +113,12 @@ unsafe fn rows_impl<const NIB: bool, const H: bool>(
             };
             // The first token tile of a row-group tile also prefetches (into L2) the weights
             // of the next row groups, whose first tile would otherwise wait on memory; the
-            // other tiles of this one find theirs in L1. Batched decode only (2-47 tokens):
-            // in 64-token prefill blocks it cost ~3% CPU (same-time A/B runs), at one token
-            // it made no measurable difference, at 2-4 tokens (one tile per row-group tile,
-            // the vpdpbusd work of 2-4 tokens overlapping the next groups' loads) it saved
-            // 11-19% of the GEMM time (`matmul_speed`, session 5).
-            let pf_groups = if t1 - t0 > 1 && t1 - t0 < 48 && prefetch_on() {
+            // other tiles of this one find theirs in L1. Decode only (1-47 tokens): in
+            // 64-token prefill blocks it cost ~3% CPU (same-time A/B runs); at 2-4 tokens (one
+            // tile per row-group tile, so nothing overlapped the loads before) it saved
+            // 11-19% of the GEMM time, at one token (with the f16 scales) 6-10%
+            // (`matmul_speed`, session 5).
+            let pf_groups = if t1 - t0 < 48 && prefetch_on() {
                 ng.min(g1 - g - ng)
             } else {
                 0
