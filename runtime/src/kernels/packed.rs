@@ -607,8 +607,7 @@ mod tests {
             quantized::<k_quants::BlockQ4_0>(&x, rows, cols, WeightType::Q4_0),
             quantized::<k_quants::BlockQ8_0>(&x, rows, cols, WeightType::Q8_0),
         ] {
-            let PackedMatrix::Quant(q) = PackedMatrix::pack(&[&w], Isa::Avx512Vnni).unwrap()
-            else {
+            let PackedMatrix::Quant(q) = PackedMatrix::pack(&[&w], Isa::Avx512Vnni).unwrap() else {
                 panic!("not quantized");
             };
             assert_eq!(q.dm16.len(), 2 * q.d.len(), "{:?}", w.dtype);
@@ -616,7 +615,10 @@ mod tests {
                 let line = &q.dm16[k * 32..(k + 1) * 32];
                 for i in 0..16 {
                     assert_eq!(f16::from_bits(line[i]).to_f32().to_bits(), dc[i].to_bits());
-                    assert_eq!(f16::from_bits(line[16 + i]).to_f32().to_bits(), mc[i].to_bits());
+                    assert_eq!(
+                        f16::from_bits(line[16 + i]).to_f32().to_bits(),
+                        mc[i].to_bits()
+                    );
                 }
             }
             if !Isa::all_supported().contains(&Isa::Avx512Vnni) {

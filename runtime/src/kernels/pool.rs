@@ -177,8 +177,7 @@ fn claim_tasks(s: &Shared, f: &(dyn Fn(usize) + Sync)) {
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(i))).is_err() {
             s.panicked.store(true, Ordering::Release);
         }
-        if s.finished.fetch_add(1, Ordering::SeqCst) + 1 == n && s.waiting.load(Ordering::SeqCst)
-        {
+        if s.finished.fetch_add(1, Ordering::SeqCst) + 1 == n && s.waiting.load(Ordering::SeqCst) {
             let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.done.notify_all();
         }
