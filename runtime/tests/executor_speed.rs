@@ -1,0 +1,109 @@
+//! Decode-step timing over a shared 1,024-token prefix (the serving benchmark's shape) with
+//! variants alternating step by step in one process, so that both see the same load (the box
+//! these were written on is shared): shared-pages attention on and off at batch 2, 4 and 8,
+//! two threads. Ignored (a measurement, not a check):
+//! `cargo test --release -p sglrs-runtime --test executor_speed -- --ignored --nocapture`.
+
+use sglrs_runtime::executor::{
+    Batch, CpuExecutor, ExecConfig, Executor, KvCapacity, LogitsWanted, SeqChunk,
+};
+use sglrs_runtime::model::default_model_path;
+use sglrs_runtime::model::gguf::load_gguf;
+use std::time::Instant;
+
+fn tokens(n: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(2654435761) ^ seed.wrapping_mul(40503)) % 49000 + 100)
+        .collect()
+}
+
+#[test]
+#[ignore]
+fn decode_steps_over_a_shared_prefix() {
+    let (c, w, _) = load_gguf(&default_model_path()).expect("default model");
+    let (ps, shared, own, steps) = (16usize, 1024usize, 16usize, 40usize);
+    let per = (own + steps).div_ceil(ps);
+    for b in [2usize, 4, 8] {
+        let pages = shared / ps + b * per;
+        let cfg = ExecConfig {
+            page_size: ps,
+            kv: KvCapacity::Pages(pages),
+            threads: 2,
+            ..ExecConfig::default()
+        };
+        let mut ex = CpuExecutor::new(&c, &w, &cfg).unwrap();
+        let tables: Vec<Vec<u32>> = (0..b)
+            .map(|i| {
+                let first = (shared / ps + i * per) as u32;
+                (0..(shared / ps) as u32)
+                    .chain(first..first + per as u32)
+                    .collect()
+            })
+            .collect();
+        let prefix = tokens(shared, 9);
+        ex.forward(&Batch {
+            seqs: vec![SeqChunk {
+                tokens: &prefix,
+                start_pos: 0,
+                pages: &tables[0],
+                logits: LogitsWanted::None,
+            }],
+        })
+        .unwrap();
+        let owns: Vec<Vec<u32>> = (0..b).map(|i| tokens(own, 100 + i as u32)).collect();
+        ex.forward(&Batch {
+            seqs: (0..b)
+                .map(|i| SeqChunk {
+                    tokens: &owns[i],
+                    start_pos: shared,
+                    pages: &tables[i],
+                    logits: LogitsWanted::None,
+                })
+                .collect(),
+        })
+        .unwrap();
+        // Each step runs twice at the same position, once per variant (bit-identical results,
+        // so the second run rewrites the same K/V): paired times, median ratio.
+        let step_toks: Vec<[u32; 1]> = (0..b).map(|i| [500 + i as u32]).collect();
+        let step = |ex: &mut CpuExecutor, on: bool, pos: usize| {
+            ex.set_shared_attention(on);
+            let t = Instant::now();
+            ex.forward(&Batch {
+                seqs: (0..b)
+                    .map(|i| SeqChunk {
+                        tokens: &step_toks[i],
+                        start_pos: pos,
+                        pages: &tables[i],
+                        logits: LogitsWanted::Last,
+                    })
+                    .collect(),
+            })
+            .unwrap();
+            t.elapsed().as_secs_f64()
+        };
+        let (mut on, mut off, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for s in 0..steps {
+            let (a, z) = if s % 2 == 0 {
+                let a = step(&mut ex, true, shared + own + s);
+                (a, step(&mut ex, false, shared + own + s))
+            } else {
+                let z = step(&mut ex, false, shared + own + s);
+                (step(&mut ex, true, shared + own + s), z)
+            };
+            on.push(a);
+            off.push(z);
+            ratios.push(z / a);
+        }
+        let med = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        println!(
+            "batch {b}: step median {:.2} ms with shared-pages attention, {:.2} ms without; \
+             median paired ratio without / with {:.3}",
+            med(&mut on) * 1e3,
+            med(&mut off) * 1e3,
+            med(&mut ratios)
+        );
+    }
+}
