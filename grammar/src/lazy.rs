@@ -11,7 +11,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use crate::nfa::{Nfa, StateId};
-use crate::vocab::TokenVocab;
+use crate::vocab::{CharClass, TokenVocab};
 
 mod threads;
 
@@ -35,6 +35,10 @@ pub(crate) const MAX_STACK_DEPTH: u32 = 256;
 /// A donor must be the successor of at least this many plain ASCII characters (see
 /// [`Lazy::fill_mask`]).
 const DONOR_MIN_BYTES: u32 = 16;
+
+/// A class loop (see [`Lazy::loop_class`]) must loop on at least this many printable ASCII
+/// characters: narrower loops (digits) have small trie walks already.
+const CLASS_MIN_ASCII: u32 = 16;
 
 /// A fast multiplicative hasher for the small integer keys of the lazy automaton (stacks,
 /// threads, configurations): SipHash cost a tenth of a cold mask. Keys are not
@@ -121,6 +125,9 @@ pub(crate) struct Lazy {
     thread_parts: FastMap<(u32, StateId), threads::ThreadParts>,
     /// Mask of every usable token (the mask of [`TOP`]); empty until first needed.
     all_usable: Option<Arc<[u32]>>,
+    /// Per configuration: the characters that lead it back to itself, when they are
+    /// enough for the class-loop walk (see [`Lazy::loop_class`]).
+    loop_classes: FastMap<ConfigId, Option<CharClass>>,
 }
 
 impl Lazy {
@@ -149,6 +156,7 @@ impl Lazy {
             sentinels: FastMap::default(),
             thread_parts: FastMap::default(),
             all_usable: None,
+            loop_classes: FastMap::default(),
         };
         l.push_config(Box::new([]), false, u32::MAX);
         // TOP: a placeholder thread no real configuration has; it is never stepped (its
@@ -602,7 +610,8 @@ impl Lazy {
 
     /// Walks the token trie from `c`, setting allowed tokens in `out` (zeroed by the
     /// caller). Plain-string configurations take precomputed token sets and walk only the
-    /// tokens that leave plain characters.
+    /// tokens that leave plain characters; so do configurations that a class of characters
+    /// leads back to (see [`Lazy::loop_class`]).
     fn walk(&mut self, nfa: &Nfa, vocab: &TokenVocab, c: ConfigId, out: &mut [u32]) {
         let trie = if self.is_plain_loop(nfa, c) {
             // Every plain character leads back to `c` (or to a configuration with the same
@@ -614,6 +623,17 @@ impl Lazy {
                 out[(id >> 5) as usize] |= 1u32 << (id & 31);
             }
             suffix
+        } else if let Some(parts) = self
+            .loop_class(nfa, c)
+            .and_then(|cls| vocab.class_loop_parts(cls))
+        {
+            // Every class character leads back to `c`: tokens made of class characters
+            // are allowed, tokens that may start with one are decided by their tail after
+            // the class prefix, and the others by the full trie.
+            out.copy_from_slice(&parts.all_in);
+            self.walk_trie(nfa, vocab.trie(), c, out, Some(&parts.skip_root));
+            self.walk_trie(nfa, &parts.tails, c, out, None);
+            return;
         } else {
             match self.plain_run(nfa, c) {
                 // Plain tokens of up to `k` characters are allowed without a walk; longer
@@ -626,6 +646,19 @@ impl Lazy {
                 _ => vocab.trie(),
             }
         };
+        self.walk_trie(nfa, trie, c, out, None);
+    }
+
+    /// Walks `trie` from `c`, setting the ids of every node reached alive in `out`;
+    /// subtrees whose first byte is in `skip_root` are left out.
+    fn walk_trie(
+        &mut self,
+        nfa: &Nfa,
+        trie: &crate::vocab::TokenTrie,
+        c: ConfigId,
+        out: &mut [u32],
+        skip_root: Option<&[u64; 4]>,
+    ) {
         let nodes = &trie.nodes;
         let ids = &trie.ids;
         let mut cfg_at = [DEAD; 1024];
@@ -634,6 +667,14 @@ impl Lazy {
         while i < nodes.len() {
             let n = &nodes[i];
             let d = n.depth as usize;
+            if d == 1 {
+                if let Some(skip) = skip_root {
+                    if (skip[(n.byte >> 6) as usize] >> (n.byte & 63)) & 1 == 1 {
+                        i = n.next as usize;
+                        continue;
+                    }
+                }
+            }
             let nc = self.step(nfa, cfg_at[d - 1], n.byte);
             if nc == DEAD {
                 i = n.next as usize;
@@ -650,6 +691,29 @@ impl Lazy {
             }
             i += 1;
         }
+    }
+
+    /// The characters that lead `c` back to itself, when at least `CLASS_MIN_ASCII`
+    /// printable ASCII ones do (cached): ASCII bytes one by one, and non-ASCII characters
+    /// only all together (each valid multi-byte character must lead back to `c`).
+    fn loop_class(&mut self, nfa: &Nfa, c: ConfigId) -> Option<CharClass> {
+        if let Some(&k) = self.loop_classes.get(&c) {
+            return k;
+        }
+        let mut ascii = 0u128;
+        let mut printable = 0u32;
+        for b in 0u8..0x80 {
+            if self.step(nfa, c, b) == c {
+                ascii |= 1u128 << b;
+                printable += (0x20..0x7F).contains(&b) as u32;
+            }
+        }
+        let k = (printable >= CLASS_MIN_ASCII).then(|| CharClass {
+            ascii,
+            non_ascii: self.utf8_chars_lead_to(nfa, c, c),
+        });
+        self.loop_classes.insert(c, k);
+        k
     }
 
     /// The configuration every plain character leads to from `c` (`NO_SUCC` when they
@@ -694,7 +758,12 @@ impl Lazy {
                 return None;
             }
         }
-        // UTF-8 multi-byte characters: (configuration, bytes still needed as a class).
+        self.utf8_chars_lead_to(nfa, c, target).then_some(target)
+    }
+
+    /// Every valid multi-byte UTF-8 character leads `c` to `target`.
+    fn utf8_chars_lead_to(&mut self, nfa: &Nfa, c: ConfigId, target: ConfigId) -> bool {
+        // (configuration, bytes still needed as a class).
         let mut seen: FastSet<(ConfigId, u8)> = FastSet::default();
         let mut work: Vec<(ConfigId, u8)> = Vec::new();
         for lead in 0xC2u8..=0xF4 {
@@ -705,7 +774,7 @@ impl Lazy {
                 if target == DEAD {
                     continue;
                 }
-                return None;
+                return false;
             }
             if !seen.insert((x, u)) {
                 continue;
@@ -715,14 +784,14 @@ impl Lazy {
                 let y = self.step(nfa, x, b);
                 if next == 0 {
                     if y != target {
-                        return None;
+                        return false;
                     }
                 } else {
                     work.push((y, next));
                 }
             }
         }
-        Some(target)
+        true
     }
 
     /// Rough heap size in bytes (for cache limits and reports).

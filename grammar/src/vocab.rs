@@ -1,5 +1,8 @@
 //! Token vocabulary (token id → bytes) and the token trie the mask walk follows.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use crate::VocabError;
 
 /// Longest token (in bytes) the trie holds; longer tokens are never allowed.
@@ -122,7 +125,83 @@ pub struct TokenVocab {
     eos: Vec<u32>,
     trie: TokenTrie,
     max_token_len: usize,
+    /// Per character class: the parts a class loop's mask is made of (see
+    /// [`TokenVocab::class_loop_parts`]), built on first use and shared by every grammar
+    /// over this vocabulary (clones share it too).
+    class_parts: Arc<Mutex<ClassCache>>,
 }
+
+/// A set of characters a configuration loops on: ASCII bytes by bit, and either every
+/// non-ASCII character or none of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct CharClass {
+    /// Bit `b` set: ASCII byte `b` is in the class.
+    pub ascii: u128,
+    /// Every valid multi-byte UTF-8 character is in the class.
+    pub non_ascii: bool,
+}
+
+impl CharClass {
+    fn has_ascii(&self, b: u8) -> bool {
+        b < 128 && (self.ascii >> b) & 1 == 1
+    }
+
+    /// A token starting with `b` may start with a character of the class.
+    pub fn may_start(&self, b: u8) -> bool {
+        self.has_ascii(b) || (self.non_ascii && (0xC2..=0xF4).contains(&b))
+    }
+
+    /// Length in bytes of the longest prefix of `t` made of whole characters of the class.
+    fn prefix_len(&self, t: &[u8]) -> usize {
+        let mut i = 0;
+        while i < t.len() {
+            let b = t[i];
+            if b < 128 {
+                if !self.has_ascii(b) {
+                    break;
+                }
+                i += 1;
+                continue;
+            }
+            let n = match b {
+                0xC2..=0xDF => 2,
+                0xE0..=0xEF => 3,
+                0xF0..=0xF4 => 4,
+                _ => break,
+            };
+            if !self.non_ascii || i + n > t.len() || std::str::from_utf8(&t[i..i + n]).is_err() {
+                break;
+            }
+            i += n;
+        }
+        i
+    }
+}
+
+/// What the mask of a configuration that every character of a class leads back to is made
+/// of: a token is allowed iff it is made only of class characters, or what follows its
+/// longest class prefix (its *tail*) is allowed. Tokens whose first byte cannot start a
+/// class character are not here: the walk takes them from the full trie.
+#[derive(Debug)]
+pub(crate) struct ClassLoopParts {
+    /// Usable tokens made only of whole class characters.
+    pub all_in: Vec<u32>,
+    /// Trie of the tails of the other usable tokens whose first byte may start a class
+    /// character (ids are token ids).
+    pub tails: TokenTrie,
+    /// First bytes whose whole subtree of the full trie is covered by the two above.
+    pub skip_root: [u64; 4],
+}
+
+/// Class parts built so far (`None`: not worth it, see [`TokenVocab::class_loop_parts`]).
+#[derive(Debug, Default)]
+struct ClassCache {
+    parts: HashMap<CharClass, Option<Arc<ClassLoopParts>>>,
+    bytes: usize,
+}
+
+/// Memory the class parts of one vocabulary may take.
+const CLASS_CACHE_BYTES: usize = 96 << 20;
 
 impl TokenVocab {
     /// A vocabulary from raw token bytes. Tokens listed in `special` (and empty tokens) are
@@ -186,6 +265,7 @@ impl TokenVocab {
             eos: eos.to_vec(),
             trie,
             max_token_len,
+            class_parts: Arc::default(),
         })
     }
 
@@ -329,6 +409,59 @@ impl TokenVocab {
             &self.long_plain,
             &self.suffix_trie,
         )
+    }
+
+    /// The parts of the mask of a configuration every character of `cls` leads back to
+    /// (built once per class and cached). `None` when the tails would hold more than a
+    /// quarter of the vocabulary (a trie walk costs about as much then) or the cache is full.
+    pub(crate) fn class_loop_parts(&self, cls: CharClass) -> Option<Arc<ClassLoopParts>> {
+        let mut cache = self.class_parts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = cache.parts.get(&cls) {
+            return p.clone();
+        }
+        let mut all_in = vec![0u32; self.mask_words()];
+        let mut tails: Vec<(u32, &[u8])> = Vec::new();
+        let mut usable = 0usize;
+        for (id, t) in self.tokens.iter().enumerate() {
+            if !self.usable[id] {
+                continue;
+            }
+            usable += 1;
+            if !cls.may_start(t[0]) {
+                continue;
+            }
+            let k = cls.prefix_len(t);
+            if k == t.len() {
+                all_in[id / 32] |= 1 << (id % 32);
+            } else {
+                tails.push((id as u32, &t[k..]));
+            }
+        }
+        let parts = if tails.len() > usable / 4 {
+            None
+        } else {
+            let tails = TokenTrie::build_from(tails);
+            let mut skip_root = [0u64; 4];
+            for b in 0..=255u8 {
+                if cls.may_start(b) {
+                    skip_root[(b >> 6) as usize] |= 1 << (b & 63);
+                }
+            }
+            let size = all_in.len() * 4
+                + tails.nodes.len() * std::mem::size_of::<TrieNode>()
+                + tails.ids.len() * 4;
+            if cache.bytes + size > CLASS_CACHE_BYTES {
+                return None;
+            }
+            cache.bytes += size;
+            Some(Arc::new(ClassLoopParts {
+                all_in,
+                tails,
+                skip_root,
+            }))
+        };
+        cache.parts.insert(cls, parts.clone());
+        parts
     }
 
     /// Greedy longest-match tokenization of `bytes` over usable tokens (for tests and for

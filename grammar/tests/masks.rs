@@ -121,6 +121,44 @@ fn masks_exact_at_many_key_positions() {
     }
 }
 
+/// Strings that loop on a class of characters other than all plain ones (patterns,
+/// unanchored searches, negated classes with and without non-ASCII characters): their masks
+/// take the class-loop parts (tokens made of class characters, tails after the class
+/// prefix, the full trie for the other first bytes), also at the shared positions of a
+/// long counted pattern string (a class character leads to the representative's
+/// equivalent). Checked at every position of a text
+/// with multi-byte characters, escapes and tokens that leave the loop, plus random walks.
+#[test]
+fn masks_exact_in_character_class_loops() {
+    let schema = r#"{"type":"object","properties":{"kind":{"type":"string","pattern":"wifi"},"name":{"type":"string","pattern":"^[A-Za-z0-9_][^<>*#.%&:\\+?/]*$"},"path":{"type":"string","pattern":"^\\w+[\\\\](\\w+\\.)*\\w+\\.dll$"},"slug":{"type":"string","pattern":"^[a-z0-9 _-]+$"},"hex":{"type":"string","pattern":"^[0-9a-fA-F]+$"},"long":{"type":"string","pattern":"^[A-Za-z0-9_][^<>*#.%&:\\+?/]*$","maxLength":300}},"additionalProperties":false}"#;
+    let long = format!(
+        r#"{{"hex":"a","long":"{}"}}"#,
+        r#"Lorem ipsum dolor sit amet, é ü 表 consectetur adipiscing elit; sed do \\ eiusmod \"tempor\" "#
+            .repeat(3)
+    );
+    let texts = [
+        r#"{"kind":"my wifi né","name":"Azure Blob é ü 表 x","path":"bins\\bts1.dll","slug":"a b_c-d","hex":"00ffAB"}"#,
+        r#"{"kind":"x\"y wif wifi","name":"_a\" 😀 Z","path":"a\\b.c.dll","slug":"zz","hex":"9"}"#,
+        long.as_str(),
+    ];
+    for tok in [common::llama3(), common::mistral()].into_iter().flatten() {
+        let g = CompiledGrammar::json_schema(schema, tok.vocab.clone(), &CompileOptions::default())
+            .unwrap();
+        let mut mask = vec![0u32; tok.vocab.mask_words()];
+        for text in texts {
+            let mut m = Matcher::new(g.clone());
+            for id in tok.tokenize(text) {
+                let allowed = check_here(tok, &m, &mut mask);
+                assert!(allowed.contains(&id), "valid token {id} allowed in {text}");
+                m.accept_token(id).unwrap();
+            }
+            check_here(tok, &m, &mut mask);
+            assert!(m.is_accepting());
+        }
+        check_walks(tok, &g, 77, 4, 25);
+    }
+}
+
 /// Long counted strings (`maxLength` > 64 calls one character rule per position): the
 /// positions far from both ends share one mask representative. Checked along texts that run
 /// from the start to the very end of the count (where the masks differ again), with
