@@ -502,6 +502,10 @@ impl JsonCompiler<'_> {
                 }
             };
             let mut new: Vec<Option<StateId>> = vec![None; tracks_n * nw];
+            // Tracks whose next property lands in the same slot share one copy of the key
+            // and value (a saturated count sends "first property" and "after a comma" to
+            // the same slot; copying the value per track doubled every nesting level).
+            let mut groups: Vec<(usize, Vec<(StateId, bool)>)> = Vec::new();
             for c in 0..tracks_n {
                 for w in 0..nw as u8 {
                     let Some(t) = tracks[idx(c, w)] else { continue };
@@ -510,10 +514,11 @@ impl JsonCompiler<'_> {
                         self.b.eps(t, a);
                     }
                     if let Some(c2) = bump(c) {
-                        let e = kv(self, t, c > 0)?;
                         let j = idx(c2, w | bits);
-                        let a = slot_state(self.b, &mut new, j)?;
-                        self.b.eps(e, a);
+                        match groups.iter_mut().find(|g| g.0 == j) {
+                            Some(g) => g.1.push((t, c > 0)),
+                            None => groups.push((j, vec![(t, c > 0)])),
+                        }
                         // The same key with its value in value conditions' schemas.
                         let mut sub = vbits;
                         while sub != 0 {
@@ -534,6 +539,21 @@ impl JsonCompiler<'_> {
                         }
                     }
                 }
+            }
+            for (j, srcs) in groups {
+                let e = match srcs.as_slice() {
+                    [(t, comma)] => kv(self, *t, *comma)?,
+                    _ => {
+                        let p = self.b.state()?;
+                        for (t, comma) in srcs {
+                            let s = if comma { self.punct(t, b',')? } else { t };
+                            self.b.eps(s, p);
+                        }
+                        kv(self, p, false)?
+                    }
+                };
+                let a = slot_state(self.b, &mut new, j)?;
+                self.b.eps(e, a);
             }
             tracks = new;
         }

@@ -1,0 +1,212 @@
+//! Session 5: schemas that used to be refused as "too large" because one part was copied
+//! at every use. Each test checks that the shared form stays small (a state bound the old
+//! copying exceeds many times over) and that the language is unchanged: valid texts
+//! accepted, near misses rejected (byte vocabulary, compact policy).
+
+mod common;
+
+use common::{accepts_text as accepts, check, compile_bytes as compile};
+use serde_json::{json, Value};
+
+/// An object nested `depth` levels through optional property "n", with a leaf of a few
+/// hundred states at every level.
+fn nested_optional(depth: usize) -> Value {
+    let mut s = json!({"type": "integer", "minimum": 0, "maximum": 123456789});
+    for _ in 0..depth {
+        s = json!({
+            "type": "object",
+            "properties": {
+                "n": s,
+                "v": {"type": "integer", "minimum": -987654321, "maximum": 987654321}
+            }
+        });
+    }
+    s
+}
+
+#[test]
+fn nested_optional_properties_are_not_copied_per_count_track() {
+    // Optional properties reach the same saturated count slot from "first property" and
+    // "after a comma"; the value used to be compiled once per track, doubling per level
+    // (2^14 copies of the leaf here).
+    let schema = nested_optional(14);
+    let g = compile(&schema).expect("compiles");
+    assert!(g.num_states() < 60_000, "{} states", g.num_states());
+    let mut deep = json!(7);
+    for i in 0..14 {
+        deep = if i % 2 == 0 {
+            json!({"n": deep, "v": -5})
+        } else {
+            json!({"n": deep})
+        };
+    }
+    let text = serde_json::to_string(&deep).unwrap();
+    assert!(accepts(&g, &text));
+    assert!(accepts(&g, r#"{"v":1,"x":[true]}"#));
+    assert!(accepts(&g, "{}"));
+    assert!(accepts(&g, r#"{"n":{"n":{}},"v":0}"#));
+    assert!(!accepts(&g, &text.replace(":7", ":-7")));
+    assert!(!accepts(&g, r#"{"v":1,}"#));
+    assert!(!accepts(&g, r#"{,"v":1}"#));
+    assert!(!accepts(&g, r#"{"v":1"n":{}}"#));
+    assert!(!accepts(&g, r#"{"n":{"v":987654322}}"#));
+}
+
+#[test]
+fn large_ref_is_called_after_its_first_copy() {
+    // `big` is a few thousand states; used eight times at each of three levels it used to
+    // be copied eight times (then called); now once, then called.
+    let mut props = serde_json::Map::new();
+    for i in 0..48 {
+        props.insert(
+            format!("p{i}"),
+            json!({"type": "integer", "minimum": -99999 - i, "maximum": 99999 + i}),
+        );
+    }
+    let uses = |r: &str| {
+        let mut m = serde_json::Map::new();
+        for i in 0..8 {
+            m.insert(format!("u{i}"), json!({"$ref": r}));
+        }
+        Value::Object(m)
+    };
+    let schema = json!({
+        "$defs": {
+            "big": {"type": "object", "properties": props, "additionalProperties": false},
+            "mid": {"type": "object", "properties": uses("#/$defs/big")},
+            "top": {"type": "object", "properties": uses("#/$defs/mid")}
+        },
+        "type": "object",
+        "properties": uses("#/$defs/top")
+    });
+    let g = compile(&schema).expect("compiles");
+    let one = compile(&schema["$defs"]["big"])
+        .expect("compiles")
+        .num_states();
+    assert!(one > 2_000, "big is {one} states");
+    assert!(
+        g.num_states() < 3 * one,
+        "{} states, big {one}",
+        g.num_states()
+    );
+    check(
+        schema,
+        &[
+            r#"{"u0":{"u3":{"u7":{"p0":-99999,"p23":100022}}}}"#,
+            r#"{"u1":{},"u7":{"u0":{"u0":{}}}}"#,
+        ],
+        &[
+            r#"{"u0":{"u3":{"u7":{"p0":-100000}}}}"#,
+            r#"{"u0":{"u3":{"u7":{"p23":100023}}}}"#,
+            r#"{"u0":{"u3":{"u7":{"q":1}}}}"#,
+            r#"{"u0":{"u3":{"u7":{"p1":1,"p0":1}}}}"#,
+        ],
+    );
+}
+
+#[test]
+fn repeated_large_regex_is_one_rule() {
+    // A word-count pattern is ~30k states; five properties used to hold five copies.
+    let re = r"^(?:\S+\s+){0,99}\S+$";
+    let mut props = serde_json::Map::new();
+    for i in 0..5 {
+        props.insert(format!("f{i}"), json!({"type": "string", "pattern": re}));
+    }
+    let schema = json!({"type": "object", "properties": props, "additionalProperties": false});
+    let g = compile(&schema).expect("compiles");
+    let one = compile(&json!({"type": "string", "pattern": re}))
+        .expect("compiles")
+        .num_states();
+    assert!(
+        g.num_states() < 3 * one,
+        "{} states, one copy {one}",
+        g.num_states()
+    );
+    let many = vec!["w"; 100].join(" ");
+    let too_many = vec!["w"; 101].join(" ");
+    check(
+        schema,
+        &[
+            r#"{"f0":"a b","f4":"c"}"#,
+            &format!(r#"{{"f1":"{many}","f2":"x","f3":"y z"}}"#),
+        ],
+        &[
+            r#"{"f0":"a ","f4":"c"}"#,
+            r#"{"f3":""}"#,
+            &format!(r#"{{"f2":"{too_many}"}}"#),
+        ],
+    );
+}
+
+#[test]
+fn bounded_array_items_share_one_rule() {
+    // `maxItems: 60` called a fresh rule with the same body at every position.
+    let item = json!({"type": "object", "properties": {
+        "a": {"type": "string", "maxLength": 200},
+        "b": {"type": "integer", "minimum": 3, "maximum": 77777},
+        "c": {"enum": ["x", "y", "zz"]}
+    }, "required": ["b"], "additionalProperties": false});
+    let schema = json!({"type": "array", "items": item, "minItems": 1, "maxItems": 60});
+    let g = compile(&schema).expect("compiles");
+    assert!(g.num_states() < 5_000, "{} states", g.num_states());
+    let sixty = vec![r#"{"b":3}"#; 60].join(",");
+    let sixty_one = vec![r#"{"b":3}"#; 61].join(",");
+    check(
+        schema,
+        &[r#"[{"a":"hi","b":77777,"c":"zz"}]"#, &format!("[{sixty}]")],
+        &[
+            "[]",
+            &format!("[{sixty_one}]"),
+            r#"[{"b":2}]"#,
+            r#"[{"a":"hi"}]"#,
+            r#"[{"b":5,"c":"z"}]"#,
+        ],
+    );
+}
+
+#[test]
+fn long_free_strings_are_one_rule_per_bound() {
+    // `maxLength: 255` on many properties: one counted-string rule, called.
+    let mut props = serde_json::Map::new();
+    for i in 0..40 {
+        props.insert(format!("s{i}"), json!({"type": "string", "maxLength": 255}));
+    }
+    let schema = json!({"type": "object", "properties": props});
+    let g = compile(&schema).expect("compiles");
+    assert!(g.num_states() < 4_000, "{} states", g.num_states());
+    let s255 = "é".repeat(255);
+    let s256 = "a".repeat(256);
+    check(
+        schema,
+        &[
+            &format!(r#"{{"s0":"{s255}","s39":""}}"#),
+            r#"{"s7":"x\"y"}"#,
+        ],
+        &[&format!(r#"{{"s5":"{s256}"}}"#), r#"{"s7":"x"y"}"#],
+    );
+}
+
+#[test]
+fn unbounded_array_item_is_compiled_once() {
+    // `[` item (`,` item)* `]` with one copy of the item (was: the first item and the
+    // loop each held one), also with `contains` layers.
+    let big = nested_optional(6);
+    let one = compile(&big).expect("compiles").num_states();
+    let schema = json!({"type": "array", "items": big});
+    let g = compile(&schema).expect("compiles");
+    assert!(
+        g.num_states() < one + one / 2,
+        "{} states, item {one}",
+        g.num_states()
+    );
+    check(
+        schema,
+        &["[]", r#"[{},{"v":1},{"n":{"n":{}}}]"#],
+        &["[,]", "[{},]", r#"[{"v":"1"}]"#, "[{}{}]"],
+    );
+    check(
+        json!({"type": "array", "items": {"type": "integer"}, "contains": {"const": 5}}),
+        &["[5]", "[1,5]", "[5,2,3]", "[1,2,5,5]"],
+        &["[]", "[1]", "[1,2,3]", "[5,]", "[,5]"],
+    );
+}
