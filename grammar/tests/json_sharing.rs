@@ -210,3 +210,122 @@ fn unbounded_array_item_is_compiled_once() {
         &["[]", "[1]", "[1,2,3]", "[5,]", "[,5]"],
     );
 }
+
+#[test]
+fn any_of_branches_contradicting_their_siblings_are_dropped_before_pairing() {
+    // Complements write "not an object" branches; beside `type: object` they are empty.
+    // 10 x 10 pairs used to exceed the 96-pair limit; 9 x 9 remain once they are dropped.
+    let side = |p: &str| {
+        let mut alts = vec![json!({"not": {"type": "object"}})];
+        for i in 0..9 {
+            alts.push(json!({"required": [format!("{p}{i}")]}));
+        }
+        json!({"anyOf": alts})
+    };
+    check(
+        json!({"type": "object", "allOf": [side("a"), side("b")]}),
+        &[r#"{"a0":1,"b3":2}"#, r#"{"a8":"s","x":[],"b8":null}"#],
+        &[
+            "{}",
+            r#"{"a0":1}"#,
+            r#"{"b0":1,"a9":2}"#,
+            "1",
+            "[]",
+            "\"a0\"",
+        ],
+    );
+    // Count bounds beside the `anyOf` rule out branches the same way.
+    let arr = |k: usize| {
+        json!({"anyOf": [
+            {"type": "array", "minItems": 5},
+            {"type": "array", "contains": {"const": k}},
+            {"type": "array", "minItems": 7}
+        ]})
+    };
+    check(
+        json!({"type": "array", "maxItems": 4, "items": {"type": "integer"},
+               "allOf": [arr(1), arr(2)]}),
+        &["[1,2]", "[2,0,1]"],
+        &["[1]", "[2]", "[1,2,3,4,5]", "[]"],
+    );
+}
+
+#[test]
+fn long_max_length_on_a_pattern_is_clamped_not_refused() {
+    // maxLength 32767 beside a pattern: the product is built up to 4096 characters, as
+    // free strings are (stricter, never looser); it used to be refused.
+    let schema = json!({"type": "string", "maxLength": 32767,
+                        "pattern": "^data:image/(png|jpeg);base64,[0-9a-zA-Z+/=]*$"});
+    let g = compile(&schema).expect("compiles");
+    assert!(accepts(&g, "\"data:image/png;base64,iVBORw0KGgo=\""));
+    assert!(accepts(
+        &g,
+        &format!("\"data:image/jpeg;base64,{}\"", "A".repeat(4000))
+    ));
+    assert!(!accepts(&g, "\"data:image/gif;base64,AAAA\""));
+    assert!(!accepts(&g, "\"data:image/png;base64,AA AA\""));
+    assert!(!accepts(
+        &g,
+        &format!("\"data:image/png;base64,{}\"", "A".repeat(40000))
+    ));
+}
+
+#[test]
+fn all_of_properties_beside_pattern_properties() {
+    // A key one side declares that the other side's pattern takes gets the pattern's
+    // schema (was refused).
+    check(
+        json!({"allOf": [
+            {"patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": false},
+            {"properties": {"x-a": {"minimum": 3}, "x-b": {}}}
+        ]}),
+        &["{}", r#"{"x-a":3}"#, r#"{"x-a":4,"x-b":-1,"x-zz":0}"#],
+        &[
+            r#"{"x-a":2}"#,
+            r#"{"x-b":"s"}"#,
+            r#"{"x-a":3.5}"#,
+            r#"{"y":1}"#,
+            r#"{"x-q":"1"}"#,
+        ],
+    );
+    // A declared key no pattern takes must satisfy additionalProperties.
+    check(
+        json!({"allOf": [
+            {"patternProperties": {"^x-": {}}, "additionalProperties": {"type": "string"}},
+            {"properties": {"name": {"maxLength": 3}}}
+        ]}),
+        &[r#"{"name":"abc"}"#, r#"{"x-1":1,"other":"s"}"#],
+        &[r#"{"name":1}"#, r#"{"name":"abcd"}"#, r#"{"other":2}"#],
+    );
+}
+
+#[test]
+fn all_of_patterns_respect_the_other_sides_additional_properties() {
+    // Loosening fixed: a key matching only the other side's pattern is additional here, so
+    // `additionalProperties: false` on one side forbids it (was accepted).
+    check(
+        json!({"allOf": [{"additionalProperties": false},
+                         {"patternProperties": {"^a": {}}}]}),
+        &["{}"],
+        &[r#"{"a1":1}"#, r#"{"b":1}"#],
+    );
+    check(
+        json!({"allOf": [{"additionalProperties": {"type": "integer"}},
+                         {"patternProperties": {"^a": {"minimum": 0}}}]}),
+        &["{}", r#"{"a1":1,"b":-4}"#],
+        &[r#"{"a1":"s"}"#, r#"{"a1":-1}"#, r#"{"b":"s"}"#],
+    );
+    // When the other side declares a key the pattern takes, or has patterns of its own,
+    // the merged object cannot tell the keys apart: refused, never looser.
+    for schema in [
+        json!({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
+                         {"patternProperties": {"^a": {}}}]}),
+        json!({"allOf": [{"patternProperties": {"^b": {}}, "additionalProperties": false},
+                         {"patternProperties": {"^a": {}}}]}),
+    ] {
+        match compile(&schema) {
+            Err(e) => assert!(e.to_string().contains("additionalProperties"), "{e}"),
+            Ok(g) => assert!(!accepts(&g, r#"{"ab":1}"#) || accepts(&g, r#"{"a":1}"#)),
+        }
+    }
+}

@@ -694,7 +694,7 @@ impl JsonCompiler<'_> {
 }
 
 /// A full-match regex for a JSON Schema pattern (search semantics included).
-fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, String> {
+pub(super) fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, String> {
     let hir = parse(p, Flavor::EcmaSearch)?;
     let full = regex_syntax::hir::Hir::concat(vec![
         regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),

@@ -273,7 +273,11 @@ impl JsonCompiler<'_> {
             let min_chars = p.minimum_len().map_or(0, |b| b.div_ceil(4)) as u64;
             let max_bytes = p.maximum_len().map(|b| b as u64);
             let lmin = if min_chars >= min { 0 } else { min };
-            let lmax = max.filter(|m| max_bytes.is_none_or(|x| x > *m));
+            // A maximum above MAX_COUNT is clamped to it, as for free strings: stricter,
+            // never looser (`maxLength: 32767` on a data-URL pattern).
+            let lmax = max
+                .filter(|m| max_bytes.is_none_or(|x| x > *m))
+                .map(|m| m.min(MAX_COUNT));
             let a = self.b.lit(from, b"\"")?;
             // A large product (length bounds on a big regex, e.g. `email` with
             // `maxLength`) is built once per schema as a rule and called.
