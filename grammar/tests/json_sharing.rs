@@ -329,3 +329,40 @@ fn all_of_patterns_respect_the_other_sides_additional_properties() {
         }
     }
 }
+
+#[test]
+fn all_of_patterns_on_both_sides_with_additional_properties() {
+    // Side 2 allows keys matching `a`, side 3 keys matching `b`: a key must match both
+    // (each side's additionalProperties forbids the other's keys), and at least 2 keys.
+    check(
+        json!({"type": "object", "minProperties": 2, "allOf": [
+            {"patternProperties": {"^.{1,2}$": {"type": "integer"}}},
+            {"patternProperties": {"a": true}, "additionalProperties": false},
+            {"patternProperties": {"b": true}, "additionalProperties": false}
+        ]}),
+        &[r#"{"ab":1,"ba":2}"#, r#"{"abc":"s","xab":[]}"#],
+        &[
+            r#"{"ab":1}"#,
+            r#"{"ab":1,"a1":2}"#,
+            r#"{"ab":1,"b1":2}"#,
+            r#"{"ab":"s","ba":2}"#,
+            r#"{"ab":1,"c":2}"#,
+        ],
+    );
+    // additionalProperties with a schema: keys matching only the other side's pattern
+    // must satisfy it; keys matching both get both pattern schemas.
+    check(
+        json!({"allOf": [
+            {"patternProperties": {"^x": {"type": "string"}},
+             "additionalProperties": {"type": "integer"}},
+            {"patternProperties": {"y$": {"minimum": 5}}}
+        ]}),
+        &[r#"{"ay":5}"#, r#"{"xy":"s","q":1}"#, r#"{"x":"t"}"#],
+        &[
+            r#"{"ay":4}"#,
+            r#"{"ay":"s"}"#,
+            r#"{"xy":1}"#,
+            r#"{"q":"s"}"#,
+        ],
+    );
+}

@@ -223,6 +223,7 @@ pub(crate) const CONSTRAINTS: &[&str] = &[
     "__multiples",
     "__not_multiple",
     "__contains",
+    "__pattern_else",
 ];
 
 /// True for keywords that carry no constraint.

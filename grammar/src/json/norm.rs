@@ -169,7 +169,8 @@ impl JsonCompiler<'_> {
                     push_all(&mut out, "__contains", std::slice::from_ref(bv))
                 }
                 "required" | "__forbidden" | "__not_enum" | "__not_pattern" | "__patterns"
-                | "__has_other" | "__multiples" | "__not_multiple" | "__contains" => {
+                | "__has_other" | "__multiples" | "__not_multiple" | "__contains"
+                | "__pattern_else" => {
                     let mut r = av.as_array().cloned().unwrap_or_default();
                     for x in bv.as_array().into_iter().flatten() {
                         if !r.contains(x) {
@@ -373,7 +374,8 @@ impl JsonCompiler<'_> {
         }
         // Patterns one side adds: a key matching only them, undeclared, is additional to
         // the other side, so x's `additionalProperties` applies to it. Exact when x has no
-        // patterns of its own (or the same pattern) and declares no key the pattern
+        // patterns of its own (or the same pattern) — with patterns of its own, only keys
+        // matching none of them (`__pattern_else`) — and declares no key the pattern
         // matches; otherwise refused (the merged object cannot tell those keys apart).
         for (x, y) in [(&a, &b), (&b, &a)] {
             let Some(ypp) = y.get("patternProperties").and_then(|p| p.as_object()) else {
@@ -399,7 +401,7 @@ impl JsonCompiler<'_> {
                         pointer: ptr.into(),
                         reason: format!("{p:?}: {e}"),
                     })?;
-                if xpp.is_some_and(|m| !m.is_empty()) || xprops.iter().any(|k| re.is_match(k)) {
+                if xprops.iter().any(|k| re.is_match(k)) {
                     return Err(CompileError::Unsupported {
                         keyword: "allOf".into(),
                         pointer: ptr.into(),
@@ -407,6 +409,14 @@ impl JsonCompiler<'_> {
                                  additionalProperties"
                             .into(),
                     });
+                }
+                // x has patterns of its own: the schema applies to keys matching `p` and
+                // none of them (`__pattern_else`, read by the object compiler).
+                if let Some(xpp) = xpp.filter(|m| !m.is_empty()) {
+                    let unless: Vec<Value> = xpp.keys().map(|k| Value::String(k.clone())).collect();
+                    let entry = serde_json::json!({"pattern": p, "unless": unless, "schema": add});
+                    push_all(&mut out, "__pattern_else", &[entry]);
+                    continue;
                 }
                 let mut pp = out
                     .get("patternProperties")

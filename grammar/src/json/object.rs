@@ -381,6 +381,26 @@ impl JsonCompiler<'_> {
                                 schema = self.merge_schemas(&schema, v, &pptr, 0)?;
                             }
                         }
+                        // `__pattern_else` (from `allOf` merges): a schema for keys matching
+                        // one pattern and none of a list.
+                        let bit = |p: &Value| {
+                            patterns
+                                .iter()
+                                .position(|(q, _)| Some(q.as_str()) == p.as_str())
+                                .is_some_and(|i| set >> i & 1 == 1)
+                        };
+                        for e in s
+                            .get("__pattern_else")
+                            .and_then(|e| e.as_array())
+                            .into_iter()
+                            .flatten()
+                        {
+                            let unless =
+                                e["unless"].as_array().map(|u| u.as_slice()).unwrap_or(&[]);
+                            if bit(&e["pattern"]) && !unless.iter().any(bit) {
+                                schema = self.merge_schemas(&schema, &e["schema"], &pptr, 0)?;
+                            }
+                        }
                         (schema, pptr)
                     };
                     for (i, c) in conds.iter().enumerate() {
