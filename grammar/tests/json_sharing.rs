@@ -366,3 +366,31 @@ fn all_of_patterns_on_both_sides_with_additional_properties() {
         ],
     );
 }
+
+#[test]
+fn property_names_enum_limits_undeclared_keys() {
+    check(
+        json!({"type": "object", "properties": {"north": {"type": "string"}},
+               "additionalProperties": {"type": "integer"},
+               "propertyNames": {"enum": ["north", "south", "e.st", "w(x)"]}}),
+        &["{}", r#"{"north":"a","south":1}"#, r#"{"e.st":2,"w(x)":3}"#],
+        &[
+            r#"{"east":1}"#,
+            r#"{"eXst":1}"#,
+            r#"{"wx":1}"#,
+            r#"{"south":"s"}"#,
+            r#"{"southx":1}"#,
+            r#"{"":1}"#,
+        ],
+    );
+    check(
+        json!({"type": "object", "propertyNames": {"const": "k"}}),
+        &["{}", r#"{"k":[1]}"#],
+        &[r#"{"kk":1}"#, r#"{"K":1}"#],
+    );
+    check(
+        json!({"type": "object", "propertyNames": {"enum": []}}),
+        &["{}"],
+        &[r#"{"a":1}"#],
+    );
+}

@@ -248,6 +248,23 @@ impl JsonCompiler<'_> {
                                 name_pos.push(re);
                             }
                         }
+                        // Undeclared keys must be one of the names (declared keys were
+                        // checked above): an alternation of the literal names.
+                        ("enum" | "const", v) => {
+                            let names: Vec<&str> = match v {
+                                Value::Array(a) => a.iter().filter_map(|x| x.as_str()).collect(),
+                                other => other.as_str().into_iter().collect(),
+                            };
+                            if names.is_empty() {
+                                additional = None;
+                                patterns.clear();
+                                matchers.clear();
+                            } else {
+                                let alts: Vec<String> =
+                                    names.iter().map(|n| literal_pattern(n)).collect();
+                                name_pos.push(format!("^(?:{})$", alts.join("|")));
+                            }
+                        }
                         ("__not_enum", Value::Array(vals)) => name_excl
                             .extend(vals.iter().filter_map(|x| x.as_str().map(String::from))),
                         ("__not_pattern", Value::Array(ps)) => {
@@ -711,6 +728,23 @@ impl JsonCompiler<'_> {
         }
         Ok(Some(close))
     }
+}
+
+/// A pattern matching exactly `name` (metacharacters escaped the same way in ECMA and
+/// Rust syntax; control characters as `\uXXXX`).
+fn literal_pattern(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        match c {
+            '\\' | '.' | '+' | '*' | '?' | '(' | ')' | '|' | '[' | ']' | '{' | '}' | '^' | '$' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// A full-match regex for a JSON Schema pattern (search semantics included).
