@@ -394,3 +394,29 @@ fn property_names_enum_limits_undeclared_keys() {
         &[r#"{"a":1}"#],
     );
 }
+
+#[test]
+fn pattern_and_format_with_length_bounds() {
+    // pattern + format + minLength/maxLength: one DFA product with a length regex (was
+    // refused as "cannot be intersected").
+    check(
+        json!({"type": "string", "format": "uuid", "pattern": "^[0-9a-f-]+$",
+               "minLength": 36, "maxLength": 36}),
+        &[r#""123e4567-e89b-12d3-a456-426614174000""#],
+        &[
+            r#""123E4567-E89B-12D3-A456-426614174000""#,
+            r#""123e4567e89b12d3a456426614174000""#,
+            r#""123e4567-e89b-12d3-a456-42661417400""#,
+        ],
+    );
+    check(
+        json!({"type": "string", "format": "date", "pattern": "^2", "minLength": 1}),
+        &[r#""2024-02-29""#],
+        &[r#""1999-01-01""#, r#""2023-02-29""#, "\"\""],
+    );
+    check(
+        json!({"type": "string", "format": "ipv4", "pattern": "^10\\.", "maxLength": 8}),
+        &[r#""10.0.0.1""#],
+        &[r#""10.0.0.10""#, r#""11.0.0.1""#, r#""10.0.0""#],
+    );
+}

@@ -229,14 +229,28 @@ impl JsonCompiler<'_> {
                 "excluded strings together with other string keywords",
             )?;
         }
-        if res.len() > 1 && min == 0 && max.is_none() {
-            // pattern and format: the product of their DFAs.
+        if res.len() > 1 && min <= MAX_COUNT {
+            // pattern and format: the product of their DFAs (and of a length regex when
+            // bounded; a maximum above MAX_COUNT is clamped, stricter).
             let mut hirs = Vec::new();
             for (kw, re, flavor) in &res {
                 hirs.push(parse(re, *flavor).map_err(|e| CompileError::Unsupported {
                     keyword: (*kw).into(),
                     pointer: ptr.into(),
                     reason: format!("{re:?}: {e}"),
+                })?);
+            }
+            if min > 0 || max.is_some() {
+                let re = match max {
+                    Some(hi) => format!("[\\s\\S]{{{min},{}}}", hi.min(MAX_COUNT)),
+                    None => format!("[\\s\\S]{{{min},}}"),
+                };
+                hirs.push(parse(&re, Flavor::FullMatch).map_err(|e| {
+                    CompileError::Unsupported {
+                        keyword: "maxLength".into(),
+                        pointer: ptr.into(),
+                        reason: format!("{re:?}: {e}"),
+                    }
                 })?);
             }
             let a = self.b.lit(from, b"\"")?;
