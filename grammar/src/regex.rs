@@ -18,7 +18,7 @@ pub(crate) enum Escape {
 }
 
 /// Regex flavour of the source text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Flavor {
     /// Rust regex syntax, whole-text match (`^`/`$` at the ends are no-ops).
     FullMatch,
@@ -29,6 +29,28 @@ pub(crate) enum Flavor {
 
 /// Parses `pattern` into the HIR of a whole-text match.
 pub(crate) fn parse(pattern: &str, flavor: Flavor) -> Result<Hir, String> {
+    // Large schemas repeat the same patterns and formats many times (and complements
+    // re-parse them): parsed results are memoised per thread, a few hundred at most.
+    type Memo = std::collections::HashMap<(String, Flavor), Result<Hir, String>>;
+    thread_local! {
+        static MEMO: std::cell::RefCell<Memo> = std::cell::RefCell::new(Memo::new());
+    }
+    let key = (pattern.to_string(), flavor);
+    if let Some(r) = MEMO.with(|m| m.borrow().get(&key).cloned()) {
+        return r;
+    }
+    let r = parse_uncached(pattern, flavor);
+    MEMO.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= 512 {
+            m.clear();
+        }
+        m.insert(key, r.clone());
+    });
+    r
+}
+
+fn parse_uncached(pattern: &str, flavor: Flavor) -> Result<Hir, String> {
     let src = match flavor {
         Flavor::FullMatch => pattern.to_string(),
         Flavor::EcmaSearch => ecma_to_rust(pattern)?,

@@ -41,6 +41,9 @@ pub(crate) struct JsonCompiler<'a> {
     inlining: Vec<String>,
     ref_rules: HashMap<String, RuleId>,
     inline_count: HashMap<String, u32>,
+    /// NFA states the first inline copy of each `$ref` took: a large one is called after
+    /// that instead of copied again.
+    inline_size: HashMap<String, usize>,
     any_rule: Option<RuleId>,
     /// One JSON string character, shared by long counted strings.
     pub(crate) char_rule: Option<RuleId>,
@@ -55,14 +58,27 @@ pub(crate) struct JsonCompiler<'a> {
     any_order_cost: usize,
     /// The keyword `negate` last found no complement for (for error messages).
     unnegatable: Option<String>,
+    /// Rules made by `schema_rule`, by schema text.
+    schema_rules: HashMap<String, RuleId>,
     /// Rules of schemas that merge a recursive `$ref` with other keywords, by schema text.
     merge_rules: HashMap<String, RuleId>,
     /// Rules of large length-bounded regexes (regex, min, max), built once and called.
+    /// (Free long strings have the empty regex.)
     pub(crate) len_rules: HashMap<(String, u64, Option<u64>), RuleId>,
+    /// NFA states the inline copy of a string regex took (regex, min, max).
+    pub(crate) regex_size: HashMap<(String, u64, Option<u64>), usize>,
 }
 
 /// Most NFA states a JSON Schema may compile to (the post-passes are not interruptible).
 pub(crate) const MAX_JSON_STATES: usize = 600_000;
+
+/// A `$ref` whose first inline copy took more NFA states than this is called as a rule at
+/// its later uses (copying large definitions at every use is what makes schemas too large).
+const MAX_REF_INLINE_STATES: usize = 2_000;
+
+/// A string regex whose inline copy took more NFA states than this is a rule at its later
+/// uses.
+pub(crate) const MAX_INLINE_REGEX_STATES: usize = 1_000;
 
 /// Deepest schema nesting compiled inline.
 const MAX_DEPTH: u32 = 96;
@@ -81,6 +97,7 @@ pub(crate) fn compile(
         inlining: Vec::new(),
         ref_rules: HashMap::new(),
         inline_count: HashMap::new(),
+        inline_size: HashMap::new(),
         any_rule: None,
         char_rule: None,
         pending: Vec::new(),
@@ -89,7 +106,9 @@ pub(crate) fn compile(
         any_order_cost: 0,
         unnegatable: None,
         merge_rules: HashMap::new(),
+        schema_rules: HashMap::new(),
         len_rules: HashMap::new(),
+        regex_size: HashMap::new(),
     };
     let r = c.b.rules[root_rule as usize];
     c.inlining.push("#".to_string());
@@ -204,6 +223,7 @@ pub(crate) const CONSTRAINTS: &[&str] = &[
     "__multiples",
     "__not_multiple",
     "__contains",
+    "__pattern_else",
 ];
 
 /// True for keywords that carry no constraint.
@@ -375,7 +395,15 @@ impl<'a> JsonCompiler<'a> {
                 return self.ref_rule(r);
             }
         }
+        // One rule per distinct schema text (a `maxItems: 100` array calls its item rule at
+        // every position). The body does not depend on where it is called from: the
+        // references being inlined there only decide call-or-copy, not the language.
+        let key = serde_json::to_string(schema).map_err(|e| CompileError::Json(e.to_string()))?;
+        if let Some(&r) = self.schema_rules.get(&key) {
+            return Ok(r);
+        }
         let rule = self.b.new_rule()?;
+        self.schema_rules.insert(key, rule);
         self.pending.push((
             rule,
             Pending::Schema(schema.clone(), ptr.to_string(), self.inlining.clone()),
@@ -434,15 +462,23 @@ impl<'a> JsonCompiler<'a> {
                 let reference = reference.to_string();
                 let count = self.inline_count.entry(reference.clone()).or_insert(0);
                 *count += 1;
-                let many = *count > 8;
+                let many = *count > 8
+                    || self
+                        .inline_size
+                        .get(&reference)
+                        .is_some_and(|&n| n > MAX_REF_INLINE_STATES);
                 if self.inlining.contains(&reference) || many {
                     let rule = self.ref_rule(&reference)?;
                     return self.b.call(from, rule);
                 }
                 let target = self.resolve(&reference, ptr)?;
                 self.inlining.push(reference.clone());
+                let n0 = self.b.states.len();
                 let r = self.value(from, target, &reference);
+                let size = self.b.states.len() - n0;
                 self.inlining.pop();
+                let seen = self.inline_size.entry(reference).or_insert(0);
+                *seen = (*seen).max(size);
                 return r;
             }
         }

@@ -169,7 +169,8 @@ impl JsonCompiler<'_> {
                     push_all(&mut out, "__contains", std::slice::from_ref(bv))
                 }
                 "required" | "__forbidden" | "__not_enum" | "__not_pattern" | "__patterns"
-                | "__has_other" | "__multiples" | "__not_multiple" | "__contains" => {
+                | "__has_other" | "__multiples" | "__not_multiple" | "__contains"
+                | "__pattern_else" => {
                     let mut r = av.as_array().cloned().unwrap_or_default();
                     for x in bv.as_array().into_iter().flatten() {
                         if !r.contains(x) {
@@ -240,19 +241,31 @@ impl JsonCompiler<'_> {
                         pointer: ptr.into(),
                         reason: "intersection of two large anyOf".into(),
                     };
-                    if xa.len() * xb.len() > MAX_ANY_OF_PAIRS {
+                    if xa.len() * xb.len() > MAX_ANY_OF_PAIRS * 16 {
                         return Err(too_large());
                     }
                     // Pairs of branches provably disjoint (types, values, a discriminating
-                    // property) are empty: only the others are merged and counted.
+                    // property) are empty: only the others are merged and counted. Branches
+                    // that contradict the keywords beside the two `anyOf` (a type, count
+                    // bounds, a forbidden key) are empty too and dropped first.
                     let mut na = Vec::new();
                     for x in xa.iter().chain(&xb) {
-                        na.push(match x {
+                        let x = match x {
                             Value::Object(m) => Value::Object(self.normalize(m, ptr, depth + 1)?),
                             other => other.clone(),
-                        });
+                        };
+                        if x.as_object().is_some_and(|m| contradicts(m, &a, &b)) {
+                            na.push(Value::Bool(false));
+                        } else {
+                            na.push(x);
+                        }
                     }
-                    let nb = na.split_off(xa.len());
+                    let mut nb = na.split_off(xa.len());
+                    na.retain(|x| x != &Value::Bool(false));
+                    nb.retain(|x| x != &Value::Bool(false));
+                    if na.len() * nb.len() > MAX_ANY_OF_PAIRS {
+                        return Err(too_large());
+                    }
                     let mut pairs = Vec::new();
                     for x in &na {
                         for y in &nb {
@@ -269,7 +282,10 @@ impl JsonCompiler<'_> {
                     }
                     let mut alts = Vec::new();
                     for (x, y) in pairs {
-                        alts.push(self.merge_schemas(x, y, ptr, depth + 1)?);
+                        let m = self.merge_schemas(x, y, ptr, depth + 1)?;
+                        if !m.as_object().is_some_and(|m| contradicts(m, &a, &b)) {
+                            alts.push(m);
+                        }
                     }
                     if alts.is_empty() {
                         alts.push(Value::Bool(false));
@@ -318,13 +334,29 @@ impl JsonCompiler<'_> {
             if new_keys.is_empty() {
                 continue;
             }
-            if x.contains_key("patternProperties") {
-                return Err(CompileError::Unsupported {
-                    keyword: "allOf".into(),
-                    pointer: ptr.into(),
-                    reason: "properties merged with patternProperties".into(),
-                });
-            }
+            // A new key matching one of x's patterns gets that pattern's schema in the
+            // merged object too (patterns apply to declared keys): nothing to add. The
+            // others are additional to x.
+            let new_keys: Vec<&String> =
+                match x.get("patternProperties").and_then(|p| p.as_object()) {
+                    Some(xpp) => {
+                        let mut res = Vec::new();
+                        for p in xpp.keys() {
+                            res.push(super::object::full_match_regex(p).map_err(|e| {
+                                CompileError::Unsupported {
+                                    keyword: "patternProperties".into(),
+                                    pointer: ptr.into(),
+                                    reason: format!("{p:?}: {e}"),
+                                }
+                            })?);
+                        }
+                        new_keys
+                            .into_iter()
+                            .filter(|k| !res.iter().any(|re| re.is_match(k.as_str())))
+                            .collect()
+                    }
+                    None => new_keys,
+                };
             if let Some(add) = x.get("additionalProperties") {
                 let props = out
                     .get_mut("properties")
@@ -338,6 +370,63 @@ impl JsonCompiler<'_> {
                     props.insert(k.clone(), m);
                 }
                 out.insert("properties".into(), Value::Object(props));
+            }
+        }
+        // Patterns one side adds: a key matching only them, undeclared, is additional to
+        // the other side, so x's `additionalProperties` applies to it. Exact when x has no
+        // patterns of its own (or the same pattern) — with patterns of its own, only keys
+        // matching none of them (`__pattern_else`) — and declares no key the pattern
+        // matches; otherwise refused (the merged object cannot tell those keys apart).
+        for (x, y) in [(&a, &b), (&b, &a)] {
+            let Some(ypp) = y.get("patternProperties").and_then(|p| p.as_object()) else {
+                continue;
+            };
+            let add = match x.get("additionalProperties") {
+                None | Some(Value::Bool(true)) => continue,
+                Some(v) => v.clone(),
+            };
+            let xpp = x.get("patternProperties").and_then(|p| p.as_object());
+            let xprops: Vec<&String> = x
+                .get("properties")
+                .and_then(|p| p.as_object())
+                .map(|p| p.keys().collect())
+                .unwrap_or_default();
+            for p in ypp.keys() {
+                if xpp.is_some_and(|m| m.contains_key(p)) {
+                    continue;
+                }
+                let re =
+                    super::object::full_match_regex(p).map_err(|e| CompileError::Unsupported {
+                        keyword: "patternProperties".into(),
+                        pointer: ptr.into(),
+                        reason: format!("{p:?}: {e}"),
+                    })?;
+                if xprops.iter().any(|k| re.is_match(k)) {
+                    return Err(CompileError::Unsupported {
+                        keyword: "allOf".into(),
+                        pointer: ptr.into(),
+                        reason: "patternProperties merged with another side's \
+                                 additionalProperties"
+                            .into(),
+                    });
+                }
+                // x has patterns of its own: the schema applies to keys matching `p` and
+                // none of them (`__pattern_else`, read by the object compiler).
+                if let Some(xpp) = xpp.filter(|m| !m.is_empty()) {
+                    let unless: Vec<Value> = xpp.keys().map(|k| Value::String(k.clone())).collect();
+                    let entry = serde_json::json!({"pattern": p, "unless": unless, "schema": add});
+                    push_all(&mut out, "__pattern_else", &[entry]);
+                    continue;
+                }
+                let mut pp = out
+                    .get("patternProperties")
+                    .and_then(|v| v.as_object())
+                    .cloned()
+                    .unwrap_or_default();
+                let cur = pp.get(p).cloned().unwrap_or(Value::Bool(true));
+                let m = self.merge_schemas(&cur, &add, ptr, depth + 1)?;
+                pp.insert(p.clone(), m);
+                out.insert("patternProperties".into(), Value::Object(pp));
             }
         }
         Ok(Value::Object(out))
@@ -598,6 +687,14 @@ pub(super) fn type_bits(s: &Map<String, Value>) -> u8 {
     if s.contains_key("__false") {
         return 0;
     }
+    // `not: {type: t}` (nothing else in the `not`) removes t.
+    if let Some(Value::Object(n)) = s.get("not") {
+        if n.contains_key("type") && n.keys().all(|k| k == "type" || is_annotation(k)) {
+            let mut rest = s.clone();
+            rest.remove("not");
+            return type_bits(&rest) & !type_bits(n);
+        }
+    }
     if let Some(c) = s.get("const") {
         return of_value(c);
     }
@@ -620,6 +717,49 @@ pub(super) fn type_bits(s: &Map<String, Value>) -> u8 {
             })
             .fold(0, |a, b| a | b),
     }
+}
+
+/// True when no value satisfies `x` together with `a` and `b` for a reason read off their
+/// keywords directly (conservative: false when unsure): no common type, or — when the
+/// common type is one kind — contradictory count bounds for that kind, or a key required by
+/// one and forbidden by another.
+fn contradicts(x: &Map<String, Value>, a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
+    let t = type_bits(x) & type_bits(a) & type_bits(b);
+    if t == 0 {
+        return true;
+    }
+    let all = [x, a, b];
+    let bounds = |lo: &str, hi: &str| {
+        let lo = all
+            .iter()
+            .filter_map(|m| m.get(lo).and_then(|v| v.as_f64()))
+            .fold(f64::NEG_INFINITY, f64::max);
+        let hi = all
+            .iter()
+            .filter_map(|m| m.get(hi).and_then(|v| v.as_f64()))
+            .fold(f64::INFINITY, f64::min);
+        lo > hi
+    };
+    let conflict = match t {
+        8 => bounds("minItems", "maxItems"),
+        16 => bounds("minLength", "maxLength"),
+        4 => {
+            bounds("minProperties", "maxProperties") || {
+                let list = |m: &Map<String, Value>, k: &str| -> Vec<Value> {
+                    m.get(k)
+                        .and_then(|v| v.as_array())
+                        .cloned()
+                        .unwrap_or_default()
+                };
+                let req: Vec<Value> = all.iter().flat_map(|m| list(m, "required")).collect();
+                all.iter()
+                    .flat_map(|m| list(m, "__forbidden"))
+                    .any(|k| req.contains(&k))
+            }
+        }
+        _ => false,
+    };
+    conflict
 }
 
 fn value_set(s: &Map<String, Value>) -> Option<Vec<Value>> {

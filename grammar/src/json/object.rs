@@ -248,6 +248,23 @@ impl JsonCompiler<'_> {
                                 name_pos.push(re);
                             }
                         }
+                        // Undeclared keys must be one of the names (declared keys were
+                        // checked above): an alternation of the literal names.
+                        ("enum" | "const", v) => {
+                            let names: Vec<&str> = match v {
+                                Value::Array(a) => a.iter().filter_map(|x| x.as_str()).collect(),
+                                other => other.as_str().into_iter().collect(),
+                            };
+                            if names.is_empty() {
+                                additional = None;
+                                patterns.clear();
+                                matchers.clear();
+                            } else {
+                                let alts: Vec<String> =
+                                    names.iter().map(|n| literal_pattern(n)).collect();
+                                name_pos.push(format!("^(?:{})$", alts.join("|")));
+                            }
+                        }
                         ("__not_enum", Value::Array(vals)) => name_excl
                             .extend(vals.iter().filter_map(|x| x.as_str().map(String::from))),
                         ("__not_pattern", Value::Array(ps)) => {
@@ -381,6 +398,26 @@ impl JsonCompiler<'_> {
                                 schema = self.merge_schemas(&schema, v, &pptr, 0)?;
                             }
                         }
+                        // `__pattern_else` (from `allOf` merges): a schema for keys matching
+                        // one pattern and none of a list.
+                        let bit = |p: &Value| {
+                            patterns
+                                .iter()
+                                .position(|(q, _)| Some(q.as_str()) == p.as_str())
+                                .is_some_and(|i| set >> i & 1 == 1)
+                        };
+                        for e in s
+                            .get("__pattern_else")
+                            .and_then(|e| e.as_array())
+                            .into_iter()
+                            .flatten()
+                        {
+                            let unless =
+                                e["unless"].as_array().map(|u| u.as_slice()).unwrap_or(&[]);
+                            if bit(&e["pattern"]) && !unless.iter().any(bit) {
+                                schema = self.merge_schemas(&schema, &e["schema"], &pptr, 0)?;
+                            }
+                        }
                         (schema, pptr)
                     };
                     for (i, c) in conds.iter().enumerate() {
@@ -502,6 +539,10 @@ impl JsonCompiler<'_> {
                 }
             };
             let mut new: Vec<Option<StateId>> = vec![None; tracks_n * nw];
+            // Tracks whose next property lands in the same slot share one copy of the key
+            // and value (a saturated count sends "first property" and "after a comma" to
+            // the same slot; copying the value per track doubled every nesting level).
+            let mut groups: Vec<(usize, Vec<(StateId, bool)>)> = Vec::new();
             for c in 0..tracks_n {
                 for w in 0..nw as u8 {
                     let Some(t) = tracks[idx(c, w)] else { continue };
@@ -510,10 +551,11 @@ impl JsonCompiler<'_> {
                         self.b.eps(t, a);
                     }
                     if let Some(c2) = bump(c) {
-                        let e = kv(self, t, c > 0)?;
                         let j = idx(c2, w | bits);
-                        let a = slot_state(self.b, &mut new, j)?;
-                        self.b.eps(e, a);
+                        match groups.iter_mut().find(|g| g.0 == j) {
+                            Some(g) => g.1.push((t, c > 0)),
+                            None => groups.push((j, vec![(t, c > 0)])),
+                        }
                         // The same key with its value in value conditions' schemas.
                         let mut sub = vbits;
                         while sub != 0 {
@@ -534,6 +576,21 @@ impl JsonCompiler<'_> {
                         }
                     }
                 }
+            }
+            for (j, srcs) in groups {
+                let e = match srcs.as_slice() {
+                    [(t, comma)] => kv(self, *t, *comma)?,
+                    _ => {
+                        let p = self.b.state()?;
+                        for (t, comma) in srcs {
+                            let s = if comma { self.punct(t, b',')? } else { t };
+                            self.b.eps(s, p);
+                        }
+                        kv(self, p, false)?
+                    }
+                };
+                let a = slot_state(self.b, &mut new, j)?;
+                self.b.eps(e, a);
             }
             tracks = new;
         }
@@ -673,8 +730,25 @@ impl JsonCompiler<'_> {
     }
 }
 
+/// A pattern matching exactly `name` (metacharacters escaped the same way in ECMA and
+/// Rust syntax; control characters as `\uXXXX`).
+fn literal_pattern(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        match c {
+            '\\' | '.' | '+' | '*' | '?' | '(' | ')' | '|' | '[' | ']' | '{' | '}' | '^' | '$' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// A full-match regex for a JSON Schema pattern (search semantics included).
-fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, String> {
+pub(super) fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, String> {
     let hir = parse(p, Flavor::EcmaSearch)?;
     let full = regex_syntax::hir::Hir::concat(vec![
         regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),

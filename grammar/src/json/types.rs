@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 
 use super::formats::format_regex;
-use super::JsonCompiler;
+use super::{JsonCompiler, MAX_INLINE_REGEX_STATES};
 use crate::nfa::StateId;
 use crate::regex::{emit_hir, emit_hir_len, emit_intersection, parse, Escape, Flavor};
 use crate::CompileError;
@@ -75,6 +75,34 @@ impl JsonCompiler<'_> {
         // Long counted strings call one shared character rule: 2 states per position
         // instead of ~14.
         let long = min.max(max.unwrap_or(0)) > 64;
+        // And each long (min, max) is one rule called at every use (`maxLength: 255` on
+        // dozens of properties would otherwise copy ~512 states each time).
+        let key = (String::new(), min, max);
+        if long {
+            if let Some(&r) = self.len_rules.get(&key) {
+                let e = self.b.call(a, r)?;
+                return self.b.lit(e, b"\"");
+            }
+            let r = self.b.new_rule()?;
+            let rr = self.b.rules[r as usize];
+            let e = self.string_body_free(rr.start, min, max)?;
+            self.b.eps(e, rr.end);
+            self.len_rules.insert(key, r);
+            let e = self.b.call(a, r)?;
+            return self.b.lit(e, b"\"");
+        }
+        let e = self.string_body_free(a, min, max)?;
+        self.b.lit(e, b"\"")
+    }
+
+    /// The characters of a free string of `min..=max` characters (no quotes).
+    fn string_body_free(
+        &mut self,
+        a: StateId,
+        min: u64,
+        max: Option<u64>,
+    ) -> Result<StateId, CompileError> {
+        let long = min.max(max.unwrap_or(0)) > 64;
         let e = if long {
             let rule = match self.char_rule {
                 Some(r) => r,
@@ -91,7 +119,7 @@ impl JsonCompiler<'_> {
         } else {
             self.b.repeat(a, min, max, &mut json_char_into)?
         };
-        self.b.lit(e, b"\"")
+        Ok(e)
     }
 
     pub(super) fn string(
@@ -201,14 +229,28 @@ impl JsonCompiler<'_> {
                 "excluded strings together with other string keywords",
             )?;
         }
-        if res.len() > 1 && min == 0 && max.is_none() {
-            // pattern and format: the product of their DFAs.
+        if res.len() > 1 && min <= MAX_COUNT {
+            // pattern and format: the product of their DFAs (and of a length regex when
+            // bounded; a maximum above MAX_COUNT is clamped, stricter).
             let mut hirs = Vec::new();
             for (kw, re, flavor) in &res {
                 hirs.push(parse(re, *flavor).map_err(|e| CompileError::Unsupported {
                     keyword: (*kw).into(),
                     pointer: ptr.into(),
                     reason: format!("{re:?}: {e}"),
+                })?);
+            }
+            if min > 0 || max.is_some() {
+                let re = match max {
+                    Some(hi) => format!("[\\s\\S]{{{min},{}}}", hi.min(MAX_COUNT)),
+                    None => format!("[\\s\\S]{{{min},}}"),
+                };
+                hirs.push(parse(&re, Flavor::FullMatch).map_err(|e| {
+                    CompileError::Unsupported {
+                        keyword: "maxLength".into(),
+                        pointer: ptr.into(),
+                        reason: format!("{re:?}: {e}"),
+                    }
                 })?);
             }
             let a = self.b.lit(from, b"\"")?;
@@ -245,7 +287,11 @@ impl JsonCompiler<'_> {
             let min_chars = p.minimum_len().map_or(0, |b| b.div_ceil(4)) as u64;
             let max_bytes = p.maximum_len().map(|b| b as u64);
             let lmin = if min_chars >= min { 0 } else { min };
-            let lmax = max.filter(|m| max_bytes.is_none_or(|x| x > *m));
+            // A maximum above MAX_COUNT is clamped to it, as for free strings: stricter,
+            // never looser (`maxLength: 32767` on a data-URL pattern).
+            let lmax = max
+                .filter(|m| max_bytes.is_none_or(|x| x > *m))
+                .map(|m| m.min(MAX_COUNT));
             let a = self.b.lit(from, b"\"")?;
             // A large product (length bounds on a big regex, e.g. `email` with
             // `maxLength`) is built once per schema as a rule and called.
@@ -254,7 +300,14 @@ impl JsonCompiler<'_> {
                 let e = self.b.call(a, r)?;
                 return self.b.lit(e, b"\"");
             }
-            let large = lmax.unwrap_or(lmin) > 64;
+            // A regex whose inline copy was large (word-count patterns like
+            // `^(?:\S+\s+){0,199}\S+$` are ~30k states) becomes a rule at its second use.
+            let large = lmax.unwrap_or(lmin) > 64
+                || self
+                    .regex_size
+                    .get(&key)
+                    .is_some_and(|&n| n > MAX_INLINE_REGEX_STATES);
+            let n0 = self.b.states.len();
             let (start, rule) = if large {
                 let r = self.b.new_rule()?;
                 (self.b.rules[r as usize].start, Some(r))
@@ -283,7 +336,11 @@ impl JsonCompiler<'_> {
                     self.len_rules.insert(key, r);
                     self.b.call(a, r)?
                 }
-                None => e,
+                None => {
+                    let n = self.b.states.len() - n0;
+                    self.regex_size.insert(key, n);
+                    e
+                }
             };
             return self.b.lit(e, b"\"");
         }
@@ -482,13 +539,30 @@ impl JsonCompiler<'_> {
                         }
                     }
                 }
-                None => {
-                    if n == 0 {
-                        cur = step(self, &cur, true, &rest, &wit, &rptr, use_call)?;
-                        if let Some(st) = cur[top] {
-                            self.b.eps(st, close);
+                None if n == 0 => {
+                    // One copy of the item: start[w] -item-> end[w] -','-> start[w], with
+                    // `[` entering layer 0 and the top layer's ends leaving by `]`.
+                    let mut starts: Vec<Option<StateId>> = vec![None; layers];
+                    for st in starts.iter_mut() {
+                        *st = Some(self.b.state()?);
+                    }
+                    if let (Some(o), Some(s0)) = (cur[0], starts[0]) {
+                        self.b.eps(o, s0);
+                    }
+                    let e = step(self, &starts, true, &rest, &wit, &rptr, use_call)?;
+                    for w in 0..layers {
+                        if let (Some(e), Some(st)) = (e[w], starts[w]) {
+                            let end = self.b.state()?;
+                            self.b.eps(e, end);
+                            let comma = self.punct(end, b',')?;
+                            self.b.eps(comma, st);
+                            if w == top {
+                                self.b.eps(end, close);
+                            }
                         }
                     }
+                }
+                None => {
                     // A loop per layer; an item matching more `contains` schemas moves up.
                     let mut lps: Vec<Option<StateId>> = vec![None; layers];
                     for w in 0..layers {
