@@ -107,3 +107,93 @@ fn decode_steps_over_a_shared_prefix() {
         );
     }
 }
+
+/// The prefill pass of a serving round (issue #6): 4 sequences × 24 new tokens each,
+/// continuing from 1,008 cached positions on shared pages, run `SGLRS_CHUNK_REPS` times
+/// (default 30) at the same positions (each pass rewrites the same K/V). Prints the median
+/// wall time per pass; for A/B of two builds run both under `perf stat -e cycles:u` at the
+/// same time (one thread each: `SGLRS_CHUNK_THREADS=1`).
+#[test]
+#[ignore]
+fn chunk_prefill_over_a_shared_prefix() {
+    let (c, w, _) = load_gguf(&default_model_path()).expect("default model");
+    let (ps, shared, own, b) = (16usize, 1008usize, 24usize, 4usize);
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (reps, threads) = (env("SGLRS_CHUNK_REPS", 30), env("SGLRS_CHUNK_THREADS", 2));
+    let per = own.div_ceil(ps) + 1;
+    let cfg = ExecConfig {
+        page_size: ps,
+        kv: KvCapacity::Pages(shared / ps + b * per),
+        threads,
+        ..ExecConfig::default()
+    };
+    let mut ex = CpuExecutor::new(&c, &w, &cfg).unwrap();
+    let tables: Vec<Vec<u32>> = (0..b)
+        .map(|i| {
+            let first = (shared / ps + i * per) as u32;
+            (0..(shared / ps) as u32)
+                .chain(first..first + per as u32)
+                .collect()
+        })
+        .collect();
+    let prefix = tokens(shared, 9);
+    ex.forward(&Batch {
+        seqs: vec![SeqChunk {
+            tokens: &prefix,
+            start_pos: 0,
+            pages: &tables[0],
+            logits: LogitsWanted::None,
+        }],
+    })
+    .unwrap();
+    let owns: Vec<Vec<u32>> = (0..b).map(|i| tokens(own, 100 + i as u32)).collect();
+    let mut times = Vec::with_capacity(reps);
+    let mut cpu = Vec::with_capacity(reps);
+    let mut first: Option<Vec<f32>> = None;
+    for _ in 0..reps {
+        let (t, c0) = (Instant::now(), thread_cpu_ns());
+        let l = ex
+            .forward(&Batch {
+                seqs: (0..b)
+                    .map(|i| SeqChunk {
+                        tokens: &owns[i],
+                        start_pos: shared,
+                        pages: &tables[i],
+                        logits: LogitsWanted::Last,
+                    })
+                    .collect(),
+            })
+            .unwrap();
+        times.push(t.elapsed().as_secs_f64());
+        cpu.push((thread_cpu_ns() - c0) as f64 * 1e-9);
+        // Rerunning at the same positions gives the same logits.
+        match &first {
+            None => first = Some(l.data.clone()),
+            Some(f) => assert_eq!(&l.data, f),
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    cpu.sort_by(f64::total_cmp);
+    eprintln!(
+        "chunk prefill {b} x {own} tokens from {shared}, {threads} threads: median {:.2} ms, \
+         best {:.2} ms over {reps}; calling thread's CPU time median {:.2} ms, best {:.2} ms",
+        times[reps / 2] * 1e3,
+        times[0] * 1e3,
+        cpu[reps / 2] * 1e3,
+        cpu[0] * 1e3
+    );
+}
+
+/// CPU time of the calling thread in ns (`/proc/thread-self/schedstat`; 0 where missing).
+/// With one executor thread every job runs on the caller, so this is the pass's CPU time.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}

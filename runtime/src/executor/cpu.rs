@@ -14,6 +14,7 @@ use crate::kernels::quant::{dequantize_row_bytes, row_bytes, DequantError, Quant
 use crate::kernels::Isa;
 use crate::model::{ModelConfig, ModelWeights, Weight};
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How much KV memory to allocate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,6 +237,9 @@ fn shared_bundles(
 
 /// Query tokens per attention task.
 const ATTN_BLOCK: usize = 64;
+
+/// A fresh value per attention pass (any executor), for [`KvF32::fill_reusing`].
+static KV_EPOCH: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     static ATTN_SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -611,6 +615,16 @@ impl Executor for CpuExecutor {
                 j = j1;
             }
         }
+        // Blocks of the same size class (block index within its sequence) run head by head,
+        // sequences next to each other: a thread's next task is then often the same head of
+        // another sequence, whose shared prefix its f32 copy already holds. (The pool claims
+        // tasks from the end; the last blocks of long prefills still come first.)
+        tasks.sort_by_key(|t| match t.work {
+            AttnWork::Block { seq, pos0, .. } => {
+                ((pos0 - batch.seqs[seq].start_pos) / ATTN_BLOCK, t.kv_head)
+            }
+            AttnWork::Bundle { .. } => (0, 0),
+        });
         let mut members = Vec::new();
         for (ms, shared) in &bundles {
             let range = members.len()..members.len() + ms.len();
@@ -708,6 +722,9 @@ impl Executor for CpuExecutor {
             }
             s.attn.resize(n * qd, 0.0);
             {
+                // The pages are read only during this pass: a thread's f32 copy of one
+                // sequence's prefix serves the next sequence sharing those pages.
+                let epoch = KV_EPOCH.fetch_add(1, Ordering::Relaxed);
                 let out = OutPtr(s.attn.as_mut_ptr());
                 let (qkv, kvr, seqs) = (&s.qkv, &*kv, &batch.seqs);
                 // K/V are read in place from the sequences' pages, once per tile of the GQA
@@ -767,7 +784,7 @@ impl Executor for CpuExecutor {
                             let scores = &mut *c.borrow_mut();
                             let kc = &mut *kc.borrow_mut();
                             let src = if copy {
-                                kc.fill(isa, &g, pos0 + (t1 - t0));
+                                kc.fill_reusing(isa, &g, pos0 + (t1 - t0), epoch);
                                 KvSource::F32(kc)
                             } else {
                                 KvSource::Paged(g)

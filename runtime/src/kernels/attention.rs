@@ -91,13 +91,49 @@ pub struct KvF32 {
     kt: Vec<f32>,
     /// Values, `v[p * head_dim + d]`.
     v: Vec<f32>,
+    /// What the held positions were converted from (see [`KvF32::fill_reusing`]): the pool's
+    /// address, this head's K and V offsets, and the caller's epoch.
+    key: Option<(usize, usize, usize, u64)>,
+    /// The page table the held positions came from.
+    from_pages: Vec<u32>,
 }
 
 impl KvF32 {
     /// Converts positions `0..len` of `kv` (at most its capacity).
     pub fn fill(&mut self, isa: Isa, kv: &PagedKv<'_>, len: usize) {
+        self.key = None;
+        self.fill_from(isa, kv, len, 0);
+    }
+
+    /// Like [`KvF32::fill`], but keeps the positions already held that come from the same
+    /// pages of the same pool and head, converted under the same `epoch`: the caller
+    /// promises that no page changed between two fills with one epoch (the executor uses one
+    /// per layer of a forward pass, while the pages are read only). Sequences that share a
+    /// cached prefix (the radix cache's shared pages) then convert it once per thread
+    /// instead of once each. The copy is exact either way, so results do not change.
+    pub fn fill_reusing(&mut self, isa: Isa, kv: &PagedKv<'_>, len: usize, epoch: u64) {
+        let key = (kv.raw.as_ptr() as usize, kv.k_off, kv.v_off, epoch);
+        let mut keep = 0;
+        if self.key == Some(key) && kv.page_size.is_multiple_of(16) {
+            let same = kv
+                .pages
+                .iter()
+                .zip(&self.from_pages)
+                .take_while(|(a, b)| a == b)
+                .count();
+            // Whole pages (so whole 16-position blocks) that were fully converted.
+            keep = (same * kv.page_size).min(len).min(self.len) / kv.page_size * kv.page_size;
+        }
+        self.key = Some(key);
+        self.from_pages.clear();
+        self.from_pages.extend_from_slice(kv.pages);
+        self.fill_from(isa, kv, len, keep);
+    }
+
+    /// Converts positions `from..len` (`from` a multiple of 16; those below it are held).
+    fn fill_from(&mut self, isa: Isa, kv: &PagedKv<'_>, len: usize, from: usize) {
         let hd = kv.head_dim;
-        assert!(len <= kv.capacity());
+        assert!(len <= kv.capacity() && from.is_multiple_of(16) && from <= len);
         self.len = len;
         self.head_dim = hd;
         let blocks = len.div_ceil(16);
@@ -112,17 +148,17 @@ impl KvF32 {
         #[cfg(target_arch = "x86_64")]
         if isa == Isa::Avx512Vnni && kv.dtype == KvDtype::F16 && hd.is_multiple_of(16) {
             // SAFETY: AVX-512 F/BW/VL detected; buffers sized above.
-            unsafe { self.fill_avx512(kv) };
+            unsafe { self.fill_avx512(kv, from) };
             return;
         }
         let _ = isa;
-        for p in 0..blocks * 16 {
+        for p in from..blocks * 16 {
             for d in 0..hd {
                 self.kt[(p / 16) * hd * 16 + d * 16 + p % 16] =
                     if p < len { kv.k(p, d) } else { 0.0 };
             }
         }
-        for p in 0..len {
+        for p in from..len {
             for d in 0..hd {
                 self.v[p * hd + d] = kv.v(p, d);
             }
@@ -131,14 +167,14 @@ impl KvF32 {
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    unsafe fn fill_avx512(&mut self, kv: &PagedKv<'_>) {
+    unsafe fn fill_avx512(&mut self, kv: &PagedKv<'_>, from: usize) {
         let (hd, len) = (self.head_dim, self.len);
         let mut tmp = if kv.page_size.is_multiple_of(16) {
             Vec::new()
         } else {
             vec![0u16; hd * 16]
         };
-        for b in 0..len.div_ceil(16) {
+        for b in from / 16..len.div_ceil(16) {
             let (kp, ks, m) = paged_k_block(kv, b, len, &mut tmp);
             let dst = self.kt[b * hd * 16..(b + 1) * hd * 16].as_mut_ptr();
             for d in 0..hd {
@@ -146,7 +182,7 @@ impl KvF32 {
             }
         }
         let ps = kv.page_size;
-        for p in 0..len {
+        for p in from..len {
             let o = kv.page_base(p) + kv.v_off + (p % ps) * kv.v_stride;
             let src = kv.raw[o..o + hd * 2].as_ptr();
             let dst = self.v[p * hd..(p + 1) * hd].as_mut_ptr();
@@ -504,8 +540,22 @@ unsafe fn attend_n<S: Src, const N: usize>(
     for i in 0..N {
         inv[i] = softmax_row(sp.add(i * stride), tile.lens[i], blocks);
     }
-    // Weighted sum of V rows: 64 dimensions × up to 4 queries per register tile, then the
-    // rest 16 at a time.
+    // Weighted sum of V rows. Five or more rows (prefill tiles): all of them × 32 dimensions
+    // per register tile, so each V load (from L2 in a prefill task's f32 copy) feeds every
+    // row of the tile — two 4-row passes over all dimensions read V twice as often. The
+    // per-element FMA order (positions in order) is the same in every tile shape.
+    let chunks = kv.head_dim() / 16;
+    if N > 4 && chunks.is_multiple_of(2) {
+        let len = maxlen;
+        let mut c = 0;
+        while c < chunks {
+            pv::<S, N, 2>(kv, sp, stride, len, c, &inv, out);
+            c += 2;
+        }
+        return;
+    }
+    // Otherwise 64 dimensions × up to 4 queries per register tile, then the rest 16 at a
+    // time.
     let mut i0 = 0;
     while i0 < N {
         let nr = (N - i0).min(4);
@@ -767,6 +817,65 @@ mod tests {
                     seen.push(outs);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn reused_f32_copies_equal_fresh_ones() {
+        let (hd, ps) = (64, 16);
+        let mut pool = KvPool::new(
+            KvLayout {
+                num_layers: 1,
+                num_kv_heads: 2,
+                head_dim: hd,
+                page_size: ps,
+                dtype: KvDtype::F16,
+            },
+            12,
+        );
+        for page in 0..12 {
+            for slot in 0..ps {
+                let p = (page * ps + slot) as u32;
+                pool.write_token(
+                    0,
+                    page,
+                    slot,
+                    &vals(2 * hd, 1 + p * 7),
+                    &vals(2 * hd, 2 + p * 13),
+                );
+            }
+        }
+        // Two sequences sharing their first 3 pages, then one sharing only 1 of them.
+        let tables: [&[u32]; 4] = [&[0, 1, 2, 3, 4], &[0, 1, 2, 5, 6], &[0, 7, 8], &[9, 10, 11]];
+        for isa in Isa::all_supported() {
+            for head in 0..2 {
+                let mut reused = KvF32::default();
+                for (k, pages) in tables.iter().enumerate() {
+                    let kv = pool.head(0, pages, head);
+                    for len in [pages.len() * ps, pages.len() * ps - 5, 17] {
+                        reused.fill_reusing(isa, &kv, len, 7);
+                        let mut fresh = KvF32::default();
+                        fresh.fill(isa, &kv, len);
+                        let n = len.div_ceil(16) * hd * 16;
+                        assert_eq!(reused.kt[..n], fresh.kt[..n], "{isa:?} {k} {len}");
+                        assert_eq!(reused.v[..len * hd], fresh.v[..len * hd], "{isa:?} {k}");
+                    }
+                }
+            }
+            // A new epoch converts again: a page rewritten in between is seen.
+            let pages: &[u32] = &[0, 1];
+            let mut reused = KvF32::default();
+            reused.fill_reusing(isa, &pool.head(0, pages, 0), 32, 1);
+            let before = reused.v[0];
+            pool.write_token(0, 0, 0, &vals(2 * hd, 555), &vals(2 * hd, 556));
+            reused.fill_reusing(isa, &pool.head(0, pages, 0), 32, 2);
+            let mut fresh = KvF32::default();
+            fresh.fill(isa, &pool.head(0, pages, 0), 32);
+            assert_eq!(reused.v[..32 * hd], fresh.v[..32 * hd]);
+            assert_eq!(reused.kt[..2 * hd * 16], fresh.kt[..2 * hd * 16]);
+            assert_ne!(reused.v[0], before);
+            // Restore page 0 for the next ISA.
+            pool.write_token(0, 0, 0, &vals(2 * hd, 1), &vals(2 * hd, 2));
         }
     }
 
