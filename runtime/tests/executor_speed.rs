@@ -17,39 +17,48 @@ fn tokens(n: usize, seed: u32) -> Vec<u32> {
         .collect()
 }
 
+/// An executor with `b` sequences whose page tables start with the same `shared / ps` pages
+/// (then `per` pages each), the shared prefix already prefilled through the first table.
+fn over_shared_prefix(
+    threads: usize,
+    (ps, shared, b, per): (usize, usize, usize, usize),
+) -> (CpuExecutor, Vec<Vec<u32>>) {
+    let (c, w, _) = load_gguf(&default_model_path()).expect("default model");
+    let cfg = ExecConfig {
+        page_size: ps,
+        kv: KvCapacity::Pages(shared / ps + b * per),
+        threads,
+        ..ExecConfig::default()
+    };
+    let mut ex = CpuExecutor::new(&c, &w, &cfg).unwrap();
+    let tables: Vec<Vec<u32>> = (0..b)
+        .map(|i| {
+            let first = (shared / ps + i * per) as u32;
+            (0..(shared / ps) as u32)
+                .chain(first..first + per as u32)
+                .collect()
+        })
+        .collect();
+    let prefix = tokens(shared, 9);
+    ex.forward(&Batch {
+        seqs: vec![SeqChunk {
+            tokens: &prefix,
+            start_pos: 0,
+            pages: &tables[0],
+            logits: LogitsWanted::None,
+        }],
+    })
+    .unwrap();
+    (ex, tables)
+}
+
 #[test]
 #[ignore]
 fn decode_steps_over_a_shared_prefix() {
-    let (c, w, _) = load_gguf(&default_model_path()).expect("default model");
     let (ps, shared, own, steps) = (16usize, 1024usize, 16usize, 40usize);
     let per = (own + steps).div_ceil(ps);
     for b in [2usize, 4, 8] {
-        let pages = shared / ps + b * per;
-        let cfg = ExecConfig {
-            page_size: ps,
-            kv: KvCapacity::Pages(pages),
-            threads: 2,
-            ..ExecConfig::default()
-        };
-        let mut ex = CpuExecutor::new(&c, &w, &cfg).unwrap();
-        let tables: Vec<Vec<u32>> = (0..b)
-            .map(|i| {
-                let first = (shared / ps + i * per) as u32;
-                (0..(shared / ps) as u32)
-                    .chain(first..first + per as u32)
-                    .collect()
-            })
-            .collect();
-        let prefix = tokens(shared, 9);
-        ex.forward(&Batch {
-            seqs: vec![SeqChunk {
-                tokens: &prefix,
-                start_pos: 0,
-                pages: &tables[0],
-                logits: LogitsWanted::None,
-            }],
-        })
-        .unwrap();
+        let (mut ex, tables) = over_shared_prefix(2, (ps, shared, b, per));
         let owns: Vec<Vec<u32>> = (0..b).map(|i| tokens(own, 100 + i as u32)).collect();
         ex.forward(&Batch {
             seqs: (0..b)
@@ -116,7 +125,6 @@ fn decode_steps_over_a_shared_prefix() {
 #[test]
 #[ignore]
 fn chunk_prefill_over_a_shared_prefix() {
-    let (c, w, _) = load_gguf(&default_model_path()).expect("default model");
     let (ps, shared, own, b) = (16usize, 1008usize, 24usize, 4usize);
     let env = |k: &str, d: usize| {
         std::env::var(k)
@@ -126,31 +134,7 @@ fn chunk_prefill_over_a_shared_prefix() {
     };
     let (reps, threads) = (env("SGLRS_CHUNK_REPS", 30), env("SGLRS_CHUNK_THREADS", 2));
     let per = own.div_ceil(ps) + 1;
-    let cfg = ExecConfig {
-        page_size: ps,
-        kv: KvCapacity::Pages(shared / ps + b * per),
-        threads,
-        ..ExecConfig::default()
-    };
-    let mut ex = CpuExecutor::new(&c, &w, &cfg).unwrap();
-    let tables: Vec<Vec<u32>> = (0..b)
-        .map(|i| {
-            let first = (shared / ps + i * per) as u32;
-            (0..(shared / ps) as u32)
-                .chain(first..first + per as u32)
-                .collect()
-        })
-        .collect();
-    let prefix = tokens(shared, 9);
-    ex.forward(&Batch {
-        seqs: vec![SeqChunk {
-            tokens: &prefix,
-            start_pos: 0,
-            pages: &tables[0],
-            logits: LogitsWanted::None,
-        }],
-    })
-    .unwrap();
+    let (mut ex, tables) = over_shared_prefix(threads, (ps, shared, b, per));
     let owns: Vec<Vec<u32>> = (0..b).map(|i| tokens(own, 100 + i as u32)).collect();
     let mut times = Vec::with_capacity(reps);
     let mut cpu = Vec::with_capacity(reps);
