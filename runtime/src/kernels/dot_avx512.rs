@@ -20,10 +20,30 @@ use std::arch::x86_64::*;
 /// weight rows stream past.
 const TOKEN_BLOCK: usize = 64;
 
-/// Test-only switch of the next-tile prefetch (the `matmul_speed` timing compares both).
-#[cfg(test)]
-pub(super) static PREFETCH: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(true);
+/// A test-only switch (a static `$flag`, on unless a test turns it off, which the
+/// `matmul_speed` timing and the bit-identity tests do) and `$on()`, constant `true` outside
+/// tests.
+macro_rules! test_switch {
+    ($(#[$doc:meta])* $flag:ident, $on:ident) => {
+        $(#[$doc])*
+        #[cfg(test)]
+        pub(super) static $flag: std::sync::atomic::AtomicBool =
+            std::sync::atomic::AtomicBool::new(true);
+
+        fn $on() -> bool {
+            #[cfg(test)]
+            return $flag.load(std::sync::atomic::Ordering::Relaxed);
+            #[cfg(not(test))]
+            true
+        }
+    };
+}
+
+test_switch!(
+    /// The next-tile prefetch.
+    PREFETCH,
+    prefetch_on
+);
 
 /// Token blocks of `TILE8_TOKENS` (batched decode) use 1 x 8 tiles: one row group's
 /// nibbles unpacked once for 8 tokens, and each weight vector used by one tile only, straight
@@ -31,34 +51,16 @@ pub(super) static PREFETCH: std::sync::atomic::AtomicBool =
 /// at 8 and 16 tokens, even at 32, 0.92x at 64 (prefill blocks keep 2 x 4).
 const TILE8_TOKENS: std::ops::Range<usize> = 8..48;
 
-/// Test-only switch of the 1 x 8 tile (the `matmul_speed` timing compares).
-#[cfg(test)]
-pub(super) static TILE8: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-fn tile8_on() -> bool {
-    #[cfg(test)]
-    return TILE8.load(std::sync::atomic::Ordering::Relaxed);
-    #[cfg(not(test))]
-    true
-}
-
-/// Test-only switch of the f16 scales (`QuantMatrix::dm16`; `matmul_speed` compares).
-#[cfg(test)]
-pub(super) static HALF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-fn half_on() -> bool {
-    #[cfg(test)]
-    return HALF.load(std::sync::atomic::Ordering::Relaxed);
-    #[cfg(not(test))]
-    true
-}
-
-fn prefetch_on() -> bool {
-    #[cfg(test)]
-    return PREFETCH.load(std::sync::atomic::Ordering::Relaxed);
-    #[cfg(not(test))]
-    true
-}
+test_switch!(
+    /// The 1 x 8 tile.
+    TILE8,
+    tile8_on
+);
+test_switch!(
+    /// The f16 scales (`QuantMatrix::dm16`).
+    HALF,
+    half_on
+);
 
 /// Computes rows `r0..r1` of `out[t * rows + r]` for every activation row.
 ///
@@ -77,10 +79,10 @@ pub(super) unsafe fn matmul_rows(
 ) {
     debug_assert!(w.layout == QuantLayout::Vnni16 && r0.is_multiple_of(16));
     match (w.nibble, !w.dm16.is_empty() && half_on()) {
-        (true, true) => rows_impl::<true, true>(w, &w.qs, r0, r1, a, out),
-        (true, false) => rows_impl::<true, false>(w, &w.qs, r0, r1, a, out),
-        (false, true) => rows_impl::<false, true>(w, &w.qs, r0, r1, a, out),
-        (false, false) => rows_impl::<false, false>(w, &w.qs, r0, r1, a, out),
+        (true, true) => rows_impl::<true, true>(w, r0, r1, a, out),
+        (true, false) => rows_impl::<true, false>(w, r0, r1, a, out),
+        (false, true) => rows_impl::<false, true>(w, r0, r1, a, out),
+        (false, false) => rows_impl::<false, false>(w, r0, r1, a, out),
     }
 }
 
@@ -89,7 +91,6 @@ pub(super) unsafe fn matmul_rows(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn rows_impl<const NIB: bool, const H: bool>(
     w: &QuantMatrix,
-    qs: &[u8],
     r0: usize,
     r1: usize,
     a: &QuantActs,
@@ -128,24 +129,24 @@ unsafe fn rows_impl<const NIB: bool, const H: bool>(
                 let nt = (t1 - t).min(if t8 { 8 } else { 4 });
                 let pf = if t == t0 { pf_groups } else { 0 };
                 match (ng, nt) {
-                    (1, 8) => tile::<1, 8, NIB, H>(w, qs, g, a, t, out, pf),
+                    (1, 8) => tile::<1, 8, NIB, H>(w, g, a, t, out, pf),
                     (1, 5..=7) => {
-                        tile::<1, 4, NIB, H>(w, qs, g, a, t, out, pf);
+                        tile::<1, 4, NIB, H>(w, g, a, t, out, pf);
                         match nt - 4 {
-                            3 => tile::<1, 3, NIB, H>(w, qs, g, a, t + 4, out, 0),
-                            2 => tile::<1, 2, NIB, H>(w, qs, g, a, t + 4, out, 0),
-                            _ => tile::<1, 1, NIB, H>(w, qs, g, a, t + 4, out, 0),
+                            3 => tile::<1, 3, NIB, H>(w, g, a, t + 4, out, 0),
+                            2 => tile::<1, 2, NIB, H>(w, g, a, t + 4, out, 0),
+                            _ => tile::<1, 1, NIB, H>(w, g, a, t + 4, out, 0),
                         }
                     }
-                    (4, _) => tile::<4, 1, NIB, H>(w, qs, g, a, t, out, pf),
-                    (2, 4) => tile::<2, 4, NIB, H>(w, qs, g, a, t, out, pf),
-                    (2, 3) => tile::<2, 3, NIB, H>(w, qs, g, a, t, out, pf),
-                    (2, 2) => tile::<2, 2, NIB, H>(w, qs, g, a, t, out, pf),
-                    (2, _) => tile::<2, 1, NIB, H>(w, qs, g, a, t, out, pf),
-                    (_, 4) => tile::<1, 4, NIB, H>(w, qs, g, a, t, out, pf),
-                    (_, 3) => tile::<1, 3, NIB, H>(w, qs, g, a, t, out, pf),
-                    (_, 2) => tile::<1, 2, NIB, H>(w, qs, g, a, t, out, pf),
-                    _ => tile::<1, 1, NIB, H>(w, qs, g, a, t, out, pf),
+                    (4, _) => tile::<4, 1, NIB, H>(w, g, a, t, out, pf),
+                    (2, 4) => tile::<2, 4, NIB, H>(w, g, a, t, out, pf),
+                    (2, 3) => tile::<2, 3, NIB, H>(w, g, a, t, out, pf),
+                    (2, 2) => tile::<2, 2, NIB, H>(w, g, a, t, out, pf),
+                    (2, _) => tile::<2, 1, NIB, H>(w, g, a, t, out, pf),
+                    (_, 4) => tile::<1, 4, NIB, H>(w, g, a, t, out, pf),
+                    (_, 3) => tile::<1, 3, NIB, H>(w, g, a, t, out, pf),
+                    (_, 2) => tile::<1, 2, NIB, H>(w, g, a, t, out, pf),
+                    _ => tile::<1, 1, NIB, H>(w, g, a, t, out, pf),
                 }
                 t += nt;
             }
@@ -161,10 +162,8 @@ unsafe fn rows_impl<const NIB: bool, const H: bool>(
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn tile<const R: usize, const T: usize, const NIB: bool, const H: bool>(
     w: &QuantMatrix,
-    qs: &[u8],
     g: usize,
     a: &QuantActs,
     t: usize,
@@ -179,7 +178,7 @@ unsafe fn tile<const R: usize, const T: usize, const NIB: bool, const H: bool>(
     for b in (0..w.nbp).step_by(2) {
         for p in 0..pf {
             let grp = g + R + p;
-            let at = qs.as_ptr().add(grp * group_bytes + b / 2 * pair_bytes) as *const i8;
+            let at = w.qs.as_ptr().add(grp * group_bytes + b / 2 * pair_bytes) as *const i8;
             for line in 0..pair_bytes / 64 {
                 _mm_prefetch::<_MM_HINT_T1>(at.add(line * 64));
             }
@@ -196,8 +195,8 @@ unsafe fn tile<const R: usize, const T: usize, const NIB: bool, const H: bool>(
                 }
             }
         }
-        block::<R, T, NIB, H, false>(w, qs, g, a, t, b, &mut acc);
-        block::<R, T, NIB, H, true>(w, qs, g, a, t, b + 1, &mut acc);
+        block::<R, T, NIB, H, false>(w, g, a, t, b, &mut acc);
+        block::<R, T, NIB, H, true>(w, g, a, t, b + 1, &mut acc);
     }
     for i in 0..R {
         let r = (g + i) * 16;
@@ -219,7 +218,6 @@ unsafe fn tile<const R: usize, const T: usize, const NIB: bool, const H: bool>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn block<const R: usize, const T: usize, const NIB: bool, const H: bool, const ODD: bool>(
     w: &QuantMatrix,
-    qs: &[u8],
     g: usize,
     a: &QuantActs,
     t: usize,
@@ -228,7 +226,7 @@ unsafe fn block<const R: usize, const T: usize, const NIB: bool, const H: bool, 
 ) {
     let nbp = w.nbp;
     let mask = _mm512_set1_epi8(0x0F);
-    let (wq, wd, wm) = (qs.as_ptr(), w.d.as_ptr(), w.m.as_ptr());
+    let (wq, wd, wm) = (w.qs.as_ptr(), w.d.as_ptr(), w.m.as_ptr());
     let (aq, ad) = (a.qs.as_ptr() as *const u8, a.d.as_ptr());
     let asum = a.sums(w.exact_sums).as_ptr();
     let mut iacc = [[_mm512_setzero_si512(); T]; R];

@@ -599,7 +599,6 @@ mod tests {
 
     #[test]
     fn f16_scales_hold_the_same_values_and_give_bit_identical_outputs() {
-        use std::sync::atomic::Ordering;
         let (rows, cols) = (40, 224);
         let x = rand_vec(rows * cols, 11);
         for w in [
@@ -624,22 +623,13 @@ mod tests {
             if !Isa::all_supported().contains(&Isa::Avx512Vnni) {
                 continue;
             }
-            let p = PackedMatrix::Quant(q);
-            let pool = ThreadPool::new(2);
-            for n in [1, 2, 3, 4, 5, 8, 13, 64, 70] {
-                let mut acts = QuantActs::default();
-                acts.quantize(&rand_vec(n * cols, n as u64), n, cols);
-                let (mut a, mut b) = (vec![0.0; n * rows], vec![0.0; n * rows]);
-                p.matmul(&pool, Isa::Avx512Vnni, &[], &acts, n, &mut a);
-                super::dot_avx512::HALF.store(false, Ordering::Relaxed);
-                p.matmul(&pool, Isa::Avx512Vnni, &[], &acts, n, &mut b);
-                super::dot_avx512::HALF.store(true, Ordering::Relaxed);
-                assert!(
-                    a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
-                    "{:?} n={n}",
-                    w.dtype
-                );
-            }
+            same_bits_with_switch_off(
+                &PackedMatrix::Quant(q),
+                &super::dot_avx512::HALF,
+                (rows, cols),
+                &[1, 2, 3, 4, 5, 8, 13, 64, 70],
+                &format!("{:?}", w.dtype),
+            );
         }
         // Q8_0 offsets -128d beyond f16's range: no f16 copy, the f32 scales are used.
         let big: Vec<f32> = x.iter().map(|v| v * 1e5).collect();
@@ -652,7 +642,6 @@ mod tests {
 
     #[test]
     fn tile_shapes_give_bit_identical_outputs() {
-        use std::sync::atomic::Ordering;
         if !Isa::all_supported().contains(&Isa::Avx512Vnni) {
             return;
         }
@@ -660,18 +649,37 @@ mod tests {
         let x = rand_vec(rows * cols, 3);
         let w = quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1);
         let p = PackedMatrix::pack(&[&w], Isa::Avx512Vnni).unwrap();
+        same_bits_with_switch_off(
+            &p,
+            &super::dot_avx512::TILE8,
+            (rows, cols),
+            &[8, 13, 15, 32, 47],
+            "Q4_1",
+        );
+    }
+
+    /// The VNNI matmul of `p` at each token count in `ns` gives the same bits with a kernel
+    /// test switch on (as built) and off.
+    fn same_bits_with_switch_off(
+        p: &PackedMatrix,
+        switch: &std::sync::atomic::AtomicBool,
+        (rows, cols): (usize, usize),
+        ns: &[usize],
+        what: &str,
+    ) {
+        use std::sync::atomic::Ordering;
         let pool = ThreadPool::new(2);
-        for n in [8, 13, 15, 32, 47] {
+        for &n in ns {
             let mut acts = QuantActs::default();
             acts.quantize(&rand_vec(n * cols, n as u64), n, cols);
             let (mut a, mut b) = (vec![0.0; n * rows], vec![0.0; n * rows]);
             p.matmul(&pool, Isa::Avx512Vnni, &[], &acts, n, &mut a);
-            super::dot_avx512::TILE8.store(false, Ordering::Relaxed);
+            switch.store(false, Ordering::Relaxed);
             p.matmul(&pool, Isa::Avx512Vnni, &[], &acts, n, &mut b);
-            super::dot_avx512::TILE8.store(true, Ordering::Relaxed);
+            switch.store(true, Ordering::Relaxed);
             assert!(
                 a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
-                "n={n}"
+                "{what} n={n}"
             );
         }
     }
