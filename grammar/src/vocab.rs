@@ -419,6 +419,12 @@ impl TokenVocab {
         if let Some(p) = cache.parts.get(&cls) {
             return p.clone();
         }
+        // A class that meets a full cache, or whose parts would overflow it, is remembered as
+        // `None` too, so that it is not scanned again.
+        if cache.bytes >= CLASS_CACHE_BYTES {
+            cache.parts.insert(cls, None);
+            return None;
+        }
         let mut all_in = vec![0u32; self.mask_words()];
         let mut tails: Vec<(u32, &[u8])> = Vec::new();
         let mut usable = 0usize;
@@ -451,14 +457,15 @@ impl TokenVocab {
                 + tails.nodes.len() * std::mem::size_of::<TrieNode>()
                 + tails.ids.len() * 4;
             if cache.bytes + size > CLASS_CACHE_BYTES {
-                return None;
+                None
+            } else {
+                cache.bytes += size;
+                Some(Arc::new(ClassLoopParts {
+                    all_in,
+                    tails,
+                    skip_root,
+                }))
             }
-            cache.bytes += size;
-            Some(Arc::new(ClassLoopParts {
-                all_in,
-                tails,
-                skip_root,
-            }))
         };
         cache.parts.insert(cls, parts.clone());
         parts
