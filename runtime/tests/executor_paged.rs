@@ -7,6 +7,9 @@ use sglrs_runtime::model::gguf::load_gguf;
 use sglrs_runtime::model::{default_model_path, ModelConfig, ModelWeights};
 use std::sync::OnceLock;
 
+mod common;
+use common::{shared_prefix_tables, tokens};
+
 fn model() -> &'static (ModelConfig, ModelWeights) {
     static M: OnceLock<(ModelConfig, ModelWeights)> = OnceLock::new();
     M.get_or_init(|| {
@@ -24,12 +27,6 @@ fn exec(page_size: usize, pages: usize) -> CpuExecutor {
         ..ExecConfig::default()
     };
     CpuExecutor::new(&m.0, &m.1, &cfg).unwrap()
-}
-
-fn tokens(n: usize, seed: u32) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (i.wrapping_mul(2654435761) ^ seed.wrapping_mul(40503)) % 49000 + 100)
-        .collect()
 }
 
 fn argmax(row: &[f32]) -> u32 {
@@ -192,13 +189,7 @@ fn decode_over_shared_pages_is_bit_identical_to_decoding_alone() {
         let per = (own.iter().max().unwrap() + steps).div_ceil(ps) + 1;
         let shared_pages = shared_tokens / ps;
         let mut ex = exec(ps, shared_pages + n * per);
-        let tables: Vec<Vec<u32>> = (0..n)
-            .map(|i| {
-                (0..shared_pages as u32)
-                    .chain((shared_pages + i * per..shared_pages + (i + 1) * per).map(|p| p as u32))
-                    .collect()
-            })
-            .collect();
+        let tables = shared_prefix_tables(shared_pages, n, per);
         let prefix = tokens(shared_tokens, 77);
         ex.forward(&Batch {
             seqs: vec![SeqChunk {

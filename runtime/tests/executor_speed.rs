@@ -11,11 +11,8 @@ use sglrs_runtime::model::default_model_path;
 use sglrs_runtime::model::gguf::load_gguf;
 use std::time::Instant;
 
-fn tokens(n: usize, seed: u32) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (i.wrapping_mul(2654435761) ^ seed.wrapping_mul(40503)) % 49000 + 100)
-        .collect()
-}
+mod common;
+use common::{shared_prefix_tables, tokens};
 
 /// An executor with `b` sequences whose page tables start with the same `shared / ps` pages
 /// (then `per` pages each), the shared prefix already prefilled through the first table.
@@ -31,14 +28,7 @@ fn over_shared_prefix(
         ..ExecConfig::default()
     };
     let mut ex = CpuExecutor::new(&c, &w, &cfg).unwrap();
-    let tables: Vec<Vec<u32>> = (0..b)
-        .map(|i| {
-            let first = (shared / ps + i * per) as u32;
-            (0..(shared / ps) as u32)
-                .chain(first..first + per as u32)
-                .collect()
-        })
-        .collect();
+    let tables = shared_prefix_tables(shared / ps, b, per);
     let prefix = tokens(shared, 9);
     ex.forward(&Batch {
         seqs: vec![SeqChunk {
