@@ -72,6 +72,21 @@ fn check_here(tok: &common::Tok, m: &Matcher, mask: &mut [u32]) -> Vec<u32> {
     allowed
 }
 
+/// Follows `text` token by token from a fresh matcher of `g`, checking the whole mask
+/// against the byte-by-byte reference at every position (each valid token allowed), and
+/// that the text ends accepting.
+fn check_along(tok: &common::Tok, g: &Arc<CompiledGrammar>, text: &str) {
+    let mut m = Matcher::new(g.clone());
+    let mut mask = vec![0u32; tok.vocab.mask_words()];
+    for id in tok.tokenize(text) {
+        let allowed = check_here(tok, &m, &mut mask);
+        assert!(allowed.contains(&id), "valid token {id} allowed in {text}");
+        m.accept_token(id).unwrap();
+    }
+    check_here(tok, &m, &mut mask);
+    assert!(m.is_accepting());
+}
+
 /// Follows a valid text token by token and checks the whole mask at every position:
 /// declared keys beside undeclared ones, nested "any value" rules, escapes, counted,
 /// pattern and format strings — the configurations whose masks are split per thread.
@@ -82,15 +97,7 @@ fn masks_exact_along_valid_text() {
     for tok in [common::llama3(), common::mistral()].into_iter().flatten() {
         let g = CompiledGrammar::json_schema(schema, tok.vocab.clone(), &CompileOptions::default())
             .unwrap();
-        let mut m = Matcher::new(g);
-        let mut mask = vec![0u32; tok.vocab.mask_words()];
-        for id in tok.tokenize(text) {
-            let allowed = check_here(tok, &m, &mut mask);
-            assert!(allowed.contains(&id), "valid token {id} allowed");
-            m.accept_token(id).unwrap();
-        }
-        check_here(tok, &m, &mut mask);
-        assert!(m.is_accepting());
+        check_along(tok, &g, text);
     }
 }
 
@@ -107,15 +114,7 @@ fn masks_exact_at_many_key_positions() {
     for tok in [common::llama3(), common::mistral()].into_iter().flatten() {
         for opts in [CompileOptions::default(), CompileOptions::flexible()] {
             let g = CompiledGrammar::json_schema(schema, tok.vocab.clone(), &opts).unwrap();
-            let mut m = Matcher::new(g.clone());
-            let mut mask = vec![0u32; tok.vocab.mask_words()];
-            for id in tok.tokenize(text) {
-                let allowed = check_here(tok, &m, &mut mask);
-                assert!(allowed.contains(&id), "valid token {id} allowed");
-                m.accept_token(id).unwrap();
-            }
-            check_here(tok, &m, &mut mask);
-            assert!(m.is_accepting());
+            check_along(tok, &g, text);
             check_walks(tok, &g, 31, 3, 30);
         }
     }
@@ -144,16 +143,8 @@ fn masks_exact_in_character_class_loops() {
     for tok in [common::llama3(), common::mistral()].into_iter().flatten() {
         let g = CompiledGrammar::json_schema(schema, tok.vocab.clone(), &CompileOptions::default())
             .unwrap();
-        let mut mask = vec![0u32; tok.vocab.mask_words()];
         for text in texts {
-            let mut m = Matcher::new(g.clone());
-            for id in tok.tokenize(text) {
-                let allowed = check_here(tok, &m, &mut mask);
-                assert!(allowed.contains(&id), "valid token {id} allowed in {text}");
-                m.accept_token(id).unwrap();
-            }
-            check_here(tok, &m, &mut mask);
-            assert!(m.is_accepting());
+            check_along(tok, &g, text);
         }
         check_walks(tok, &g, 77, 4, 25);
     }
@@ -183,15 +174,7 @@ fn masks_exact_along_long_counted_strings() {
     for tok in [common::llama3(), common::mistral()].into_iter().flatten() {
         let g = CompiledGrammar::json_schema(schema, tok.vocab.clone(), &CompileOptions::default())
             .unwrap();
-        let mut m = Matcher::new(g.clone());
-        let mut mask = vec![0u32; tok.vocab.mask_words()];
-        for id in tok.tokenize(&text) {
-            let allowed = check_here(tok, &m, &mut mask);
-            assert!(allowed.contains(&id), "valid token {id} allowed");
-            m.accept_token(id).unwrap();
-        }
-        check_here(tok, &m, &mut mask);
-        assert!(m.is_accepting());
+        check_along(tok, &g, &text);
         check_walks(tok, &g, 77, 2, 40);
     }
 }
