@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// the quantized kernels. Weights already quantized (GGUF) are kept.
     #[arg(long)]
     pub quantize: Option<Quantize>,
+    /// Longest wait, in ms, for the followers of requests that finished in the same step
+    /// (clients sending their next request), so that their prefills run as one pass; 0 never
+    /// waits. The wait happens only while nothing else is running.
+    #[arg(long, default_value_t = 15)]
+    pub admission_hold_ms: u64,
 }
 
 /// Runs the server until ctrl-c.
@@ -133,6 +138,7 @@ pub fn build_state(args: &ServeArgs, in_process: bool) -> anyhow::Result<Started
         max_context,
         vocab_size,
         jump_forward: !args.disable_jump_forward,
+        admission_hold: std::time::Duration::from_millis(args.admission_hold_ms),
     };
     let num_pages = cfg.num_pages;
     let core = SchedulerCore::new(cfg, tokenizer.clone()).context("configuring the scheduler")?;

@@ -6,6 +6,7 @@
 //! and [`SchedulerCore::poll_event`]. No threads, clocks or channels: time is passed in.
 
 mod admit;
+mod hold;
 
 use super::cache::{CacheStats, PageCache};
 use super::constrain;
@@ -18,7 +19,7 @@ use crate::executor::{Batch, Logits, LogitsWanted, SeqChunk};
 use crate::sampler::{self, LogSoftmax, SamplerState};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Key of one sequence: (request, sample index).
 pub type SeqKey = (RequestId, usize);
@@ -46,6 +47,9 @@ pub struct SchedulerConfig {
     pub vocab_size: usize,
     /// Jump forward over grammar-forced text.
     pub jump_forward: bool,
+    /// Longest wait for the followers of requests that finished together before their
+    /// prefills are admitted (one pass instead of several; `core/hold.rs`). Zero: never wait.
+    pub admission_hold: Duration,
 }
 
 /// One sequence's share of a planned forward pass.
@@ -129,6 +133,10 @@ pub struct SchedulerCore {
     stats: CoreStats,
     mask: Vec<u32>,
     scratch: Vec<f32>,
+    /// Requests finished (not aborted) in the step being handled.
+    finished_in_step: usize,
+    /// The last step in which requests finished (admission hold).
+    burst: Option<hold::FinishBurst>,
 }
 
 const ARRIVAL_BASE: u64 = 1 << 40;
@@ -169,6 +177,8 @@ impl SchedulerCore {
             next_admit: 0,
             stats: CoreStats::default(),
             scratch: Vec::new(),
+            finished_in_step: 0,
+            burst: None,
         })
     }
 
@@ -204,6 +214,7 @@ impl SchedulerCore {
 
     /// Queues a validated request.
     pub fn handle_request(&mut self, req: SchedRequest, _now: Instant) {
+        self.note_arrival();
         let prompt_len = req.input_ids.len();
         let shared = Arc::new(Shared {
             namespace: req.namespace,
@@ -276,7 +287,8 @@ impl SchedulerCore {
 
     /// Plans the next forward pass, allocating pages (evicting and retracting as needed).
     /// `None` when there is nothing to run.
-    pub fn poll_batch(&mut self, _now: Instant) -> Option<PlannedBatch> {
+    pub fn poll_batch(&mut self, now: Instant) -> Option<PlannedBatch> {
+        let hold = self.hold_admission(now);
         let mut budget = self.cfg.max_batch_tokens;
         let mut items: Vec<PlanItem> = Vec::new();
         // Running sequences: decodes first, then continuing prefills, oldest first.
@@ -302,10 +314,17 @@ impl SchedulerCore {
             }
         }
         // Admit waiting sequences.
-        if budget > 0 && self.running.len() < self.cfg.max_running && !self.waiting.is_empty() {
+        if !hold
+            && budget > 0
+            && self.running.len() < self.cfg.max_running
+            && !self.waiting.is_empty()
+        {
             self.admit(&mut budget, &mut items);
         }
         if items.is_empty() {
+            if hold {
+                return None; // admission waits (bounded; see `core/hold.rs`)
+            }
             // Nothing fits: a lone sequence larger than the pool. Fail it rather than spin.
             if let Some(&key) = self.running.first() {
                 self.finish(
@@ -471,7 +490,12 @@ impl SchedulerCore {
     }
 
     /// Applies the logits of a planned batch: advances KV counts, samples, checks stops.
-    pub fn handle_forward(&mut self, plan: PlannedBatch, logits: &Logits, _now: Instant) {
+    pub fn handle_forward(&mut self, plan: PlannedBatch, logits: &Logits, now: Instant) {
+        self.handle_forward_rows(plan, logits);
+        self.note_step_end(now);
+    }
+
+    fn handle_forward_rows(&mut self, plan: PlannedBatch, logits: &Logits) {
         let mut rows_of: Vec<Vec<(usize, usize)>> = vec![Vec::new(); plan.items.len()];
         for (r, &(seq, off)) in logits.rows.iter().enumerate() {
             if let Some(v) = rows_of.get_mut(seq) {
@@ -714,6 +738,7 @@ impl SchedulerCore {
             return;
         }
         let tok = self.tokenizer.clone();
+        let aborted = matches!(reason, FinishReason::Abort(_));
         self.release_pages(key);
         let mut s = self.seqs.remove(&key).expect("checked above");
         self.running.retain(|k| *k != key);
@@ -752,6 +777,9 @@ impl SchedulerCore {
             if *n == 0 {
                 self.alive.remove(&key.0);
                 self.stats.finished_requests += 1;
+                if !aborted {
+                    self.finished_in_step += 1;
+                }
             }
         }
     }

@@ -12,6 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
+/// Longest sleep of the scheduler thread while sequences wait and nothing runs.
+const IDLE_POLL: Duration = Duration::from_millis(5);
+
 /// A message to the scheduler thread.
 pub enum Command {
     /// Queue a request; its events go to the sender.
@@ -128,6 +131,7 @@ pub fn spawn(
                 senders: HashMap::new(),
                 stats: st,
                 totals: Totals::default(),
+                trace: std::env::var_os("SGLRS_TRACE_STEPS").map(|_| Instant::now()),
             }
             .run()
         })
@@ -150,9 +154,31 @@ struct Driver {
     senders: HashMap<RequestId, (mpsc::UnboundedSender<SchedEvent>, usize)>,
     stats: Arc<Mutex<DriverStats>>,
     totals: Totals,
+    /// With `SGLRS_TRACE_STEPS` set: when the thread started; every submit and forward
+    /// pass is then printed to stderr with its time since then.
+    trace: Option<Instant>,
 }
 
 impl Driver {
+    /// One line per forward pass under `SGLRS_TRACE_STEPS`: end time, duration, and
+    /// `request:tokens` per sequence.
+    fn trace_step(&self, start: Instant, plan: &super::core::PlannedBatch) {
+        let Some(t0) = self.trace else {
+            return;
+        };
+        let items: Vec<String> = plan
+            .items
+            .iter()
+            .map(|it| format!("{}:{}", it.key.0, it.tokens.len()))
+            .collect();
+        eprintln!(
+            "step {:.4} s: {:.2} ms, {}",
+            t0.elapsed().as_secs_f64(),
+            start.elapsed().as_secs_f64() * 1e3,
+            items.join(" ")
+        );
+    }
+
     fn run(mut self) {
         loop {
             if self.core.is_idle() {
@@ -180,6 +206,7 @@ impl Driver {
                 Some(plan) => {
                     let t = Instant::now();
                     let result = self.exec.forward(&plan.batch());
+                    self.trace_step(t, &plan);
                     self.totals.seconds += t.elapsed().as_secs_f64();
                     self.totals.steps += 1;
                     self.totals.tokens += plan.num_tokens() as u64;
@@ -189,9 +216,16 @@ impl Driver {
                     }
                 }
                 None => {
-                    // Waiting requests that cannot be admitted yet (memory); do not spin.
+                    // Waiting requests that cannot be admitted yet (memory, or admission
+                    // waiting for more arrivals until a deadline); do not spin.
                     if !self.core.is_idle() && self.core.num_running() == 0 {
-                        if let Ok(cmd) = self.rx.recv_timeout(Duration::from_millis(5)) {
+                        let now = Instant::now();
+                        let wait = self
+                            .core
+                            .admission_deadline(now)
+                            .map_or(IDLE_POLL, |d| d.saturating_duration_since(now))
+                            .min(IDLE_POLL);
+                        if let Ok(cmd) = self.rx.recv_timeout(wait) {
                             self.command(cmd);
                         }
                     }
@@ -205,6 +239,13 @@ impl Driver {
     fn command(&mut self, cmd: Command) {
         match cmd {
             Command::Submit(req, tx) => {
+                if let Some(t0) = self.trace {
+                    eprintln!(
+                        "submit {:.4} s: request {}",
+                        t0.elapsed().as_secs_f64(),
+                        req.id
+                    );
+                }
                 let n = req.n.max(1);
                 self.senders.insert(req.id, (tx, n));
                 self.core.handle_request(*req, Instant::now());

@@ -141,6 +141,7 @@ fn config(num_pages: usize, page_size: usize) -> SchedulerConfig {
         max_context: 128,
         vocab_size: VOCAB,
         jump_forward: true,
+        admission_hold: std::time::Duration::ZERO,
     }
 }
 
@@ -176,10 +177,26 @@ fn run(
     exec: &mut ToyExec,
     aborts: &[(usize, u64)],
 ) -> HashMap<(u64, usize), Out> {
+    run_with(core, exec, aborts, Vec::new())
+}
+
+/// [`run`] on a virtual clock that advances 1 ms per step, with `arrivals`: (step, request)
+/// submitted at the start of that step.
+fn run_with(
+    core: &mut SchedulerCore,
+    exec: &mut ToyExec,
+    aborts: &[(usize, u64)],
+    mut arrivals: Vec<(usize, SchedRequest)>,
+) -> HashMap<(u64, usize), Out> {
     let mut outs: HashMap<(u64, usize), Out> = HashMap::new();
-    let now = Instant::now();
+    let t0 = Instant::now();
     let mut step = 0;
     loop {
+        let now = t0 + std::time::Duration::from_millis(step as u64);
+        while let Some(i) = arrivals.iter().position(|(at, _)| *at <= step) {
+            let (_, r) = arrivals.swap_remove(i);
+            core.handle_request(r, now);
+        }
         for &(at, id) in aborts {
             if at == step {
                 core.handle_abort(id, "test abort");
@@ -219,7 +236,7 @@ fn run(
             }
         }
         step += 1;
-        if core.is_idle() {
+        if core.is_idle() && arrivals.is_empty() {
             break;
         }
         assert!(step < 100_000, "scheduler did not finish");
@@ -409,7 +426,8 @@ proptest! {
 
     /// Differential test against `reference`: random prompts drawn from a few shared
     /// prefixes, random pool sizes (down to heavy retraction), page sizes, budgets, policies
-    /// and aborts. Every request finishes exactly once; unaborted ones match the reference;
+    /// aborts, arrival steps and admission holds (a virtual millisecond per step). Every
+    /// request finishes exactly once; unaborted ones match the reference;
     /// no page or lock leaks.
     #[test]
     fn core_matches_reference(
@@ -417,30 +435,33 @@ proptest! {
         extra_pages in 0usize..40,
         budget in 4usize..40,
         policy in 0u8..3,
-        reqs in prop::collection::vec((0usize..3, prop::collection::vec(1u32..39, 1..12), 0usize..12), 1..10),
+        reqs in prop::collection::vec((0usize..3, prop::collection::vec(1u32..39, 1..12), 0usize..12, 0usize..24), 1..10),
         aborts in prop::collection::vec((0usize..30, 0u64..10), 0..3),
+        hold_ms in 0u64..4,
     ) {
         let prefixes: [Vec<u32>; 3] = [(1..9).collect(), (20..38).collect(), vec![]];
-        let max_len = reqs.iter().map(|(p, s, m)| prefixes[*p].len() + s.len() + m).max().unwrap_or(1);
+        let max_len = reqs.iter().map(|(p, s, m, _)| prefixes[*p].len() + s.len() + m).max().unwrap_or(1);
         let num_pages = max_len.div_ceil(page_size) + 2 + extra_pages;
         let mut cfg = config(num_pages, page_size);
         cfg.max_context = 64;
         cfg.max_batch_tokens = budget;
         cfg.chunked_prefill_size = budget.min(16);
         cfg.policy = [SchedulePolicy::Fcfs, SchedulePolicy::Lpm, SchedulePolicy::DfsWeight][policy as usize];
+        cfg.admission_hold = std::time::Duration::from_millis(hold_ms);
         // A pool that cannot hold a max_context sequence is refused by the core; size the
         // check by this test's real longest sequence instead.
         cfg.num_pages = num_pages.max((cfg.max_context.min(4096) + page_size).div_ceil(page_size));
         let mut c = SchedulerCore::new(cfg.clone(), Arc::new(ToyTok)).unwrap();
         let mut e = ToyExec::new(cfg.num_pages, page_size);
         let mut prompts = Vec::new();
-        for (id, (p, suffix, max_new)) in reqs.iter().enumerate() {
+        let mut arrivals = Vec::new();
+        for (id, (p, suffix, max_new, at)) in reqs.iter().enumerate() {
             let mut prompt = prefixes[*p].clone();
             prompt.extend(suffix);
             prompts.push((prompt.clone(), *max_new));
-            c.handle_request(request(id as u64, prompt, *max_new), Instant::now());
+            arrivals.push((*at, request(id as u64, prompt, *max_new)));
         }
-        let outs = run(&mut c, &mut e, &aborts);
+        let outs = run_with(&mut c, &mut e, &aborts, arrivals);
         let aborted: std::collections::HashSet<u64> = aborts.iter().map(|a| a.1).collect();
         for (id, (prompt, max_new)) in prompts.iter().enumerate() {
             let o = &outs[&(id as u64, 0)];
@@ -455,5 +476,95 @@ proptest! {
         prop_assert_eq!(s.held_locks, 0);
         prop_assert_eq!(s.internal_errors, 0);
         prop_assert_eq!(s.free_pages + s.tree_pages, s.total_pages);
+    }
+}
+
+fn hold_config(hold_ms: u64) -> SchedulerConfig {
+    let mut cfg = config(128, 4);
+    cfg.admission_hold = std::time::Duration::from_millis(hold_ms);
+    cfg
+}
+
+/// Runs every planned pass until the core is idle; returns the plans' item counts.
+fn drain(core: &mut SchedulerCore, exec: &mut ToyExec, now: Instant) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    while let Some(plan) = core.poll_batch(now) {
+        sizes.push(plan.items.len());
+        let logits = exec.forward(&plan.batch()).unwrap();
+        core.handle_forward(plan, &logits, now);
+        while core.poll_event().is_some() {}
+    }
+    sizes
+}
+
+#[test]
+fn followers_of_requests_finishing_together_are_prefilled_in_one_pass() {
+    let ms = std::time::Duration::from_millis;
+    let mut c = SchedulerCore::new(hold_config(10), Arc::new(ToyTok)).unwrap();
+    let mut e = ToyExec::new(128, 4);
+    let t0 = Instant::now();
+    c.handle_request(request(1, vec![3, 4, 5], 3), t0);
+    c.handle_request(request(2, vec![6, 7, 8], 3), t0);
+    // Nothing finished before: no hold; both finish in the same step.
+    assert_eq!(drain(&mut c, &mut e, t0), vec![2, 2, 2]);
+    assert!(c.is_idle());
+    // Two finished together: the first follower waits for the second (bounded).
+    c.handle_request(request(3, vec![9, 10, 11], 2), t0 + ms(1));
+    assert!(c.poll_batch(t0 + ms(1)).is_none());
+    assert_eq!(c.admission_deadline(t0 + ms(1)), Some(t0 + ms(10)));
+    c.handle_request(request(4, vec![12, 13], 2), t0 + ms(3));
+    assert_eq!(c.admission_deadline(t0 + ms(3)), None);
+    let plan = c.poll_batch(t0 + ms(3)).expect("both followers came");
+    assert_eq!(plan.items.len(), 2);
+    let logits = e.forward(&plan.batch()).unwrap();
+    c.handle_forward(plan, &logits, t0 + ms(3));
+    while c.poll_event().is_some() {}
+    assert_eq!(drain(&mut c, &mut e, t0 + ms(4)), vec![2]);
+    // Two finished, one follower only: it is admitted when the hold runs out, not before.
+    c.handle_request(request(5, vec![14, 15, 16], 2), t0 + ms(5));
+    assert!(c.poll_batch(t0 + ms(13)).is_none());
+    let plan = c.poll_batch(t0 + ms(14)).expect("the hold ran out");
+    assert_eq!(plan.items.len(), 1);
+    let logits = e.forward(&plan.batch()).unwrap();
+    c.handle_forward(plan, &logits, t0 + ms(14));
+    let outs = run(&mut c, &mut e, &[]);
+    assert_eq!(outs[&(5, 0)].tokens, reference(&[14, 15, 16], 2));
+    assert_no_leaks(&c);
+}
+
+#[test]
+fn a_newcomer_waits_out_a_last_decode_step_only_with_a_hold() {
+    let ms = std::time::Duration::from_millis;
+    for hold in [0, 10] {
+        let mut c = SchedulerCore::new(hold_config(hold), Arc::new(ToyTok)).unwrap();
+        let mut e = ToyExec::new(128, 4);
+        let t0 = Instant::now();
+        let step = |c: &mut SchedulerCore, e: &mut ToyExec, now: Instant| -> Option<Vec<u64>> {
+            let plan = c.poll_batch(now)?;
+            let keys = plan.items.iter().map(|i| i.key.0).collect();
+            let logits = e.forward(&plan.batch()).unwrap();
+            c.handle_forward(plan, &logits, now);
+            Some(keys)
+        };
+        c.handle_request(request(1, vec![3, 4, 5], 2), t0);
+        assert_eq!(step(&mut c, &mut e, t0), Some(vec![1]));
+        // Request 1 ends with its next token; request 2 arrives now.
+        c.handle_request(request(2, vec![6, 7, 8], 2), t0);
+        if hold == 0 {
+            assert_eq!(step(&mut c, &mut e, t0), Some(vec![1, 2]));
+        } else {
+            assert_eq!(
+                step(&mut c, &mut e, t0),
+                Some(vec![1]),
+                "joins the next pass"
+            );
+            // Request 1 finished at t0: request 2 waits for its follower, at most the hold.
+            assert_eq!(step(&mut c, &mut e, t0 + ms(9)), None);
+            assert_eq!(step(&mut c, &mut e, t0 + ms(10)), Some(vec![2]));
+        }
+        let outs = run(&mut c, &mut e, &[]);
+        assert_eq!(outs[&(1, 0)].tokens, reference(&[3, 4, 5], 2));
+        assert_eq!(outs[&(2, 0)].tokens, reference(&[6, 7, 8], 2));
+        assert_no_leaks(&c);
     }
 }
