@@ -288,7 +288,7 @@ impl SchedulerCore {
     /// Plans the next forward pass, allocating pages (evicting and retracting as needed).
     /// `None` when there is nothing to run.
     pub fn poll_batch(&mut self, now: Instant) -> Option<PlannedBatch> {
-        let hold = self.hold_admission(now);
+        let mut hold = self.hold_admission(now);
         let mut budget = self.cfg.max_batch_tokens;
         let mut items: Vec<PlanItem> = Vec::new();
         // Running sequences: decodes first, then continuing prefills, oldest first.
@@ -313,7 +313,11 @@ impl SchedulerCore {
                 items.push(item);
             }
         }
-        // Admit waiting sequences.
+        // Admit waiting sequences. (A hold while sequences run only delays a step that runs
+        // something; if none of them could be planned, admission goes ahead.)
+        if items.is_empty() && !self.running.is_empty() {
+            hold = false;
+        }
         if !hold
             && budget > 0
             && self.running.len() < self.cfg.max_running
