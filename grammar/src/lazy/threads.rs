@@ -299,6 +299,9 @@ impl Lazy {
     }
 }
 
+/// [`must_pass_byte`] gives up past this many states (the search runs once per thread
+/// parts, but a huge rule would make it cost more than the walk it saves).
+const PASS_MAX_STATES: usize = 4096;
 /// Bytes tried by [`must_pass_byte`], rare in tokens first.
 const PASS_CANDIDATES: [u8; 4] = [b':', b'}', b']', b'"'];
 
@@ -334,6 +337,10 @@ fn must_pass_byte(nfa: &Nfa, q: StateId) -> Option<u8> {
                 if seen.insert(t) {
                     work.push(t);
                 }
+            }
+            if seen.len() > PASS_MAX_STATES {
+                // A large rule: the upper walk is the cheaper bound on its cost.
+                return None;
             }
         }
         return Some(b);
