@@ -167,10 +167,27 @@ pub fn dumps(v: &Value) -> String {
     s
 }
 
+/// CPU time of the calling thread in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux supports.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Follows `ids` then EOS; with `masks`, times `fill_mask` before every token (µs).
 ///
 /// With `SGLRS_BENCH_SLOW_US=N` in the environment, every mask slower than N µs is printed
 /// to stderr with the schema's name and the text before it (to find what makes the tail).
+/// With `SGLRS_BENCH_CPU_TIME=1`, masks are timed by the thread's CPU clock instead of the
+/// wall clock (for A/B comparisons on a loaded machine: time spent preempted is not
+/// counted; the reported figures are otherwise wall-clock).
 fn follow(
     g: &Arc<CompiledGrammar>,
     tok: &BenchTokenizer,
@@ -181,16 +198,20 @@ fn follow(
     let slow_us: Option<f64> = std::env::var("SGLRS_BENCH_SLOW_US")
         .ok()
         .and_then(|v| v.parse().ok());
+    let cpu = std::env::var_os("SGLRS_BENCH_CPU_TIME").is_some();
     let mut m = Matcher::new(g.clone());
     let mut buf = vec![0u32; tok.vocab.mask_words()];
     let mut times = masks;
     for (k, &id) in ids.iter().chain(tok.vocab.eos().iter().take(1)).enumerate() {
         if let Some(t) = times.as_deref_mut() {
-            let t0 = Instant::now();
+            let (t0, c0) = (Instant::now(), cpu.then(thread_cpu_ns));
             if m.fill_mask(&mut buf).is_err() {
                 return false;
             }
-            let us = t0.elapsed().as_secs_f64() * 1e6;
+            let us = match c0 {
+                Some(c0) => thread_cpu_ns().saturating_sub(c0) as f64 / 1e3,
+                None => t0.elapsed().as_secs_f64() * 1e6,
+            };
             t.push(us);
             if slow_us.is_some_and(|s| us > s) {
                 let text: Vec<u8> = ids[..k]

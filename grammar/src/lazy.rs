@@ -26,6 +26,12 @@ pub(crate) const TOP: ConfigId = 1;
 const SENT_UPPER: StateId = u32::MAX;
 /// Return state of a "lower" sentinel frame: a thread returning into it ends.
 const SENT_LOWER: StateId = u32::MAX - 1;
+/// Return state of a "mark" sentinel frame: a thread returning into it becomes the
+/// [`MARK`] thread, which records that the rule has just been left (see [`threads`]).
+const SENT_MARK: StateId = u32::MAX - 2;
+/// State of the thread `(0, MARK)`: it has no moves (it is never stepped) and only marks a
+/// configuration reached in a "mark" world right after a return into its sentinel.
+const MARK: StateId = u32::MAX - 3;
 const UNKNOWN: u32 = u32::MAX;
 const NO_SUCC: u32 = u32::MAX - 1;
 
@@ -119,8 +125,8 @@ pub(crate) struct Lazy {
     mask_bytes: usize,
     mask_budget: usize,
     max_configs: usize,
-    /// Sentinel stacks by (upper, depth) (see [`threads`]).
-    sentinels: FastMap<(bool, u32), u32>,
+    /// Sentinel stacks by (kind, depth) (see [`threads`]).
+    sentinels: FastMap<(StateId, u32), u32>,
     /// Per thread state and stack depth: its frame-independent mask parts (see [`threads`]).
     thread_parts: FastMap<(u32, StateId), threads::ThreadParts>,
     /// Mask of every usable token (the mask of [`TOP`]); empty until first needed.
@@ -128,6 +134,9 @@ pub(crate) struct Lazy {
     /// Per configuration: the characters that lead it back to itself, when they are
     /// enough for the class-loop walk (see [`Lazy::loop_class`]).
     loop_classes: FastMap<ConfigId, Option<CharClass>>,
+    /// Return states of calls to the NFA's key rules ([`Nfa::key_rules`]): a thread whose
+    /// top frame returns to one is inside an "other key" rule (see [`threads`]).
+    key_ret: FastSet<StateId>,
 }
 
 impl Lazy {
@@ -157,6 +166,7 @@ impl Lazy {
             thread_parts: FastMap::default(),
             all_usable: None,
             loop_classes: FastMap::default(),
+            key_ret: FastSet::default(),
         };
         l.push_config(Box::new([]), false, u32::MAX);
         // TOP: a placeholder thread no real configuration has; it is never stepped (its
@@ -190,6 +200,9 @@ impl Lazy {
         }
         let mut min_bytes = if accept { 0 } else { u32::MAX };
         for &(stk, s) in threads {
+            if s == MARK {
+                continue;
+            }
             min_bytes =
                 min_bytes.min(nfa.dist[s as usize].saturating_add(self.stack_cost[stk as usize]));
         }
@@ -225,6 +238,22 @@ impl Lazy {
             .chain_representatives(max_token_len)
             .into_iter()
             .collect();
+    }
+
+    /// Remembers the return states of calls to the NFA's key rules, whose threads take
+    /// their masks in shared parts from their first key position on (see [`threads`]).
+    pub fn mark_key_calls(&mut self, nfa: &Nfa) {
+        if nfa.key_rules.is_empty() {
+            return;
+        }
+        let rules: FastSet<u32> = nfa.key_rules.iter().copied().collect();
+        for st in &nfa.states {
+            for &(r, ret) in &st.calls {
+                if rules.contains(&r) {
+                    self.key_ret.insert(ret);
+                }
+            }
+        }
     }
 
     /// The stack `stk` with chain return states replaced by their representatives.
@@ -352,6 +381,7 @@ impl Lazy {
                         // Returning into a sentinel frame (mask computations only).
                         SENT_UPPER => top = true,
                         SENT_LOWER => {}
+                        SENT_MARK => out.push((0, MARK)),
                         _ => work.push((parent, ret)),
                     }
                 }
@@ -396,6 +426,9 @@ impl Lazy {
         let mut seeds = std::mem::take(&mut self.seeds_buf);
         seeds.clear();
         for &(stk, s) in self.configs[c as usize].threads.iter() {
+            if s == MARK {
+                continue;
+            }
             for &(lo, hi, t) in &nfa.states[s as usize].bytes {
                 if lo <= b && b <= hi {
                     seeds.push((stk, t));
@@ -438,7 +471,11 @@ impl Lazy {
     pub fn next_bytes(&self, nfa: &Nfa, c: ConfigId) -> [u64; 4] {
         let mut set = [0u64; 4];
         for &(_, s) in self.configs[c as usize].threads.iter() {
-            for &(lo, hi, _) in &nfa.states[s as usize].bytes {
+            // Skips the MARK thread (and TOP's placeholder): no moves of their own.
+            let Some(st) = nfa.states.get(s as usize) else {
+                continue;
+            };
+            for &(lo, hi, _) in &st.bytes {
                 for b in lo..=hi {
                     set[(b >> 6) as usize] |= 1u64 << (b & 63);
                 }

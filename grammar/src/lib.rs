@@ -297,6 +297,7 @@ impl CompiledGrammar {
         let nfa = b.finish()?;
         let mut lazy = Lazy::new(opts.mask_cache_bytes, opts.max_configs);
         lazy.share_chain_masks(&nfa, vocab.max_token_len());
+        lazy.mark_key_calls(&nfa);
         let start = lazy.start(&nfa);
         if start == lazy::DEAD {
             return Err(CompileError::Empty);

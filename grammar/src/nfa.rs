@@ -44,6 +44,9 @@ pub(crate) struct Budget {
 pub(crate) struct Builder {
     pub states: Vec<State>,
     pub rules: Vec<Rule>,
+    /// Rules that match one undeclared object property (`"other key": value`), called
+    /// from every key position; the mask code shares their masks between positions.
+    pub key_rules: Vec<RuleId>,
     budget: Budget,
     checks: u32,
 }
@@ -54,6 +57,7 @@ impl Builder {
         Builder {
             states: Vec::new(),
             rules: Vec::new(),
+            key_rules: Vec::new(),
             budget,
             checks: 0,
         }
@@ -161,6 +165,7 @@ impl Builder {
         let mut nfa = Nfa {
             states: self.states,
             rules: self.rules,
+            key_rules: self.key_rules,
             dist: Vec::new(),
             rule_min: Vec::new(),
         };
@@ -175,6 +180,8 @@ impl Builder {
 pub(crate) struct Nfa {
     pub states: Vec<State>,
     pub rules: Vec<Rule>,
+    /// See [`Builder::key_rules`].
+    pub key_rules: Vec<RuleId>,
     /// Fewest bytes from a state to its rule's end (`u32::MAX`: unreachable).
     pub dist: Vec<u32>,
     /// Fewest bytes a rule can match.

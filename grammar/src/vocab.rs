@@ -129,6 +129,9 @@ pub struct TokenVocab {
     /// [`TokenVocab::class_loop_parts`]), built on first use and shared by every grammar
     /// over this vocabulary (clones share it too).
     class_parts: Arc<Mutex<ClassCache>>,
+    /// Per byte: the usable tokens that contain it (see [`TokenVocab::tokens_with_byte`]),
+    /// built on first use and shared like `class_parts`.
+    byte_tokens: Arc<Mutex<HashMap<u8, Arc<[u32]>>>>,
 }
 
 /// A set of characters a configuration loops on: ASCII bytes by bit, and either every
@@ -266,6 +269,7 @@ impl TokenVocab {
             trie,
             max_token_len,
             class_parts: Arc::default(),
+            byte_tokens: Arc::default(),
         })
     }
 
@@ -469,6 +473,23 @@ impl TokenVocab {
         };
         cache.parts.insert(cls, parts.clone());
         parts
+    }
+
+    /// The usable tokens whose bytes contain `b`, in id order (built once per byte and
+    /// cached).
+    pub(crate) fn tokens_with_byte(&self, b: u8) -> Arc<[u32]> {
+        let mut cache = self.byte_tokens.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .entry(b)
+            .or_insert_with(|| {
+                self.tokens
+                    .iter()
+                    .enumerate()
+                    .filter(|(id, t)| self.usable[*id] && t.contains(&b))
+                    .map(|(id, _)| id as u32)
+                    .collect()
+            })
+            .clone()
     }
 
     /// Greedy longest-match tokenization of `bytes` over usable tokens (for tests and for

@@ -359,6 +359,7 @@ impl JsonCompiler<'_> {
             // could return from the wrong one.
             for want in 0..nw as u8 {
                 let r = self.b.new_rule()?;
+                self.b.key_rules.push(r);
                 let rr = self.b.rules[r as usize];
                 let exits = self.other_key(rr.start, &declared, &pats, any, ptr)?;
                 let mut used = false;

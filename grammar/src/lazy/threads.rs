@@ -18,12 +18,28 @@
 //! that never returns below `S`'s top frame exists there; one that does reaches `TOP`). So
 //! `lower ⊆ mask(S, q) ⊆ upper`, and only the *uncertain* tokens `upper \ lower` — those
 //! that leave the thread's rule through its return and go on — are checked against the real
-//! stack, by stepping their bytes. Both parts are ordinary configurations, so their masks
-//! take all the usual fast paths (plain loops, donors, chain representatives).
+//! stack. Both parts are ordinary configurations, so their masks take all the usual fast
+//! paths (plain loops, donors, chain representatives).
+//!
+//! Session 6: the upper mask is no longer walked when a byte `b` must be taken at the rule's
+//! own level on every way from `q` to the rule's end ([`must_pass_byte`]; `:` inside a key):
+//! every uncertain token then contains `b`, and the candidates are the tokens with `b`
+//! outside the lower mask (about a hundred on Llama-3). Each candidate is stepped in a
+//! third, *mark* world, whose sentinel frame turns a returning thread into the [`MARK`]
+//! thread: the positions `j` after which the configuration holds `MARK` are exactly those
+//! where a prefix of the token leaves the rule (for `":12,"`, after `":1` and after
+//! `":12`). A token with no such position is decided by the lower mask alone; the others are
+//! kept with their positions. Under real frames such a token is alive iff, for one of its
+//! positions `j`, the rest after `j` is alive from where the frames return to (the closure
+//! of the members' `(parent, return state)`), which is stepped once per group, instead of
+//! stepping the whole token from the group's threads (the "other key" rule under ~80
+//! stacks in a Snowplow gap, each going on into a value). Threads inside an "other key"
+//! rule (marked by `json/object.rs` through [`Nfa::key_rules`]) are split this way from
+//! the first key position of their object on, whatever the configuration's size.
 
 use std::sync::Arc;
 
-use super::{ConfigId, Lazy, DEAD, SENT_LOWER, SENT_UPPER, TOP};
+use super::{ConfigId, FastSet, Lazy, DEAD, MARK, SENT_LOWER, SENT_MARK, SENT_UPPER, TOP};
 use crate::nfa::{Nfa, StateId};
 use crate::vocab::TokenVocab;
 
@@ -38,6 +54,8 @@ const WIDE_BYTES: u32 = 16;
 /// instead of checking them one by one.
 const MAX_UNCERTAIN: usize = 4096;
 
+/// Not a configuration id: "not computed yet".
+const UNKNOWN_CFG: ConfigId = u32::MAX;
 /// A thread: `(stack, state)`.
 type Thread = (u32, StateId);
 /// What a thread's parts depend on: `(stack depth, state)`.
@@ -48,8 +66,9 @@ type ThreadKey = (u32, StateId);
 pub(crate) struct ThreadParts {
     /// Tokens alive whatever the frames below: the lower sentinel mask.
     lower: Arc<[u32]>,
-    /// Token ids in the upper sentinel mask but not in the lower one.
-    uncertain: Arc<[u32]>,
+    /// The tokens in the upper sentinel mask but not in the lower one, each with every
+    /// position at which a prefix of it leaves the rule (one entry per position).
+    uncertain: Arc<[(u32, u16)]>,
 }
 
 impl Lazy {
@@ -66,18 +85,34 @@ impl Lazy {
         if threads.len() >= SPLIT_MIN_THREADS {
             return wide.next().is_some();
         }
+        // A thread inside an "other key" rule recurs at every key position of its object
+        // (and of every object of the same schema): its parts pay from the first one on
+        // (measured: splitting from the second occurrence on was no better).
+        if wide.clone().any(|&t| self.is_key_thread(t)) {
+            return true;
+        }
         let mut any = false;
         for &(stk, q) in wide {
-            let known = stk != 0
-                && self
-                    .thread_parts
-                    .contains_key(&(self.stacks[stk as usize].2, q));
-            if !known {
+            if !self.parts_known(stk, q) {
                 return false;
             }
             any = true;
         }
         any
+    }
+
+    /// The thread runs at the top level of an "other key" rule (its top frame returns
+    /// from a call to a key rule).
+    fn is_key_thread(&self, (stk, _): Thread) -> bool {
+        stk != 0 && self.key_ret.contains(&self.stacks[stk as usize].1)
+    }
+
+    /// The thread's parts are cached.
+    fn parts_known(&self, stk: u32, q: StateId) -> bool {
+        stk != 0
+            && self
+                .thread_parts
+                .contains_key(&(self.stacks[stk as usize].2, q))
     }
 
     /// Writes the mask of `c` (`out` zeroed) as the union of its threads' masks.
@@ -89,6 +124,7 @@ impl Lazy {
         out: &mut [u32],
     ) {
         let threads = self.configs[c as usize].threads.clone();
+        let many = threads.len() >= SPLIT_MIN_THREADS;
         let mut buf = vec![0u32; out.len()];
         // Threads at one state under stacks of one depth share their parts (e.g. the
         // "other key" rule called from every property-count track): one group each.
@@ -99,7 +135,10 @@ impl Lazy {
         let mut rest: Vec<Thread> = Vec::new();
         for &(stk, q) in threads.iter() {
             let key = (self.stacks[stk as usize].2, q);
-            if !is_wide(nfa, q) {
+            let parted = many || self.is_key_thread((stk, q)) || self.parts_known(stk, q);
+            if !is_wide(nfa, q) || (stk != 0 && !parted) {
+                // Narrow, or a wide thread whose parts would not pay (e.g. the trie of the
+                // declared keys not yet written beside the "other key" rule).
                 rest.push((stk, q));
             } else if stk == 0 {
                 // The thread alone (one thread: never split again).
@@ -129,17 +168,25 @@ impl Lazy {
                 continue;
             }
             or_into(out, &p.lower);
-            // The group under its real stacks (sorted: `threads` is), interned on first use.
-            let mut real = DEAD;
-            for &id in p.uncertain.iter() {
+            // An uncertain token is alive iff, after one of its return points, the rest of
+            // it is alive from where the members return to (interned on first use).
+            let mut back = UNKNOWN_CFG;
+            for &(id, j) in p.uncertain.iter() {
                 if out[(id >> 5) as usize] >> (id & 31) & 1 == 1 {
                     continue;
                 }
-                if real == DEAD {
-                    real = self.intern(nfa, &members, false);
+                if back == UNKNOWN_CFG {
+                    let seeds: Vec<Thread> = members
+                        .iter()
+                        .map(|&(stk, _)| {
+                            let (parent, ret, _) = self.stacks[stk as usize];
+                            (parent, ret)
+                        })
+                        .collect();
+                    back = self.closure(nfa, &seeds);
                 }
                 let bytes = vocab.token_bytes(id).unwrap_or(&[]);
-                if self.step_bytes(nfa, real, bytes) != DEAD {
+                if back != DEAD && self.step_bytes(nfa, back, &bytes[j as usize..]) != DEAD {
                     out[(id >> 5) as usize] |= 1u32 << (id & 31);
                 }
             }
@@ -160,19 +207,54 @@ impl Lazy {
         }
         let words = vocab.mask_words();
         let mut lower = vec![0u32; words];
-        let mut upper = vec![0u32; words];
-        let lo = self.sentinel_stack(false, depth);
+        let lo = self.sentinel_stack(SENT_LOWER, depth);
         let lo_cfg = self.intern(nfa, &[(lo, q)], false);
         self.fill_mask(nfa, vocab, lo_cfg, &mut lower);
-        let up = self.sentinel_stack(true, depth);
-        let z = self.intern(nfa, &[(up, q)], false);
-        self.fill_mask(nfa, vocab, z, &mut upper);
-        let mut uncertain = Vec::new();
-        for (w, (&u, &l)) in upper.iter().zip(&lower).enumerate() {
-            let mut x = u & !l;
-            while x != 0 {
-                uncertain.push((w as u32) << 5 | x.trailing_zeros());
-                x &= x - 1;
+        // Candidates: a superset of `upper \ lower` (tokens that can leave the rule).
+        let candidates: Vec<u32> = match must_pass_byte(nfa, q) {
+            // Every token that leaves the rule contains `b`: no upper walk needed.
+            Some(b) => vocab
+                .tokens_with_byte(b)
+                .iter()
+                .copied()
+                .filter(|&id| lower[(id >> 5) as usize] >> (id & 31) & 1 == 0)
+                .collect(),
+            None => {
+                let mut upper = vec![0u32; words];
+                let up = self.sentinel_stack(SENT_UPPER, depth);
+                let z = self.intern(nfa, &[(up, q)], false);
+                self.fill_mask(nfa, vocab, z, &mut upper);
+                let mut ids = Vec::new();
+                for (w, (&u, &l)) in upper.iter().zip(&lower).enumerate() {
+                    let mut x = u & !l;
+                    while x != 0 {
+                        ids.push((w as u32) << 5 | x.trailing_zeros());
+                        x &= x - 1;
+                    }
+                }
+                ids
+            }
+        };
+        // Their return points, found in the mark world: a token none of whose prefixes
+        // leaves the rule is decided by the lower mask alone.
+        let mk = self.sentinel_stack(SENT_MARK, depth);
+        let m0 = self.intern(nfa, &[(mk, q)], false);
+        let mut uncertain: Vec<(u32, u16)> = Vec::new();
+        for id in candidates {
+            let bytes = vocab.token_bytes(id).unwrap_or(&[]);
+            let mut x = m0;
+            for (j, &b) in bytes.iter().enumerate() {
+                x = self.step(nfa, x, b);
+                if x == DEAD {
+                    break;
+                }
+                if self.configs[x as usize]
+                    .threads
+                    .binary_search(&(0, MARK))
+                    .is_ok()
+                {
+                    uncertain.push((id, (j + 1) as u16));
+                }
             }
         }
         // Share the lower configuration's cached mask when there is one (no extra memory);
@@ -181,7 +263,7 @@ impl Lazy {
             Some(m) => m.clone(),
             None => Arc::from(lower),
         };
-        self.mask_bytes += uncertain.len() * 4;
+        self.mask_bytes += uncertain.len() * 8;
         let p = ThreadParts {
             lower,
             uncertain: Arc::from(uncertain),
@@ -190,17 +272,17 @@ impl Lazy {
         p
     }
 
-    /// The sentinel stack of this kind at this depth (its frame's return state is
-    /// [`SENT_UPPER`] or [`SENT_LOWER`]; the same depth keeps the depth limit exact).
-    fn sentinel_stack(&mut self, upper: bool, depth: u32) -> u32 {
-        if let Some(&s) = self.sentinels.get(&(upper, depth)) {
+    /// The sentinel stack of this kind (its frame's return state: [`SENT_UPPER`],
+    /// [`SENT_LOWER`] or [`SENT_MARK`]) at this depth (the same depth keeps the depth limit
+    /// exact).
+    fn sentinel_stack(&mut self, kind: StateId, depth: u32) -> u32 {
+        if let Some(&s) = self.sentinels.get(&(kind, depth)) {
             return s;
         }
         let id = self.stacks.len() as u32;
-        let ret = if upper { SENT_UPPER } else { SENT_LOWER };
-        self.stacks.push((0, ret, depth));
+        self.stacks.push((0, kind, depth));
         self.stack_cost.push(0);
-        self.sentinels.insert((upper, depth), id);
+        self.sentinels.insert((kind, depth), id);
         id
     }
 
@@ -215,6 +297,55 @@ impl Lazy {
         self.all_usable = Some(m.clone());
         m
     }
+}
+
+/// [`must_pass_byte`] gives up past this many states (the search runs once per thread
+/// parts, but a huge rule would make it cost more than the walk it saves).
+const PASS_MAX_STATES: usize = 4096;
+/// Bytes tried by [`must_pass_byte`], rare in tokens first.
+const PASS_CANDIDATES: [u8; 4] = [b':', b'}', b']', b'"'];
+
+/// A byte that every path from `q` to the end of its rule consumes at the rule's own level,
+/// if one of [`PASS_CANDIDATES`] is: then a token can return from the rule (from any stack)
+/// only if it contains that byte. Calls are assumed to match anything without it (the
+/// search ignores what they consume), so the answer is conservative.
+fn must_pass_byte(nfa: &Nfa, q: StateId) -> Option<u8> {
+    let mut seen: FastSet<StateId> = FastSet::default();
+    let mut work: Vec<StateId> = Vec::new();
+    'cand: for &b in &PASS_CANDIDATES {
+        seen.clear();
+        work.clear();
+        work.push(q);
+        seen.insert(q);
+        while let Some(s) = work.pop() {
+            let st = &nfa.states[s as usize];
+            if st.end_of.is_some() {
+                continue 'cand;
+            }
+            let next = st
+                .eps
+                .iter()
+                .copied()
+                .chain(st.calls.iter().map(|&(_, ret)| ret))
+                .chain(
+                    st.bytes
+                        .iter()
+                        .filter(|&&(lo, hi, _)| !(lo == b && hi == b))
+                        .map(|&(_, _, t)| t),
+                );
+            for t in next {
+                if seen.insert(t) {
+                    work.push(t);
+                }
+            }
+            if seen.len() > PASS_MAX_STATES {
+                // A large rule: the upper walk is the cheaper bound on its cost.
+                return None;
+            }
+        }
+        return Some(b);
+    }
+    None
 }
 
 /// Whether at least [`WIDE_BYTES`] printable ASCII bytes move state `q`.

@@ -1,0 +1,218 @@
+//! Masks at key positions of objects that allow undeclared keys are exact.
+//!
+//! There the "other key" rule's thread takes its mask in shared parts from the first key
+//! position on (`lazy/threads.rs`): the mask under sentinel frames, plus the few tokens that
+//! leave the rule (finish the key, the colon and a whole value) and go on, each with every
+//! position at which a prefix of it can leave the rule, checked against where the real
+//! frames return to. A small vocabulary of the 256 bytes plus tokens made to cross that
+//! return in every way (`":12,"` leaves the rule after `1` and after `12`; only the second
+//! goes on) is checked token by token against feeding the bytes one at a time, at every
+//! position of valid texts and on random walks; so is Llama-3's vocabulary.
+
+mod common;
+
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher, TokenVocab};
+
+/// Tokens that cross the end of an undeclared property (or stop just before or at it).
+const CROSSING: &[&str] = &[
+    "\":",
+    "\":\"",
+    "\":\"\"",
+    "\":\"\",",
+    "\":\"\",\"",
+    "\":\"\"}",
+    "\":1",
+    "\":1,",
+    "\":1,\"",
+    "\":12,\"",
+    "\":123}",
+    "\":1}",
+    "\":1}}",
+    "\":1},\"",
+    "\":[],\"",
+    "\":[1],\"al",
+    "\":{}}",
+    "\":{},\"",
+    "\":null,\"a",
+    "\":true}",
+    "\":-1.5e3,\"",
+    "1,\"",
+    "12,\"be",
+    "2}",
+    "x\":1,\"",
+    "x\":12}",
+    ":1,\"",
+    "\":\"v\",\"alpha\":\"",
+    "\": 1, \"",
+    "\" : 1 ,\n \"",
+    ",\"",
+    ",\n  \"",
+    "\"x",
+    "\"x_",
+    "x_",
+    "al",
+    "alp",
+    "alpha",
+    "\"alpha\"",
+    "alpha\":",
+    "alpha\":\"",
+    "be",
+    "beta",
+    "beta\":1,\"",
+    "gam",
+    "gamma\":true}",
+    "k1\":1,\"",
+    "\"}",
+    "\"},{\"",
+    "}]",
+    "\",\"",
+    "\\u00",
+    "é",
+];
+
+/// Objects whose key positions mix declared keys (in any order for small objects, in
+/// schema order for larger ones) with undeclared ones: values of every kind, nested,
+/// in arrays (the same parts under other stacks), counted, and with key patterns.
+const SCHEMAS: &[&str] = &[
+    r#"{"type":"object","properties":{"alpha":{"type":"string"},"beta":{"type":"integer"}},"required":["alpha"]}"#,
+    r#"{"type":"object","properties":{"alpha":{"type":"string"},"beta":{"type":"integer"},"gamma":{"type":"boolean"}},"additionalProperties":{"type":"integer"}}"#,
+    r#"{"type":"array","items":{"type":"object","properties":{"alpha":{"type":"string"},"beta":{"type":"integer"},"k1":{"type":"integer"}},"additionalProperties":true}}"#,
+    r#"{"type":"object","properties":{"alpha":{"type":"object","properties":{"beta":{"type":"integer"},"gamma":{"type":"boolean"}}},"k1":{"type":"integer"}},"maxProperties":4}"#,
+    r#"{"type":"object","properties":{"alpha":{"type":"string"},"beta":{"type":"integer"}},"patternProperties":{"^x_":{"type":"integer"}},"additionalProperties":false}"#,
+    r#"{"type":"object","properties":{"k1":{"type":"integer"},"k2":{"type":"string"},"k3":{"type":"boolean"},"k4":{"type":"integer"},"k5":{"type":"null"},"k6":{"type":"string"},"k7":{"type":"integer"},"k8":{"type":"string"},"k9":{"type":"integer"},"alpha":{"type":"string"},"beta":{"type":"integer"},"gamma":{"type":"boolean"}}}"#,
+];
+
+/// A valid text per schema (compact), through declared and undeclared keys (declared ones
+/// in schema order: not every object here is compiled with its keys in any order).
+const TEXTS: &[&str] = &[
+    r#"{"x":12,"alpha":"v","y":"","beta":1,"z":[1],"w":{},"v":null}"#,
+    r#"{"alpha":"","x":1,"beta":12,"gamma":true,"y":123}"#,
+    r#"[{"alpha":"v","x":1},{"x":"","beta":12,"y":{"a":[]}},{"alpha":"","z":true,"k1":1}]"#,
+    r#"{"x":1,"alpha":{"beta":12,"y":"","gamma":false},"z":-1.5e3}"#,
+    r#"{"x_a":12,"alpha":"v","x_":1,"beta":2}"#,
+    r#"{"k1":1,"x":12,"k2":"","k4":4,"y":"","k7":1,"alpha":"v","z":1,"gamma":true}"#,
+];
+
+/// The 256 single bytes, EOS (id 0) and the [`CROSSING`] tokens.
+fn crossing_vocab() -> Arc<TokenVocab> {
+    let mut toks: Vec<Vec<u8>> = vec![Vec::new()];
+    toks.extend((0u8..=255).map(|b| vec![b]));
+    toks.extend(CROSSING.iter().map(|t| t.as_bytes().to_vec()));
+    Arc::new(TokenVocab::new(toks, &[], &[0]).unwrap())
+}
+
+/// Checks every token's mask bit at `m` against feeding its bytes one at a time; returns
+/// the allowed tokens.
+fn check_here(vocab: &TokenVocab, m: &Matcher, mask: &mut [u32], at: &[u8]) -> Vec<u32> {
+    m.fill_mask(mask).unwrap();
+    let mut allowed = Vec::new();
+    for id in 0..vocab.len() as u32 {
+        let bit = mask[(id / 32) as usize] >> (id % 32) & 1 == 1;
+        let want = if vocab.eos().contains(&id) {
+            m.is_accepting()
+        } else if !vocab.is_usable(id) {
+            false
+        } else {
+            let mut r = m.clone();
+            vocab
+                .token_bytes(id)
+                .unwrap()
+                .iter()
+                .all(|&b| r.try_advance_bytes(&[b]))
+        };
+        assert_eq!(
+            bit,
+            want,
+            "token {id} {:?} after {:?}",
+            String::from_utf8_lossy(vocab.token_bytes(id).unwrap()),
+            String::from_utf8_lossy(at)
+        );
+        if bit {
+            allowed.push(id);
+        }
+    }
+    allowed
+}
+
+/// Follows `ids` from a fresh matcher, checking the whole mask at every position, then
+/// takes random allowed tokens for `extra` more steps.
+fn check_path(vocab: &TokenVocab, g: &Arc<CompiledGrammar>, ids: &[u32], seed: u64, extra: usize) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut m = Matcher::new(g.clone());
+    let mut mask = vec![0u32; vocab.mask_words()];
+    let mut text: Vec<u8> = Vec::new();
+    for &id in ids {
+        let allowed = check_here(vocab, &m, &mut mask, &text);
+        assert!(
+            allowed.contains(&id),
+            "valid token {:?} allowed after {:?}",
+            String::from_utf8_lossy(vocab.token_bytes(id).unwrap()),
+            String::from_utf8_lossy(&text)
+        );
+        m.accept_token(id).unwrap();
+        text.extend_from_slice(vocab.token_bytes(id).unwrap());
+    }
+    for _ in 0..extra {
+        let allowed = check_here(vocab, &m, &mut mask, &text);
+        if m.is_finished() || allowed.is_empty() {
+            break;
+        }
+        let id = allowed[rng.random_range(0..allowed.len())];
+        m.accept_token(id).unwrap();
+        text.extend_from_slice(vocab.token_bytes(id).unwrap_or(&[]));
+    }
+}
+
+/// Greedy longest-match tokenization of `text`, cut before its last `cut` bytes (the
+/// random walk goes on from there).
+fn prefix_ids(vocab: &TokenVocab, text: &str, cut: usize) -> Vec<u32> {
+    vocab
+        .greedy_tokenize(&text.as_bytes()[..text.len() - cut])
+        .expect("every byte has a token")
+}
+
+#[test]
+fn masks_exact_at_key_positions_with_crossing_tokens() {
+    let vocab = crossing_vocab();
+    for opts in [CompileOptions::default(), CompileOptions::flexible()] {
+        for (i, (schema, text)) in SCHEMAS.iter().zip(TEXTS).enumerate() {
+            let g = CompiledGrammar::json_schema(schema, vocab.clone(), &opts).unwrap();
+            // The whole text, then prefixes ending at several key positions with random
+            // walks from there (fresh grammars: the parts are built at different gaps).
+            check_path(&vocab, &g, &prefix_ids(&vocab, text, 0), 0, 0);
+            for (k, cut) in [text.len() / 3, text.len() / 2, 2].into_iter().enumerate() {
+                let g = CompiledGrammar::json_schema(schema, vocab.clone(), &opts).unwrap();
+                check_path(
+                    &vocab,
+                    &g,
+                    &prefix_ids(&vocab, text, cut),
+                    (i * 7 + k) as u64,
+                    25,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn masks_exact_at_key_positions_llama3() {
+    let Some(tok) = common::llama3() else { return };
+    let vocab = &tok.vocab;
+    for (i, (schema, text)) in SCHEMAS.iter().zip(TEXTS).enumerate() {
+        let g = CompiledGrammar::json_schema(schema, vocab.clone(), &CompileOptions::default())
+            .unwrap();
+        check_path(vocab, &g, &tok.tokenize(text), 0, 0);
+        let g = CompiledGrammar::json_schema(schema, vocab.clone(), &CompileOptions::default())
+            .unwrap();
+        check_path(
+            vocab,
+            &g,
+            &tok.tokenize(&text[..text.len() / 2]),
+            i as u64,
+            20,
+        );
+    }
+}
