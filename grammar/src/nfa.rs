@@ -44,6 +44,9 @@ pub(crate) struct Budget {
 pub(crate) struct Builder {
     pub states: Vec<State>,
     pub rules: Vec<Rule>,
+    /// `[lo, hi)` state ranges that are the string bodies of `uniqueItems` array items
+    /// (`json/unique.rs`); the matcher enforces the uniqueness there.
+    pub unique_ranges: Vec<(StateId, StateId)>,
     budget: Budget,
     checks: u32,
 }
@@ -54,6 +57,7 @@ impl Builder {
         Builder {
             states: Vec::new(),
             rules: Vec::new(),
+            unique_ranges: Vec::new(),
             budget,
             checks: 0,
         }
@@ -161,6 +165,7 @@ impl Builder {
         let mut nfa = Nfa {
             states: self.states,
             rules: self.rules,
+            unique_ranges: self.unique_ranges,
             dist: Vec::new(),
             rule_min: Vec::new(),
         };
@@ -175,6 +180,8 @@ impl Builder {
 pub(crate) struct Nfa {
     pub states: Vec<State>,
     pub rules: Vec<Rule>,
+    /// See [`Builder::unique_ranges`] (sorted, disjoint).
+    pub unique_ranges: Vec<(StateId, StateId)>,
     /// Fewest bytes from a state to its rule's end (`u32::MAX`: unreachable).
     pub dist: Vec<u32>,
     /// Fewest bytes a rule can match.
@@ -182,6 +189,12 @@ pub(crate) struct Nfa {
 }
 
 impl Nfa {
+    /// True when `s` is inside the string body of a `uniqueItems` item.
+    pub fn in_unique(&self, s: StateId) -> bool {
+        let i = self.unique_ranges.partition_point(|&(lo, _)| lo <= s);
+        i > 0 && s < self.unique_ranges[i - 1].1
+    }
+
     /// Return states of long counted call chains that are interchangeable for any text of
     /// at most `horizon` bytes, mapped to one representative (see [`crate::lazy`]).
     ///
