@@ -61,6 +61,7 @@ mod lazy;
 mod matcher;
 mod nfa;
 mod regex;
+mod unique;
 mod vocab;
 
 use std::sync::{Arc, Mutex};
@@ -265,6 +266,8 @@ pub struct CompiledGrammar {
     vocab: Arc<TokenVocab>,
     lazy: Mutex<Lazy>,
     start: ConfigId,
+    /// Tokens with two or more `"` (built on first use by grammars with unique items).
+    multi_quote: std::sync::OnceLock<Vec<u32>>,
 }
 
 impl CompiledGrammar {
@@ -307,6 +310,7 @@ impl CompiledGrammar {
             vocab,
             lazy: Mutex::new(lazy),
             start,
+            multi_quote: std::sync::OnceLock::new(),
         }))
     }
 
@@ -412,6 +416,16 @@ impl CompiledGrammar {
 
     pub(crate) fn start_config(&self) -> ConfigId {
         self.start
+    }
+
+    /// True when matching must enforce `uniqueItems` on string items (`unique.rs`).
+    pub(crate) fn has_unique(&self) -> bool {
+        !self.nfa.unique_ranges.is_empty()
+    }
+
+    pub(crate) fn multi_quote(&self) -> &[u32] {
+        self.multi_quote
+            .get_or_init(|| unique::multi_quote_tokens(&self.vocab))
     }
 
     pub(crate) fn with_lazy<R>(&self, f: impl FnOnce(&Nfa, &mut Lazy) -> R) -> R {

@@ -3,7 +3,16 @@
 use std::sync::Arc;
 
 use crate::lazy::{ConfigId, DEAD};
+use crate::unique::{self, JsonTracker};
 use crate::{CompiledGrammar, MatchError};
+
+/// The text so far, for grammars that enforce `uniqueItems` on strings (`crate::unique`).
+#[derive(Debug, Clone, Default)]
+struct UniqueText {
+    tracker: JsonTracker,
+    /// Tracker length at each history entry.
+    marks: Vec<usize>,
+}
 
 /// Per-request state over a shared [`CompiledGrammar`]: cheap to create, owns its history.
 ///
@@ -16,17 +25,25 @@ pub struct Matcher {
     /// EOS was accepted (it is the last history entry).
     ended: bool,
     error: Option<MatchError>,
+    uniq: Option<Box<UniqueText>>,
 }
 
 impl Matcher {
     /// A matcher at the start of the grammar.
     pub fn new(grammar: Arc<CompiledGrammar>) -> Self {
         let start = grammar.start_config();
+        let uniq = grammar.has_unique().then(|| {
+            Box::new(UniqueText {
+                tracker: JsonTracker::default(),
+                marks: vec![0],
+            })
+        });
         Matcher {
             grammar,
             history: vec![start],
             ended: false,
             error: None,
+            uniq,
         }
     }
 
@@ -64,6 +81,11 @@ impl Matcher {
         let c = self.current();
         let accept = self.grammar.with_lazy(|nfa, lazy| {
             lazy.fill_mask(nfa, vocab, c, mask);
+            if let Some(u) = &self.uniq {
+                let mut t = u.tracker.clone();
+                let mq = self.grammar.multi_quote();
+                unique::refine_mask(nfa, lazy, vocab, mq, c, &mut t, &mut mask[..words]);
+            }
             lazy.configs[c as usize].accept
         });
         if accept {
@@ -90,8 +112,34 @@ impl Matcher {
             return false;
         }
         let bytes = vocab.token_bytes(token).unwrap_or(&[]);
-        self.grammar
-            .with_lazy(|nfa, lazy| lazy.step_bytes(nfa, c, bytes) != DEAD)
+        self.grammar.with_lazy(|nfa, lazy| match &self.uniq {
+            Some(u) => unique::allows(nfa, lazy, c, &mut u.tracker.clone(), bytes),
+            None => lazy.step_bytes(nfa, c, bytes) != DEAD,
+        })
+    }
+
+    /// Follows `bytes` from `c` (tracking the text when the grammar needs it); `DEAD` leaves
+    /// the tracker as it was.
+    fn advance(&mut self, c: ConfigId, bytes: &[u8]) -> ConfigId {
+        let uniq = &mut self.uniq;
+        self.grammar.with_lazy(|nfa, lazy| match uniq {
+            Some(u) => {
+                let cp = u.tracker.checkpoint();
+                let n = unique::advance(nfa, lazy, c, &mut u.tracker, bytes);
+                if n == DEAD {
+                    u.tracker.restore(cp);
+                }
+                n
+            }
+            None => lazy.step_bytes(nfa, c, bytes),
+        })
+    }
+
+    fn push_history(&mut self, c: ConfigId) {
+        self.history.push(c);
+        if let Some(u) = &mut self.uniq {
+            u.marks.push(u.tracker.len());
+        }
     }
 
     /// Accepts one token. A token the grammar does not allow puts the matcher in its
@@ -112,7 +160,7 @@ impl Matcher {
                 .grammar
                 .with_lazy(|_, lazy| lazy.configs[c as usize].accept);
             if accept {
-                self.history.push(c);
+                self.push_history(c);
                 self.ended = true;
                 return Ok(());
             }
@@ -124,9 +172,9 @@ impl Matcher {
             return Err(e);
         }
         let next = if vocab.is_usable(token) {
+            let vocab = vocab.clone();
             let bytes = vocab.token_bytes(token).unwrap_or(&[]);
-            self.grammar
-                .with_lazy(|nfa, lazy| lazy.step_bytes(nfa, c, bytes))
+            self.advance(c, bytes)
         } else {
             DEAD
         };
@@ -138,7 +186,7 @@ impl Matcher {
             self.error = Some(e.clone());
             return Err(e);
         }
-        self.history.push(next);
+        self.push_history(next);
         Ok(())
     }
 
@@ -149,13 +197,11 @@ impl Matcher {
             return false;
         }
         let c = self.current();
-        let n = self
-            .grammar
-            .with_lazy(|nfa, lazy| lazy.step_bytes(nfa, c, bytes));
+        let n = self.advance(c, bytes);
         if n == DEAD {
             return false;
         }
-        self.history.push(n);
+        self.push_history(n);
         true
     }
 
@@ -171,6 +217,11 @@ impl Matcher {
         for _ in 0..n {
             self.history.pop();
             self.ended = false;
+        }
+        if let Some(u) = &mut self.uniq {
+            u.marks.truncate(self.history.len());
+            let len = u.marks.last().copied().unwrap_or(0);
+            u.tracker.truncate(len);
         }
         Ok(())
     }
@@ -235,6 +286,21 @@ impl Matcher {
                     break;
                 }
             }
+            // Forced text never closes a repeated item (item bodies always have other
+            // completions), but check: keep only what the full rules allow.
+            if let Some(u) = &self.uniq {
+                let mut t = u.tracker.clone();
+                let mut cfg = self.current();
+                let mut keep = 0;
+                for &b in &out {
+                    cfg = unique::advance(nfa, lazy, cfg, &mut t, &[b]);
+                    if cfg == DEAD {
+                        break;
+                    }
+                    keep += 1;
+                }
+                out.truncate(keep);
+            }
         });
         out
     }
@@ -271,11 +337,24 @@ impl Matcher {
             return out;
         }
         let mut c = self.current();
+        let mut tracker = self.uniq.as_ref().map(|u| u.tracker.clone());
         self.grammar.with_lazy(|nfa, lazy| {
             while out.len() < 1 << 16 {
                 let m = lazy.configs[c as usize].min_bytes;
                 if m == 0 || m == u32::MAX {
                     break;
+                }
+                // With unique items, a closing quote that would repeat an item is replaced
+                // by a character no earlier item has here (one byte longer than shortest).
+                if let Some(t) = &mut tracker {
+                    if let Some(b) = unique::distinguishing_byte(nfa, lazy, c, t) {
+                        c = unique::advance(nfa, lazy, c, t, &[b]);
+                        if c == DEAD {
+                            break;
+                        }
+                        out.push(b);
+                        continue;
+                    }
                 }
                 let set = lazy.next_bytes(nfa, c);
                 let mut found = None;
@@ -295,6 +374,9 @@ impl Matcher {
                     Some((b, n)) => {
                         out.push(b);
                         c = n;
+                        if let Some(t) = &mut tracker {
+                            t.push(b);
+                        }
                     }
                     None => break,
                 }

@@ -47,6 +47,9 @@ pub(crate) struct Builder {
     /// Rules that match one undeclared object property (`"other key": value`), called
     /// from every key position; the mask code shares their masks between positions.
     pub key_rules: Vec<RuleId>,
+    /// `[lo, hi)` state ranges that are the string bodies of `uniqueItems` array items
+    /// (`json/unique.rs`); the matcher enforces the uniqueness there.
+    pub unique_ranges: Vec<(StateId, StateId)>,
     budget: Budget,
     checks: u32,
 }
@@ -58,6 +61,7 @@ impl Builder {
             states: Vec::new(),
             rules: Vec::new(),
             key_rules: Vec::new(),
+            unique_ranges: Vec::new(),
             budget,
             checks: 0,
         }
@@ -166,6 +170,7 @@ impl Builder {
             states: self.states,
             rules: self.rules,
             key_rules: self.key_rules,
+            unique_ranges: self.unique_ranges,
             dist: Vec::new(),
             rule_min: Vec::new(),
         };
@@ -182,6 +187,8 @@ pub(crate) struct Nfa {
     pub rules: Vec<Rule>,
     /// See [`Builder::key_rules`].
     pub key_rules: Vec<RuleId>,
+    /// See [`Builder::unique_ranges`] (sorted, disjoint).
+    pub unique_ranges: Vec<(StateId, StateId)>,
     /// Fewest bytes from a state to its rule's end (`u32::MAX`: unreachable).
     pub dist: Vec<u32>,
     /// Fewest bytes a rule can match.
@@ -189,6 +196,12 @@ pub(crate) struct Nfa {
 }
 
 impl Nfa {
+    /// True when `s` is inside the string body of a `uniqueItems` item.
+    pub fn in_unique(&self, s: StateId) -> bool {
+        let i = self.unique_ranges.partition_point(|&(lo, _)| lo <= s);
+        i > 0 && s < self.unique_ranges[i - 1].1
+    }
+
     /// Return states of long counted call chains that are interchangeable for any text of
     /// at most `horizon` bytes, mapped to one representative (see [`crate::lazy`]).
     ///

@@ -17,6 +17,7 @@ mod numbers;
 mod object;
 mod switch;
 mod types;
+mod unique;
 
 use std::collections::HashMap;
 

@@ -372,6 +372,9 @@ impl JsonCompiler<'_> {
                 if let Some(e) = self.unique_finite(from, s, min, max, ptr)? {
                     return Ok(e);
                 }
+                if let Some(e) = self.unique_strings(from, s, min, max, ptr)? {
+                    return Ok(e);
+                }
             }
             self.unsupported("uniqueItems", ptr, "uniqueness of items is not enforced")?;
         }
@@ -674,7 +677,10 @@ impl JsonCompiler<'_> {
 }
 
 /// One JSON string character into a bare builder.
-fn json_char_into(b: &mut crate::nfa::Builder, from: StateId) -> Result<StateId, CompileError> {
+pub(super) fn json_char_into(
+    b: &mut crate::nfa::Builder,
+    from: StateId,
+) -> Result<StateId, CompileError> {
     let exit = b.state()?;
     for (lo, hi) in [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7F)] {
         b.range(from, lo, hi, exit);

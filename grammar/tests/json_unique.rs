@@ -1,0 +1,215 @@
+//! `uniqueItems` on arrays of free strings: repeats are refused exactly, by value, in the
+//! innermost array only, beside other readings of the same text (`anyOf`), and masks,
+//! closing bytes and rollback agree with it. Checked against an independent validator
+//! (serde_json + a uniqueness check) on random walks with the Llama-3 vocabulary.
+
+mod common;
+
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher};
+
+const TAGS: &str = r#"{"type":"object","properties":{"tags":{"type":"array","items":{"type":"string"},"uniqueItems":true},"n":{"type":"integer"}},"required":["tags"],"additionalProperties":false}"#;
+
+fn g_bytes(schema: &str) -> Arc<CompiledGrammar> {
+    common::compile_bytes(&serde_json::from_str(schema).unwrap()).unwrap()
+}
+
+#[test]
+fn repeated_string_items_are_refused() {
+    let g = g_bytes(r#"{"type":"array","items":{"type":"string"},"uniqueItems":true}"#);
+    for ok in [
+        r#"[]"#,
+        r#"["a"]"#,
+        r#"["a","b","ab","ba",""]"#,
+        r#"["é","e"]"#,
+    ] {
+        assert!(common::accepts_text(&g, ok), "{ok}");
+    }
+    for bad in [
+        r#"["a","a"]"#,
+        r#"["a","b","a"]"#,
+        r#"["","x",""]"#,
+        r#"["é","é"]"#,
+    ] {
+        assert!(!common::accepts_text(&g, bad), "{bad}");
+    }
+    // minLength and maxItems / minItems still hold.
+    let g = g_bytes(
+        r#"{"type":"array","items":{"type":"string","minLength":2},"uniqueItems":true,"minItems":2,"maxItems":3}"#,
+    );
+    assert!(common::accepts_text(&g, r#"["ab","abc"]"#));
+    assert!(!common::accepts_text(&g, r#"["ab"]"#));
+    assert!(!common::accepts_text(&g, r#"["ab","a"]"#));
+    assert!(!common::accepts_text(&g, r#"["ab","cd","ef","gh"]"#));
+    assert!(!common::accepts_text(&g, r#"["ab","cd","ab"]"#));
+}
+
+#[test]
+fn uniqueness_is_per_array() {
+    let g = g_bytes(
+        r#"{"type":"array","items":{"type":"object","properties":{"t":{"type":"array","items":{"type":"string"},"uniqueItems":true}},"additionalProperties":false}}"#,
+    );
+    assert!(common::accepts_text(
+        &g,
+        r#"[{"t":["a","b"]},{"t":["a","b"]}]"#
+    ));
+    assert!(!common::accepts_text(
+        &g,
+        r#"[{"t":["a","b"]},{"t":["b","b"]}]"#
+    ));
+}
+
+#[test]
+fn other_readings_keep_a_repeat() {
+    // Repeats are fine for short strings (second branch), not for long ones.
+    let g = g_bytes(
+        r#"{"anyOf":[{"type":"array","items":{"type":"string"},"uniqueItems":true},{"type":"array","items":{"type":"string","maxLength":3}}]}"#,
+    );
+    assert!(common::accepts_text(&g, r#"["ab","ab"]"#));
+    assert!(common::accepts_text(&g, r#"["abcd","abce"]"#));
+    assert!(!common::accepts_text(&g, r#"["abcd","abcd"]"#));
+}
+
+#[test]
+fn unbounded_items_of_other_kinds_stay_refused() {
+    for s in [
+        r#"{"type":"array","items":{"type":"string","maxLength":3},"uniqueItems":true}"#,
+        r#"{"type":"array","items":{"type":"string","format":"email"},"uniqueItems":true}"#,
+        r#"{"type":"array","items":{"type":"object"},"uniqueItems":true}"#,
+        r#"{"type":"array","uniqueItems":true}"#,
+    ] {
+        let e = common::compile_bytes(&serde_json::from_str(s).unwrap())
+            .err()
+            .unwrap_or_else(|| panic!("{s} compiled"));
+        assert!(e.to_string().contains("uniqueItems"), "{s}: {e}");
+    }
+}
+
+fn mask_bit(mask: &[u32], t: u32) -> bool {
+    mask[(t / 32) as usize] >> (t % 32) & 1 == 1
+}
+
+/// Independent check: every `tags` array of the value has distinct strings.
+fn tags_unique(v: &Value) -> bool {
+    let Some(tags) = v.get("tags").and_then(|t| t.as_array()) else {
+        return false;
+    };
+    let mut seen = std::collections::HashSet::new();
+    tags.iter()
+        .all(|t| t.as_str().is_some_and(|s| seen.insert(s.to_string())))
+}
+
+#[test]
+fn masks_refuse_exactly_the_tokens_that_close_a_repeat() {
+    let Some(tok) = common::llama3() else {
+        eprintln!("skipped: ../shared/tokenizers missing");
+        return;
+    };
+    let g =
+        CompiledGrammar::json_schema(TAGS, tok.vocab.clone(), &CompileOptions::default()).unwrap();
+    let mut m = Matcher::new(g.clone());
+    assert!(m.try_advance_bytes(br#"{"tags":["ab","a"#));
+    let mut mask = vec![0u32; tok.vocab.mask_words()];
+    m.fill_mask(&mut mask).unwrap();
+    let id = |s: &str| {
+        let ids = tok.tokenize(s);
+        assert_eq!(ids.len(), 1, "{s} is one token");
+        ids[0]
+    };
+    // "a" itself is new: closing it is fine; "ab" would repeat.
+    assert!(mask_bit(&mask, id("\",")));
+    assert!(mask_bit(&mask, id("b")));
+    assert!(m.clone().try_advance_bytes(b"b"));
+    let mut m2 = m.clone();
+    assert!(m2.try_advance_bytes(b"b"));
+    m2.fill_mask(&mut mask).unwrap();
+    for t in ["\"", "\",", "\"]"] {
+        assert!(!mask_bit(&mask, id(t)), "{t} after a repeat");
+        assert!(!m2.is_allowed(id(t)));
+    }
+    assert!(mask_bit(&mask, id("c")));
+    // The shortest valid close avoids the repeat, and rollback forgets the text.
+    let close = m2.closing_bytes();
+    let mut m3 = m2.clone();
+    assert!(
+        m3.try_advance_bytes(&close) && m3.is_accepting(),
+        "{close:?}"
+    );
+    m2.rollback(1).unwrap();
+    assert!(!m2.clone().try_advance_bytes(br#"","ab"]}"#));
+    assert!(m2.try_advance_bytes(br#"","b"]}"#));
+    assert!(m2.is_accepting());
+}
+
+#[test]
+fn random_walks_stay_valid_and_masks_match_the_byte_reference() {
+    let Some(tok) = common::llama3() else {
+        eprintln!("skipped: ../shared/tokenizers missing");
+        return;
+    };
+    let vocab = &tok.vocab;
+    let g = CompiledGrammar::json_schema(TAGS, vocab.clone(), &CompileOptions::default()).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut mask = vec![0u32; vocab.mask_words()];
+    // Few distinct short strings, so that repeats come up often.
+    let pieces: Vec<u32> = ["\"a", "\"b", "\"", ",", "a", "b", "\",\""]
+        .iter()
+        .filter_map(|p| {
+            let ids = tok.tokenize(p);
+            (ids.len() == 1).then(|| ids[0])
+        })
+        .collect();
+    assert!(pieces.len() >= 5);
+    for walk in 0..8 {
+        let mut m = Matcher::new(g.clone());
+        let mut text: Vec<u8> = br#"{"tags":["#.to_vec();
+        assert!(m.try_advance_bytes(&text));
+        for _ in 0..30 {
+            m.fill_mask(&mut mask).unwrap();
+            // The mask against the byte-by-byte reference, for every token.
+            let mut allowed = Vec::new();
+            for t in 0..vocab.len() as u32 {
+                let want = if vocab.eos().contains(&t) {
+                    m.is_accepting()
+                } else if !vocab.is_usable(t) {
+                    false
+                } else {
+                    let mut r = m.clone();
+                    let b = vocab.token_bytes(t).unwrap();
+                    b.iter().all(|&x| r.try_advance_bytes(&[x]))
+                };
+                assert_eq!(mask_bit(&mask, t), want, "walk {walk} token {t}");
+                if want && !vocab.eos().contains(&t) {
+                    allowed.push(t);
+                }
+            }
+            // Every allowed token leaves a completable text: close it and validate it
+            // independently.
+            let close = m.closing_bytes();
+            let mut c = m.clone();
+            assert!(c.try_advance_bytes(&close) && c.is_accepting());
+            let full = [text.as_slice(), close.as_slice()].concat();
+            let v: Value = serde_json::from_slice(&full).expect("valid JSON");
+            assert!(tags_unique(&v), "{}", String::from_utf8_lossy(&full));
+            if allowed.is_empty() {
+                break;
+            }
+            // Prefer the small pieces, so that items repeat.
+            let small: Vec<u32> = pieces
+                .iter()
+                .copied()
+                .filter(|p| allowed.contains(p))
+                .collect();
+            let next = if !small.is_empty() && rng.random_bool(0.9) {
+                small[rng.random_range(0..small.len())]
+            } else {
+                allowed[rng.random_range(0..allowed.len())]
+            };
+            m.accept_token(next).unwrap();
+            text.extend_from_slice(vocab.token_bytes(next).unwrap());
+        }
+    }
+}
