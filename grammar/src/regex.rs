@@ -189,6 +189,8 @@ fn ecma_to_rust(p: &str) -> Result<String, String> {
                     ('W', false) => out.push_str("[^A-Za-z0-9_]"),
                     ('D' | 'W', true) => return Err(format!("\\{n} inside a class")),
                     ('/', _) => out.push('/'),
+                    // Identity escapes in ECMA-262 (word boundaries in Rust syntax).
+                    ('<' | '>', _) => out.push(n),
                     ('-', _) => out.push_str("\\-"),
                     _ => {
                         out.push('\\');
@@ -249,6 +251,24 @@ pub(crate) fn emit_hir_len(
         )
         .build_from_hir(hir)
         .map_err(|e| e.to_string())?;
+    if nfa
+        .states()
+        .iter()
+        .any(|s| matches!(s, TState::Look { .. }))
+    {
+        // `^`/`$` inside the regex (`^(a|$)`, `(x$|y)`), word boundaries: the dense DFA
+        // evaluates them exactly (a look-ahead of one byte or the end of the text), so the
+        // regex goes through the DFA product, with the length bounds as a second regex.
+        let mut hirs = vec![hir.clone()];
+        if min > 0 || max.is_some() {
+            let re = match max {
+                Some(hi) => format!("[\\s\\S]{{{min},{hi}}}"),
+                None => format!("[\\s\\S]{{{min},}}"),
+            };
+            hirs.push(parse(&re, Flavor::FullMatch)?);
+        }
+        return emit_intersection(b, from, &hirs, esc);
+    }
     // Counts 0..=cap; without a maximum the count saturates at `min`.
     let cap = max.unwrap_or(min) as usize;
     let n = nfa.states().len();

@@ -51,7 +51,10 @@ impl JsonCompiler<'_> {
                 // looser: refused.
                 "format" => match v.as_str().map(|f| (f, super::formats::format_regex(f))) {
                     Some((_, Some(re))) if re.is_empty() => {}
-                    Some(("ipv4" | "ipv6" | "uuid" | "date", Some(re))) => alts.push(json!({
+                    Some((
+                        "ipv4" | "ipv6" | "uuid" | "date" | "duration" | "uri" | "uri-reference",
+                        Some(re),
+                    )) => alts.push(json!({
                         "type": "string", "__not_pattern": [format!("^(?:{re})$")]
                     })),
                     _ => {

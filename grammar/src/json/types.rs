@@ -134,6 +134,12 @@ impl JsonCompiler<'_> {
             return self.nothing();
         }
         let pattern = s.get("pattern").and_then(|p| p.as_str());
+        // `^(?!X)(?=Y)Z`: look-aheads at the start become patterns of their own.
+        let split = pattern.and_then(split_lookaheads);
+        let (pattern, look_pos, look_neg) = match &split {
+            Some((rest, pos, neg)) => (Some(rest.as_str()), pos.clone(), neg.clone()),
+            None => (pattern, Vec::new(), Vec::new()),
+        };
         let mut format = s
             .get("format")
             .and_then(|p| p.as_str())
@@ -149,7 +155,9 @@ impl JsonCompiler<'_> {
             .into_iter()
             .flatten()
             .filter_map(|p| p.as_str())
-            .map(|p| ("pattern", p.to_string(), Flavor::EcmaSearch));
+            .map(|p| p.to_string())
+            .chain(look_pos)
+            .map(|p| ("pattern", p, Flavor::EcmaSearch));
         let res: Vec<(&str, String, Flavor)> = pattern
             .map(|p| ("pattern", p.to_string(), Flavor::EcmaSearch))
             .into_iter()
@@ -166,11 +174,12 @@ impl JsonCompiler<'_> {
                     .collect()
             })
             .unwrap_or_default();
-        let not_patterns: Vec<&str> = s
+        let mut not_patterns: Vec<&str> = s
             .get("__not_pattern")
             .and_then(|e| e.as_array())
             .map(|e| e.iter().filter_map(|x| x.as_str()).collect())
             .unwrap_or_default();
+        not_patterns.extend(look_neg.iter().map(|p| p.as_str()));
         if !excluded.is_empty() || !not_patterns.is_empty() {
             // Key automaton: excluded spellings, then pattern i (bit i): the patterns, the
             // format (anchored) and the length bounds must match, none of the excluded
@@ -730,4 +739,78 @@ fn json_char_into(b: &mut crate::nfa::Builder, from: StateId) -> Result<StateId,
     b.range(u, b'D', b'D', d);
     b.range(d, b'0', b'7', h2);
     Ok(exit)
+}
+
+/// Splits an ECMA pattern `^(?!X)(?=Y)Z` (look-aheads right after a leading `^`, one
+/// branch) into `^Z`, the positive patterns `^(?:Y)` and the negative ones `^(?:X)`: the
+/// text matches the pattern iff it matches `^Z` and every positive one and no negative one
+/// (each look-ahead is tested at position 0, as `^X` is). `None` when the pattern has no
+/// such prefix, or look-arounds elsewhere, or several top-level branches.
+pub(super) fn split_lookaheads(p: &str) -> Option<(String, Vec<String>, Vec<String>)> {
+    let mut rest = p.strip_prefix('^')?;
+    if !rest.starts_with("(?=") && !rest.starts_with("(?!") {
+        return None;
+    }
+    let (mut pos, mut neg) = (Vec::new(), Vec::new());
+    while let Some(positive) = rest
+        .strip_prefix("(?=")
+        .map(|_| true)
+        .or_else(|| rest.strip_prefix("(?!").map(|_| false))
+    {
+        // The group's end: the matching `)` outside classes and escapes.
+        let (mut depth, mut in_class, mut esc, mut end) = (0i32, false, false, None);
+        for (i, c) in rest.char_indices() {
+            if esc {
+                esc = false;
+                continue;
+            }
+            match c {
+                '\\' => esc = true,
+                '[' if !in_class => in_class = true,
+                ']' if in_class => in_class = false,
+                '(' if !in_class => depth += 1,
+                ')' if !in_class => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let end = end?;
+        let inner = &rest[3..end];
+        if inner.contains("(?=") || inner.contains("(?!") || inner.contains("(?<") {
+            return None;
+        }
+        let pat = format!("^(?:{inner})");
+        if positive {
+            pos.push(pat);
+        } else {
+            neg.push(pat);
+        }
+        rest = &rest[end + 1..];
+    }
+    if rest.contains("(?=") || rest.contains("(?!") || rest.contains("(?<") {
+        return None;
+    }
+    // `^(?!X)a|b` is `(^(?!X)a)|b`: only one top-level branch can be split this way.
+    let (mut depth, mut in_class, mut esc) = (0i32, false, false);
+    for c in rest.chars() {
+        if esc {
+            esc = false;
+            continue;
+        }
+        match c {
+            '\\' => esc = true,
+            '[' if !in_class => in_class = true,
+            ']' if in_class => in_class = false,
+            '(' if !in_class => depth += 1,
+            ')' if !in_class => depth -= 1,
+            '|' if !in_class && depth == 0 => return None,
+            _ => {}
+        }
+    }
+    Some((format!("^{rest}"), pos, neg))
 }
