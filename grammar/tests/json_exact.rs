@@ -174,3 +174,158 @@ fn look_arounds_that_are_not_split_are_refused() {
     }
     assert!(compile(&json!({"type": "string", "not": {"pattern": "^(?!a)"}})).is_err());
 }
+
+#[test]
+fn additional_properties_schema_complement() {
+    // Branch 1 allows any undeclared key with a string value; branch 0 any object with a
+    // key "a". An object with "a" and only string-valued other keys matches both.
+    check(
+        json!({"type": "object", "oneOf": [
+            {"required": ["a"]},
+            {"properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}}
+        ]}),
+        &[
+            r#"{"a":1,"b":2}"#,
+            r#"{"a":"x"}"#,
+            r#"{"b":"x"}"#,
+            r#"{}"#,
+            r#"{"b":"x","a":1,"c":null}"#,
+        ],
+        &[
+            r#"{"a":1}"#,
+            r#"{"a":1,"b":"x"}"#,
+            r#"{"b":1}"#,
+            r#"{"b":"x","a":1,"c":"y"}"#,
+        ],
+    );
+    // With patterns: keys matching a pattern are not "additional".
+    check(
+        json!({"type": "object", "not": {
+            "patternProperties": {"^x": {}}, "additionalProperties": {"type": "string"}
+        }}),
+        &[r#"{"a":1}"#, r#"{"x1":1,"b":null}"#],
+        &[r#"{}"#, r#"{"x1":1}"#, r#"{"a":"s","x2":[]}"#],
+    );
+}
+
+#[test]
+fn dependencies_complement() {
+    // Branch 1: if "card" is present, "billing" must be too; branch 0: has "card".
+    check(
+        json!({"type": "object", "oneOf": [
+            {"required": ["card"]},
+            {"dependencies": {"card": ["billing"]}}
+        ]}),
+        &[
+            r#"{"card":1}"#,
+            r#"{"card":1,"x":2}"#,
+            r#"{}"#,
+            r#"{"billing":1}"#,
+        ],
+        &[
+            r#"{"card":1,"billing":2}"#,
+            r#"{"billing":1,"card":2,"x":3}"#,
+        ],
+    );
+    // A dependent schema: "a" present needs "b" to be a string.
+    check(
+        json!({"type": "object", "not": {"dependentSchemas": {
+            "a": {"properties": {"b": {"type": "string"}}, "required": ["b"]}
+        }}}),
+        // (schema order: the complement declares "b" before the trigger "a")
+        &[r#"{"a":1}"#, r#"{"b":2,"a":1}"#],
+        &[
+            r#"{}"#,
+            r#"{"b":1}"#,
+            r#"{"b":"s","a":1}"#,
+            r#"{"a":1,"b":"s"}"#,
+        ],
+    );
+}
+
+#[test]
+fn if_then_else_complement() {
+    // not (if a is a string then b is required else c is required).
+    check(
+        json!({"type": "object", "not": {
+            "if": {"properties": {"a": {"type": "string"}}, "required": ["a"]},
+            "then": {"required": ["b"]},
+            "else": {"required": ["c"]}
+        }}),
+        &[
+            r#"{"a":"x"}"#,
+            r#"{"a":"x","c":1}"#,
+            r#"{}"#,
+            r#"{"a":1,"b":2}"#,
+        ],
+        &[r#"{"a":"x","b":1}"#, r#"{"a":1,"c":2}"#, r#"{"c":1}"#],
+    );
+    // In a `oneOf` with an overlapping branch; `then` alone.
+    check(
+        json!({"type": "object", "oneOf": [
+            {"required": ["k"]},
+            {"if": {"required": ["k"]}, "then": {"properties": {"k": {"type": "integer"}}}}
+        ]}),
+        &[r#"{"k":"s"}"#, r#"{}"#, r#"{"j":1}"#],
+        &[r#"{"k":1}"#],
+    );
+}
+
+/// Like `check`, with declared properties in any order.
+fn check_any_order(schema: serde_json::Value, valid: &[&str], invalid: &[&str]) {
+    let opts = sglrs_grammar::CompileOptions {
+        any_property_order: true,
+        ..Default::default()
+    };
+    let g = sglrs_grammar::CompiledGrammar::json_schema_value(&schema, common::byte_vocab(), &opts)
+        .unwrap_or_else(|e| panic!("{schema}: {e}"));
+    for v in valid {
+        assert!(common::accepts_text(&g, v), "{schema}: valid {v} rejected");
+    }
+    for v in invalid {
+        assert!(
+            !common::accepts_text(&g, v),
+            "{schema}: invalid {v} accepted"
+        );
+    }
+}
+
+#[test]
+fn complement_of_a_recursive_ref() {
+    // A tree node; the `oneOf` needs "an object with v that is not a node", whose
+    // complement recurses into the children (a rule calling itself).
+    let schema = json!({
+        "definitions": {"node": {"type": "object",
+            "properties": {"v": {"type": "integer"},
+                           "kids": {"type": "array", "items": {"$ref": "#/definitions/node"}}},
+            "required": ["v"]}},
+        "oneOf": [{"$ref": "#/definitions/node"}, {"type": "object", "required": ["v"]}]
+    });
+    check_any_order(
+        schema.clone(),
+        &[
+            r#"{"v":"s"}"#,
+            r#"{"v":1,"kids":[{"v":"x"}]}"#,
+            r#"{"v":1,"kids":[{"v":2,"kids":[{}]}]}"#,
+            r#"{"v":1,"kids":[{"v":2},{"v":3,"kids":[{"v":4,"kids":{}}]}]}"#,
+            r#"{"v":1,"kids":7}"#,
+        ],
+        &[
+            r#"{"v":1}"#,
+            r#"{"v":1,"kids":[{"v":2}]}"#,
+            r#"{"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[]}]}]}"#,
+            r#"{}"#,
+            r#"{"kids":[]}"#,
+            r#"[]"#,
+        ],
+    );
+    // `not` of a recursive reference directly.
+    check(
+        json!({"definitions": {"list": {"anyOf": [{"type": "null"},
+            {"type": "array", "prefixItems": [{"type": "integer"}, {"$ref": "#/definitions/list"}],
+             "minItems": 2, "maxItems": 2}]}},
+            "not": {"$ref": "#/definitions/list"}}),
+        &["1", "[1]", "[1,[2,3]]", r#"[1,[2,["x",null]]]"#],
+        &["null", "[1,null]", "[1,[2,null]]"],
+    );
+}

@@ -152,17 +152,21 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                     let keys = c.get("keys")?.as_array()?;
                     let pats = c.get("patterns")?.as_array()?;
                     let positive = c.get("match") == Some(&Value::Bool(true));
-                    let value = c.get("value").filter(|_| positive);
+                    let value = c.get("value");
                     let mut found = false;
                     for (k, kv) in o {
                         let mut listed = keys.iter().any(|x| x.as_str() == Some(k.as_str()));
                         for p in pats {
                             listed |= regex_full_match(p.as_str()?, Flavor::EcmaSearch, k)?;
                         }
-                        if let (true, Some(vs)) = (listed, value) {
-                            listed = check_schema(kv, vs)?;
+                        // A witness key (listed when positive, else not listed) whose value
+                        // is in the condition's value schema, when it has one.
+                        if listed == positive {
+                            found |= match value {
+                                Some(vs) => check_schema(kv, vs)?,
+                                None => true,
+                            };
                         }
-                        found |= listed == positive;
                     }
                     all &= found;
                 }

@@ -8,6 +8,12 @@ use super::norm::{disjoint, type_list};
 use super::{is_annotation, JsonCompiler};
 use crate::CompileError;
 
+/// Deepest schema nesting `negate` writes a complement for.
+const MAX_NEGATE_DEPTH: u32 = 8;
+
+/// Most `oneOf` branches negated (the complement lists every overlapping pair).
+const MAX_NEGATED_ONE_OF: usize = 6;
+
 impl JsonCompiler<'_> {
     /// A schema for the complement of `s` (the values `s` rejects), when it can be written
     /// with keywords the compiler enforces: the union of each keyword's complement.
@@ -23,7 +29,25 @@ impl JsonCompiler<'_> {
             Value::Object(m) => m,
             _ => return Err(self.invalid(ptr, "a schema must be an object or a boolean")),
         };
-        if depth > 8 {
+        // A bare `$ref`: the complement of its target; a reference whose complement is
+        // being written already (recursion) is a call to that complement's rule.
+        if let Some(r) = m.get("$ref").and_then(|r| r.as_str()) {
+            if m.keys().all(|k| k == "$ref" || is_annotation(k)) {
+                if self.negating.iter().any(|x| x == r) {
+                    return Ok(Some(json!({ "__not_ref": r })));
+                }
+                if depth > MAX_NEGATE_DEPTH {
+                    return Ok(None);
+                }
+                let target = self.resolve(r, ptr)?;
+                self.negating.push(r.to_string());
+                let neg = self.negate(target, ptr, depth + 1);
+                self.negating.pop();
+                return neg;
+            }
+        }
+        if depth > MAX_NEGATE_DEPTH {
+            self.unnegatable.get_or_insert_with(|| "nesting".into());
             return Ok(None);
         }
         let mark = self.merged_refs.len();
@@ -73,6 +97,33 @@ impl JsonCompiler<'_> {
                     }
                 }
                 "not" => alts.push(v.clone()),
+                "__not_ref" => alts.push(json!({ "$ref": v })),
+                // `if`/`then`/`else` is `(if and then) or (not if and else)`: its complement
+                // is `(if and not then) or (not if and not else)`.
+                "if" => {
+                    if let Some(t) = m.get("then") {
+                        match self.negate(t, ptr, depth + 1)? {
+                            Some(Value::Bool(false)) => {}
+                            Some(nt) => alts.push(json!({"allOf": [v, nt]})),
+                            None => return Ok(None),
+                        }
+                    }
+                    if let Some(e) = m.get("else") {
+                        let ne = match self.negate(e, ptr, depth + 1)? {
+                            Some(ne) => ne,
+                            None => return Ok(None),
+                        };
+                        if ne != Value::Bool(false) {
+                            match self.negate(v, ptr, depth + 1)? {
+                                Some(Value::Bool(false)) => {}
+                                Some(ni) => alts.push(json!({"allOf": [ni, ne]})),
+                                None => return Ok(None),
+                            }
+                        }
+                    }
+                }
+                // Without `if` they are ignored; with it, negated above.
+                "then" | "else" => {}
                 "required" => {
                     for key in v.as_array().into_iter().flatten() {
                         alts.push(json!({"type": "object", "__forbidden": [key]}));
@@ -135,8 +186,29 @@ impl JsonCompiler<'_> {
                         "__has_other": [{"keys": keys, "patterns": pats}]}));
                 }
                 "additionalProperties" if v == &Value::Bool(true) || v == &json!({}) => {}
+                // `additionalProperties: S`: some key neither declared nor matching a
+                // pattern whose value is outside S (a key-and-value witness).
+                "additionalProperties" if v.is_object() => {
+                    let neg = match self.negate(v, ptr, depth + 1)? {
+                        Some(Value::Bool(false)) => continue,
+                        Some(neg) => neg,
+                        None => return Ok(None),
+                    };
+                    let keys: Vec<&String> = m
+                        .get("properties")
+                        .and_then(|p| p.as_object())
+                        .map(|p| p.keys().collect())
+                        .unwrap_or_default();
+                    let pats: Vec<&String> = m
+                        .get("patternProperties")
+                        .and_then(|p| p.as_object())
+                        .map(|p| p.keys().collect())
+                        .unwrap_or_default();
+                    alts.push(json!({"type": "object",
+                        "__has_other": [{"keys": keys, "patterns": pats, "value": neg}]}));
+                }
                 // None of the branches, or two of them.
-                "oneOf" if v.as_array().is_some_and(|b| b.len() <= 6) => {
+                "oneOf" if v.as_array().is_some_and(|b| b.len() <= MAX_NEGATED_ONE_OF) => {
                     let branches = v.as_array().cloned().unwrap_or_default();
                     let mut none = Vec::new();
                     for b in &branches {
@@ -156,6 +228,27 @@ impl JsonCompiler<'_> {
                                 }
                             }
                             alts.push(json!({"allOf": [branches[i].clone(), branches[j].clone()]}));
+                        }
+                    }
+                }
+                // A trigger key present without what it needs: a listed key absent, or the
+                // object outside the dependent schema.
+                "dependencies" | "dependentRequired" | "dependentSchemas" if v.is_object() => {
+                    for (dk, need) in v.as_object().into_iter().flatten() {
+                        match need {
+                            Value::Array(keys) => {
+                                for key in keys.iter().filter(|x| x.as_str() != Some(dk)) {
+                                    alts.push(json!({"type": "object", "required": [dk],
+                                        "__forbidden": [key]}));
+                                }
+                            }
+                            other => match self.negate(other, ptr, depth + 1)? {
+                                Some(Value::Bool(false)) => {}
+                                Some(neg) => alts.push(json!({"allOf": [
+                                    {"type": "object", "required": [dk]}, neg
+                                ]})),
+                                None => return Ok(None),
+                            },
                         }
                     }
                 }

@@ -19,6 +19,21 @@ impl JsonCompiler<'_> {
         if s.get("__false").is_some() {
             return self.nothing();
         }
+        // The complement of a recursive `$ref` (from `negate`): a call to its rule; beside
+        // other keywords it cannot be intersected.
+        if let Some(r) = s.get("__not_ref").and_then(|r| r.as_str()) {
+            if s.keys()
+                .all(|k| k == "__not_ref" || super::is_annotation(k))
+            {
+                let rule = self.not_ref_rule(r, ptr)?;
+                return self.b.call(from, rule);
+            }
+            return Err(CompileError::Unsupported {
+                keyword: "not".into(),
+                pointer: ptr.into(),
+                reason: format!("the complement of the recursive {r:?} beside other keywords"),
+            });
+        }
         // enum/const: when every listed value can be checked against the rest, emit them.
         if let Some(values) = s
             .get("enum")

@@ -165,7 +165,7 @@ impl JsonCompiler<'_> {
         let value_bits = |k: &str| -> u8 {
             let mut bits = 0u8;
             for (i, c) in conds.iter().enumerate() {
-                if c.3.is_some() && listed(i, k) {
+                if c.3.is_some() && listed(i, k) == c.2 {
                     bits |= 1 << i;
                 }
             }
@@ -373,7 +373,7 @@ impl JsonCompiler<'_> {
                     let mut applicable = 0u8;
                     for (i, m) in cond_masks.iter().enumerate() {
                         if conds[i].3.is_some() {
-                            if set & m != 0 {
+                            if (set & m != 0) == conds[i].2 {
                                 applicable |= 1 << i;
                             }
                         } else if (set & m != 0) == conds[i].2 {
@@ -761,7 +761,8 @@ pub(super) fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, S
 }
 
 /// One `__has_other` condition: (names, patterns, positive, value schema). With a value
-/// schema (positive only), a listed key whose value is in that schema.
+/// schema, a witness key (listed when positive, else unlisted) whose value is in that
+/// schema.
 type KeyCond = (Vec<String>, Vec<String>, bool, Option<Value>);
 
 /// The `__has_other` conditions of an object schema, each asking for a key that is none of
@@ -784,7 +785,7 @@ fn has_other_conditions(s: &Map<String, Value>) -> Vec<KeyCond> {
                 .iter()
                 .map(|c| {
                     let positive = c.get("match") == Some(&Value::Bool(true));
-                    let value = c.get("value").filter(|_| positive).cloned();
+                    let value = c.get("value").cloned();
                     (
                         strs(c.get("keys")),
                         strs(c.get("patterns")),
