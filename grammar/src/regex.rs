@@ -498,11 +498,26 @@ pub(crate) fn emit_intersection_with(
     extra: Option<&dyn ByteAutomaton>,
     esc: Escape,
 ) -> Result<StateId, String> {
+    emit_intersection_excluding(b, from, hirs, &[], extra, esc)
+}
+
+/// [`emit_intersection_with`] where the texts must also match none of `excluded` (their
+/// DFAs are in the product with acceptance inverted: a dead state there is never dead for
+/// the product).
+pub(crate) fn emit_intersection_excluding(
+    b: &mut Builder,
+    from: StateId,
+    hirs: &[Hir],
+    excluded: &[Hir],
+    extra: Option<&dyn ByteAutomaton>,
+    esc: Escape,
+) -> Result<StateId, String> {
     use regex_automata::dfa::{dense, Automaton, StartKind};
     use std::collections::HashMap;
     let mut dfas = Vec::new();
     let mut start = Vec::new();
-    for h in hirs {
+    let n_pos = hirs.len();
+    for h in hirs.iter().chain(excluded) {
         let nfa = thompson::Compiler::new()
             .configure(thompson::Config::new().which_captures(WhichCaptures::None))
             .build_from_hir(h)
@@ -537,7 +552,8 @@ pub(crate) fn emit_intersection_with(
         if dfas
             .iter()
             .zip(&key.0)
-            .all(|(d, &s)| d.is_match_state(d.next_eoi_state(s)))
+            .enumerate()
+            .all(|(i, (d, &s))| d.is_match_state(d.next_eoi_state(s)) == (i < n_pos))
             && extra.is_none_or(|x| x.accepts(key.1))
         {
             b.eps(me, exit);
@@ -555,11 +571,12 @@ pub(crate) fn emit_intersection_with(
                     .collect(),
                 ex.unwrap_or(0),
             );
-            let dead = ex.is_none()
-                || dfas
-                    .iter()
-                    .zip(&next.0)
-                    .any(|(d, &s)| d.is_dead_state(s) || d.is_quit_state(s));
+            // A quit state (unknown) ends the text in either role: stricter, never looser.
+            let dead =
+                ex.is_none()
+                    || dfas.iter().zip(&next.0).enumerate().any(|(i, (d, &s))| {
+                        (i < n_pos && d.is_dead_state(s)) || d.is_quit_state(s)
+                    });
             let target = if dead {
                 None
             } else {

@@ -329,3 +329,59 @@ fn complement_of_a_recursive_ref() {
         &["null", "[1,null]", "[1,[2,null]]"],
     );
 }
+
+#[test]
+fn excluded_integer_values() {
+    check(
+        json!({"type": "integer", "minimum": 1024, "maximum": 65535,
+               "not": {"enum": [6379, 6380, 43215]}}),
+        &["1024", "6378", "6381", "43214", "43216", "65535"],
+        &["6379", "6380", "43215", "1023", "65536"],
+    );
+    check(
+        json!({"type": "integer", "not": {"const": 0}}),
+        &["1", "-1", "10", "100"],
+        &["0", "-0", "00"],
+    );
+    // With a remainder automaton (multipleOf 13) and a value excluded through a `$ref`.
+    check(
+        json!({"type": "integer", "multipleOf": 13, "$ref": "#/definitions/n",
+               "definitions": {"n": {"not": {"const": 169}}}}),
+        &["13", "156", "182", "-169", "0"],
+        &["169", "170", "1"],
+    );
+}
+
+#[test]
+fn excluded_number_values() {
+    check(
+        json!({"type": "number", "not": {"enum": [1.5, 2, 0]}}),
+        &["1.25", "3", "2.5", "1.05", "-1.5", "0.1", "20", "-2"],
+        &[
+            "1.5", "1.50", "2", "2.0", "2.000", "0", "-0", "0.0", "-0.00",
+        ],
+    );
+    check(
+        json!({"type": "number", "multipleOf": 0.5, "not": {"const": 1}}),
+        &["0.5", "1.5", "2", "-1"],
+        &["1", "1.0", "1.00", "0.25"],
+    );
+    check(
+        json!({"type": "number", "minimum": -100, "maximum": -10, "not": {"const": -78.5}}),
+        &["-78", "-78.25", "-10", "-78.55"],
+        &["-78.5", "-78.50", "-9", "-100.5"],
+    );
+}
+
+#[test]
+fn excluded_numbers_need_a_numeric_type() {
+    // Without `type: number|integer` the exponent-free form would constrain values the
+    // schema leaves free: refused.
+    assert!(compile(&json!({"not": {"enum": [1]}})).is_err());
+    assert!(compile(&json!({"type": ["number", "string"], "not": {"const": 1}})).is_err());
+    check(
+        json!({"type": ["integer"], "not": {"const": 1}}),
+        &["2", "0"],
+        &["1"],
+    );
+}

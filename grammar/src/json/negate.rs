@@ -36,12 +36,11 @@ impl JsonCompiler<'_> {
                 if self.negating.iter().any(|x| x == r) {
                     return Ok(Some(json!({ "__not_ref": r })));
                 }
-                if depth > MAX_NEGATE_DEPTH {
-                    return Ok(None);
-                }
+                // Following a reference adds no nesting (a chain of references is as deep
+                // as its target; a cycle stops at `negating`).
                 let target = self.resolve(r, ptr)?;
                 self.negating.push(r.to_string());
-                let neg = self.negate(target, ptr, depth + 1);
+                let neg = self.negate(target, ptr, depth);
                 self.negating.pop();
                 return neg;
             }

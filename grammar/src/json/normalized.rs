@@ -277,8 +277,18 @@ impl JsonCompiler<'_> {
             .unwrap_or_default();
         let exit = self.b.state()?;
         for t in types {
+            // Excluded numbers are taken out by the number emitters (no exponent then) when
+            // the schema asks for numbers only; a schema that leaves the type free (`not:
+            // {enum: [1]}`) would lose exponents on values it does not constrain: refused.
+            let numeric_only = match s.get("type") {
+                Some(Value::String(t)) => t == "integer" || t == "number",
+                Some(Value::Array(ts)) => ts
+                    .iter()
+                    .all(|t| t.as_str().is_some_and(|t| t == "integer" || t == "number")),
+                _ => false,
+            };
             let excl_here = excluded.iter().any(|v| match v {
-                Value::Number(_) => matches!(t, "number" | "integer"),
+                Value::Number(_) => matches!(t, "number" | "integer") && !numeric_only,
                 Value::Array(_) => t == "array",
                 Value::Object(_) => t == "object",
                 _ => false,
