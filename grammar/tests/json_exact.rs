@@ -385,3 +385,29 @@ fn excluded_numbers_need_a_numeric_type() {
         &["1"],
     );
 }
+
+#[test]
+fn complement_of_a_key_and_value_witness() {
+    // Two different `oneOf` in an `allOf`: one becomes an `anyOf` of complements, so
+    // negating the whole negates a `patternProperties` complement again.
+    let schema = json!({"type": "object", "not": {"allOf": [
+        {"oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+        {"oneOf": [{"required": ["c"]}, {"patternProperties": {"^x": {"type": "integer"}}}]}
+    ]}});
+    check_any_order(
+        schema,
+        &[
+            r#"{}"#,
+            r#"{"a":1,"b":1}"#,
+            r#"{"a":1,"c":1}"#,
+            r#"{"a":1,"x1":"s"}"#,
+            r#"{"x1":"s","b":2}"#,
+        ],
+        &[
+            r#"{"a":1}"#,
+            r#"{"b":1,"x":2}"#,
+            r#"{"a":1,"c":1,"x":"s"}"#,
+            r#"{"c":1,"b":1,"x2":[]}"#,
+        ],
+    );
+}

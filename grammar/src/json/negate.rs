@@ -204,7 +204,8 @@ impl JsonCompiler<'_> {
                         .map(|p| p.keys().collect())
                         .unwrap_or_default();
                     alts.push(json!({"type": "object",
-                        "__has_other": [{"keys": keys, "patterns": pats, "value": neg}]}));
+                        "__has_other": [{"keys": keys, "patterns": pats, "value": neg,
+                                         "value_not": v}]}));
                 }
                 // None of the branches, or two of them.
                 "oneOf" if v.as_array().is_some_and(|b| b.len() <= MAX_NEGATED_ONE_OF) => {
@@ -281,12 +282,13 @@ impl JsonCompiler<'_> {
                             // `false`: some key matching the pattern.
                             Some(Value::Bool(true)) => alts.push(json!({"type": "object",
                                 "__has_other": [{"keys": [], "patterns": [pk], "match": true}]})),
-                            // Some key matching the pattern with its value outside.
+                            // Some key matching the pattern with its value outside (the
+                            // schema itself kept as the complement of that value).
                             Some(neg) => alts.push(json!({"type": "object",
                                 "__has_other": [{"keys": [], "patterns": [pk], "match": true,
-                                                 "value": neg}]})),
+                                                 "value": neg, "value_not": pv}]})),
                             None => {
-                                self.unnegatable = Some(k.clone());
+                                self.unnegatable.get_or_insert_with(|| k.clone());
                                 return Ok(None);
                             }
                         }
@@ -296,9 +298,44 @@ impl JsonCompiler<'_> {
                 // among them).
                 "__has_other" => {
                     for c in v.as_array().into_iter().flatten() {
-                        if c.get("value").is_some() {
-                            self.unnegatable = Some("patternProperties".into());
-                            return Ok(None);
+                        // A key-and-value witness: every witness key has its value outside
+                        // the value schema.
+                        if let Some(val) = c.get("value") {
+                            let not_val = match c.get("value_not") {
+                                Some(x) => x.clone(),
+                                None => match self.negate(val, ptr, depth + 1)? {
+                                    Some(x) => x,
+                                    None => {
+                                        self.unnegatable = Some("patternProperties".into());
+                                        return Ok(None);
+                                    }
+                                },
+                            };
+                            let positive = c.get("match") == Some(&Value::Bool(true));
+                            let listed = if positive {
+                                not_val.clone()
+                            } else {
+                                json!(true)
+                            };
+                            let mut props = serde_json::Map::new();
+                            for k in c["keys"].as_array().into_iter().flatten() {
+                                if let Some(k) = k.as_str() {
+                                    props.insert(k.to_string(), listed.clone());
+                                }
+                            }
+                            let mut pp = serde_json::Map::new();
+                            for p in c["patterns"].as_array().into_iter().flatten() {
+                                if let Some(p) = p.as_str() {
+                                    pp.insert(p.to_string(), listed.clone());
+                                }
+                            }
+                            let mut alt = json!({"type": "object", "properties": props,
+                                "patternProperties": pp});
+                            if !positive {
+                                alt["additionalProperties"] = not_val;
+                            }
+                            alts.push(alt);
+                            continue;
                         }
                         if c.get("match") == Some(&Value::Bool(true)) {
                             let pp = names_to(c, "patterns", false);
