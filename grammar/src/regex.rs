@@ -210,6 +210,9 @@ fn ecma_to_rust(p: &str) -> Result<String, String> {
                 }
             }
             '[' if in_class => out.push_str("\\["),
+            // ECMA `.` is any character but a line terminator (Rust's also takes `\r`,
+            // U+2028 and U+2029).
+            '.' if !in_class => out.push_str("[^\\n\\r\\u2028\\u2029]"),
             ']' if in_class => {
                 in_class = false;
                 out.push(']');

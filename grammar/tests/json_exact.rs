@@ -164,9 +164,10 @@ fn leading_look_aheads() {
 
 #[test]
 fn look_arounds_that_are_not_split_are_refused() {
-    // A second top-level branch, a look-ahead inside a loop, a look-behind, and a negated
-    // look-ahead pattern: refused, never loosened.
-    for p in ["^(?!a)b|c", "^((?!mode).)*$", "(?<=a)b"] {
+    // A second top-level branch, a look-ahead with an alternation inside a loop, one
+    // that can match the empty text, a look-behind, and a negated look-ahead pattern:
+    // refused, never loosened.
+    for p in ["^(?!a)b|c", "^((?!mo|de).)*$", "^((?!a?).)*$", "(?<=a)b"] {
         assert!(
             compile(&json!({"type": "string", "pattern": p})).is_err(),
             "{p}"
@@ -409,5 +410,72 @@ fn complement_of_a_key_and_value_witness() {
             r#"{"a":1,"c":1,"x":"s"}"#,
             r#"{"c":1,"b":1,"x2":[]}"#,
         ],
+    );
+}
+
+#[test]
+fn property_counts_up_to_128() {
+    // A map of at most 100 entries (was refused above 32).
+    let g = compile(&json!({"type": "object", "maxProperties": 100,
+                           "additionalProperties": {"type": "integer"}}))
+    .expect("compiles");
+    let obj = |n: usize| {
+        let body: Vec<String> = (0..n).map(|i| format!("\"k{i}\":{i}")).collect();
+        format!("{{{}}}", body.join(","))
+    };
+    assert!(common::accepts_text(&g, &obj(0)));
+    assert!(common::accepts_text(&g, &obj(33)));
+    assert!(common::accepts_text(&g, &obj(100)));
+    assert!(!common::accepts_text(&g, &obj(101)));
+    let g = compile(&json!({"type": "object", "minProperties": 40})).expect("compiles");
+    assert!(!common::accepts_text(&g, &obj(39)));
+    assert!(common::accepts_text(&g, &obj(40)));
+    assert!(common::accepts_text(&g, &obj(41)));
+    assert!(compile(&json!({"type": "object", "maxProperties": 129})).is_err());
+}
+
+#[test]
+fn ecma_dot_excludes_line_terminators() {
+    check(
+        json!({"type": "string", "pattern": "^a.b$"}),
+        &[r#""axb""#, r#""a b""#, r#""aéb""#],
+        &[r#""a\rb""#, r#""a\nb""#, r#""a\u2028b""#, r#""ab""#],
+    );
+}
+
+#[test]
+fn look_aheads_in_a_loop() {
+    // No position where "mode" or "Mode" starts, no line terminator.
+    check(
+        json!({"type": "string", "pattern": "^((?!mode)(?!Mode).)*$"}),
+        &[
+            r#""""#,
+            r#""mod""#,
+            r#""MODE""#,
+            r#""mo de""#,
+            r#""moDe x""#,
+        ],
+        &[
+            r#""mode""#,
+            r#""a Mode b""#,
+            r#""xmodex""#,
+            r#""line\nbreak""#,
+        ],
+    );
+    check(
+        json!({"type": "string", "pattern": "^(?:(?!ab)[\\s\\S])*$"}),
+        &[r#""""#, r#""a\nb""#, r#""ba""#],
+        &[r#""ab""#, r#""xxab""#],
+    );
+}
+
+#[test]
+fn look_aheads_in_merged_patterns() {
+    // `allOf` puts the second pattern beside the first (`__patterns`): split there too.
+    check(
+        json!({"allOf": [{"type": "string", "pattern": "^[^\\n]+$"},
+                         {"pattern": "^((?!mode)(?!Mode).)*$"}]}),
+        &[r#""a""#, r#""mo de""#],
+        &[r#""""#, r#""my mode""#, r#""Mode""#],
     );
 }

@@ -12,6 +12,10 @@ use crate::nfa::{RuleId, StateId};
 use crate::regex::{parse, Flavor};
 use crate::CompileError;
 
+/// Largest `minProperties`/`maxProperties` enforced (the object automaton carries a count
+/// up to it).
+const MAX_PROPERTY_COUNT: usize = 128;
+
 /// Most `__has_other` conditions (complements of `additionalProperties`/`propertyNames`)
 /// on one object.
 const MAX_CONDS: usize = 4;
@@ -315,15 +319,19 @@ impl JsonCompiler<'_> {
         if max_p.is_some_and(|m| m < n_req || m < min_count) {
             return self.nothing();
         }
-        if cap > 32 {
+        if cap > MAX_PROPERTY_COUNT {
             let kw = if exact {
                 "maxProperties"
             } else {
                 "minProperties"
             };
-            self.unsupported(kw, ptr, "property counts above 32 are not enforced")?;
+            self.unsupported(
+                kw,
+                ptr,
+                &format!("property counts above {MAX_PROPERTY_COUNT} are not enforced"),
+            )?;
         }
-        let cap = cap.min(32);
+        let cap = cap.min(MAX_PROPERTY_COUNT);
         let open = self.b.lit(from, b"{")?;
         let open = self.ws(open)?;
         // Undeclared properties: one rule (`"other key": value`), called from every gap

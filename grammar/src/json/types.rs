@@ -133,13 +133,31 @@ impl JsonCompiler<'_> {
         if max.is_some_and(|m| m < min) {
             return self.nothing();
         }
-        let pattern = s.get("pattern").and_then(|p| p.as_str());
-        // `^(?!X)(?=Y)Z`: look-aheads at the start become patterns of their own.
-        let split = pattern.and_then(split_lookaheads);
-        let (pattern, look_pos, look_neg) = match &split {
-            Some((rest, pos, neg)) => (Some(rest.as_str()), pos.clone(), neg.clone()),
-            None => (pattern, Vec::new(), Vec::new()),
-        };
+        // Every pattern (`pattern`, and `__patterns` from `allOf` merges); look-aheads at
+        // the start (`^(?!X)(?=Y)Z`) or in a loop (`^((?!X).)*$`) become patterns of their
+        // own, positive or negative.
+        let mut patterns: Vec<String> = Vec::new();
+        let mut look_neg: Vec<String> = Vec::new();
+        let all = s
+            .get("pattern")
+            .into_iter()
+            .chain(
+                s.get("__patterns")
+                    .and_then(|p| p.as_array())
+                    .into_iter()
+                    .flatten(),
+            )
+            .filter_map(|p| p.as_str());
+        for p in all {
+            match split_lookaheads(p) {
+                Some((rest, pos, neg)) => {
+                    patterns.push(rest);
+                    patterns.extend(pos);
+                    look_neg.extend(neg);
+                }
+                None => patterns.push(p.to_string()),
+            }
+        }
         let mut format = s
             .get("format")
             .and_then(|p| p.as_str())
@@ -149,19 +167,9 @@ impl JsonCompiler<'_> {
             format = None;
         }
         let format_re = format.and_then(|(_, r)| r).filter(|r| !r.is_empty());
-        let extra_patterns = s
-            .get("__patterns")
-            .and_then(|p| p.as_array())
+        let res: Vec<(&str, String, Flavor)> = patterns
             .into_iter()
-            .flatten()
-            .filter_map(|p| p.as_str())
-            .map(|p| p.to_string())
-            .chain(look_pos)
-            .map(|p| ("pattern", p, Flavor::EcmaSearch));
-        let res: Vec<(&str, String, Flavor)> = pattern
-            .map(|p| ("pattern", p.to_string(), Flavor::EcmaSearch))
-            .into_iter()
-            .chain(extra_patterns)
+            .map(|p| ("pattern", p, Flavor::EcmaSearch))
             .chain(format_re.map(|r| ("format", r, Flavor::FullMatch)))
             .collect();
         // `not: {enum: [..strings]}`: any string but those (written canonically).
@@ -747,6 +755,9 @@ fn json_char_into(b: &mut crate::nfa::Builder, from: StateId) -> Result<StateId,
 /// (each look-ahead is tested at position 0, as `^X` is). `None` when the pattern has no
 /// such prefix, or look-arounds elsewhere, or several top-level branches.
 pub(super) fn split_lookaheads(p: &str) -> Option<(String, Vec<String>, Vec<String>)> {
+    if let Some(r) = split_loop_lookaheads(p) {
+        return Some(r);
+    }
     let mut rest = p.strip_prefix('^')?;
     if !rest.starts_with("(?=") && !rest.starts_with("(?!") {
         return None;
@@ -813,4 +824,45 @@ pub(super) fn split_lookaheads(p: &str) -> Option<(String, Vec<String>, Vec<Stri
         }
     }
     Some((format!("^{rest}"), pos, neg))
+}
+
+/// `^((?!X)(?!Y).)*$` (no position where X or Y starts; `.` is any character but a line
+/// terminator, `[\s\S]` any character): `^[^\n\r\u2028\u2029]*$` (or nothing) and the
+/// negative patterns `X`, `Y` searched anywhere. Exact when X and Y cannot match the empty
+/// text (they are then never tried at the end); `None` otherwise or for other shapes.
+fn split_loop_lookaheads(p: &str) -> Option<(String, Vec<String>, Vec<String>)> {
+    let body = p
+        .strip_prefix("^(?:")
+        .or_else(|| p.strip_prefix("^("))?
+        .strip_suffix(")*$")?;
+    let (looks, any) = if let Some(l) = body.strip_suffix('.') {
+        (l, false)
+    } else {
+        (body.strip_suffix("[\\s\\S]")?, true)
+    };
+    let mut neg = Vec::new();
+    let mut rest = looks;
+    while !rest.is_empty() {
+        let inner_start = rest.strip_prefix("(?!")?;
+        // The group's end (no nested groups, classes or escapes of parentheses needed
+        // for the shapes met: refuse anything else).
+        let end = inner_start.find(')')?;
+        let inner = &inner_start[..end];
+        if inner.is_empty()
+            || inner.contains(['(', '[', '\\', '^', '$', '|', '*', '?', '+', '{', '.'])
+        {
+            return None;
+        }
+        neg.push(inner.to_string());
+        rest = &inner_start[end + 1..];
+    }
+    if neg.is_empty() {
+        return None;
+    }
+    let pos = if any {
+        "^[\\s\\S]*$".to_string()
+    } else {
+        "^[^\\n\\r\\u2028\\u2029]*$".to_string()
+    };
+    Some((pos, Vec::new(), neg))
 }
