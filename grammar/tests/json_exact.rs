@@ -479,3 +479,56 @@ fn look_aheads_in_merged_patterns() {
         &[r#""""#, r#""my mode""#, r#""Mode""#],
     );
 }
+
+#[test]
+fn twenty_pattern_properties() {
+    // 19 patterns on one object (was refused above 16).
+    let mut pp = serde_json::Map::new();
+    for i in 0..19 {
+        pp.insert(format!("^k{i}:(en|nl)$"), json!({"type": "integer"}));
+    }
+    check(
+        json!({"type": "object", "patternProperties": pp, "additionalProperties": false}),
+        &[r#"{}"#, r#"{"k3:en":1,"k18:nl":2}"#, r#"{"k0:nl":0}"#],
+        &[
+            r#"{"k3:en":"x"}"#,
+            r#"{"k19:en":1}"#,
+            r#"{"k3:fr":1}"#,
+            r#"{"b":1}"#,
+        ],
+    );
+    let mut pp = serde_json::Map::new();
+    for i in 0..25 {
+        pp.insert(format!("^k{i}$"), json!({}));
+    }
+    assert!(compile(&json!({"type": "object", "patternProperties": pp})).is_err());
+}
+
+#[test]
+fn hostname_complement_is_rfc1123() {
+    // Labels up to 63 characters and names up to 253 are host names (the positive format
+    // is enforced stricter, its complement exactly).
+    let label40 = format!("\"{}\"", "a".repeat(40));
+    let label64 = format!("\"{}\"", "a".repeat(64));
+    let long = format!("\"{}aa\"", "a.".repeat(126)); // 254 characters
+    let max = format!("\"{}a\"", "a.".repeat(126)); // 253 characters
+    check(
+        json!({"type": "string", "not": {"format": "hostname"}}),
+        &[
+            r#""-a""#,
+            r#""a..b""#,
+            r#""a_b""#,
+            r#""""#,
+            r#""a.""#,
+            &label64,
+            &long,
+        ],
+        &[r#""a""#, r#""example.com""#, r#""1.2.3.4""#, &label40, &max],
+    );
+    // An IPv4 address is also a host name: `oneOf` accepts neither alone.
+    check(
+        json!({"type": "string", "oneOf": [{"format": "hostname"}, {"format": "ipv4"}]}),
+        &[r#""example.com""#],
+        &[r#""1.2.3.4""#, r#""a_b""#],
+    );
+}

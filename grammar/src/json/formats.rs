@@ -64,6 +64,18 @@ pub(crate) fn format_regex(format: &str) -> Option<String> {
     })
 }
 
+/// Every host name RFC 1123 §2.1 allows, but for the total length (at most 253 characters,
+/// RFC 1034): labels of letters, digits and inner hyphens, 1 to 63 characters, separated by
+/// dots (no trailing dot). The `hostname` format itself is enforced stricter (labels ≤ 30,
+/// ≤ 8 labels); this regex is what its complement excludes, so the complement is exact.
+pub(crate) fn hostname_rfc_regex() -> String {
+    let label = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    format!("{label}(\\.{label})*")
+}
+
+/// Longest host name (RFC 1034: 255 octets on the wire, 253 characters written out).
+pub(crate) const HOSTNAME_MAX_LEN: u64 = 253;
+
 /// RFC 3339 Appendix A `duration` (ABNF literals are case-insensitive, RFC 5234 §2.3).
 fn duration_regex() -> String {
     let n = "[0-9]+";

@@ -74,6 +74,17 @@ impl JsonCompiler<'_> {
                 // looser: refused.
                 "format" => match v.as_str().map(|f| (f, super::formats::format_regex(f))) {
                     Some((_, Some(re))) if re.is_empty() => {}
+                    // `hostname` is enforced stricter than RFC 1123, but its complement
+                    // is the RFC's: not a host name, or longer than 253 characters (so
+                    // `x and not hostname` is exact, never looser).
+                    Some(("hostname", Some(_))) => {
+                        let re = super::formats::hostname_rfc_regex();
+                        alts.push(json!({
+                            "type": "string", "__not_pattern": [format!("^(?:{re})$")]
+                        }));
+                        let long = super::formats::HOSTNAME_MAX_LEN + 1;
+                        alts.push(json!({"type": "string", "minLength": long}));
+                    }
                     Some((
                         "ipv4" | "ipv6" | "uuid" | "date" | "duration" | "uri" | "uri-reference",
                         Some(re),

@@ -12,6 +12,10 @@ use crate::nfa::{RuleId, StateId};
 use crate::regex::{parse, Flavor};
 use crate::CompileError;
 
+/// Most `patternProperties` on one object (the key automaton tracks which ones a key
+/// matches: at most 31 key patterns in all, `propertyNames` and conditions included).
+const MAX_PATTERNS: usize = 24;
+
 /// Largest `minProperties`/`maxProperties` enforced (the object automaton carries a count
 /// up to it).
 const MAX_PROPERTY_COUNT: usize = 128;
@@ -61,9 +65,13 @@ impl JsonCompiler<'_> {
                 patterns.push((p.clone(), v.clone()));
             }
         }
-        if patterns.len() > 16 {
-            self.unsupported("patternProperties", ptr, "more than 16 patterns")?;
-            patterns.truncate(16);
+        if patterns.len() > MAX_PATTERNS {
+            self.unsupported(
+                "patternProperties",
+                ptr,
+                &format!("more than {MAX_PATTERNS} patterns"),
+            )?;
+            patterns.truncate(MAX_PATTERNS);
         }
         let mut matchers = Vec::new();
         for (p, _) in &patterns {
