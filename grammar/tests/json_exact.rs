@@ -532,3 +532,40 @@ fn hostname_complement_is_rfc1123() {
         &[r#""1.2.3.4""#, r#""a_b""#],
     );
 }
+
+#[test]
+fn excluded_arrays_and_objects() {
+    check(
+        json!({"type": "array", "items": {"type": "string"}, "not": {"enum": [["deleted"]]}}),
+        &[
+            "[]",
+            r#"["added"]"#,
+            r#"["deleted","x"]"#,
+            r#"["x","deleted"]"#,
+        ],
+        &[r#"["deleted"]"#, "[1]"],
+    );
+    check(
+        json!({"type": "object", "not": {"const": {"type": "void"}}}),
+        &[
+            "{}",
+            r#"{"type":"int"}"#,
+            r#"{"type":"void","x":1}"#,
+            r#"{"x":1}"#,
+        ],
+        &[r#"{"type":"void"}"#, "[]"],
+    );
+    // Nested: an array holding an object (numbers inside would need a numeric type).
+    check(
+        json!({"not": {"const": [{"a": ["x"]}]}}),
+        &[
+            "1",
+            "[]",
+            r#"[{"a":["y"]}]"#,
+            r#"[{"a":["x"],"b":0}]"#,
+            r#"[{}]"#,
+            r#"[{"a":[]}]"#,
+        ],
+        &[r#"[{"a":["x"]}]"#],
+    );
+}
