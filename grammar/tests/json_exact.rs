@@ -569,3 +569,19 @@ fn excluded_arrays_and_objects() {
         &[r#"[{"a":["x"]}]"#],
     );
 }
+
+#[test]
+fn multiple_of_checks_on_huge_values() {
+    // 10^40 is a multiple of 5, 3 is not; 1e308 is no multiple of 0.123456789.
+    check(
+        json!({"enum": [1e40, 3], "multipleOf": 5}),
+        &["1e+40"],
+        &["3", "5"],
+    );
+    check(
+        json!({"allOf": [{"enum": [1e308]}, {"not": {"multipleOf": 0.123456789, "type": "integer"}}]}),
+        &["1e+308"],
+        &["1"],
+    );
+    assert!(compile(&json!({"enum": [1e40], "multipleOf": 3})).is_err());
+}
