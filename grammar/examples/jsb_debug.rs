@@ -1,63 +1,113 @@
-//! Shows where a JSONSchemaBench instance stops matching:
-//! `cargo run --release -p sglrs-grammar --example jsb_debug -- SUBSET.tar.gz NAME_SUBSTRING`.
+//! Shows where JSONSchemaBench instances stop matching:
+//! `cargo run --release -p sglrs-grammar --example jsb_debug -- PATH NAME_SUBSTRING...`.
+//!
+//! `PATH` is one `SUBSET.tar.gz` or the folder holding them; every schema whose name contains
+//! one of the substrings is compiled (default options, then `Whitespace::Flexible`) and each
+//! instance whose verdict is wrong is printed with the place it stops: compact under the
+//! default options, `json.dumps` style under the flexible ones (as `jsb_coverage` checks).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 use std::io::Read;
 use std::sync::Arc;
 
-use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher, TokenVocab};
+use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher, TokenVocab, Whitespace};
 
-fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Where `text` stops matching (`None` when it is accepted).
+fn stop(g: &Arc<CompiledGrammar>, text: &str) -> Option<usize> {
+    let mut m = Matcher::new(g.clone());
+    for (i, &b) in text.as_bytes().iter().enumerate() {
+        if !m.try_advance_bytes(&[b]) {
+            return Some(i);
+        }
+    }
+    (!m.is_accepting()).then_some(text.len())
+}
+
+fn show(name: &str, form: &str, valid: bool, text: &str, at: usize) {
+    // The nearest character boundary at or before `i`.
+    let floor = |mut i: usize| {
+        i = i.min(text.len());
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let lo = floor(at.saturating_sub(80));
+    let at = floor(at);
+    let hi = floor(at + 40);
+    println!(
+        "{name} [{form}] valid={valid} stops at {at}: …{}⟂{}",
+        &text[lo..at],
+        &text[at..hi]
+    );
+}
+
+fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().collect();
-    let (path, needle) = (args.get(1).ok_or("tar path")?, args.get(2).ok_or("name")?);
+    let path = std::path::PathBuf::from(args.get(1).ok_or("usage: jsb_debug PATH NAME...")?);
+    let needles = &args[2..];
     let mut toks: Vec<Vec<u8>> = vec![Vec::new()];
     toks.extend((0u8..=255).map(|b| vec![b]));
     let vocab = Arc::new(TokenVocab::new(toks, &[], &[0])?);
-    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(std::fs::File::open(path)?));
-    for e in ar.entries()? {
-        let mut e = e?;
-        let name = e.path()?.to_string_lossy().into_owned();
-        if !name.contains(needle.as_str()) {
-            continue;
-        }
-        let mut s = String::new();
-        e.read_to_string(&mut s)?;
-        let v: serde_json::Value = serde_json::from_str(&s)?;
-        let t0 = std::time::Instant::now();
-        let res = CompiledGrammar::json_schema_value(
-            &v["schema"],
-            vocab.clone(),
-            &CompileOptions::default(),
-        );
-        let ms = t0.elapsed().as_secs_f64() * 1e3;
-        if ms > 200.0 {
-            println!("{name}: compile {ms:.0} ms");
-        }
-        let g = match res {
-            Ok(g) => g,
-            Err(err) => {
-                println!("{name}: {err}");
+    let files: Vec<std::path::PathBuf> = if path.is_dir() {
+        let mut f: Vec<_> = std::fs::read_dir(&path)?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.to_string_lossy().ends_with(".tar.gz"))
+            .collect();
+        f.sort();
+        f
+    } else {
+        vec![path]
+    };
+    let copts = CompileOptions::default();
+    let fopts = CompileOptions {
+        whitespace: Whitespace::Flexible,
+        ..CompileOptions::default()
+    };
+    for f in files {
+        let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(std::fs::File::open(&f)?));
+        for e in ar.entries()? {
+            let mut e = e?;
+            let name = e.path()?.to_string_lossy().into_owned();
+            if !needles.iter().any(|n| name.contains(n.as_str())) {
                 continue;
             }
-        };
-        for t in v["tests"].as_array().into_iter().flatten() {
-            let text = serde_json::to_string(&t["data"])?;
-            let mut m = Matcher::new(g.clone());
-            let mut dead = None;
-            for (i, &b) in text.as_bytes().iter().enumerate() {
-                if !m.try_advance_bytes(&[b]) {
-                    dead = Some(i);
-                    break;
-                }
+            let mut s = String::new();
+            e.read_to_string(&mut s)?;
+            let v: serde_json::Value = serde_json::from_str(&s)?;
+            let t0 = std::time::Instant::now();
+            let res = CompiledGrammar::json_schema_value(&v["schema"], vocab.clone(), &copts);
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            if ms > 200.0 {
+                println!("{name}: compile {ms:.0} ms");
             }
-            let ok = dead.is_none() && m.is_accepting();
-            if ok != t["valid"].as_bool().unwrap_or(false) {
-                let at = dead.unwrap_or(text.len());
-                println!(
-                    "{name} valid={} stops at {at}: …{}⟂{}",
-                    t["valid"],
-                    &text[at.saturating_sub(80)..at],
-                    &text[at..(at + 40).min(text.len())]
-                );
+            let (g, gf) = match (
+                res,
+                CompiledGrammar::json_schema_value(&v["schema"], vocab.clone(), &fopts),
+            ) {
+                (Ok(g), Ok(gf)) => (g, gf),
+                (Err(err), _) | (_, Err(err)) => {
+                    println!("{name}: {err}");
+                    continue;
+                }
+            };
+            for t in v["tests"].as_array().into_iter().flatten() {
+                let valid = t["valid"].as_bool().unwrap_or(false);
+                let compact = serde_json::to_string(&t["data"])?;
+                let flex = common::dumps(&t["data"]);
+                for (form, g, text) in [("compact", &g, &compact), ("flexible", &gf, &flex)] {
+                    let at = stop(g, text);
+                    if at.is_none() != valid {
+                        show(&name, form, valid, text, at.unwrap_or(text.len()));
+                        // The flexible form usually fails at the same place: show one.
+                        break;
+                    }
+                }
             }
         }
     }

@@ -189,6 +189,8 @@ fn ecma_to_rust(p: &str) -> Result<String, String> {
                     ('W', false) => out.push_str("[^A-Za-z0-9_]"),
                     ('D' | 'W', true) => return Err(format!("\\{n} inside a class")),
                     ('/', _) => out.push('/'),
+                    // Identity escapes in ECMA-262 (word boundaries in Rust syntax).
+                    ('<' | '>', _) => out.push(n),
                     ('-', _) => out.push_str("\\-"),
                     _ => {
                         out.push('\\');
@@ -208,6 +210,9 @@ fn ecma_to_rust(p: &str) -> Result<String, String> {
                 }
             }
             '[' if in_class => out.push_str("\\["),
+            // ECMA `.` is any character but a line terminator (Rust's also takes `\r`,
+            // U+2028 and U+2029).
+            '.' if !in_class => out.push_str("[^\\n\\r\\u2028\\u2029]"),
             ']' if in_class => {
                 in_class = false;
                 out.push(']');
@@ -249,6 +254,24 @@ pub(crate) fn emit_hir_len(
         )
         .build_from_hir(hir)
         .map_err(|e| e.to_string())?;
+    if nfa
+        .states()
+        .iter()
+        .any(|s| matches!(s, TState::Look { .. }))
+    {
+        // `^`/`$` inside the regex (`^(a|$)`, `(x$|y)`), word boundaries: the dense DFA
+        // evaluates them exactly (a look-ahead of one byte or the end of the text), so the
+        // regex goes through the DFA product, with the length bounds as a second regex.
+        let mut hirs = vec![hir.clone()];
+        if min > 0 || max.is_some() {
+            let re = match max {
+                Some(hi) => format!("[\\s\\S]{{{min},{hi}}}"),
+                None => format!("[\\s\\S]{{{min},}}"),
+            };
+            hirs.push(parse(&re, Flavor::FullMatch)?);
+        }
+        return emit_intersection(b, from, &hirs, esc);
+    }
     // Counts 0..=cap; without a maximum the count saturates at `min`.
     let cap = max.unwrap_or(min) as usize;
     let n = nfa.states().len();
@@ -478,11 +501,26 @@ pub(crate) fn emit_intersection_with(
     extra: Option<&dyn ByteAutomaton>,
     esc: Escape,
 ) -> Result<StateId, String> {
+    emit_intersection_excluding(b, from, hirs, &[], extra, esc)
+}
+
+/// [`emit_intersection_with`] where the texts must also match none of `excluded` (their
+/// DFAs are in the product with acceptance inverted: a dead state there is never dead for
+/// the product).
+pub(crate) fn emit_intersection_excluding(
+    b: &mut Builder,
+    from: StateId,
+    hirs: &[Hir],
+    excluded: &[Hir],
+    extra: Option<&dyn ByteAutomaton>,
+    esc: Escape,
+) -> Result<StateId, String> {
     use regex_automata::dfa::{dense, Automaton, StartKind};
     use std::collections::HashMap;
     let mut dfas = Vec::new();
     let mut start = Vec::new();
-    for h in hirs {
+    let n_pos = hirs.len();
+    for h in hirs.iter().chain(excluded) {
         let nfa = thompson::Compiler::new()
             .configure(thompson::Config::new().which_captures(WhichCaptures::None))
             .build_from_hir(h)
@@ -517,7 +555,8 @@ pub(crate) fn emit_intersection_with(
         if dfas
             .iter()
             .zip(&key.0)
-            .all(|(d, &s)| d.is_match_state(d.next_eoi_state(s)))
+            .enumerate()
+            .all(|(i, (d, &s))| d.is_match_state(d.next_eoi_state(s)) == (i < n_pos))
             && extra.is_none_or(|x| x.accepts(key.1))
         {
             b.eps(me, exit);
@@ -535,11 +574,12 @@ pub(crate) fn emit_intersection_with(
                     .collect(),
                 ex.unwrap_or(0),
             );
-            let dead = ex.is_none()
-                || dfas
-                    .iter()
-                    .zip(&next.0)
-                    .any(|(d, &s)| d.is_dead_state(s) || d.is_quit_state(s));
+            // A quit state (unknown) ends the text in either role: stricter, never looser.
+            let dead =
+                ex.is_none()
+                    || dfas.iter().zip(&next.0).enumerate().any(|(i, (d, &s))| {
+                        (i < n_pos && d.is_dead_state(s)) || d.is_quit_state(s)
+                    });
             let target = if dead {
                 None
             } else {

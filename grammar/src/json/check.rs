@@ -152,17 +152,21 @@ pub(super) fn check_value(v: &Value, s: &Map<String, Value>) -> Option<bool> {
                     let keys = c.get("keys")?.as_array()?;
                     let pats = c.get("patterns")?.as_array()?;
                     let positive = c.get("match") == Some(&Value::Bool(true));
-                    let value = c.get("value").filter(|_| positive);
+                    let value = c.get("value");
                     let mut found = false;
                     for (k, kv) in o {
                         let mut listed = keys.iter().any(|x| x.as_str() == Some(k.as_str()));
                         for p in pats {
                             listed |= regex_full_match(p.as_str()?, Flavor::EcmaSearch, k)?;
                         }
-                        if let (true, Some(vs)) = (listed, value) {
-                            listed = check_schema(kv, vs)?;
+                        // A witness key (listed when positive, else not listed) whose value
+                        // is in the condition's value schema, when it has one.
+                        if listed == positive {
+                            found |= match value {
+                                Some(vs) => check_schema(kv, vs)?,
+                                None => true,
+                            };
                         }
-                        found |= listed == positive;
                     }
                     all &= found;
                 }
@@ -360,17 +364,36 @@ pub(super) fn decimal(n: &serde_json::Number) -> Option<(i128, i32)> {
     Some((m, exp - frac.len() as i32))
 }
 
-/// Exact `a` is a multiple of `m` (`None` on overflow or a non-positive divisor).
+/// Exact `a` is a multiple of `m` (`None` on a non-positive divisor or an unreadable number).
 pub(super) fn is_multiple(a: &serde_json::Number, m: &serde_json::Number) -> Option<bool> {
     let (am, ae) = decimal(a)?;
     let (mm, me) = decimal(m)?;
     if mm <= 0 {
         return None;
     }
-    let e = ae.min(me);
-    let scale =
-        |x: i128, by: i32| -> Option<i128> { x.checked_mul(10i128.checked_pow(by as u32)?) };
-    let a2 = scale(am, ae - e)?;
-    let m2 = scale(mm, me - e)?;
-    Some(a2 % m2 == 0)
+    // a / m = (am / mm) * 10^d.
+    let d = ae - me;
+    if d >= 0 {
+        // mm divides am * 10^d: modular arithmetic (10^d may be huge, e.g. 1e308).
+        let mut p: i128 = 1 % mm;
+        let mut base: i128 = 10 % mm;
+        let mut k = d as u32;
+        while k > 0 {
+            if k & 1 == 1 {
+                p = p.checked_mul(base)? % mm;
+            }
+            base = base.checked_mul(base)? % mm;
+            k >>= 1;
+        }
+        Some((am % mm).checked_mul(p)? % mm == 0)
+    } else {
+        // mm * 10^-d divides am; when that divisor exceeds every mantissa, only 0 does.
+        match 10i128
+            .checked_pow(d.unsigned_abs())
+            .and_then(|t| t.checked_mul(mm))
+        {
+            Some(q) => Some(am % q == 0),
+            None => Some(am == 0),
+        }
+    }
 }

@@ -30,7 +30,9 @@ pub(crate) fn format_regex(format: &str) -> Option<String> {
     let pchar = format!("([{unreserved}{sub_delims}:@]|{pct})");
     let userinfo = format!("([{unreserved}{sub_delims}:]|{pct})*");
     let reg_name = format!("([{unreserved}{sub_delims}]|{pct})*");
-    let authority = format!("({userinfo}@)?({reg_name}|{ipv4})(:[0-9]*)?");
+    // RFC 3986 IP-literal: `[` IPv6address or IPvFuture `]`.
+    let ip_literal = format!(r"\[(({ipv6})|v[0-9A-Fa-f]+\.[{unreserved}{sub_delims}:]+)\]");
+    let authority = format!("({userinfo}@)?({ip_literal}|{reg_name}|{ipv4})(:[0-9]*)?");
     let path_abempty = format!("(/{pchar}*)*");
     let path_rootless = format!("{pchar}+(/{pchar}*)*");
     let query = format!("(\\?({pchar}|[/?])*)?(#({pchar}|[/?])*)?");
@@ -51,14 +53,41 @@ pub(crate) fn format_regex(format: &str) -> Option<String> {
         "ipv4" => ipv4,
         "ipv6" => ipv6,
         "hostname" => format!("{label}(\\.{label}){{0,7}}"),
+        "duration" => duration_regex(),
         "uri" => uri,
         "uri-reference" => format!("{uri}|{relative}"),
         "json-pointer" => "(/([^~/]|~[01])*)*".to_string(),
         // Known formats whose exact check is not expressed here.
         "idn-email" | "idn-hostname" | "iri" | "iri-reference" | "uri-template" | "regex"
-        | "relative-json-pointer" | "duration" => return None,
+        | "relative-json-pointer" => return None,
         _ => String::new(),
     })
+}
+
+/// Every host name RFC 1123 §2.1 allows, but for the total length (at most 253 characters,
+/// RFC 1034): labels of letters, digits and inner hyphens, 1 to 63 characters, separated by
+/// dots (no trailing dot). The `hostname` format itself is enforced stricter (labels ≤ 30,
+/// ≤ 8 labels); this regex is what its complement excludes, so the complement is exact.
+pub(crate) fn hostname_rfc_regex() -> String {
+    let label = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    format!("{label}(\\.{label})*")
+}
+
+/// Longest host name (RFC 1034: 255 octets on the wire, 253 characters written out).
+pub(crate) const HOSTNAME_MAX_LEN: u64 = 253;
+
+/// RFC 3339 Appendix A `duration` (ABNF literals are case-insensitive, RFC 5234 §2.3).
+fn duration_regex() -> String {
+    let n = "[0-9]+";
+    let second = format!("{n}[Ss]");
+    let minute = format!("{n}[Mm]({second})?");
+    let hour = format!("{n}[Hh]({minute})?");
+    let time = format!("[Tt]({hour}|{minute}|{second})");
+    let day = format!("{n}[Dd]");
+    let month = format!("{n}[Mm]({day})?");
+    let year = format!("{n}[Yy]({month})?");
+    let date = format!("({day}|{month}|{year})({time})?");
+    format!("[Pp]({date}|{time}|{n}[Ww])")
 }
 
 /// RFC 3339 full-date with real month lengths and leap years.

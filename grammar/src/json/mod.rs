@@ -68,6 +68,11 @@ pub(crate) struct JsonCompiler<'a> {
     pub(crate) len_rules: HashMap<(String, u64, Option<u64>), RuleId>,
     /// NFA states the inline copy of a string regex took (regex, min, max).
     pub(crate) regex_size: HashMap<(String, u64, Option<u64>), usize>,
+    /// Rules of the complements of `$ref`s (`__not_ref`), by reference.
+    not_ref_rules: HashMap<String, RuleId>,
+    /// `$ref`s whose complement `negate` is writing right now: met again inside, the
+    /// complement is `__not_ref` (a call to its rule), so recursive definitions negate.
+    negating: Vec<String>,
 }
 
 /// Most NFA states a JSON Schema may compile to (the post-passes are not interruptible).
@@ -110,6 +115,8 @@ pub(crate) fn compile(
         schema_rules: HashMap::new(),
         len_rules: HashMap::new(),
         regex_size: HashMap::new(),
+        not_ref_rules: HashMap::new(),
+        negating: Vec::new(),
     };
     let r = c.b.rules[root_rule as usize];
     c.inlining.push("#".to_string());
@@ -225,6 +232,7 @@ pub(crate) const CONSTRAINTS: &[&str] = &[
     "__not_multiple",
     "__contains",
     "__pattern_else",
+    "__not_ref",
 ];
 
 /// True for keywords that carry no constraint.
@@ -410,6 +418,35 @@ impl<'a> JsonCompiler<'a> {
             Pending::Schema(schema.clone(), ptr.to_string(), self.inlining.clone()),
         ));
         Ok(rule)
+    }
+
+    /// The rule of the complement of `reference`'s schema (built once; the complement of
+    /// the same reference met inside it is a call to this rule).
+    pub(super) fn not_ref_rule(
+        &mut self,
+        reference: &str,
+        ptr: &str,
+    ) -> Result<RuleId, CompileError> {
+        if let Some(&r) = self.not_ref_rules.get(reference) {
+            return Ok(r);
+        }
+        let target = self.resolve(reference, ptr)?;
+        self.negating.push(reference.to_string());
+        let neg = self.negate(target, reference, 0);
+        self.negating.pop();
+        let Some(neg) = neg? else {
+            let k = self.unnegatable.take().unwrap_or_default();
+            return Err(CompileError::Unsupported {
+                keyword: "not".into(),
+                pointer: ptr.into(),
+                reason: format!("the complement of {reference:?}: `{k}` has no complement"),
+            });
+        };
+        let r = self.b.new_rule()?;
+        self.not_ref_rules.insert(reference.to_string(), r);
+        self.pending
+            .push((r, Pending::Schema(neg, reference.to_string(), Vec::new())));
+        Ok(r)
     }
 
     fn ref_rule(&mut self, reference: &str) -> Result<RuleId, CompileError> {

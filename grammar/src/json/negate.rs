@@ -8,6 +8,12 @@ use super::norm::{disjoint, type_list};
 use super::{is_annotation, JsonCompiler};
 use crate::CompileError;
 
+/// Deepest schema nesting `negate` writes a complement for.
+const MAX_NEGATE_DEPTH: u32 = 8;
+
+/// Most `oneOf` branches negated (the complement lists every overlapping pair).
+const MAX_NEGATED_ONE_OF: usize = 6;
+
 impl JsonCompiler<'_> {
     /// A schema for the complement of `s` (the values `s` rejects), when it can be written
     /// with keywords the compiler enforces: the union of each keyword's complement.
@@ -23,7 +29,24 @@ impl JsonCompiler<'_> {
             Value::Object(m) => m,
             _ => return Err(self.invalid(ptr, "a schema must be an object or a boolean")),
         };
-        if depth > 8 {
+        // A bare `$ref`: the complement of its target; a reference whose complement is
+        // being written already (recursion) is a call to that complement's rule.
+        if let Some(r) = m.get("$ref").and_then(|r| r.as_str()) {
+            if m.keys().all(|k| k == "$ref" || is_annotation(k)) {
+                if self.negating.iter().any(|x| x == r) {
+                    return Ok(Some(json!({ "__not_ref": r })));
+                }
+                // Following a reference adds no nesting (a chain of references is as deep
+                // as its target; a cycle stops at `negating`).
+                let target = self.resolve(r, ptr)?;
+                self.negating.push(r.to_string());
+                let neg = self.negate(target, ptr, depth);
+                self.negating.pop();
+                return neg;
+            }
+        }
+        if depth > MAX_NEGATE_DEPTH {
+            self.unnegatable.get_or_insert_with(|| "nesting".into());
             return Ok(None);
         }
         let mark = self.merged_refs.len();
@@ -51,7 +74,21 @@ impl JsonCompiler<'_> {
                 // looser: refused.
                 "format" => match v.as_str().map(|f| (f, super::formats::format_regex(f))) {
                     Some((_, Some(re))) if re.is_empty() => {}
-                    Some(("ipv4" | "ipv6" | "uuid" | "date", Some(re))) => alts.push(json!({
+                    // `hostname` is enforced stricter than RFC 1123, but its complement
+                    // is the RFC's: not a host name, or longer than 253 characters (so
+                    // `x and not hostname` is exact, never looser).
+                    Some(("hostname", Some(_))) => {
+                        let re = super::formats::hostname_rfc_regex();
+                        alts.push(json!({
+                            "type": "string", "__not_pattern": [format!("^(?:{re})$")]
+                        }));
+                        let long = super::formats::HOSTNAME_MAX_LEN + 1;
+                        alts.push(json!({"type": "string", "minLength": long}));
+                    }
+                    Some((
+                        "ipv4" | "ipv6" | "uuid" | "date" | "duration" | "uri" | "uri-reference",
+                        Some(re),
+                    )) => alts.push(json!({
                         "type": "string", "__not_pattern": [format!("^(?:{re})$")]
                     })),
                     _ => {
@@ -70,6 +107,33 @@ impl JsonCompiler<'_> {
                     }
                 }
                 "not" => alts.push(v.clone()),
+                "__not_ref" => alts.push(json!({ "$ref": v })),
+                // `if`/`then`/`else` is `(if and then) or (not if and else)`: its complement
+                // is `(if and not then) or (not if and not else)`.
+                "if" => {
+                    if let Some(t) = m.get("then") {
+                        match self.negate(t, ptr, depth + 1)? {
+                            Some(Value::Bool(false)) => {}
+                            Some(nt) => alts.push(json!({"allOf": [v, nt]})),
+                            None => return Ok(None),
+                        }
+                    }
+                    if let Some(e) = m.get("else") {
+                        let ne = match self.negate(e, ptr, depth + 1)? {
+                            Some(ne) => ne,
+                            None => return Ok(None),
+                        };
+                        if ne != Value::Bool(false) {
+                            match self.negate(v, ptr, depth + 1)? {
+                                Some(Value::Bool(false)) => {}
+                                Some(ni) => alts.push(json!({"allOf": [ni, ne]})),
+                                None => return Ok(None),
+                            }
+                        }
+                    }
+                }
+                // Without `if` they are ignored; with it, negated above.
+                "then" | "else" => {}
                 "required" => {
                     for key in v.as_array().into_iter().flatten() {
                         alts.push(json!({"type": "object", "__forbidden": [key]}));
@@ -132,8 +196,30 @@ impl JsonCompiler<'_> {
                         "__has_other": [{"keys": keys, "patterns": pats}]}));
                 }
                 "additionalProperties" if v == &Value::Bool(true) || v == &json!({}) => {}
+                // `additionalProperties: S`: some key neither declared nor matching a
+                // pattern whose value is outside S (a key-and-value witness).
+                "additionalProperties" if v.is_object() => {
+                    let neg = match self.negate(v, ptr, depth + 1)? {
+                        Some(Value::Bool(false)) => continue,
+                        Some(neg) => neg,
+                        None => return Ok(None),
+                    };
+                    let keys: Vec<&String> = m
+                        .get("properties")
+                        .and_then(|p| p.as_object())
+                        .map(|p| p.keys().collect())
+                        .unwrap_or_default();
+                    let pats: Vec<&String> = m
+                        .get("patternProperties")
+                        .and_then(|p| p.as_object())
+                        .map(|p| p.keys().collect())
+                        .unwrap_or_default();
+                    alts.push(json!({"type": "object",
+                        "__has_other": [{"keys": keys, "patterns": pats, "value": neg,
+                                         "value_not": v}]}));
+                }
                 // None of the branches, or two of them.
-                "oneOf" if v.as_array().is_some_and(|b| b.len() <= 6) => {
+                "oneOf" if v.as_array().is_some_and(|b| b.len() <= MAX_NEGATED_ONE_OF) => {
                     let branches = v.as_array().cloned().unwrap_or_default();
                     let mut none = Vec::new();
                     for b in &branches {
@@ -153,6 +239,27 @@ impl JsonCompiler<'_> {
                                 }
                             }
                             alts.push(json!({"allOf": [branches[i].clone(), branches[j].clone()]}));
+                        }
+                    }
+                }
+                // A trigger key present without what it needs: a listed key absent, or the
+                // object outside the dependent schema.
+                "dependencies" | "dependentRequired" | "dependentSchemas" if v.is_object() => {
+                    for (dk, need) in v.as_object().into_iter().flatten() {
+                        match need {
+                            Value::Array(keys) => {
+                                for key in keys.iter().filter(|x| x.as_str() != Some(dk)) {
+                                    alts.push(json!({"type": "object", "required": [dk],
+                                        "__forbidden": [key]}));
+                                }
+                            }
+                            other => match self.negate(other, ptr, depth + 1)? {
+                                Some(Value::Bool(false)) => {}
+                                Some(neg) => alts.push(json!({"allOf": [
+                                    {"type": "object", "required": [dk]}, neg
+                                ]})),
+                                None => return Ok(None),
+                            },
                         }
                     }
                 }
@@ -186,12 +293,13 @@ impl JsonCompiler<'_> {
                             // `false`: some key matching the pattern.
                             Some(Value::Bool(true)) => alts.push(json!({"type": "object",
                                 "__has_other": [{"keys": [], "patterns": [pk], "match": true}]})),
-                            // Some key matching the pattern with its value outside.
+                            // Some key matching the pattern with its value outside (the
+                            // schema itself kept as the complement of that value).
                             Some(neg) => alts.push(json!({"type": "object",
                                 "__has_other": [{"keys": [], "patterns": [pk], "match": true,
-                                                 "value": neg}]})),
+                                                 "value": neg, "value_not": pv}]})),
                             None => {
-                                self.unnegatable = Some(k.clone());
+                                self.unnegatable.get_or_insert_with(|| k.clone());
                                 return Ok(None);
                             }
                         }
@@ -201,9 +309,44 @@ impl JsonCompiler<'_> {
                 // among them).
                 "__has_other" => {
                     for c in v.as_array().into_iter().flatten() {
-                        if c.get("value").is_some() {
-                            self.unnegatable = Some("patternProperties".into());
-                            return Ok(None);
+                        // A key-and-value witness: every witness key has its value outside
+                        // the value schema.
+                        if let Some(val) = c.get("value") {
+                            let not_val = match c.get("value_not") {
+                                Some(x) => x.clone(),
+                                None => match self.negate(val, ptr, depth + 1)? {
+                                    Some(x) => x,
+                                    None => {
+                                        self.unnegatable = Some("patternProperties".into());
+                                        return Ok(None);
+                                    }
+                                },
+                            };
+                            let positive = c.get("match") == Some(&Value::Bool(true));
+                            let listed = if positive {
+                                not_val.clone()
+                            } else {
+                                json!(true)
+                            };
+                            let mut props = serde_json::Map::new();
+                            for k in c["keys"].as_array().into_iter().flatten() {
+                                if let Some(k) = k.as_str() {
+                                    props.insert(k.to_string(), listed.clone());
+                                }
+                            }
+                            let mut pp = serde_json::Map::new();
+                            for p in c["patterns"].as_array().into_iter().flatten() {
+                                if let Some(p) = p.as_str() {
+                                    pp.insert(p.to_string(), listed.clone());
+                                }
+                            }
+                            let mut alt = json!({"type": "object", "properties": props,
+                                "patternProperties": pp});
+                            if !positive {
+                                alt["additionalProperties"] = not_val;
+                            }
+                            alts.push(alt);
+                            continue;
                         }
                         if c.get("match") == Some(&Value::Bool(true)) {
                             let pp = names_to(c, "patterns", false);

@@ -19,6 +19,21 @@ impl JsonCompiler<'_> {
         if s.get("__false").is_some() {
             return self.nothing();
         }
+        // The complement of a recursive `$ref` (from `negate`): a call to its rule; beside
+        // other keywords it cannot be intersected.
+        if let Some(r) = s.get("__not_ref").and_then(|r| r.as_str()) {
+            if s.keys()
+                .all(|k| k == "__not_ref" || super::is_annotation(k))
+            {
+                let rule = self.not_ref_rule(r, ptr)?;
+                return self.b.call(from, rule);
+            }
+            return Err(CompileError::Unsupported {
+                keyword: "not".into(),
+                pointer: ptr.into(),
+                reason: format!("the complement of the recursive {r:?} beside other keywords"),
+            });
+        }
         // enum/const: when every listed value can be checked against the rest, emit them.
         if let Some(values) = s
             .get("enum")
@@ -254,6 +269,30 @@ impl JsonCompiler<'_> {
         if let Some(c) = s.get("const").cloned() {
             return self.enum_values(from, &[c], s, ptr);
         }
+        // Excluded arrays and objects (`not: {const: [..]}`, from complements of `enum`):
+        // a value differs from one of them iff it is of another type, has another length
+        // or key set, or differs at a position or key (each difference a schema).
+        if let Some(Value::Array(excl)) = s.get("__not_enum") {
+            if excl.iter().any(|v| v.is_array() || v.is_object()) {
+                let mut rest = s.clone();
+                let scalars: Vec<Value> = excl
+                    .iter()
+                    .filter(|v| !v.is_array() && !v.is_object())
+                    .cloned()
+                    .collect();
+                if scalars.is_empty() {
+                    rest.remove("__not_enum");
+                } else {
+                    rest.insert("__not_enum".into(), Value::Array(scalars));
+                }
+                let mut parts = vec![Value::Object(rest)];
+                for v in excl.iter().filter(|v| v.is_array() || v.is_object()) {
+                    parts.push(serde_json::json!({ "anyOf": differs_from(v) }));
+                }
+                let all = serde_json::json!({ "allOf": parts });
+                return self.value(from, &all, ptr);
+            }
+        }
         let types = self.types_of(s, ptr)?;
         let excluded: Vec<Value> = s
             .get("__not_enum")
@@ -262,8 +301,18 @@ impl JsonCompiler<'_> {
             .unwrap_or_default();
         let exit = self.b.state()?;
         for t in types {
+            // Excluded numbers are taken out by the number emitters (no exponent then) when
+            // the schema asks for numbers only; a schema that leaves the type free (`not:
+            // {enum: [1]}`) would lose exponents on values it does not constrain: refused.
+            let numeric_only = match s.get("type") {
+                Some(Value::String(t)) => t == "integer" || t == "number",
+                Some(Value::Array(ts)) => ts
+                    .iter()
+                    .all(|t| t.as_str().is_some_and(|t| t == "integer" || t == "number")),
+                _ => false,
+            };
             let excl_here = excluded.iter().any(|v| match v {
-                Value::Number(_) => matches!(t, "number" | "integer"),
+                Value::Number(_) => matches!(t, "number" | "integer") && !numeric_only,
                 Value::Array(_) => t == "array",
                 Value::Object(_) => t == "object",
                 _ => false,
@@ -365,5 +414,43 @@ impl JsonCompiler<'_> {
             self.b.eps(e, exit);
         }
         Ok(exit)
+    }
+}
+
+/// Schemas whose union is every value but `v` (an array or an object): another type,
+/// another length or key set, or another value at a position or key.
+fn differs_from(v: &Value) -> Vec<Value> {
+    use serde_json::json;
+    match v {
+        Value::Array(items) => {
+            let n = items.len();
+            let mut alts = vec![
+                json!({"not": {"type": "array"}}),
+                json!({"type": "array", "minItems": n + 1}),
+            ];
+            if n > 0 {
+                alts.push(json!({"type": "array", "maxItems": n - 1}));
+            }
+            for (i, x) in items.iter().enumerate() {
+                let mut tuple = vec![Value::Bool(true); i];
+                tuple.push(json!({"not": {"const": x}}));
+                alts.push(json!({"type": "array", "minItems": i + 1, "prefixItems": tuple}));
+            }
+            alts
+        }
+        Value::Object(m) => {
+            let keys: Vec<&String> = m.keys().collect();
+            let mut alts = vec![
+                json!({"not": {"type": "object"}}),
+                json!({"type": "object", "__has_other": [{"keys": keys, "patterns": []}]}),
+            ];
+            for (k, x) in m {
+                alts.push(json!({"type": "object", "__forbidden": [k]}));
+                alts.push(json!({"type": "object", "required": [k],
+                                 "properties": {k.clone(): {"not": {"const": x}}}}));
+            }
+            alts
+        }
+        _ => vec![json!({"not": {"const": v}})],
     }
 }

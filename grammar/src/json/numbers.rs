@@ -8,8 +8,9 @@ use super::formats::{dec_ge, dec_le, int_range, number_range, Dec};
 use super::types::{emit_error, f};
 use super::JsonCompiler;
 use crate::nfa::StateId;
-use crate::regex::{emit_intersection, emit_intersection_with, parse, Escape, Flavor};
+use crate::regex::{emit_intersection_excluding, parse, Escape, Flavor};
 use crate::CompileError;
+use regex_syntax::hir::Hir;
 
 /// `k` when `m` is exactly 10^k.
 fn power_of_ten(m: &serde_json::Number) -> Option<i32> {
@@ -82,30 +83,32 @@ impl JsonCompiler<'_> {
             }),
         };
         let re = int_range(lo_i, hi_i);
+        // `not: {enum: [..]}` values: integers have one spelling here (no fraction, no
+        // exponent; `-0` is 0), so excluding them is excluding those texts.
+        let excluded = excluded_numbers(s, true);
         match residue {
-            Some(r) => self.emit_residue(from, &[re], &r, ptr),
-            None => self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr),
+            Some(r) => self.emit_residue(from, &[re], &excluded, Some(&r), ptr),
+            None if excluded.is_empty() => {
+                self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr)
+            }
+            None => self.emit_residue(from, &[re], &excluded, None, ptr),
         }
     }
 
-    /// The intersection of number regexes with a `multipleOf` remainder automaton.
+    /// The intersection of number regexes (minus the `excluded` ones) with a `multipleOf`
+    /// remainder automaton when there is one.
     fn emit_residue(
         &mut self,
         from: StateId,
         res: &[String],
-        r: &super::multiple::Residue,
+        excluded: &[String],
+        r: Option<&super::multiple::Residue>,
         ptr: &str,
     ) -> Result<StateId, CompileError> {
-        let mut hirs = Vec::new();
-        for re in res {
-            hirs.push(
-                parse(re, Flavor::FullMatch).map_err(|e| CompileError::Regex {
-                    pattern: re.clone(),
-                    reason: e,
-                })?,
-            );
-        }
-        emit_intersection_with(self.b, from, &hirs, Some(r), Escape::Raw)
+        let hirs = parse_all(res)?;
+        let neg = parse_all(excluded)?;
+        let extra = r.map(|r| r as &dyn crate::regex::ByteAutomaton);
+        emit_intersection_excluding(self.b, from, &hirs, &neg, extra, Escape::Raw)
             .map_err(|e| emit_error(self.b.states.len(), &e, "multipleOf", ptr, e.clone()))
     }
 
@@ -145,7 +148,11 @@ impl JsonCompiler<'_> {
         let (lo, hi) = Self::bounds(s);
         // `not: {type: integer}` on numbers: a nonzero digit after the point (no exponent).
         let fraction = s.get("__fraction") == Some(&Value::Bool(true));
-        if lo.is_none() && hi.is_none() && mult.is_none() && !fraction && residue.is_none() {
+        // `not: {enum: [..]}` values: every spelling without an exponent (trailing zeros,
+        // `-0`) is excluded; numbers with excluded values have no exponent (stricter).
+        let excluded = excluded_numbers(s, false);
+        let plain = excluded.is_empty() && !fraction && residue.is_none();
+        if lo.is_none() && hi.is_none() && mult.is_none() && plain {
             return self.number_plain(from);
         }
         let as_int = |b: Option<(f64, bool)>| -> Option<Option<(i64, bool)>> {
@@ -155,7 +162,7 @@ impl JsonCompiler<'_> {
                 Some(_) => None,
             }
         };
-        if mult.is_none() && !fraction && residue.is_none() {
+        if mult.is_none() && plain {
             if let (Some(l), Some(h)) = (as_int(lo), as_int(hi)) {
                 let re = number_range(l, h);
                 return self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr);
@@ -226,19 +233,73 @@ impl JsonCompiler<'_> {
                 None => return self.nothing(),
             }
         }
-        if let Some(r) = &residue {
-            return self.emit_residue(from, &res, r, ptr);
+        if residue.is_some() || !excluded.is_empty() {
+            return self.emit_residue(from, &res, &excluded, residue.as_ref(), ptr);
         }
-        let mut hirs = Vec::new();
-        for re in &res {
-            hirs.push(
-                parse(re, Flavor::FullMatch).map_err(|e| CompileError::Regex {
-                    pattern: re.clone(),
-                    reason: e,
-                })?,
-            );
-        }
-        emit_intersection(self.b, from, &hirs, Escape::Raw)
+        let hirs = parse_all(&res)?;
+        emit_intersection_excluding(self.b, from, &hirs, &[], None, Escape::Raw)
             .map_err(|e| emit_error(self.b.states.len(), &e, "minimum", ptr, e.clone()))
     }
+}
+
+/// Parses whole-text regexes.
+fn parse_all(res: &[String]) -> Result<Vec<Hir>, CompileError> {
+    res.iter()
+        .map(|re| {
+            parse(re, Flavor::FullMatch).map_err(|e| CompileError::Regex {
+                pattern: re.clone(),
+                reason: e,
+            })
+        })
+        .collect()
+}
+
+/// Regexes for the spellings of the numbers `__not_enum` lists (`not: {enum: [..]}`):
+/// for `integer`, the canonical text (and `-0` for 0); for numbers, also the same value
+/// with trailing zeros after the point (no exponent: the number regexes have none).
+/// Values that are not integers are skipped for `integer` (it cannot spell them).
+pub(super) fn excluded_numbers(s: &Map<String, Value>, integer: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for v in s
+        .get("__not_enum")
+        .and_then(|e| e.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let Value::Number(n) = v else { continue };
+        let Some((m, e)) = super::check::decimal(n) else {
+            continue;
+        };
+        let neg = m < 0;
+        let digits = m.unsigned_abs().to_string();
+        let (int, frac) = if e >= 0 {
+            (format!("{digits}{}", "0".repeat(e as usize)), String::new())
+        } else {
+            let k = (-e) as usize;
+            let padded = format!(
+                "{}{digits}",
+                "0".repeat((k + 1).saturating_sub(digits.len()))
+            );
+            let (i, f) = padded.split_at(padded.len() - k);
+            (i.to_string(), f.trim_end_matches('0').to_string())
+        };
+        let int = match int.trim_start_matches('0') {
+            "" => "0".to_string(),
+            t => t.to_string(),
+        };
+        let sign = if int == "0" && frac.is_empty() {
+            "-?"
+        } else if neg {
+            "-"
+        } else {
+            ""
+        };
+        out.push(match (integer, frac.is_empty()) {
+            (true, true) => format!("{sign}{int}"),
+            (true, false) => continue,
+            (false, true) => format!(r"{sign}{int}(\.0+)?"),
+            (false, false) => format!(r"{sign}{int}\.{frac}0*"),
+        });
+    }
+    out
 }

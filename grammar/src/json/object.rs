@@ -12,6 +12,14 @@ use crate::nfa::{RuleId, StateId};
 use crate::regex::{parse, Flavor};
 use crate::CompileError;
 
+/// Most `patternProperties` on one object (the key automaton tracks which ones a key
+/// matches: at most 31 key patterns in all, `propertyNames` and conditions included).
+const MAX_PATTERNS: usize = 24;
+
+/// Largest `minProperties`/`maxProperties` enforced (the object automaton carries a count
+/// up to it).
+const MAX_PROPERTY_COUNT: usize = 128;
+
 /// Most `__has_other` conditions (complements of `additionalProperties`/`propertyNames`)
 /// on one object.
 const MAX_CONDS: usize = 4;
@@ -57,9 +65,13 @@ impl JsonCompiler<'_> {
                 patterns.push((p.clone(), v.clone()));
             }
         }
-        if patterns.len() > 16 {
-            self.unsupported("patternProperties", ptr, "more than 16 patterns")?;
-            patterns.truncate(16);
+        if patterns.len() > MAX_PATTERNS {
+            self.unsupported(
+                "patternProperties",
+                ptr,
+                &format!("more than {MAX_PATTERNS} patterns"),
+            )?;
+            patterns.truncate(MAX_PATTERNS);
         }
         let mut matchers = Vec::new();
         for (p, _) in &patterns {
@@ -165,7 +177,7 @@ impl JsonCompiler<'_> {
         let value_bits = |k: &str| -> u8 {
             let mut bits = 0u8;
             for (i, c) in conds.iter().enumerate() {
-                if c.3.is_some() && listed(i, k) {
+                if c.3.is_some() && listed(i, k) == c.2 {
                     bits |= 1 << i;
                 }
             }
@@ -315,15 +327,19 @@ impl JsonCompiler<'_> {
         if max_p.is_some_and(|m| m < n_req || m < min_count) {
             return self.nothing();
         }
-        if cap > 32 {
+        if cap > MAX_PROPERTY_COUNT {
             let kw = if exact {
                 "maxProperties"
             } else {
                 "minProperties"
             };
-            self.unsupported(kw, ptr, "property counts above 32 are not enforced")?;
+            self.unsupported(
+                kw,
+                ptr,
+                &format!("property counts above {MAX_PROPERTY_COUNT} are not enforced"),
+            )?;
         }
-        let cap = cap.min(32);
+        let cap = cap.min(MAX_PROPERTY_COUNT);
         let open = self.b.lit(from, b"{")?;
         let open = self.ws(open)?;
         // Undeclared properties: one rule (`"other key": value`), called from every gap
@@ -374,7 +390,7 @@ impl JsonCompiler<'_> {
                     let mut applicable = 0u8;
                     for (i, m) in cond_masks.iter().enumerate() {
                         if conds[i].3.is_some() {
-                            if set & m != 0 {
+                            if (set & m != 0) == conds[i].2 {
                                 applicable |= 1 << i;
                             }
                         } else if (set & m != 0) == conds[i].2 {
@@ -762,7 +778,8 @@ pub(super) fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, S
 }
 
 /// One `__has_other` condition: (names, patterns, positive, value schema). With a value
-/// schema (positive only), a listed key whose value is in that schema.
+/// schema, a witness key (listed when positive, else unlisted) whose value is in that
+/// schema.
 type KeyCond = (Vec<String>, Vec<String>, bool, Option<Value>);
 
 /// The `__has_other` conditions of an object schema, each asking for a key that is none of
@@ -785,7 +802,7 @@ fn has_other_conditions(s: &Map<String, Value>) -> Vec<KeyCond> {
                 .iter()
                 .map(|c| {
                     let positive = c.get("match") == Some(&Value::Bool(true));
-                    let value = c.get("value").filter(|_| positive).cloned();
+                    let value = c.get("value").cloned();
                     (
                         strs(c.get("keys")),
                         strs(c.get("patterns")),

@@ -133,7 +133,31 @@ impl JsonCompiler<'_> {
         if max.is_some_and(|m| m < min) {
             return self.nothing();
         }
-        let pattern = s.get("pattern").and_then(|p| p.as_str());
+        // Every pattern (`pattern`, and `__patterns` from `allOf` merges); look-aheads at
+        // the start (`^(?!X)(?=Y)Z`) or in a loop (`^((?!X).)*$`) become patterns of their
+        // own, positive or negative.
+        let mut patterns: Vec<String> = Vec::new();
+        let mut look_neg: Vec<String> = Vec::new();
+        let all = s
+            .get("pattern")
+            .into_iter()
+            .chain(
+                s.get("__patterns")
+                    .and_then(|p| p.as_array())
+                    .into_iter()
+                    .flatten(),
+            )
+            .filter_map(|p| p.as_str());
+        for p in all {
+            match split_lookaheads(p) {
+                Some((rest, pos, neg)) => {
+                    patterns.push(rest);
+                    patterns.extend(pos);
+                    look_neg.extend(neg);
+                }
+                None => patterns.push(p.to_string()),
+            }
+        }
         let mut format = s
             .get("format")
             .and_then(|p| p.as_str())
@@ -143,17 +167,9 @@ impl JsonCompiler<'_> {
             format = None;
         }
         let format_re = format.and_then(|(_, r)| r).filter(|r| !r.is_empty());
-        let extra_patterns = s
-            .get("__patterns")
-            .and_then(|p| p.as_array())
+        let res: Vec<(&str, String, Flavor)> = patterns
             .into_iter()
-            .flatten()
-            .filter_map(|p| p.as_str())
-            .map(|p| ("pattern", p.to_string(), Flavor::EcmaSearch));
-        let res: Vec<(&str, String, Flavor)> = pattern
-            .map(|p| ("pattern", p.to_string(), Flavor::EcmaSearch))
-            .into_iter()
-            .chain(extra_patterns)
+            .map(|p| ("pattern", p, Flavor::EcmaSearch))
             .chain(format_re.map(|r| ("format", r, Flavor::FullMatch)))
             .collect();
         // `not: {enum: [..strings]}`: any string but those (written canonically).
@@ -166,11 +182,12 @@ impl JsonCompiler<'_> {
                     .collect()
             })
             .unwrap_or_default();
-        let not_patterns: Vec<&str> = s
+        let mut not_patterns: Vec<&str> = s
             .get("__not_pattern")
             .and_then(|e| e.as_array())
             .map(|e| e.iter().filter_map(|x| x.as_str()).collect())
             .unwrap_or_default();
+        not_patterns.extend(look_neg.iter().map(|p| p.as_str()));
         if !excluded.is_empty() || !not_patterns.is_empty() {
             // Key automaton: excluded spellings, then pattern i (bit i): the patterns, the
             // format (anchored) and the length bounds must match, none of the excluded
@@ -736,4 +753,122 @@ pub(super) fn json_char_into(
     b.range(u, b'D', b'D', d);
     b.range(d, b'0', b'7', h2);
     Ok(exit)
+}
+
+/// Splits an ECMA pattern `^(?!X)(?=Y)Z` (look-aheads right after a leading `^`, one
+/// branch) into `^Z`, the positive patterns `^(?:Y)` and the negative ones `^(?:X)`: the
+/// text matches the pattern iff it matches `^Z` and every positive one and no negative one
+/// (each look-ahead is tested at position 0, as `^X` is). `None` when the pattern has no
+/// such prefix, or look-arounds elsewhere, or several top-level branches.
+pub(super) fn split_lookaheads(p: &str) -> Option<(String, Vec<String>, Vec<String>)> {
+    if let Some(r) = split_loop_lookaheads(p) {
+        return Some(r);
+    }
+    let mut rest = p.strip_prefix('^')?;
+    if !rest.starts_with("(?=") && !rest.starts_with("(?!") {
+        return None;
+    }
+    let (mut pos, mut neg) = (Vec::new(), Vec::new());
+    while let Some(positive) = rest
+        .strip_prefix("(?=")
+        .map(|_| true)
+        .or_else(|| rest.strip_prefix("(?!").map(|_| false))
+    {
+        // The group's end: the matching `)` outside classes and escapes.
+        let (mut depth, mut in_class, mut esc, mut end) = (0i32, false, false, None);
+        for (i, c) in rest.char_indices() {
+            if esc {
+                esc = false;
+                continue;
+            }
+            match c {
+                '\\' => esc = true,
+                '[' if !in_class => in_class = true,
+                ']' if in_class => in_class = false,
+                '(' if !in_class => depth += 1,
+                ')' if !in_class => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let end = end?;
+        let inner = &rest[3..end];
+        if inner.contains("(?=") || inner.contains("(?!") || inner.contains("(?<") {
+            return None;
+        }
+        let pat = format!("^(?:{inner})");
+        if positive {
+            pos.push(pat);
+        } else {
+            neg.push(pat);
+        }
+        rest = &rest[end + 1..];
+    }
+    if rest.contains("(?=") || rest.contains("(?!") || rest.contains("(?<") {
+        return None;
+    }
+    // `^(?!X)a|b` is `(^(?!X)a)|b`: only one top-level branch can be split this way.
+    let (mut depth, mut in_class, mut esc) = (0i32, false, false);
+    for c in rest.chars() {
+        if esc {
+            esc = false;
+            continue;
+        }
+        match c {
+            '\\' => esc = true,
+            '[' if !in_class => in_class = true,
+            ']' if in_class => in_class = false,
+            '(' if !in_class => depth += 1,
+            ')' if !in_class => depth -= 1,
+            '|' if !in_class && depth == 0 => return None,
+            _ => {}
+        }
+    }
+    Some((format!("^{rest}"), pos, neg))
+}
+
+/// `^((?!X)(?!Y).)*$` (no position where X or Y starts; `.` is any character but a line
+/// terminator, `[\s\S]` any character): `^[^\n\r\u2028\u2029]*$` (or nothing) and the
+/// negative patterns `X`, `Y` searched anywhere. Exact when X and Y cannot match the empty
+/// text (they are then never tried at the end); `None` otherwise or for other shapes.
+fn split_loop_lookaheads(p: &str) -> Option<(String, Vec<String>, Vec<String>)> {
+    let body = p
+        .strip_prefix("^(?:")
+        .or_else(|| p.strip_prefix("^("))?
+        .strip_suffix(")*$")?;
+    let (looks, any) = if let Some(l) = body.strip_suffix('.') {
+        (l, false)
+    } else {
+        (body.strip_suffix("[\\s\\S]")?, true)
+    };
+    let mut neg = Vec::new();
+    let mut rest = looks;
+    while !rest.is_empty() {
+        let inner_start = rest.strip_prefix("(?!")?;
+        // The group's end (no nested groups, classes or escapes of parentheses needed
+        // for the shapes met: refuse anything else).
+        let end = inner_start.find(')')?;
+        let inner = &inner_start[..end];
+        if inner.is_empty()
+            || inner.contains(['(', '[', '\\', '^', '$', '|', '*', '?', '+', '{', '.'])
+        {
+            return None;
+        }
+        neg.push(inner.to_string());
+        rest = &inner_start[end + 1..];
+    }
+    if neg.is_empty() {
+        return None;
+    }
+    let pos = if any {
+        "^[\\s\\S]*$".to_string()
+    } else {
+        "^[^\\n\\r\\u2028\\u2029]*$".to_string()
+    };
+    Some((pos, Vec::new(), neg))
 }
