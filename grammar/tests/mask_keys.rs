@@ -104,37 +104,9 @@ fn crossing_vocab() -> Arc<TokenVocab> {
     Arc::new(TokenVocab::new(toks, &[], &[0]).unwrap())
 }
 
-/// Checks every token's mask bit at `m` against feeding its bytes one at a time; returns
-/// the allowed tokens.
+/// Checks every token's mask bit at `m` against the byte-by-byte reference.
 fn check_here(vocab: &TokenVocab, m: &Matcher, mask: &mut [u32], at: &[u8]) -> Vec<u32> {
-    m.fill_mask(mask).unwrap();
-    let mut allowed = Vec::new();
-    for id in 0..vocab.len() as u32 {
-        let bit = mask[(id / 32) as usize] >> (id % 32) & 1 == 1;
-        let want = if vocab.eos().contains(&id) {
-            m.is_accepting()
-        } else if !vocab.is_usable(id) {
-            false
-        } else {
-            let mut r = m.clone();
-            vocab
-                .token_bytes(id)
-                .unwrap()
-                .iter()
-                .all(|&b| r.try_advance_bytes(&[b]))
-        };
-        assert_eq!(
-            bit,
-            want,
-            "token {id} {:?} after {:?}",
-            String::from_utf8_lossy(vocab.token_bytes(id).unwrap()),
-            String::from_utf8_lossy(at)
-        );
-        if bit {
-            allowed.push(id);
-        }
-    }
-    allowed
+    common::check_mask(vocab, m, mask, at)
 }
 
 /// Follows `ids` from a fresh matcher, checking the whole mask at every position, then

@@ -42,34 +42,7 @@ fn check_walks(tok: &common::Tok, g: &Arc<CompiledGrammar>, seed: u64, walks: us
 
 /// Checks every token's mask bit against the byte-by-byte reference at one position.
 fn check_here(tok: &common::Tok, m: &Matcher, mask: &mut [u32]) -> Vec<u32> {
-    let vocab = &tok.vocab;
-    m.fill_mask(mask).unwrap();
-    let mut allowed = Vec::new();
-    for id in 0..vocab.len() as u32 {
-        let bit = mask[(id / 32) as usize] >> (id % 32) & 1 == 1;
-        let want = if vocab.eos().contains(&id) {
-            m.is_accepting()
-        } else if !vocab.is_usable(id) {
-            false
-        } else {
-            let mut r = m.clone();
-            vocab
-                .token_bytes(id)
-                .unwrap()
-                .iter()
-                .all(|&b| r.try_advance_bytes(&[b]))
-        };
-        assert_eq!(
-            bit,
-            want,
-            "token {id} {:?}",
-            String::from_utf8_lossy(vocab.token_bytes(id).unwrap())
-        );
-        if bit {
-            allowed.push(id);
-        }
-    }
-    allowed
+    common::check_mask(&tok.vocab, m, mask, b"")
 }
 
 /// Follows `text` token by token from a fresh matcher of `g`, checking the whole mask
