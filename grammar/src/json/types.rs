@@ -622,16 +622,9 @@ impl JsonCompiler<'_> {
         max: Option<u64>,
         ptr: &str,
     ) -> Result<Option<StateId>, CompileError> {
-        if s.contains_key("prefixItems") || s.get("items").is_some_and(|i| i.is_array()) {
-            return Ok(None);
-        }
-        let Some(Value::Object(item)) = s.get("items") else {
+        let Some(item) = self.uniform_items(s, ptr)? else {
             return Ok(None);
         };
-        let mark = self.merged_refs.len();
-        let item = self.normalize(item, ptr, 0);
-        self.merged_refs.truncate(mark);
-        let item = item?;
         let candidates: Vec<Value> = if let Some(Value::Array(e)) = item.get("enum") {
             e.clone()
         } else if let Some(c) = item.get("const") {

@@ -35,20 +35,12 @@ impl JsonCompiler<'_> {
         max: Option<u64>,
         ptr: &str,
     ) -> Result<Option<StateId>, CompileError> {
-        if s.contains_key("prefixItems")
-            || s.contains_key("contains")
-            || s.contains_key("__contains")
-            || s.get("items").is_some_and(|i| i.is_array())
-        {
+        if s.contains_key("contains") || s.contains_key("__contains") {
             return Ok(None);
         }
-        let Some(Value::Object(item)) = s.get("items") else {
+        let Some(item) = self.uniform_items(s, ptr)? else {
             return Ok(None);
         };
-        let mark = self.merged_refs.len();
-        let item = self.normalize(item, ptr, 0);
-        self.merged_refs.truncate(mark);
-        let item = item?;
         let Some(item_min) = free_string_min(&item) else {
             return Ok(None);
         };
@@ -78,6 +70,24 @@ impl JsonCompiler<'_> {
         }
         let c = self.ws(close)?;
         Ok(Some(self.b.lit(c, b"]")?))
+    }
+
+    /// The normalised schema every item of the array `s` has (no tuple part), if any.
+    pub(super) fn uniform_items(
+        &mut self,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<Option<Map<String, Value>>, CompileError> {
+        if s.contains_key("prefixItems") || s.get("items").is_some_and(|i| i.is_array()) {
+            return Ok(None);
+        }
+        let Some(Value::Object(item)) = s.get("items") else {
+            return Ok(None);
+        };
+        let mark = self.merged_refs.len();
+        let item = self.normalize(item, ptr, 0);
+        self.merged_refs.truncate(mark);
+        item.map(Some)
     }
 
     /// One item: a quoted free string of at least `min` characters whose body states are
