@@ -68,10 +68,11 @@ fn parse_uncached(pattern: &str, flavor: Flavor) -> Result<Hir, String> {
     parse_one(&src, flavor)
 }
 
-/// Splits a Rust-syntax regex at its top-level `|` (outside groups and classes).
-fn split_top_level(src: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let (mut depth, mut in_class, mut esc, mut start) = (0i32, false, false, 0usize);
+/// Calls `f(i, c, depth)` for every character of a regex outside character classes and
+/// escapes, where `depth` counts the groups open before `c` (so a `)` sees the depth of the
+/// group it closes); stops early when `f` returns false.
+pub(crate) fn scan_top(src: &str, mut f: impl FnMut(usize, char, i32) -> bool) {
+    let (mut depth, mut in_class, mut esc) = (0i32, false, false);
     for (i, c) in src.char_indices() {
         if esc {
             esc = false;
@@ -81,15 +82,32 @@ fn split_top_level(src: &str) -> Vec<&str> {
             '\\' => esc = true,
             '[' if !in_class => in_class = true,
             ']' if in_class => in_class = false,
-            '(' if !in_class => depth += 1,
-            ')' if !in_class => depth -= 1,
-            '|' if !in_class && depth == 0 => {
-                out.push(&src[start..i]);
-                start = i + 1;
+            _ if in_class => {}
+            _ => {
+                if !f(i, c, depth) {
+                    return;
+                }
+                match c {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    _ => {}
+                }
             }
-            _ => {}
         }
     }
+}
+
+/// Splits a Rust-syntax regex at its top-level `|` (outside groups and classes).
+fn split_top_level(src: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0usize;
+    scan_top(src, |i, c, depth| {
+        if c == '|' && depth == 0 {
+            out.push(&src[start..i]);
+            start = i + 1;
+        }
+        true
+    });
     out.push(&src[start..]);
     out
 }

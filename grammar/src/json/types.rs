@@ -768,27 +768,14 @@ pub(super) fn split_lookaheads(p: &str) -> Option<(String, Vec<String>, Vec<Stri
         .or_else(|| rest.strip_prefix("(?!").map(|_| false))
     {
         // The group's end: the matching `)` outside classes and escapes.
-        let (mut depth, mut in_class, mut esc, mut end) = (0i32, false, false, None);
-        for (i, c) in rest.char_indices() {
-            if esc {
-                esc = false;
-                continue;
+        let mut end = None;
+        crate::regex::scan_top(rest, |i, c, depth| {
+            if c == ')' && depth == 1 {
+                end = Some(i);
+                return false;
             }
-            match c {
-                '\\' => esc = true,
-                '[' if !in_class => in_class = true,
-                ']' if in_class => in_class = false,
-                '(' if !in_class => depth += 1,
-                ')' if !in_class => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = Some(i);
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
+            true
+        });
         let end = end?;
         let inner = &rest[3..end];
         if inner.contains("(?=") || inner.contains("(?!") || inner.contains("(?<") {
@@ -806,21 +793,13 @@ pub(super) fn split_lookaheads(p: &str) -> Option<(String, Vec<String>, Vec<Stri
         return None;
     }
     // `^(?!X)a|b` is `(^(?!X)a)|b`: only one top-level branch can be split this way.
-    let (mut depth, mut in_class, mut esc) = (0i32, false, false);
-    for c in rest.chars() {
-        if esc {
-            esc = false;
-            continue;
-        }
-        match c {
-            '\\' => esc = true,
-            '[' if !in_class => in_class = true,
-            ']' if in_class => in_class = false,
-            '(' if !in_class => depth += 1,
-            ')' if !in_class => depth -= 1,
-            '|' if !in_class && depth == 0 => return None,
-            _ => {}
-        }
+    let mut branches = false;
+    crate::regex::scan_top(rest, |_, c, depth| {
+        branches = c == '|' && depth == 0;
+        !branches
+    });
+    if branches {
+        return None;
     }
     Some((format!("^{rest}"), pos, neg))
 }
