@@ -266,8 +266,6 @@ pub struct CompiledGrammar {
     vocab: Arc<TokenVocab>,
     lazy: Mutex<Lazy>,
     start: ConfigId,
-    /// Tokens with two or more `"` (built on first use by grammars with unique items).
-    multi_quote: std::sync::OnceLock<Vec<u32>>,
 }
 
 impl CompiledGrammar {
@@ -310,7 +308,6 @@ impl CompiledGrammar {
             vocab,
             lazy: Mutex::new(lazy),
             start,
-            multi_quote: std::sync::OnceLock::new(),
         }))
     }
 
@@ -421,11 +418,6 @@ impl CompiledGrammar {
     /// True when matching must enforce `uniqueItems` on string items (`unique.rs`).
     pub(crate) fn has_unique(&self) -> bool {
         !self.nfa.unique_ranges.is_empty()
-    }
-
-    pub(crate) fn multi_quote(&self) -> &[u32] {
-        self.multi_quote
-            .get_or_init(|| unique::multi_quote_tokens(&self.vocab))
     }
 
     pub(crate) fn with_lazy<R>(&self, f: impl FnOnce(&Nfa, &mut Lazy) -> R) -> R {

@@ -83,8 +83,7 @@ impl Matcher {
             lazy.fill_mask(nfa, vocab, c, mask);
             if let Some(u) = &self.uniq {
                 let mut t = u.tracker.clone();
-                let mq = self.grammar.multi_quote();
-                unique::refine_mask(nfa, lazy, vocab, mq, c, &mut t, &mut mask[..words]);
+                unique::refine_mask(nfa, lazy, vocab, c, &mut t, &mut mask[..words]);
             }
             lazy.configs[c as usize].accept
         });
@@ -119,10 +118,14 @@ impl Matcher {
     }
 
     /// Follows `bytes` from `c` (tracking the text when the grammar needs it); `DEAD` leaves
-    /// the tracker as it was.
-    fn advance(&mut self, c: ConfigId, bytes: &[u8]) -> ConfigId {
-        let uniq = &mut self.uniq;
-        self.grammar.with_lazy(|nfa, lazy| match uniq {
+    /// the tracker as it was. (Fields, not `&mut self`, so `bytes` may borrow the grammar.)
+    fn advance(
+        grammar: &CompiledGrammar,
+        uniq: &mut Option<Box<UniqueText>>,
+        c: ConfigId,
+        bytes: &[u8],
+    ) -> ConfigId {
+        grammar.with_lazy(|nfa, lazy| match uniq {
             Some(u) => {
                 let cp = u.tracker.checkpoint();
                 let n = unique::advance(nfa, lazy, c, &mut u.tracker, bytes);
@@ -172,9 +175,8 @@ impl Matcher {
             return Err(e);
         }
         let next = if vocab.is_usable(token) {
-            let vocab = vocab.clone();
             let bytes = vocab.token_bytes(token).unwrap_or(&[]);
-            self.advance(c, bytes)
+            Self::advance(&self.grammar, &mut self.uniq, c, bytes)
         } else {
             DEAD
         };
@@ -197,7 +199,7 @@ impl Matcher {
             return false;
         }
         let c = self.current();
-        let n = self.advance(c, bytes);
+        let n = Self::advance(&self.grammar, &mut self.uniq, c, bytes);
         if n == DEAD {
             return false;
         }

@@ -247,24 +247,11 @@ pub(crate) fn distinguishing_byte(
         .find(|&b| lazy.step(nfa, c, b) != DEAD)
 }
 
-/// Token ids whose bytes hold two or more `"` (they may close an item after opening it).
-pub(crate) fn multi_quote_tokens(vocab: &TokenVocab) -> Vec<u32> {
-    (0..vocab.len() as u32)
-        .filter(|&t| vocab.is_usable(t))
-        .filter(|&t| {
-            vocab
-                .token_bytes(t)
-                .is_some_and(|b| b.iter().filter(|&&x| x == b'"').count() >= 2)
-        })
-        .collect()
-}
-
 /// Clears from `mask` (the automaton's mask of `c`) the tokens that would repeat an item.
 pub(crate) fn refine_mask(
     nfa: &Nfa,
     lazy: &mut Lazy,
     vocab: &TokenVocab,
-    multi_quote: &[u32],
     c: ConfigId,
     tracker: &mut JsonTracker,
     mask: &mut [u32],
@@ -297,7 +284,7 @@ pub(crate) fn refine_mask(
             }
         }
     }
-    for &t in multi_quote {
+    for &t in vocab.multi_quote_tokens() {
         if is_set(mask, t) {
             let ok = vocab
                 .token_bytes(t)

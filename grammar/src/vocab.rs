@@ -132,6 +132,9 @@ pub struct TokenVocab {
     /// Per byte: the usable tokens that contain it (see [`TokenVocab::tokens_with_byte`]),
     /// built on first use and shared like `class_parts`.
     byte_tokens: Arc<Mutex<HashMap<u8, Arc<[u32]>>>>,
+    /// The usable tokens with two or more `"` (see [`TokenVocab::multi_quote_tokens`]),
+    /// built on first use and shared like `class_parts`.
+    multi_quote: Arc<std::sync::OnceLock<Vec<u32>>>,
 }
 
 /// A set of characters a configuration loops on: ASCII bytes by bit, and either every
@@ -270,6 +273,7 @@ impl TokenVocab {
             max_token_len,
             class_parts: Arc::default(),
             byte_tokens: Arc::default(),
+            multi_quote: Arc::default(),
         })
     }
 
@@ -392,6 +396,23 @@ impl TokenVocab {
     /// Longest usable token, in bytes.
     pub fn max_token_len(&self) -> usize {
         self.max_token_len
+    }
+
+    /// Usable tokens whose bytes hold two or more `"`: they may close a string after
+    /// opening it (`uniqueItems` checks them one by one, `crate::unique`).
+    pub(crate) fn multi_quote_tokens(&self) -> &[u32] {
+        self.multi_quote.get_or_init(|| {
+            (0..self.tokens.len() as u32)
+                .filter(|&t| self.usable[t as usize])
+                .filter(|&t| {
+                    self.tokens[t as usize]
+                        .iter()
+                        .filter(|&&x| x == b'"')
+                        .count()
+                        >= 2
+                })
+                .collect()
+        })
     }
 
     pub(crate) fn trie(&self) -> &TokenTrie {
