@@ -96,7 +96,7 @@ impl JsonCompiler<'_> {
     }
 
     /// The characters of a free string of `min..=max` characters (no quotes).
-    fn string_body_free(
+    pub(super) fn string_body_free(
         &mut self,
         a: StateId,
         min: u64,
@@ -687,10 +687,7 @@ impl JsonCompiler<'_> {
 }
 
 /// One JSON string character into a bare builder.
-pub(super) fn json_char_into(
-    b: &mut crate::nfa::Builder,
-    from: StateId,
-) -> Result<StateId, CompileError> {
+fn json_char_into(b: &mut crate::nfa::Builder, from: StateId) -> Result<StateId, CompileError> {
     let exit = b.state()?;
     for (lo, hi) in [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7F)] {
         b.range(from, lo, hi, exit);

@@ -94,9 +94,8 @@ impl JsonCompiler<'_> {
     /// recorded as a unique-item body.
     fn unique_item(&mut self, from: StateId, min: u64) -> Result<StateId, CompileError> {
         let a = self.b.lit(from, b"\"")?;
-        let e = self
-            .b
-            .repeat(a, min, None, &mut super::types::json_char_into)?;
+        // min ≤ 64: the characters are written inline, inside the recorded range (no call).
+        let e = self.string_body_free(a, min, None)?;
         let hi = self.b.states.len() as StateId;
         self.b.unique_ranges.push((a, hi));
         self.b.lit(e, b"\"")
