@@ -2,7 +2,7 @@
 //! compiler enforces (the union of each keyword's complement). `not`, `oneOf` and
 //! `if`/`then`/`else` are compiled through it.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::norm::{disjoint, type_list};
 use super::{is_annotation, JsonCompiler};
@@ -182,16 +182,10 @@ impl JsonCompiler<'_> {
                 // `additionalProperties: false`: some key neither declared nor matching a
                 // pattern.
                 "additionalProperties" if v == &Value::Bool(false) => {
-                    let keys: Vec<&String> = m
-                        .get("properties")
-                        .and_then(|p| p.as_object())
-                        .map(|p| p.keys().collect())
-                        .unwrap_or_default();
-                    let pats: Vec<&String> = m
-                        .get("patternProperties")
-                        .and_then(|p| p.as_object())
-                        .map(|p| p.keys().collect())
-                        .unwrap_or_default();
+                    let (keys, pats) = (
+                        member_keys(&m, "properties"),
+                        member_keys(&m, "patternProperties"),
+                    );
                     alts.push(json!({"type": "object",
                         "__has_other": [{"keys": keys, "patterns": pats}]}));
                 }
@@ -204,16 +198,10 @@ impl JsonCompiler<'_> {
                         Some(neg) => neg,
                         None => return Ok(None),
                     };
-                    let keys: Vec<&String> = m
-                        .get("properties")
-                        .and_then(|p| p.as_object())
-                        .map(|p| p.keys().collect())
-                        .unwrap_or_default();
-                    let pats: Vec<&String> = m
-                        .get("patternProperties")
-                        .and_then(|p| p.as_object())
-                        .map(|p| p.keys().collect())
-                        .unwrap_or_default();
+                    let (keys, pats) = (
+                        member_keys(&m, "properties"),
+                        member_keys(&m, "patternProperties"),
+                    );
                     alts.push(json!({"type": "object",
                         "__has_other": [{"keys": keys, "patterns": pats, "value": neg,
                                          "value_not": v}]}));
@@ -552,4 +540,12 @@ fn names_to(c: &Value, field: &str, allowed: bool) -> serde_json::Map<String, Va
         .filter_map(|n| n.as_str())
         .map(|n| (n.to_string(), Value::Bool(allowed)))
         .collect()
+}
+
+/// The member names of the object under `kw` in `m` (declared properties, patterns).
+fn member_keys<'m>(m: &'m Map<String, Value>, kw: &str) -> Vec<&'m String> {
+    m.get(kw)
+        .and_then(|p| p.as_object())
+        .map(|p| p.keys().collect())
+        .unwrap_or_default()
 }
