@@ -8,7 +8,7 @@ use sglrs_runtime::model::{default_model_path, ModelConfig, ModelWeights};
 use std::sync::OnceLock;
 
 mod common;
-use common::{shared_prefix_tables, tokens};
+use common::{prefill_prefix, shared_prefix_tables, tokens};
 
 fn model() -> &'static (ModelConfig, ModelWeights) {
     static M: OnceLock<(ModelConfig, ModelWeights)> = OnceLock::new();
@@ -191,15 +191,7 @@ fn decode_over_shared_pages_is_bit_identical_to_decoding_alone() {
         let mut ex = exec(ps, shared_pages + n * per);
         let tables = shared_prefix_tables(shared_pages, n, per);
         let prefix = tokens(shared_tokens, 77);
-        ex.forward(&Batch {
-            seqs: vec![SeqChunk {
-                tokens: &prefix,
-                start_pos: 0,
-                pages: &tables[0],
-                logits: LogitsWanted::None,
-            }],
-        })
-        .unwrap();
+        prefill_prefix(&mut ex, &prefix, &tables[0]);
         // Teacher-forced inputs, so both runs feed the same tokens.
         let rest: Vec<Vec<u32>> = (0..n)
             .map(|i| tokens(own[i] + steps, 300 + i as u32))

@@ -12,7 +12,7 @@ use sglrs_runtime::model::gguf::load_gguf;
 use std::time::Instant;
 
 mod common;
-use common::{shared_prefix_tables, tokens};
+use common::{prefill_prefix, shared_prefix_tables, tokens};
 
 /// An executor with `b` sequences whose page tables start with the same `shared / ps` pages
 /// (then `per` pages each), the shared prefix already prefilled through the first table.
@@ -30,15 +30,7 @@ fn over_shared_prefix(
     let mut ex = CpuExecutor::new(&c, &w, &cfg).unwrap();
     let tables = shared_prefix_tables(shared / ps, b, per);
     let prefix = tokens(shared, 9);
-    ex.forward(&Batch {
-        seqs: vec![SeqChunk {
-            tokens: &prefix,
-            start_pos: 0,
-            pages: &tables[0],
-            logits: LogitsWanted::None,
-        }],
-    })
-    .unwrap();
+    prefill_prefix(&mut ex, &prefix, &tables[0]);
     (ex, tables)
 }
 

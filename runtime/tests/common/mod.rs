@@ -1,5 +1,7 @@
 //! Helpers shared by the executor tests.
 
+use sglrs_runtime::executor::{Batch, CpuExecutor, Executor, LogitsWanted, SeqChunk};
+
 /// `n` deterministic pseudo-random token ids in `100..49100`, different per `seed`.
 pub fn tokens(n: usize, seed: u32) -> Vec<u32> {
     (0..n as u32)
@@ -19,4 +21,18 @@ pub fn shared_prefix_tables(shared_pages: usize, n: usize, per: usize) -> Vec<Ve
                 .collect()
         })
         .collect()
+}
+
+/// Prefills `prefix` from position 0 into `pages` (no logits): the shared prefix the
+/// sequences of [`shared_prefix_tables`] then continue.
+pub fn prefill_prefix(ex: &mut CpuExecutor, prefix: &[u32], pages: &[u32]) {
+    ex.forward(&Batch {
+        seqs: vec![SeqChunk {
+            tokens: prefix,
+            start_pos: 0,
+            pages,
+            logits: LogitsWanted::None,
+        }],
+    })
+    .unwrap();
 }
