@@ -35,6 +35,9 @@ const MARK: StateId = u32::MAX - 3;
 const UNKNOWN: u32 = u32::MAX;
 const NO_SUCC: u32 = u32::MAX - 1;
 
+/// Configurations room is made for when a grammar's automaton is created.
+const INITIAL_CONFIGS: usize = 512;
+
 /// Deepest call stack the matcher follows; deeper nesting is rejected.
 pub(crate) const MAX_STACK_DEPTH: u32 = 256;
 
@@ -101,12 +104,25 @@ pub(crate) struct Lazy {
     /// so a known configuration costs no allocation.
     config_map: FastMap<u64, ConfigId>,
     config_next: Vec<ConfigId>,
-    /// Reused buffers of [`Lazy::closure`] and [`Lazy::step_slow`].
+    /// Reused buffers of [`Lazy::closure`] and [`Lazy::step_slow`]. `visited` holds only
+    /// the threads at a state already visited under another stack in the same closure;
+    /// the first stack per state is stamped in `seen_gen`/`seen_stk` (no hashing).
     visited: FastSet<(u32, StateId)>,
+    /// Per NFA state: the closure (`closure_gen`) that last visited it, and under which
+    /// stack first.
+    seen_gen: Vec<u32>,
+    seen_stk: Vec<u32>,
+    closure_gen: u32,
     work: Vec<(u32, StateId)>,
     out_buf: Vec<(u32, StateId)>,
     seeds_buf: Vec<(u32, StateId)>,
+    /// Transition rows, [`Lazy::stride`] entries per configuration, indexed by byte class.
     trans: Vec<u32>,
+    /// Byte → byte class: bytes no byte range of the NFA tells apart share a class (and a
+    /// transition entry). Classes are intervals, numbered in byte order.
+    byte_class: [u8; 256],
+    /// Number of byte classes: the length of a transition row.
+    stride: usize,
     masks: Vec<Option<Arc<[u32]>>>,
     /// Reused buffer for donor masks.
     scratch: Vec<u32>,
@@ -140,7 +156,8 @@ pub(crate) struct Lazy {
 }
 
 impl Lazy {
-    pub fn new(mask_budget: usize, max_configs: usize) -> Self {
+    pub fn new(nfa: &Nfa, mask_budget: usize, max_configs: usize) -> Self {
+        let (byte_class, stride) = byte_classes(nfa);
         let mut l = Lazy {
             stacks: vec![(0, 0, 0)],
             stack_cost: vec![0],
@@ -149,10 +166,15 @@ impl Lazy {
             config_map: FastMap::default(),
             config_next: Vec::new(),
             visited: FastSet::default(),
+            seen_gen: vec![0; nfa.states.len()],
+            seen_stk: vec![0; nfa.states.len()],
+            closure_gen: 0,
             work: Vec::new(),
             out_buf: Vec::new(),
             seeds_buf: Vec::new(),
             trans: Vec::new(),
+            byte_class,
+            stride,
             masks: Vec::new(),
             scratch: Vec::new(),
             plain_succ: Vec::new(),
@@ -168,11 +190,20 @@ impl Lazy {
             loop_classes: FastMap::default(),
             key_ret: FastSet::default(),
         };
+        // Room for the configurations of a typical grammar's first masks: growing these
+        // vectors one doubling at a time copied them over and over (untouched capacity
+        // costs no memory until used).
+        l.trans.reserve(INITIAL_CONFIGS * stride);
+        l.configs.reserve(INITIAL_CONFIGS);
+        l.config_next.reserve(INITIAL_CONFIGS);
+        l.masks.reserve(INITIAL_CONFIGS);
+        l.plain_succ.reserve(INITIAL_CONFIGS);
+        l.config_rep.reserve(INITIAL_CONFIGS);
         l.push_config(Box::new([]), false, u32::MAX);
         // TOP: a placeholder thread no real configuration has; it is never stepped (its
         // row leads back to itself) nor given to a matcher.
         let top = l.push_config(Box::new([(u32::MAX, u32::MAX)]), false, 0);
-        l.trans[top as usize * 256..(top as usize + 1) * 256].fill(top);
+        l.trans[top as usize * stride..(top as usize + 1) * stride].fill(top);
         l.plain_succ[top as usize] = top;
         l.config_rep[top as usize] = top;
         l
@@ -224,7 +255,7 @@ impl Lazy {
             accept,
             min_bytes,
         });
-        self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
+        self.trans.extend(std::iter::repeat_n(UNKNOWN, self.stride));
         self.masks.push(None);
         self.plain_succ.push(UNKNOWN);
         self.config_rep.push(UNKNOWN);
@@ -347,6 +378,13 @@ impl Lazy {
     pub fn closure(&mut self, nfa: &Nfa, seeds: &[(u32, StateId)]) -> ConfigId {
         let mut visited = std::mem::take(&mut self.visited);
         visited.clear();
+        self.closure_gen = self.closure_gen.wrapping_add(1);
+        if self.closure_gen == 0 {
+            // Wrapped: forget every stamp (0 is never a live generation).
+            self.seen_gen.fill(0);
+            self.closure_gen = 1;
+        }
+        let gen = self.closure_gen;
         let mut work = std::mem::take(&mut self.work);
         work.clear();
         work.extend_from_slice(seeds);
@@ -355,7 +393,11 @@ impl Lazy {
         let mut accept = false;
         let mut top = false;
         while let Some((stk, s)) = work.pop() {
-            if !visited.insert((stk, s)) {
+            let si = s as usize;
+            if self.seen_gen[si] != gen {
+                self.seen_gen[si] = gen;
+                self.seen_stk[si] = stk;
+            } else if self.seen_stk[si] == stk || !visited.insert((stk, s)) {
                 continue;
             }
             let st = &nfa.states[s as usize];
@@ -410,7 +452,7 @@ impl Lazy {
     /// One byte step.
     #[inline]
     pub fn step(&mut self, nfa: &Nfa, c: ConfigId, b: u8) -> ConfigId {
-        let t = self.trans[c as usize * 256 + b as usize];
+        let t = self.trans[c as usize * self.stride + self.byte_class[b as usize] as usize];
         if t != UNKNOWN {
             return t;
         }
@@ -418,7 +460,8 @@ impl Lazy {
     }
 
     /// Computes the move of `c` on `b` and stores it for every byte of the interval around
-    /// `b` on which `c`'s set of moves is the same (one closure serves the whole interval).
+    /// `b` on which `c`'s set of moves is the same (one closure serves the whole interval,
+    /// which is a run of whole byte classes: its ends are ends of byte ranges).
     #[cold]
     fn step_slow(&mut self, nfa: &Nfa, c: ConfigId, b: u8) -> ConfigId {
         let mut lo_cut = 0u8;
@@ -450,8 +493,12 @@ impl Lazy {
         // Past the limit, configurations are still interned (matchers need ids) but rows
         // of new ones are not remembered.
         if (c as usize) < self.max_configs {
-            let base = c as usize * 256;
-            self.trans[base + lo_cut as usize..=base + hi_cut as usize].fill(n);
+            let base = c as usize * self.stride;
+            let (lo, hi) = (
+                self.byte_class[lo_cut as usize] as usize,
+                self.byte_class[hi_cut as usize] as usize,
+            );
+            self.trans[base + lo..=base + hi].fill(n);
         }
         n
     }
@@ -835,6 +882,28 @@ impl Lazy {
     pub fn heap_bytes(&self) -> usize {
         self.trans.len() * 4 + self.mask_bytes + self.configs.len() * 64 + self.stacks.len() * 24
     }
+}
+
+/// The byte classes of `nfa` (see [`Lazy::byte_class`]) and their number: a class starts at
+/// byte 0 and at every byte where a byte range of some state starts or ends.
+fn byte_classes(nfa: &Nfa) -> ([u8; 256], usize) {
+    let mut starts = [false; 256];
+    starts[0] = true;
+    for st in &nfa.states {
+        for &(lo, hi, _) in &st.bytes {
+            starts[lo as usize] = true;
+            if hi < 255 {
+                starts[hi as usize + 1] = true;
+            }
+        }
+    }
+    let mut class = [0u8; 256];
+    let mut k = 0u8;
+    for b in 1..256 {
+        k += starts[b] as u8;
+        class[b] = k;
+    }
+    (class, k as usize + 1)
 }
 
 /// Sets the bits of `ids` in `out`.

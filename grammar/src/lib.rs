@@ -296,7 +296,7 @@ impl CompiledGrammar {
         opts: &CompileOptions,
     ) -> Result<Arc<Self>, CompileError> {
         let nfa = b.finish()?;
-        let mut lazy = Lazy::new(opts.mask_cache_bytes, opts.max_configs);
+        let mut lazy = Lazy::new(&nfa, opts.mask_cache_bytes, opts.max_configs);
         lazy.share_chain_masks(&nfa, vocab.max_token_len());
         lazy.mark_key_calls(&nfa);
         let start = lazy.start(&nfa);
