@@ -41,6 +41,13 @@ const INITIAL_CONFIGS: usize = 512;
 /// Deepest call stack the matcher follows; deeper nesting is rejected.
 pub(crate) const MAX_STACK_DEPTH: u32 = 256;
 
+/// Horizon of the mask representatives, in bytes: configurations are shared when they agree
+/// on every text of at most this many bytes, and the few longer tokens are checked one by
+/// one against the real configuration (see [`Lazy::fix_long_tokens`]). Llama-3 has 231
+/// usable tokens over 32 bytes (its longest has 128); with the full length as the horizon a
+/// `maxLength: 100` string shared nothing.
+const SHARE_HORIZON: usize = 32;
+
 /// A donor must be the successor of at least this many plain ASCII characters (see
 /// [`Lazy::fill_mask`]).
 const DONOR_MIN_BYTES: u32 = 16;
@@ -133,6 +140,21 @@ pub(crate) struct Lazy {
     /// Return states of long counted chains mapped to their representative
     /// ([`Nfa::chain_representatives`]); empty when the grammar has none.
     chain_rep: FastMap<StateId, StateId>,
+    /// Per counted regex product (by first state): the representative of each of its
+    /// states ([`Nfa::count_representatives`]); empty when the grammar has none.
+    state_rep: Vec<(StateId, Box<[StateId]>)>,
+    /// Whether the representatives only agree on texts shorter than some tokens: then a
+    /// mask taken through a representative gets [`Lazy::fix_long_tokens`].
+    short_horizon: bool,
+    /// States that take part in the representatives of the short horizon but not in those
+    /// of the full one (the longest token): a configuration without them in its threads
+    /// and stacks agrees with its representative on every token (no fix-up needed).
+    short_only: FastSet<StateId>,
+    /// Per stack: whether a frame returns to a state of `short_only` (0: no, 1: yes,
+    /// 2: not computed).
+    stack_short: Vec<u8>,
+    /// The horizon of the representatives in bytes.
+    horizon: usize,
     /// Per stack: the stack with every chain return state replaced by its representative
     /// (`UNKNOWN`: not computed).
     stack_rep: Vec<u32>,
@@ -179,6 +201,11 @@ impl Lazy {
             scratch: Vec::new(),
             plain_succ: Vec::new(),
             chain_rep: FastMap::default(),
+            state_rep: Vec::new(),
+            short_horizon: false,
+            short_only: FastSet::default(),
+            stack_short: Vec::new(),
+            horizon: usize::MAX,
             stack_rep: vec![0],
             config_rep: Vec::new(),
             mask_bytes: 0,
@@ -265,10 +292,116 @@ impl Lazy {
     /// Enables mask sharing between the positions of long counted chains, for a
     /// vocabulary whose longest token has `max_token_len` bytes.
     pub fn share_chain_masks(&mut self, nfa: &Nfa, max_token_len: usize) {
-        self.chain_rep = nfa
-            .chain_representatives(max_token_len)
+        let horizon = max_token_len.min(SHARE_HORIZON);
+        self.horizon = horizon;
+        self.chain_rep = nfa.chain_representatives(horizon).into_iter().collect();
+        self.state_rep = nfa
+            .count_representatives(horizon)
             .into_iter()
+            .map(|(first, t)| (first, t.into_boxed_slice()))
             .collect();
+        self.short_horizon =
+            horizon < max_token_len && (!self.chain_rep.is_empty() || !self.state_rep.is_empty());
+        if self.short_horizon {
+            // States the short horizon shares but the full one would not.
+            let mut full: FastSet<StateId> = FastSet::default();
+            for (q, r) in nfa.chain_representatives(max_token_len) {
+                full.insert(q);
+                full.insert(r);
+            }
+            for (first, t) in nfa.count_representatives(max_token_len) {
+                for (i, &r) in t.iter().enumerate() {
+                    let q = first + i as StateId;
+                    if r != q {
+                        full.insert(q);
+                        full.insert(r);
+                    }
+                }
+            }
+            let mut short: Vec<StateId> = Vec::new();
+            for (&q, &r) in &self.chain_rep {
+                short.extend([q, r]);
+            }
+            for (first, t) in &self.state_rep {
+                for (i, &r) in t.iter().enumerate() {
+                    let q = first + i as StateId;
+                    if r != q {
+                        short.extend([q, r]);
+                    }
+                }
+            }
+            self.short_only = short.into_iter().filter(|q| !full.contains(q)).collect();
+        }
+    }
+
+    /// Whether a thread state or a stack frame of `c` is in `short_only`: then masks taken
+    /// through representatives need [`Lazy::fix_long_tokens`].
+    fn needs_fix(&mut self, c: ConfigId) -> bool {
+        if !self.short_horizon || self.short_only.is_empty() {
+            return false;
+        }
+        let threads = self.configs[c as usize].threads.clone();
+        threads
+            .iter()
+            .any(|&(stk, q)| self.short_only.contains(&q) || self.stack_has_short(stk))
+    }
+
+    /// Whether a frame of `stk` returns to a state of `short_only` (cached).
+    fn stack_has_short(&mut self, stk: u32) -> bool {
+        if stk == 0 || stk as usize >= self.stacks.len() {
+            return false;
+        }
+        if self.stack_short.len() < self.stacks.len() {
+            self.stack_short.resize(self.stacks.len(), 2);
+        }
+        match self.stack_short[stk as usize] {
+            2 => {}
+            v => return v == 1,
+        }
+        let (parent, ret, _) = self.stacks[stk as usize];
+        let v = self.short_only.contains(&ret) || self.stack_has_short(parent);
+        self.stack_short[stk as usize] = v as u8;
+        v
+    }
+
+    /// Corrects the bits of the tokens longer than the representatives' horizon in `out`
+    /// (right for every shorter token) by stepping each through `c`; returns whether any
+    /// bit changed. A no-op unless the representatives have a short horizon.
+    fn fix_long_tokens(
+        &mut self,
+        nfa: &Nfa,
+        vocab: &TokenVocab,
+        c: ConfigId,
+        out: &mut [u32],
+    ) -> bool {
+        if !self.needs_fix(c) {
+            return false;
+        }
+        let long = vocab.long_tokens(self.horizon);
+        let before: Vec<u32> = long
+            .ids
+            .iter()
+            .map(|&id| out[(id >> 5) as usize] & (1u32 << (id & 31)))
+            .collect();
+        for &id in &long.ids {
+            out[(id >> 5) as usize] &= !(1u32 << (id & 31));
+        }
+        self.walk_trie(nfa, &long.trie, c, out, None);
+        long.ids
+            .iter()
+            .zip(&before)
+            .any(|(&id, &b)| out[(id >> 5) as usize] & (1u32 << (id & 31)) != b)
+    }
+
+    /// The representative of a thread's state: itself, or the state of the same regex
+    /// state at the canonical count of a counted product (see [`Lazy::mask_rep`]).
+    fn rep_state(&self, s: StateId) -> StateId {
+        let i = self.state_rep.partition_point(|e| e.0 <= s);
+        if i == 0 {
+            return s;
+        }
+        let (first, table) = &self.state_rep[i - 1];
+        table.get((s - first) as usize).copied().unwrap_or(s)
     }
 
     /// Remembers the return states of calls to the NFA's key rules, whose threads take
@@ -289,8 +422,8 @@ impl Lazy {
 
     /// The stack `stk` with chain return states replaced by their representatives.
     fn rep_stack(&mut self, nfa: &Nfa, stk: u32) -> u32 {
-        if stk == 0 {
-            return 0;
+        if stk == 0 || self.chain_rep.is_empty() {
+            return stk;
         }
         if let Some(&r) = self.stack_rep.get(stk as usize) {
             if r != UNKNOWN {
@@ -314,11 +447,12 @@ impl Lazy {
     }
 
     /// The mask representative of `c`: `c` with every stack rewritten by
-    /// [`Lazy::rep_stack`]. Each thread of it accepts the same texts of up to
-    /// `max_token_len` bytes as the thread it replaces, and a configuration is alive after a
-    /// text iff one of its threads is, so both have the same token mask.
+    /// [`Lazy::rep_stack`] and every state by [`Lazy::rep_state`]. Each thread of it accepts
+    /// the same texts of up to `max_token_len` bytes as the thread it replaces, and a
+    /// configuration is alive after a text iff one of its threads is, so both have the same
+    /// token mask.
     fn mask_rep(&mut self, nfa: &Nfa, c: ConfigId) -> ConfigId {
-        if self.chain_rep.is_empty() || c == DEAD {
+        if (self.chain_rep.is_empty() && self.state_rep.is_empty()) || c == DEAD {
             return c;
         }
         match self.config_rep[c as usize] {
@@ -330,8 +464,9 @@ impl Lazy {
         let mut changed = false;
         for &(stk, s) in threads.iter() {
             let r = self.rep_stack(nfa, stk);
-            changed |= r != stk;
-            out.push((r, s));
+            let q = self.rep_state(s);
+            changed |= r != stk || q != s;
+            out.push((r, q));
         }
         let rep = if changed {
             out.sort_unstable();
@@ -548,8 +683,12 @@ impl Lazy {
         let rep = self.mask_rep(nfa, c);
         if rep != c {
             self.fill_mask(nfa, vocab, rep, out);
-            // Share the representative's mask (no extra budget).
-            self.masks[c as usize] = self.masks[rep as usize].clone();
+            if self.fix_long_tokens(nfa, vocab, c, out) {
+                self.store(c, out);
+            } else {
+                // Share the representative's mask (no extra budget).
+                self.masks[c as usize] = self.masks[rep as usize].clone();
+            }
             return;
         }
         out.fill(0);
@@ -559,6 +698,13 @@ impl Lazy {
         }
         if self.split_by_threads(nfa, c) {
             self.fill_by_threads(nfa, vocab, c, out);
+        } else if let Some((base, rest)) = self.cached_part(nfa, c) {
+            // `c` = `base` ∪ `rest` as thread sets, and `base`'s mask is known.
+            let m = self.masks[base as usize].clone().unwrap_or_default();
+            self.fill_mask(nfa, vocab, rest, out);
+            for (o, &x) in out.iter_mut().zip(m.iter()) {
+                *o |= x;
+            }
         } else if c != DEAD {
             match self.donor(nfa, c) {
                 Some(g) => {
@@ -571,6 +717,56 @@ impl Lazy {
         self.store(c, out);
     }
 
+    /// A successor `s` of `c` over a plain ASCII character whose threads are a strict subset
+    /// of `c`'s and whose mask is cached (the one with most threads), and the configuration
+    /// of `c`'s other threads. A configuration is alive after a text iff one of its threads
+    /// is, so `c`'s mask is the union of theirs. This is the inside of an unanchored search
+    /// (`.*X.*`): the configuration at the string's start (the loop before `X` and `X`'s
+    /// first states) is part of every later one, beside the threads of partial matches of
+    /// `X`; a character that breaks the partial matches leads back to it. Its mask (a wide
+    /// walk) is computed once; the partial matches' mask is a narrow one.
+    fn cached_part(&mut self, nfa: &Nfa, c: ConfigId) -> Option<(ConfigId, ConfigId)> {
+        if c == DEAD || self.configs[c as usize].threads.len() < 2 {
+            return None;
+        }
+        let mut best: Option<(ConfigId, usize)> = None;
+        for b in 0x20u8..0x7F {
+            if b == b'"' || b == b'\\' {
+                continue;
+            }
+            let s = self.step(nfa, c, b);
+            if s == DEAD || s == c || s == TOP || best.is_some_and(|e| e.0 == s) {
+                continue;
+            }
+            if self.masks[s as usize].is_none() {
+                continue;
+            }
+            let (st, ct) = (
+                &self.configs[s as usize].threads,
+                &self.configs[c as usize].threads,
+            );
+            if !st.is_empty()
+                && st.len() < ct.len()
+                && best.is_none_or(|e| st.len() > e.1)
+                && is_subset(st, ct)
+            {
+                best = Some((s, st.len()));
+            }
+        }
+        let (base, _) = best?;
+        let rest: Vec<(u32, StateId)> = {
+            let st = &self.configs[base as usize].threads;
+            self.configs[c as usize]
+                .threads
+                .iter()
+                .filter(|t| st.binary_search(t).is_err())
+                .copied()
+                .collect()
+        };
+        let r = self.intern(nfa, &rest, false);
+        (r != c).then_some((base, r))
+    }
+
     /// The mask of `g` computed by one plain walk (cached).
     fn donor_mask(&mut self, nfa: &Nfa, vocab: &TokenVocab, g: ConfigId) -> Arc<[u32]> {
         if let Some(m) = &self.masks[g as usize] {
@@ -579,6 +775,11 @@ impl Lazy {
         let rep = self.mask_rep(nfa, g);
         if rep != g {
             let m = self.donor_mask(nfa, vocab, rep);
+            let mut buf = m.to_vec();
+            if self.fix_long_tokens(nfa, vocab, g, &mut buf) {
+                self.store(g, &buf);
+                return Arc::from(buf);
+            }
             self.masks[g as usize] = self.masks[rep as usize].clone();
             return m;
         }
@@ -618,7 +819,7 @@ impl Lazy {
                 continue;
             }
             let s = self.step(nfa, c, b);
-            if s == DEAD || s == c {
+            if s == DEAD || self.same_rep(nfa, s, c) {
                 continue;
             }
             match counts.iter_mut().find(|e| e.0 == s) {
@@ -697,7 +898,8 @@ impl Lazy {
     /// tokens that leave plain characters; so do configurations that a class of characters
     /// leads back to (see [`Lazy::loop_class`]).
     fn walk(&mut self, nfa: &Nfa, vocab: &TokenVocab, c: ConfigId, out: &mut [u32]) {
-        let trie = if self.is_plain_loop(nfa, c) {
+        let plain_loop = self.is_plain_loop(nfa, c);
+        let trie = if plain_loop {
             // Every plain character leads back to `c` (or to a configuration with the same
             // futures for any token): plain tokens are allowed, any other token iff its
             // suffix after the plain prefix is.
@@ -717,6 +919,8 @@ impl Lazy {
             out.copy_from_slice(&parts.all_in);
             self.walk_trie(nfa, vocab.trie(), c, out, Some(&parts.skip_root));
             self.walk_trie(nfa, &parts.tails, c, out, None);
+            // The class may loop through representatives: long tokens are stepped.
+            self.fix_long_tokens(nfa, vocab, c, out);
             return;
         } else {
             match self.plain_run(nfa, c) {
@@ -731,6 +935,10 @@ impl Lazy {
             }
         };
         self.walk_trie(nfa, trie, c, out, None);
+        if plain_loop && self.plain_successor(nfa, c) != c {
+            // A loop through a representative: long tokens are stepped.
+            self.fix_long_tokens(nfa, vocab, c, out);
+        }
     }
 
     /// Walks `trie` from `c`, setting the ids of every node reached alive in `out`;
@@ -777,9 +985,16 @@ impl Lazy {
         }
     }
 
-    /// The characters that lead `c` back to itself, when at least `CLASS_MIN_ASCII`
-    /// printable ASCII ones do (cached): ASCII bytes one by one, and non-ASCII characters
-    /// only all together (each valid multi-byte character must lead back to `c`).
+    /// `s` is `c`, or a configuration whose mask representative is `c` (then `s` and `c`
+    /// agree on every text of up to `max_token_len` bytes: a loop for any token).
+    fn same_rep(&mut self, nfa: &Nfa, s: ConfigId, c: ConfigId) -> bool {
+        s == c || (s != DEAD && self.mask_rep(nfa, s) == c)
+    }
+
+    /// The characters that lead `c` back to itself (or to a configuration whose mask
+    /// representative is `c`), when at least `CLASS_MIN_ASCII` printable ASCII ones do
+    /// (cached): ASCII bytes one by one, and non-ASCII characters only all together (each
+    /// valid multi-byte character must lead back to `c`).
     fn loop_class(&mut self, nfa: &Nfa, c: ConfigId) -> Option<CharClass> {
         if let Some(&k) = self.loop_classes.get(&c) {
             return k;
@@ -787,14 +1002,15 @@ impl Lazy {
         let mut ascii = 0u128;
         let mut printable = 0u32;
         for b in 0u8..0x80 {
-            if self.step(nfa, c, b) == c {
+            let s = self.step(nfa, c, b);
+            if self.same_rep(nfa, s, c) {
                 ascii |= 1u128 << b;
                 printable += (0x20..0x7F).contains(&b) as u32;
             }
         }
         let k = (printable >= CLASS_MIN_ASCII).then(|| CharClass {
             ascii,
-            non_ascii: self.utf8_chars_lead_to(nfa, c, c),
+            non_ascii: self.utf8_chars_lead_to(nfa, c, c, true),
         });
         self.loop_classes.insert(c, k);
         k
@@ -842,11 +1058,19 @@ impl Lazy {
                 return None;
             }
         }
-        self.utf8_chars_lead_to(nfa, c, target).then_some(target)
+        self.utf8_chars_lead_to(nfa, c, target, false)
+            .then_some(target)
     }
 
-    /// Every valid multi-byte UTF-8 character leads `c` to `target`.
-    fn utf8_chars_lead_to(&mut self, nfa: &Nfa, c: ConfigId, target: ConfigId) -> bool {
+    /// Every valid multi-byte UTF-8 character leads `c` to `target` (with `up_to_rep`: or
+    /// to a configuration whose mask representative is `target`).
+    fn utf8_chars_lead_to(
+        &mut self,
+        nfa: &Nfa,
+        c: ConfigId,
+        target: ConfigId,
+        up_to_rep: bool,
+    ) -> bool {
         // (configuration, bytes still needed as a class).
         let mut seen: FastSet<(ConfigId, u8)> = FastSet::default();
         let mut work: Vec<(ConfigId, u8)> = Vec::new();
@@ -867,7 +1091,7 @@ impl Lazy {
             for b in lo..=hi {
                 let y = self.step(nfa, x, b);
                 if next == 0 {
-                    if y != target {
+                    if y != target && !(up_to_rep && self.same_rep(nfa, y, target)) {
                         return false;
                     }
                 } else {
@@ -904,6 +1128,21 @@ fn byte_classes(nfa: &Nfa) -> ([u8; 256], usize) {
         class[b] = k;
     }
     (class, k as usize + 1)
+}
+
+/// Every element of the sorted slice `a` is in the sorted slice `b`.
+fn is_subset<T: Ord>(a: &[T], b: &[T]) -> bool {
+    let mut j = 0;
+    for x in a {
+        while j < b.len() && b[j] < *x {
+            j += 1;
+        }
+        if j == b.len() || b[j] != *x {
+            return false;
+        }
+        j += 1;
+    }
+    true
 }
 
 /// Sets the bits of `ids` in `out`.

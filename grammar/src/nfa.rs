@@ -33,6 +33,26 @@ pub(crate) struct Rule {
     pub end: StateId,
 }
 
+/// Not a product cell (a helper state of a [`CountedProduct`]: escapes, the exit).
+pub(crate) const NO_CELL: (u32, u32) = (u32::MAX, u32::MAX);
+
+/// A regex automaton × character counter product whose counts run from 0 to `cap`
+/// (`regex::emit_hir_len` with a maximum): its states are `first..first + cells.len()`.
+#[derive(Clone, Debug)]
+pub(crate) struct CountedProduct {
+    /// The text must have at least this many characters.
+    pub min: u32,
+    /// And at most this many.
+    pub cap: u32,
+    /// The longest shortest completion: from every regex state that can reach a match,
+    /// some text of at most `slack` characters reaches one.
+    pub slack: u32,
+    /// The first NFA state of the product.
+    pub first: StateId,
+    /// Per state from `first` on: `(regex state, count)`, or [`NO_CELL`].
+    pub cells: Vec<(u32, u32)>,
+}
+
 /// Limits applied while building.
 #[derive(Clone, Debug)]
 pub(crate) struct Budget {
@@ -50,6 +70,9 @@ pub(crate) struct Builder {
     /// `[lo, hi)` state ranges that are the string bodies of `uniqueItems` array items
     /// (`json/unique.rs`); the matcher enforces the uniqueness there.
     pub unique_ranges: Vec<(StateId, StateId)>,
+    /// Regex × character-count products with a maximum (`regex::emit_hir_len`); the mask
+    /// code shares masks between their counts (see [`Nfa::count_representatives`]).
+    pub counted: Vec<CountedProduct>,
     budget: Budget,
     checks: u32,
 }
@@ -62,6 +85,7 @@ impl Builder {
             rules: Vec::new(),
             key_rules: Vec::new(),
             unique_ranges: Vec::new(),
+            counted: Vec::new(),
             budget,
             checks: 0,
         }
@@ -171,6 +195,7 @@ impl Builder {
             rules: self.rules,
             key_rules: self.key_rules,
             unique_ranges: self.unique_ranges,
+            counted: self.counted,
             dist: Vec::new(),
             rule_min: Vec::new(),
         };
@@ -189,6 +214,8 @@ pub(crate) struct Nfa {
     pub key_rules: Vec<RuleId>,
     /// See [`Builder::unique_ranges`] (sorted, disjoint).
     pub unique_ranges: Vec<(StateId, StateId)>,
+    /// See [`Builder::counted`].
+    pub counted: Vec<CountedProduct>,
     /// Fewest bytes from a state to its rule's end (`u32::MAX`: unreachable).
     pub dist: Vec<u32>,
     /// Fewest bytes a rule can match.
@@ -300,6 +327,62 @@ impl Nfa {
                 out.insert(q, chain[min]);
             }
         }
+        out
+    }
+
+    /// Mask representatives of counted regex products ([`CountedProduct`]), for texts of at
+    /// most `horizon` bytes: per product, its first state and, per product state, the state
+    /// to use instead (itself when it has none).
+    ///
+    /// A product state `(q, c)` (regex state `q` after `c` characters) with
+    /// `min ≤ c ≤ cap − horizon − slack` has the same future as `(q, c')` for any such `c'`
+    /// on every text of at most `horizon` bytes (so at most `horizon` characters): a text
+    /// that leaves the product does so with a count in `[min, cap]` either way, and one that
+    /// stays in it ends at `(q', c + k)` with `k ≤ horizon`, from which a match is at most
+    /// `slack` characters away, within the cap either way. Each such `(q, c)` maps to the
+    /// `(q, c')` with the smallest such `c'`. Like the chain representatives, this holds
+    /// under any stack.
+    pub fn count_representatives(&self, horizon: usize) -> Vec<(StateId, Vec<StateId>)> {
+        let mut out = Vec::new();
+        for p in &self.counted {
+            let hi = (p.cap as u64).saturating_sub(horizon as u64 + p.slack as u64);
+            if hi <= p.min as u64 {
+                continue;
+            }
+            let hi = hi as u32;
+            let in_range = |c: u32| c >= p.min && c <= hi;
+            // Per regex state: the smallest count in range (as an NFA state).
+            let mut canon: HashMap<u32, (u32, StateId)> = HashMap::new();
+            for (i, &(q, c)) in p.cells.iter().enumerate() {
+                if (q, c) == NO_CELL || !in_range(c) {
+                    continue;
+                }
+                let s = p.first + i as StateId;
+                let e = canon.entry(q).or_insert((c, s));
+                if c < e.0 {
+                    *e = (c, s);
+                }
+            }
+            let mut any = false;
+            let table: Vec<StateId> = p
+                .cells
+                .iter()
+                .enumerate()
+                .map(|(i, &(q, c))| {
+                    let s = p.first + i as StateId;
+                    if (q, c) == NO_CELL || !in_range(c) {
+                        return s;
+                    }
+                    let r = canon.get(&q).map_or(s, |e| e.1);
+                    any |= r != s;
+                    r
+                })
+                .collect();
+            if any {
+                out.push((p.first, table));
+            }
+        }
+        out.sort_by_key(|e| e.0);
         out
     }
 

@@ -5,7 +5,7 @@ use regex_automata::nfa::thompson::{self, State as TState, WhichCaptures};
 use regex_automata::util::primitives::StateID as TStateId;
 use regex_syntax::hir::{Dot, Hir, HirKind, Look, Repetition};
 
-use crate::nfa::{Builder, StateId};
+use crate::nfa::{Builder, CountedProduct, StateId, NO_CELL};
 use crate::CompileError;
 
 /// How matched bytes are written into the output.
@@ -387,7 +387,91 @@ pub(crate) fn emit_hir_len(
             }
         }
     }
+    if max.is_some() {
+        // Record the product's cells, so that masks can be shared between counts
+        // (`Nfa::count_representatives`).
+        let first = exit;
+        let mut cells = vec![NO_CELL; b.states.len() - first as usize];
+        for (slot, s) in map.iter().enumerate() {
+            if let Some(s) = *s {
+                cells[(s - first) as usize] =
+                    ((slot / (cap + 1)) as u32, (slot % (cap + 1)) as u32);
+            }
+        }
+        b.counted.push(CountedProduct {
+            min: min as u32,
+            cap: cap as u32,
+            slack: completion_slack(&nfa),
+            first,
+            cells,
+        });
+    }
     Ok(exit)
+}
+
+/// The longest shortest completion of a Thompson NFA in characters: the largest, over
+/// states that can reach a match, of the fewest characters that reach one (a byte range
+/// that starts a character counts one, a continuation range none). A 0-1 breadth-first
+/// search over the reversed moves.
+fn completion_slack(nfa: &thompson::NFA) -> u32 {
+    let n = nfa.states().len();
+    let mut rev: Vec<Vec<(u32, u32)>> = vec![Vec::new(); n];
+    let cost = |lo: u8| u32::from(!(0x80..0xC0).contains(&lo));
+    let mut dist = vec![u32::MAX; n];
+    let mut dq = std::collections::VecDeque::new();
+    for (i, st) in nfa.states().iter().enumerate() {
+        let i = i as u32;
+        match st {
+            TState::ByteRange { trans } => {
+                rev[trans.next.as_usize()].push((i, cost(trans.start)));
+            }
+            TState::Sparse(sp) => {
+                for tr in sp.transitions.iter() {
+                    rev[tr.next.as_usize()].push((i, cost(tr.start)));
+                }
+            }
+            TState::Dense(d) => {
+                for (byte, &nx) in d.transitions.iter().enumerate() {
+                    if nx != TStateId::ZERO {
+                        rev[nx.as_usize()].push((i, cost(byte as u8)));
+                    }
+                }
+            }
+            TState::Union { alternates } => {
+                for a in alternates.iter() {
+                    rev[a.as_usize()].push((i, 0));
+                }
+            }
+            TState::BinaryUnion { alt1, alt2 } => {
+                rev[alt1.as_usize()].push((i, 0));
+                rev[alt2.as_usize()].push((i, 0));
+            }
+            TState::Capture { next, .. } => rev[next.as_usize()].push((i, 0)),
+            TState::Look { next, .. } => rev[next.as_usize()].push((i, 0)),
+            TState::Match { .. } => {
+                dist[i as usize] = 0;
+                dq.push_back(i);
+            }
+            TState::Fail => {}
+        }
+    }
+    while let Some(t) = dq.pop_front() {
+        let d = dist[t as usize];
+        for &(s, w) in &rev[t as usize] {
+            if d + w < dist[s as usize] {
+                dist[s as usize] = d + w;
+                if w == 0 {
+                    dq.push_front(s);
+                } else {
+                    dq.push_back(s);
+                }
+            }
+        }
+    }
+    dist.into_iter()
+        .filter(|&d| d != u32::MAX)
+        .max()
+        .unwrap_or(0)
 }
 
 /// A byte-range edge, with JSON-string escaping of special bytes when asked.

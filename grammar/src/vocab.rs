@@ -132,6 +132,8 @@ pub struct TokenVocab {
     /// Per byte: the usable tokens that contain it (see [`TokenVocab::tokens_with_byte`]),
     /// built on first use and shared like `class_parts`.
     byte_tokens: Arc<Mutex<HashMap<u8, Arc<[u32]>>>>,
+    /// Per length: the usable tokens longer than it (see [`TokenVocab::long_tokens`]).
+    long_tokens: Arc<Mutex<HashMap<usize, Arc<LongTokens>>>>,
     /// The usable tokens with two or more `"` (see [`TokenVocab::multi_quote_tokens`]),
     /// built on first use and shared like `class_parts`.
     multi_quote: Arc<std::sync::OnceLock<Vec<u32>>>,
@@ -197,6 +199,15 @@ pub(crate) struct ClassLoopParts {
     pub tails: TokenTrie,
     /// First bytes whose whole subtree of the full trie is covered by the two above.
     pub skip_root: [u64; 4],
+}
+
+/// The usable tokens longer than some length ([`TokenVocab::long_tokens`]).
+#[derive(Debug)]
+pub(crate) struct LongTokens {
+    /// Their ids.
+    pub ids: Vec<u32>,
+    /// A trie of their bytes.
+    pub trie: TokenTrie,
 }
 
 /// Class parts built so far (`None`: not worth it, see [`TokenVocab::class_loop_parts`]).
@@ -273,6 +284,7 @@ impl TokenVocab {
             max_token_len,
             class_parts: Arc::default(),
             byte_tokens: Arc::default(),
+            long_tokens: Arc::default(),
             multi_quote: Arc::default(),
         })
     }
@@ -494,6 +506,29 @@ impl TokenVocab {
         };
         cache.parts.insert(cls, parts.clone());
         parts
+    }
+
+    /// The usable tokens longer than `len` bytes: their ids and a trie of their bytes (built
+    /// once per length and cached).
+    pub(crate) fn long_tokens(&self, len: usize) -> Arc<LongTokens> {
+        let mut cache = self.long_tokens.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .entry(len)
+            .or_insert_with(|| {
+                let entries: Vec<(u32, &[u8])> = self
+                    .tokens
+                    .iter()
+                    .enumerate()
+                    .filter(|(id, t)| self.usable[*id] && t.len() > len)
+                    .map(|(id, t)| (id as u32, &t[..]))
+                    .collect();
+                let ids = entries.iter().map(|e| e.0).collect();
+                Arc::new(LongTokens {
+                    ids,
+                    trie: TokenTrie::build_from(entries),
+                })
+            })
+            .clone()
     }
 
     /// The usable tokens whose bytes contain `b`, in id order (built once per byte and
