@@ -175,6 +175,9 @@ pub(crate) struct Lazy {
     /// Return states of calls to the NFA's key rules ([`Nfa::key_rules`]): a thread whose
     /// top frame returns to one is inside an "other key" rule (see [`threads`]).
     key_ret: FastSet<StateId>,
+    /// Pairs of configurations known to agree on every continuation that completes a
+    /// UTF-8 character (see [`Lazy::agree_within_char`]).
+    char_equiv: FastMap<(ConfigId, ConfigId), bool>,
 }
 
 impl Lazy {
@@ -216,6 +219,7 @@ impl Lazy {
             all_usable: None,
             loop_classes: FastMap::default(),
             key_ret: FastSet::default(),
+            char_equiv: FastMap::default(),
         };
         // Room for the configurations of a typical grammar's first masks: growing these
         // vectors one doubling at a time copied them over and over (untouched capacity
@@ -885,12 +889,59 @@ impl Lazy {
                 i = n.next as usize;
                 continue;
             }
+            // Inside a multi-byte character the two usually differ only until it is
+            // complete (a string's first character against its loop): when every
+            // continuation leads both to the same configuration, the donor's bits are
+            // right for the whole subtree (both are alive here, so also for the tokens
+            // ending at this node).
+            if n.byte >= 0xC0 && y2 != DEAD && self.agree_within_char(nfa, x2, y2, 2) {
+                i = n.next as usize;
+                continue;
+            }
             cfg_at[d] = (x2, y2);
             for &id in &ids[n.ids_start as usize..(n.ids_start + n.ids_len) as usize] {
                 out[(id >> 5) as usize] |= 1u32 << (id & 31);
             }
             i += 1;
         }
+    }
+
+    /// `x` and `y` (both alive) lead to the same configuration after every byte, or —
+    /// up to `depth` more bytes deep — to two alive configurations that agree in turn.
+    /// Then every non-empty text leads both to one configuration or both alive within
+    /// `depth + 1` bytes, so on a trie walk their subtrees get the same bits. Meant for
+    /// configurations inside a multi-byte character, which move only on continuation
+    /// bytes; cached per pair.
+    fn agree_within_char(&mut self, nfa: &Nfa, x: ConfigId, y: ConfigId, depth: u32) -> bool {
+        if let Some(&r) = self.char_equiv.get(&(x, y)) {
+            return r;
+        }
+        if x == TOP || y == TOP {
+            return false;
+        }
+        let mut agree = true;
+        let mut prev_class = usize::MAX;
+        for b in 0..=255u8 {
+            let k = self.byte_class[b as usize] as usize;
+            if k == prev_class {
+                continue;
+            }
+            prev_class = k;
+            let (x2, y2) = (self.step(nfa, x, b), self.step(nfa, y, b));
+            if x2 == y2 {
+                continue;
+            }
+            if depth == 0
+                || x2 == DEAD
+                || y2 == DEAD
+                || !self.agree_within_char(nfa, x2, y2, depth - 1)
+            {
+                agree = false;
+                break;
+            }
+        }
+        self.char_equiv.insert((x, y), agree);
+        agree
     }
 
     /// Walks the token trie from `c`, setting allowed tokens in `out` (zeroed by the
