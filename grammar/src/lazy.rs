@@ -109,7 +109,7 @@ pub(crate) struct Lazy {
     /// the first stack per state is stamped in `seen_gen`/`seen_stk` (no hashing).
     visited: FastSet<(u32, StateId)>,
     /// Per NFA state: the closure (`closure_gen`) that last visited it, and under which
-    /// stack first.
+    /// stack first (`threads::must_pass_byte` takes generations of its own from them).
     seen_gen: Vec<u32>,
     seen_stk: Vec<u32>,
     closure_gen: u32,
@@ -199,6 +199,7 @@ impl Lazy {
         l.masks.reserve(INITIAL_CONFIGS);
         l.plain_succ.reserve(INITIAL_CONFIGS);
         l.config_rep.reserve(INITIAL_CONFIGS);
+        l.config_map.reserve(INITIAL_CONFIGS);
         l.push_config(Box::new([]), false, u32::MAX);
         // TOP: a placeholder thread no real configuration has; it is never stepped (its
         // row leads back to itself) nor given to a matcher.
