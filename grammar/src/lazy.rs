@@ -35,6 +35,11 @@ const MARK: StateId = u32::MAX - 3;
 const UNKNOWN: u32 = u32::MAX;
 const NO_SUCC: u32 = u32::MAX - 1;
 
+/// How many earlier donors a new one is compared with (see [`Lazy::equivalent_donor`]).
+const DONOR_PEERS: usize = 16;
+/// [`equivalent_states`] gives up past this many state pairs.
+const EQUIV_MAX_PAIRS: usize = 512;
+
 /// Configurations room is made for when a grammar's automaton is created.
 const INITIAL_CONFIGS: usize = 512;
 
@@ -153,6 +158,9 @@ pub(crate) struct Lazy {
     /// Return states of calls to the NFA's key rules ([`Nfa::key_rules`]): a thread whose
     /// top frame returns to one is inside an "other key" rule (see [`threads`]).
     key_ret: FastSet<StateId>,
+    /// Donors whose masks were walked, one thread under a non-empty stack each (see
+    /// [`Lazy::equivalent_donor`]); the latest [`DONOR_PEERS`].
+    donor_peers: Vec<ConfigId>,
 }
 
 impl Lazy {
@@ -189,6 +197,7 @@ impl Lazy {
             all_usable: None,
             loop_classes: FastMap::default(),
             key_ret: FastSet::default(),
+            donor_peers: Vec::new(),
         };
         // Room for the configurations of a typical grammar's first masks: growing these
         // vectors one doubling at a time copied them over and over (untouched capacity
@@ -583,6 +592,11 @@ impl Lazy {
             self.masks[g as usize] = self.masks[rep as usize].clone();
             return m;
         }
+        if let Some(m) = self.equivalent_donor(nfa, g) {
+            // The same futures: share the mask (no extra budget).
+            self.masks[g as usize] = Some(m.clone());
+            return m;
+        }
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
         buf.resize(vocab.mask_words(), 0);
@@ -593,8 +607,44 @@ impl Lazy {
         if self.mask_bytes + size <= self.mask_budget {
             self.mask_bytes += size;
             self.masks[g as usize] = Some(m.clone());
+            if self.one_thread_below(g).is_some() {
+                if self.donor_peers.len() == DONOR_PEERS {
+                    self.donor_peers.remove(0);
+                }
+                self.donor_peers.push(g);
+            }
         }
         m
+    }
+
+    /// The thread of `c` when it has exactly one, under a non-empty stack, and does not
+    /// accept.
+    fn one_thread_below(&self, c: ConfigId) -> Option<(u32, StateId)> {
+        let cfg = &self.configs[c as usize];
+        match *cfg.threads {
+            [(stk, q)] if stk != 0 && !cfg.accept && (q as usize) < self.seen_gen.len() => {
+                Some((stk, q))
+            }
+            _ => None,
+        }
+    }
+
+    /// The cached mask of an earlier donor whose one thread has the same stack as `g`'s
+    /// and a state with the same futures ([`equivalent_states`]). Such donors are the
+    /// "any other key" states of different objects' key automata at one depth (every
+    /// object has its own automaton, but past the declared names they are all alike): each
+    /// was walked afresh before.
+    fn equivalent_donor(&self, nfa: &Nfa, g: ConfigId) -> Option<Arc<[u32]>> {
+        let (stk, q) = self.one_thread_below(g)?;
+        for &p in self.donor_peers.iter().rev() {
+            let Some((pstk, pq)) = self.one_thread_below(p) else {
+                continue;
+            };
+            if pstk == stk && equivalent_states(nfa, q, pq) {
+                return self.masks[p as usize].clone();
+            }
+        }
+        None
     }
 
     /// Caches `bits` as the mask of `c` while the budget allows.
@@ -883,6 +933,61 @@ impl Lazy {
     pub fn heap_bytes(&self) -> usize {
         self.trans.len() * 4 + self.mask_bytes + self.configs.len() * 64 + self.stacks.len() * 24
     }
+}
+
+/// Whether states `a` and `b` have the same futures under any non-empty stack: a
+/// functional pairing from `a`'s side to `b`'s, grown from `(a, b)`, in which every pair
+/// has the same byte ranges, epsilon moves, calls (to the very same rules) and rule-end
+/// flag, in the same order, with paired targets — a bisimulation, so both states accept
+/// the same texts and return the same ways. Conservative: `false` past
+/// [`EQUIV_MAX_PAIRS`] pairs, or when equal futures are written in another order. (A
+/// rule end is a return here, whichever rule it ends: only the empty stack tells the root
+/// rule's end apart, and the callers' threads are under non-empty ones.)
+fn equivalent_states(nfa: &Nfa, a: StateId, b: StateId) -> bool {
+    let mut pairs: FastMap<StateId, StateId> = FastMap::default();
+    let mut work: Vec<(StateId, StateId)> = vec![(a, b)];
+    pairs.insert(a, b);
+    while let Some((x, y)) = work.pop() {
+        if x == y {
+            continue;
+        }
+        let (sx, sy) = (&nfa.states[x as usize], &nfa.states[y as usize]);
+        if sx.end_of.is_some() != sy.end_of.is_some()
+            || sx.bytes.len() != sy.bytes.len()
+            || sx.eps.len() != sy.eps.len()
+            || sx.calls.len() != sy.calls.len()
+        {
+            return false;
+        }
+        let mut next: Vec<(StateId, StateId)> = Vec::new();
+        for (&(lx, hx, tx), &(ly, hy, ty)) in sx.bytes.iter().zip(&sy.bytes) {
+            if (lx, hx) != (ly, hy) {
+                return false;
+            }
+            next.push((tx, ty));
+        }
+        next.extend(sx.eps.iter().copied().zip(sy.eps.iter().copied()));
+        for (&(rx, tx), &(ry, ty)) in sx.calls.iter().zip(&sy.calls) {
+            if rx != ry {
+                return false;
+            }
+            next.push((tx, ty));
+        }
+        for (tx, ty) in next {
+            match pairs.get(&tx) {
+                Some(&t) if t == ty => {}
+                Some(_) => return false,
+                None => {
+                    if pairs.len() >= EQUIV_MAX_PAIRS {
+                        return false;
+                    }
+                    pairs.insert(tx, ty);
+                    work.push((tx, ty));
+                }
+            }
+        }
+    }
+    true
 }
 
 /// The byte classes of `nfa` (see [`Lazy::byte_class`]) and their number: a class starts at
