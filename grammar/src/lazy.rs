@@ -931,7 +931,11 @@ impl Lazy {
 
     /// Rough heap size in bytes (for cache limits and reports).
     pub fn heap_bytes(&self) -> usize {
-        self.trans.len() * 4 + self.mask_bytes + self.configs.len() * 64 + self.stacks.len() * 24
+        self.trans.len() * 4
+            + self.mask_bytes
+            + self.configs.len() * 64
+            + self.stacks.len() * 24
+            + self.seen_gen.len() * 8
     }
 }
 
