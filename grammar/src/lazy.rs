@@ -35,6 +35,11 @@ const MARK: StateId = u32::MAX - 3;
 const UNKNOWN: u32 = u32::MAX;
 const NO_SUCC: u32 = u32::MAX - 1;
 
+/// How many earlier donors a new one is compared with (see [`Lazy::equivalent_donor`]).
+const DONOR_PEERS: usize = 16;
+/// [`equivalent_states`] gives up past this many state pairs.
+const EQUIV_MAX_PAIRS: usize = 512;
+
 /// Configurations room is made for when a grammar's automaton is created.
 const INITIAL_CONFIGS: usize = 512;
 
@@ -116,7 +121,7 @@ pub(crate) struct Lazy {
     /// the first stack per state is stamped in `seen_gen`/`seen_stk` (no hashing).
     visited: FastSet<(u32, StateId)>,
     /// Per NFA state: the closure (`closure_gen`) that last visited it, and under which
-    /// stack first.
+    /// stack first (`threads::must_pass_byte` takes generations of its own from them).
     seen_gen: Vec<u32>,
     seen_stk: Vec<u32>,
     closure_gen: u32,
@@ -178,6 +183,9 @@ pub(crate) struct Lazy {
     /// Pairs of configurations known to agree on every continuation that completes a
     /// UTF-8 character (see [`Lazy::agree_within_char`]).
     char_equiv: FastMap<(ConfigId, ConfigId), bool>,
+    /// Donors whose masks were walked, one thread under a non-empty stack each (see
+    /// [`Lazy::equivalent_donor`]); the latest [`DONOR_PEERS`].
+    donor_peers: Vec<ConfigId>,
 }
 
 impl Lazy {
@@ -220,6 +228,7 @@ impl Lazy {
             loop_classes: FastMap::default(),
             key_ret: FastSet::default(),
             char_equiv: FastMap::default(),
+            donor_peers: Vec::new(),
         };
         // Room for the configurations of a typical grammar's first masks: growing these
         // vectors one doubling at a time copied them over and over (untouched capacity
@@ -230,6 +239,7 @@ impl Lazy {
         l.masks.reserve(INITIAL_CONFIGS);
         l.plain_succ.reserve(INITIAL_CONFIGS);
         l.config_rep.reserve(INITIAL_CONFIGS);
+        l.config_map.reserve(INITIAL_CONFIGS);
         l.push_config(Box::new([]), false, u32::MAX);
         // TOP: a placeholder thread no real configuration has; it is never stepped (its
         // row leads back to itself) nor given to a matcher.
@@ -787,6 +797,11 @@ impl Lazy {
             self.masks[g as usize] = self.masks[rep as usize].clone();
             return m;
         }
+        if let Some(m) = self.equivalent_donor(nfa, g) {
+            // The same futures: share the mask (no extra budget).
+            self.masks[g as usize] = Some(m.clone());
+            return m;
+        }
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
         buf.resize(vocab.mask_words(), 0);
@@ -797,8 +812,44 @@ impl Lazy {
         if self.mask_bytes + size <= self.mask_budget {
             self.mask_bytes += size;
             self.masks[g as usize] = Some(m.clone());
+            if self.one_thread_below(g).is_some() {
+                if self.donor_peers.len() == DONOR_PEERS {
+                    self.donor_peers.remove(0);
+                }
+                self.donor_peers.push(g);
+            }
         }
         m
+    }
+
+    /// The thread of `c` when it has exactly one, under a non-empty stack, and does not
+    /// accept.
+    fn one_thread_below(&self, c: ConfigId) -> Option<(u32, StateId)> {
+        let cfg = &self.configs[c as usize];
+        match *cfg.threads {
+            [(stk, q)] if stk != 0 && !cfg.accept && (q as usize) < self.seen_gen.len() => {
+                Some((stk, q))
+            }
+            _ => None,
+        }
+    }
+
+    /// The cached mask of an earlier donor whose one thread has the same stack as `g`'s
+    /// and a state with the same futures ([`equivalent_states`]). Such donors are the
+    /// "any other key" states of different objects' key automata at one depth (every
+    /// object has its own automaton, but past the declared names they are all alike): each
+    /// was walked afresh before.
+    fn equivalent_donor(&self, nfa: &Nfa, g: ConfigId) -> Option<Arc<[u32]>> {
+        let (stk, q) = self.one_thread_below(g)?;
+        for &p in self.donor_peers.iter().rev() {
+            let Some((pstk, pq)) = self.one_thread_below(p) else {
+                continue;
+            };
+            if pstk == stk && equivalent_states(nfa, q, pq) {
+                return self.masks[p as usize].clone();
+            }
+        }
+        None
     }
 
     /// Caches `bits` as the mask of `c` while the budget allows.
@@ -1155,8 +1206,67 @@ impl Lazy {
 
     /// Rough heap size in bytes (for cache limits and reports).
     pub fn heap_bytes(&self) -> usize {
-        self.trans.len() * 4 + self.mask_bytes + self.configs.len() * 64 + self.stacks.len() * 24
+        self.trans.len() * 4
+            + self.mask_bytes
+            + self.configs.len() * 64
+            + self.stacks.len() * 24
+            + self.seen_gen.len() * 8
     }
+}
+
+/// Whether states `a` and `b` have the same futures under any non-empty stack: a
+/// functional pairing from `a`'s side to `b`'s, grown from `(a, b)`, in which every pair
+/// has the same byte ranges, epsilon moves, calls (to the very same rules) and rule-end
+/// flag, in the same order, with paired targets — a bisimulation, so both states accept
+/// the same texts and return the same ways. Conservative: `false` past
+/// [`EQUIV_MAX_PAIRS`] pairs, or when equal futures are written in another order. (A
+/// rule end is a return here, whichever rule it ends: only the empty stack tells the root
+/// rule's end apart, and the callers' threads are under non-empty ones.)
+fn equivalent_states(nfa: &Nfa, a: StateId, b: StateId) -> bool {
+    let mut pairs: FastMap<StateId, StateId> = FastMap::default();
+    let mut work: Vec<(StateId, StateId)> = vec![(a, b)];
+    pairs.insert(a, b);
+    while let Some((x, y)) = work.pop() {
+        if x == y {
+            continue;
+        }
+        let (sx, sy) = (&nfa.states[x as usize], &nfa.states[y as usize]);
+        if sx.end_of.is_some() != sy.end_of.is_some()
+            || sx.bytes.len() != sy.bytes.len()
+            || sx.eps.len() != sy.eps.len()
+            || sx.calls.len() != sy.calls.len()
+        {
+            return false;
+        }
+        let mut next: Vec<(StateId, StateId)> = Vec::new();
+        for (&(lx, hx, tx), &(ly, hy, ty)) in sx.bytes.iter().zip(&sy.bytes) {
+            if (lx, hx) != (ly, hy) {
+                return false;
+            }
+            next.push((tx, ty));
+        }
+        next.extend(sx.eps.iter().copied().zip(sy.eps.iter().copied()));
+        for (&(rx, tx), &(ry, ty)) in sx.calls.iter().zip(&sy.calls) {
+            if rx != ry {
+                return false;
+            }
+            next.push((tx, ty));
+        }
+        for (tx, ty) in next {
+            match pairs.get(&tx) {
+                Some(&t) if t == ty => {}
+                Some(_) => return false,
+                None => {
+                    if pairs.len() >= EQUIV_MAX_PAIRS {
+                        return false;
+                    }
+                    pairs.insert(tx, ty);
+                    work.push((tx, ty));
+                }
+            }
+        }
+    }
+    true
 }
 
 /// The byte classes of `nfa` (see [`Lazy::byte_class`]) and their number: a class starts at

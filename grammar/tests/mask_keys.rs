@@ -39,6 +39,10 @@ const CROSSING: &[&str] = &[
     "\":null,\"a",
     "\":true}",
     "\":-1.5e3,\"",
+    "\":\"ab",
+    "\":\"ac",
+    "\":[1",
+    "\":[[",
     "1,\"",
     "12,\"be",
     "2}",
@@ -186,5 +190,65 @@ fn masks_exact_at_key_positions_llama3() {
             i as u64,
             20,
         );
+    }
+}
+
+/// Sibling objects at one depth, each with its own key automaton: the "any other key"
+/// states past their declared names take the same mask when their undeclared values
+/// have the same schema (the donor mask is shared, `Lazy::equivalent_donor`) and must not
+/// when they differ (integer, string, any value, boolean, nested object; the same shapes
+/// with other bytes, `"ab"` and `"ac"`; calls of two different recursive rules).
+const SIBLINGS: &str = r##"{"type":"object","properties":{
+  "a":{"type":"object","properties":{"k":{"type":"integer"}},"additionalProperties":{"type":"integer"}},
+  "b":{"type":"object","properties":{"m":{"type":"string"}},"additionalProperties":{"type":"string"}},
+  "c":{"type":"object","properties":{"k":{"type":"integer"}}},
+  "d":{"type":"object","properties":{"n":{"type":"boolean"}}},
+  "e":{"type":"object","properties":{"p":{"type":"integer"}},"additionalProperties":{"type":"integer"}},
+  "f":{"type":"object","properties":{"q":{"type":"integer"}},"additionalProperties":{"type":"boolean"}},
+  "g":{"type":"object","properties":{"r":{"type":"integer"}},"additionalProperties":{"type":"object","properties":{"s":{"type":"integer"}},"additionalProperties":false}},
+  "h":{"type":"object","properties":{"k":{"type":"string"}},"additionalProperties":{"type":"string"}},
+  "i":{"type":"object","properties":{"k":{"type":"string"}},"additionalProperties":{"const":"ab"}},
+  "j":{"type":"object","properties":{"k":{"type":"string"}},"additionalProperties":{"const":"ac"}},
+  "k":{"type":"object","properties":{"k":{"type":"string"}},"additionalProperties":{"$ref":"#/$defs/T"}},
+  "l":{"type":"object","properties":{"k":{"type":"string"}},"additionalProperties":{"$ref":"#/$defs/U"}}},
+  "required":["a","b","c","d","e","f","g","h","i","j","k","l"],
+  "$defs":{"T":{"type":"array","items":{"$ref":"#/$defs/T"}},
+    "U":{"type":"array","items":{"anyOf":[{"$ref":"#/$defs/U"},{"type":"integer"}]}}}}"##;
+
+/// A valid text for [`SIBLINGS`], with an undeclared key in every object.
+const SIBLINGS_TEXT: &str = r#"{"a":{"x":12},"b":{"al":"s"},"c":{"z":[1]},"d":{"w":{}},"e":{"alpha":2},"f":{"x_":true},"g":{"x":{"s":1}},"h":{"x":""},"i":{"x":"ab"},"j":{"x":"ac"},"k":{"x":[[]]},"l":{"x":[1,[2]]}}"#;
+
+#[test]
+fn masks_exact_at_sibling_key_automata() {
+    let vocab = crossing_vocab();
+    for opts in [CompileOptions::default(), CompileOptions::flexible()] {
+        // The whole text.
+        let g = CompiledGrammar::json_schema(SIBLINGS, vocab.clone(), &opts).unwrap();
+        check_path(&vocab, &g, &prefix_ids(&vocab, SIBLINGS_TEXT, 0), 0, 0);
+        // Prefixes ending at every object's first key position (`{"`: the donor of the
+        // key automaton's start is the "any other key" state), then random walks.
+        let starts: Vec<usize> = SIBLINGS_TEXT
+            .match_indices("{\"")
+            .map(|(i, _)| i + 2)
+            .collect();
+        // One grammar: each object's key start comes after the earlier objects' ones,
+        // whose donors are there to be shared.
+        let g = CompiledGrammar::json_schema(SIBLINGS, vocab.clone(), &opts).unwrap();
+        for (k, end) in starts.into_iter().enumerate() {
+            let cut = SIBLINGS_TEXT.len() - end;
+            check_path(
+                &vocab,
+                &g,
+                &prefix_ids(&vocab, SIBLINGS_TEXT, cut),
+                k as u64,
+                25,
+            );
+        }
+    }
+    if let Some(tok) = common::llama3() {
+        let g =
+            CompiledGrammar::json_schema(SIBLINGS, tok.vocab.clone(), &CompileOptions::default())
+                .unwrap();
+        check_path(&tok.vocab, &g, &tok.tokenize(SIBLINGS_TEXT), 0, 0);
     }
 }

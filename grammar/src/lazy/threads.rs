@@ -39,7 +39,7 @@
 
 use std::sync::Arc;
 
-use super::{ConfigId, FastSet, Lazy, DEAD, MARK, SENT_LOWER, SENT_MARK, SENT_UPPER, TOP};
+use super::{ConfigId, Lazy, DEAD, MARK, SENT_LOWER, SENT_MARK, SENT_UPPER, TOP};
 use crate::nfa::{Nfa, StateId};
 use crate::vocab::TokenVocab;
 
@@ -211,7 +211,8 @@ impl Lazy {
         let lo_cfg = self.intern(nfa, &[(lo, q)], false);
         self.fill_mask(nfa, vocab, lo_cfg, &mut lower);
         // Candidates: a superset of `upper \ lower` (tokens that can leave the rule).
-        let candidates: Vec<u32> = match must_pass_byte(nfa, q) {
+        let pass = must_pass_byte(nfa, q, &mut self.seen_gen, &mut self.closure_gen);
+        let candidates: Vec<u32> = match pass {
             // Every token that leaves the rule contains `b`: no upper walk needed.
             Some(b) => vocab
                 .tokens_with_byte(b)
@@ -309,14 +310,25 @@ const PASS_CANDIDATES: [u8; 4] = [b':', b'}', b']', b'"'];
 /// if one of [`PASS_CANDIDATES`] is: then a token can return from the rule (from any stack)
 /// only if it contains that byte. Calls are assumed to match anything without it (the
 /// search ignores what they consume), so the answer is conservative.
-fn must_pass_byte(nfa: &Nfa, q: StateId) -> Option<u8> {
-    let mut seen: FastSet<StateId> = FastSet::default();
+///
+/// `seen` and `last_gen` are the closure's per-state stamps and its last generation
+/// ([`Lazy::closure`]): a state is seen in this search iff its stamp equals the search's
+/// generation (no hashing: the search visits hundreds of key-automaton states per new key
+/// position).
+fn must_pass_byte(nfa: &Nfa, q: StateId, seen: &mut [u32], last_gen: &mut u32) -> Option<u8> {
     let mut work: Vec<StateId> = Vec::new();
     'cand: for &b in &PASS_CANDIDATES {
-        seen.clear();
+        // A new generation per candidate byte (0 is never one: stamps start at 0).
+        *last_gen = last_gen.wrapping_add(1);
+        if *last_gen == 0 {
+            seen.fill(0);
+            *last_gen = 1;
+        }
+        let gen = *last_gen;
+        let mut count = 1usize;
         work.clear();
         work.push(q);
-        seen.insert(q);
+        seen[q as usize] = gen;
         while let Some(s) = work.pop() {
             let st = &nfa.states[s as usize];
             if st.end_of.is_some() {
@@ -334,11 +346,13 @@ fn must_pass_byte(nfa: &Nfa, q: StateId) -> Option<u8> {
                         .map(|&(_, _, t)| t),
                 );
             for t in next {
-                if seen.insert(t) {
+                if seen[t as usize] != gen {
+                    seen[t as usize] = gen;
+                    count += 1;
                     work.push(t);
                 }
             }
-            if seen.len() > PASS_MAX_STATES {
+            if count > PASS_MAX_STATES {
                 // A large rule: the upper walk is the cheaper bound on its cost.
                 return None;
             }
