@@ -295,6 +295,7 @@ impl CompiledGrammar {
         vocab: Arc<TokenVocab>,
         opts: &CompileOptions,
     ) -> Result<Arc<Self>, CompileError> {
+        let deadline = b.budget.deadline;
         let nfa = b.finish()?;
         let mut lazy = Lazy::new(&nfa, opts.mask_cache_bytes, opts.max_configs);
         lazy.share_chain_masks(&nfa, vocab.max_token_len());
@@ -302,6 +303,11 @@ impl CompiledGrammar {
         let start = lazy.start(&nfa);
         if start == lazy::DEAD {
             return Err(CompileError::Empty);
+        }
+        // The builder checks the deadline between steps; a compile that finished past it
+        // is refused all the same, so that none takes longer than the limit.
+        if deadline.is_some_and(|d| std::time::Instant::now() > d) {
+            return Err(CompileError::Timeout);
         }
         Ok(Arc::new(CompiledGrammar {
             nfa,

@@ -73,7 +73,7 @@ pub(crate) struct Builder {
     /// Regex × character-count products with a maximum (`regex::emit_hir_len`); the mask
     /// code shares masks between their counts (see [`Nfa::count_representatives`]).
     pub counted: Vec<CountedProduct>,
-    budget: Budget,
+    pub(crate) budget: Budget,
     checks: u32,
 }
 
