@@ -13,8 +13,7 @@ mod common;
 
 use std::sync::Arc;
 
-use rand::{Rng, SeedableRng};
-use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher, TokenVocab};
+use sglrs_grammar::{CompileOptions, CompiledGrammar, TokenVocab};
 
 /// Tokens that cross the end of an undeclared property (or stop just before or at it).
 const CROSSING: &[&str] = &[
@@ -108,40 +107,6 @@ fn crossing_vocab() -> Arc<TokenVocab> {
     Arc::new(TokenVocab::new(toks, &[], &[0]).unwrap())
 }
 
-/// Checks every token's mask bit at `m` against the byte-by-byte reference.
-fn check_here(vocab: &TokenVocab, m: &Matcher, mask: &mut [u32], at: &[u8]) -> Vec<u32> {
-    common::check_mask(vocab, m, mask, at)
-}
-
-/// Follows `ids` from a fresh matcher, checking the whole mask at every position, then
-/// takes random allowed tokens for `extra` more steps.
-fn check_path(vocab: &TokenVocab, g: &Arc<CompiledGrammar>, ids: &[u32], seed: u64, extra: usize) {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut m = Matcher::new(g.clone());
-    let mut mask = vec![0u32; vocab.mask_words()];
-    let mut text: Vec<u8> = Vec::new();
-    for &id in ids {
-        let allowed = check_here(vocab, &m, &mut mask, &text);
-        assert!(
-            allowed.contains(&id),
-            "valid token {:?} allowed after {:?}",
-            String::from_utf8_lossy(vocab.token_bytes(id).unwrap()),
-            String::from_utf8_lossy(&text)
-        );
-        m.accept_token(id).unwrap();
-        text.extend_from_slice(vocab.token_bytes(id).unwrap());
-    }
-    for _ in 0..extra {
-        let allowed = check_here(vocab, &m, &mut mask, &text);
-        if m.is_finished() || allowed.is_empty() {
-            break;
-        }
-        let id = allowed[rng.random_range(0..allowed.len())];
-        m.accept_token(id).unwrap();
-        text.extend_from_slice(vocab.token_bytes(id).unwrap_or(&[]));
-    }
-}
-
 /// Greedy longest-match tokenization of `text`, cut before its last `cut` bytes (the
 /// random walk goes on from there).
 fn prefix_ids(vocab: &TokenVocab, text: &str, cut: usize) -> Vec<u32> {
@@ -158,10 +123,10 @@ fn masks_exact_at_key_positions_with_crossing_tokens() {
             let g = CompiledGrammar::json_schema(schema, vocab.clone(), &opts).unwrap();
             // The whole text, then prefixes ending at several key positions with random
             // walks from there (fresh grammars: the parts are built at different gaps).
-            check_path(&vocab, &g, &prefix_ids(&vocab, text, 0), 0, 0);
+            common::check_path(&vocab, &g, &prefix_ids(&vocab, text, 0), 0, 0);
             for (k, cut) in [text.len() / 3, text.len() / 2, 2].into_iter().enumerate() {
                 let g = CompiledGrammar::json_schema(schema, vocab.clone(), &opts).unwrap();
-                check_path(
+                common::check_path(
                     &vocab,
                     &g,
                     &prefix_ids(&vocab, text, cut),
@@ -180,10 +145,10 @@ fn masks_exact_at_key_positions_llama3() {
     for (i, (schema, text)) in SCHEMAS.iter().zip(TEXTS).enumerate() {
         let g = CompiledGrammar::json_schema(schema, vocab.clone(), &CompileOptions::default())
             .unwrap();
-        check_path(vocab, &g, &tok.tokenize(text), 0, 0);
+        common::check_path(vocab, &g, &tok.tokenize(text), 0, 0);
         let g = CompiledGrammar::json_schema(schema, vocab.clone(), &CompileOptions::default())
             .unwrap();
-        check_path(
+        common::check_path(
             vocab,
             &g,
             &tok.tokenize(&text[..text.len() / 2]),
@@ -224,7 +189,7 @@ fn masks_exact_at_sibling_key_automata() {
     for opts in [CompileOptions::default(), CompileOptions::flexible()] {
         // The whole text.
         let g = CompiledGrammar::json_schema(SIBLINGS, vocab.clone(), &opts).unwrap();
-        check_path(&vocab, &g, &prefix_ids(&vocab, SIBLINGS_TEXT, 0), 0, 0);
+        common::check_path(&vocab, &g, &prefix_ids(&vocab, SIBLINGS_TEXT, 0), 0, 0);
         // Prefixes ending at every object's first key position (`{"`: the donor of the
         // key automaton's start is the "any other key" state), then random walks.
         let starts: Vec<usize> = SIBLINGS_TEXT
@@ -236,7 +201,7 @@ fn masks_exact_at_sibling_key_automata() {
         let g = CompiledGrammar::json_schema(SIBLINGS, vocab.clone(), &opts).unwrap();
         for (k, end) in starts.into_iter().enumerate() {
             let cut = SIBLINGS_TEXT.len() - end;
-            check_path(
+            common::check_path(
                 &vocab,
                 &g,
                 &prefix_ids(&vocab, SIBLINGS_TEXT, cut),
@@ -249,6 +214,6 @@ fn masks_exact_at_sibling_key_automata() {
         let g =
             CompiledGrammar::json_schema(SIBLINGS, tok.vocab.clone(), &CompileOptions::default())
                 .unwrap();
-        check_path(&tok.vocab, &g, &tok.tokenize(SIBLINGS_TEXT), 0, 0);
+        common::check_path(&tok.vocab, &g, &tok.tokenize(SIBLINGS_TEXT), 0, 0);
     }
 }

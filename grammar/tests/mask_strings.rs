@@ -16,8 +16,7 @@ mod common;
 
 use std::sync::Arc;
 
-use rand::{Rng, SeedableRng};
-use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher, TokenVocab};
+use sglrs_grammar::{CompileOptions, CompiledGrammar, TokenVocab};
 
 /// Tokens of up to 8 bytes: letter and digit runs, regex endings, string endings.
 const EXTRA: &[&str] = &[
@@ -124,35 +123,6 @@ fn small_vocab() -> Arc<TokenVocab> {
     Arc::new(TokenVocab::new(toks, &[], &[0]).unwrap())
 }
 
-/// Follows `ids` from a fresh matcher, checking the whole mask at every position, then
-/// takes random allowed tokens for `extra` more steps.
-fn check_path(vocab: &TokenVocab, g: &Arc<CompiledGrammar>, ids: &[u32], seed: u64, extra: usize) {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut m = Matcher::new(g.clone());
-    let mut mask = vec![0u32; vocab.mask_words()];
-    let mut text: Vec<u8> = Vec::new();
-    for &id in ids {
-        let allowed = common::check_mask(vocab, &m, &mut mask, &text);
-        assert!(
-            allowed.contains(&id),
-            "valid token {:?} allowed after {:?}",
-            String::from_utf8_lossy(vocab.token_bytes(id).unwrap()),
-            String::from_utf8_lossy(&text)
-        );
-        m.accept_token(id).unwrap();
-        text.extend_from_slice(vocab.token_bytes(id).unwrap());
-    }
-    for _ in 0..extra {
-        let allowed = common::check_mask(vocab, &m, &mut mask, &text);
-        if m.is_finished() || allowed.is_empty() {
-            break;
-        }
-        let id = allowed[rng.random_range(0..allowed.len())];
-        m.accept_token(id).unwrap();
-        text.extend_from_slice(vocab.token_bytes(id).unwrap_or(&[]));
-    }
-}
-
 /// Every position of each valid text, both the greedy tokenization (long tokens) and byte
 /// by byte, then random walks from the start and from inside the strings.
 #[test]
@@ -164,9 +134,9 @@ fn masks_exact_in_counted_regex_strings() {
             .unwrap_or_else(|e| panic!("{schema}: {e}"));
         for (ti, text) in texts.iter().enumerate() {
             let greedy = vocab.greedy_tokenize(text.as_bytes()).unwrap();
-            check_path(&vocab, &g, &greedy, (si * 10 + ti) as u64, 0);
+            common::check_path(&vocab, &g, &greedy, (si * 10 + ti) as u64, 0);
             let bytes: Vec<u32> = text.bytes().map(|b| b as u32 + 1).collect();
-            check_path(&vocab, &g, &bytes, (si * 10 + ti) as u64, 0);
+            common::check_path(&vocab, &g, &bytes, (si * 10 + ti) as u64, 0);
             // Random walks from several points of the text (inside the string, past the
             // shared range, near the maximum).
             for (k, cut) in [8usize, 20, 30, 44, 70, 95].into_iter().enumerate() {
@@ -174,7 +144,7 @@ fn masks_exact_in_counted_regex_strings() {
                 if !text.is_char_boundary(cut) {
                     continue;
                 }
-                check_path(
+                common::check_path(
                     &vocab,
                     &g,
                     &bytes[..cut],
@@ -184,7 +154,7 @@ fn masks_exact_in_counted_regex_strings() {
             }
         }
         for seed in 0..6u64 {
-            check_path(&vocab, &g, &[], 1000 + seed, 70);
+            common::check_path(&vocab, &g, &[], 1000 + seed, 70);
         }
     }
 }
@@ -222,7 +192,7 @@ fn masks_exact_along_strings_real_vocabularies() {
         for (schema, text) in &cases {
             let g = CompiledGrammar::json_schema(schema, tok.vocab.clone(), &opts).unwrap();
             let ids = tok.tokenize(text);
-            check_path(&tok.vocab, &g, &ids, 7, 0);
+            common::check_path(&tok.vocab, &g, &ids, 7, 0);
         }
     }
 }

@@ -189,3 +189,38 @@ pub fn check_mask(
     }
     allowed
 }
+
+/// Follows `ids` from a fresh matcher, checking the whole mask at every position, then
+/// takes random allowed tokens for `extra` more steps.
+pub fn check_path(
+    vocab: &TokenVocab,
+    g: &Arc<sglrs_grammar::CompiledGrammar>,
+    ids: &[u32],
+    seed: u64,
+    extra: usize,
+) {
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
+    let mut m = sglrs_grammar::Matcher::new(g.clone());
+    let mut mask = vec![0u32; vocab.mask_words()];
+    let mut text: Vec<u8> = Vec::new();
+    for &id in ids {
+        let allowed = check_mask(vocab, &m, &mut mask, &text);
+        assert!(
+            allowed.contains(&id),
+            "valid token {:?} allowed after {:?}",
+            String::from_utf8_lossy(vocab.token_bytes(id).unwrap()),
+            String::from_utf8_lossy(&text)
+        );
+        m.accept_token(id).unwrap();
+        text.extend_from_slice(vocab.token_bytes(id).unwrap());
+    }
+    for _ in 0..extra {
+        let allowed = check_mask(vocab, &m, &mut mask, &text);
+        if m.is_finished() || allowed.is_empty() {
+            break;
+        }
+        let id = allowed[rand::Rng::random_range(&mut rng, 0..allowed.len())];
+        m.accept_token(id).unwrap();
+        text.extend_from_slice(vocab.token_bytes(id).unwrap_or(&[]));
+    }
+}
