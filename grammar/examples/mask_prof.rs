@@ -4,10 +4,12 @@
 //! mask after the prefix in every copy, inside `target_masks` (a separate function, so a
 //! profile can be filtered on it). Prints the mean and minimum of those last masks.
 
-use std::sync::Arc;
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::time::{Duration, Instant};
 
-use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher, TokenVocab};
+use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher};
 
 #[inline(never)]
 fn target_masks(
@@ -28,15 +30,10 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     if args.len() < 4 {
         return Err("usage: mask_prof TOKENIZER.json REPS SCHEMA.json PREFIX".into());
     }
-    let tok = tokenizers::Tokenizer::from_file(&args[0])?;
+    let vocab = common::vocab_from_file(&args[0])?;
     let reps: usize = args[1].parse()?;
     let schema = std::fs::read_to_string(&args[2])?;
     let prefix = &args[3];
-    let eos = ["<|end_of_text|>", "</s>", "<|endoftext|>"]
-        .iter()
-        .find_map(|n| tok.token_to_id(n))
-        .ok_or("no eos")?;
-    let vocab = Arc::new(TokenVocab::from_tokenizer(&tok, &[eos])?);
     let mut buf = vec![0u32; vocab.mask_words()];
     let ids = vocab
         .greedy_tokenize(prefix.as_bytes())

@@ -8,10 +8,12 @@
 //! minimum and the median, which stay comparable on a loaded machine (the minimum is the
 //! least disturbed run).
 
-use std::sync::Arc;
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::time::{Duration, Instant};
 
-use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher, TokenVocab};
+use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher};
 
 /// `(schema, prefixes)`: masks are timed after each prefix.
 const CASES: &[(&str, &[&str])] = &[
@@ -44,12 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         Some(file) => Some((std::fs::read_to_string(file)?, args.collect())),
         None => None,
     };
-    let tok = tokenizers::Tokenizer::from_file(&path)?;
-    let eos = ["<|end_of_text|>", "</s>", "<|endoftext|>"]
-        .iter()
-        .find_map(|n| tok.token_to_id(n))
-        .ok_or("no eos")?;
-    let vocab = Arc::new(TokenVocab::from_tokenizer(&tok, &[eos])?);
+    let vocab = common::vocab_from_file(&path)?;
     let mut buf = vec![0u32; vocab.mask_words()];
     let cases: Vec<(&str, Vec<&str>)> = match &custom {
         Some((schema, prefixes)) => vec![(schema, prefixes.iter().map(|p| p.as_str()).collect())],

@@ -42,6 +42,19 @@ fn load(name: &str) -> Option<Tok> {
     Some(Tok { tokenizer, vocab })
 }
 
+/// The vocabulary of the `tokenizer.json` at `path`, its end-of-text token (found by the
+/// usual names) as EOS; for the examples that take any tokenizer file.
+pub fn vocab_from_file(
+    path: &str,
+) -> Result<Arc<TokenVocab>, Box<dyn std::error::Error + Send + Sync>> {
+    let tok = tokenizers::Tokenizer::from_file(path)?;
+    let eos = ["<|end_of_text|>", "</s>", "<|endoftext|>"]
+        .iter()
+        .find_map(|n| tok.token_to_id(n))
+        .ok_or("no end-of-text token")?;
+    Ok(Arc::new(TokenVocab::from_tokenizer(&tok, &[eos])?))
+}
+
 /// The Llama-3 128k tokenizer (byte-level BPE), if present.
 pub fn llama3() -> Option<&'static Tok> {
     static T: OnceLock<Option<Tok>> = OnceLock::new();
