@@ -355,10 +355,11 @@ impl Lazy {
         if !self.short_horizon || self.short_only.is_empty() {
             return false;
         }
-        let threads = self.configs[c as usize].threads.clone();
-        threads
-            .iter()
-            .any(|&(stk, q)| self.short_only.contains(&q) || self.stack_has_short(stk))
+        // By index: `stack_has_short` memoizes into `self` (no copy of the threads).
+        (0..self.configs[c as usize].threads.len()).any(|i| {
+            let (stk, q) = self.configs[c as usize].threads[i];
+            self.short_only.contains(&q) || self.stack_has_short(stk)
+        })
     }
 
     /// Whether a frame of `stk` returns to a state of `short_only` (cached).
