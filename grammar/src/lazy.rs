@@ -801,7 +801,6 @@ impl Lazy {
         skip_root: Option<&[u64; 4]>,
     ) {
         let nodes = &trie.nodes;
-        let ids = &trie.ids;
         let mut cfg_at = [DEAD; 1024];
         cfg_at[0] = c;
         let mut i = 0usize;
@@ -827,7 +826,7 @@ impl Lazy {
                 continue;
             }
             cfg_at[d] = nc;
-            for &id in &ids[n.ids_start as usize..(n.ids_start + n.ids_len) as usize] {
+            for &id in trie.own_ids(i) {
                 out[(id >> 5) as usize] |= 1u32 << (id & 31);
             }
             i += 1;

@@ -11,18 +11,17 @@ pub const MAX_TOKEN_BYTES: usize = 1000;
 /// One trie node, in depth-first preorder.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TrieNode {
-    /// The byte on the edge into this node.
-    pub byte: u8,
-    /// Depth (1 for children of the root).
-    pub depth: u16,
     /// Index of the first node after this subtree.
     pub next: u32,
-    /// Token ids ending here: `ids[ids_start .. ids_start + ids_len]`.
-    pub ids_start: u32,
-    pub ids_len: u32,
-    /// Start in `ids` of the ids of this whole subtree (they are contiguous; the subtree's
-    /// ids end where the node at `next` starts its own, or at the end of `ids`).
+    /// Start in `ids` of the ids of this whole subtree. They are contiguous, the node's own
+    /// first (the token ids ending here: up to where the next node in preorder starts its
+    /// subtree's, see [`TokenTrie::own_ids`]); the subtree's end where the node at `next`
+    /// starts its own, or at the end of `ids`.
     pub sub_start: u32,
+    /// Depth (1 for children of the root).
+    pub depth: u16,
+    /// The byte on the edge into this node.
+    pub byte: u8,
 }
 
 /// A trie over token bytes, stored in preorder so a walk can skip a subtree in one step.
@@ -60,18 +59,14 @@ impl TokenTrie {
                     byte: b,
                     depth: (k + 1) as u16,
                     next: 0,
-                    ids_start: 0,
-                    ids_len: 0,
                     sub_start: ids.len() as u32,
                 });
                 path.push(nodes.len() - 1);
             }
-            if let Some(&last) = path.last() {
-                let node = &mut nodes[last];
-                if node.ids_len == 0 {
-                    node.ids_start = ids.len() as u32;
-                }
-                node.ids_len += 1;
+            // Entries are sorted, so the ids ending at a node come before those of its
+            // children (a token sorts before its extensions): the node's own ids are the
+            // first of its subtree's.
+            if !path.is_empty() {
                 ids.push(id);
             }
             prev = t;
@@ -80,6 +75,16 @@ impl TokenTrie {
             nodes[n].next = nodes.len() as u32;
         }
         TokenTrie { nodes, ids }
+    }
+
+    /// The token ids ending at node `i` (usually none or one).
+    #[inline]
+    pub fn own_ids(&self, i: usize) -> &[u32] {
+        let end = self
+            .nodes
+            .get(i + 1)
+            .map_or(self.ids.len(), |m| m.sub_start as usize);
+        &self.ids[self.nodes[i].sub_start as usize..end]
     }
 
     /// The token ids of the subtree rooted at node `i`.
@@ -565,8 +570,8 @@ impl TokenVocab {
                     break;
                 }
                 if n.depth == depth && n.byte == bytes[k] {
-                    if n.ids_len > 0 {
-                        best = Some((k + 1 - pos, self.trie.ids[n.ids_start as usize]));
+                    if let Some(&id) = self.trie.own_ids(i).first() {
+                        best = Some((k + 1 - pos, id));
                     }
                     depth += 1;
                     k += 1;
@@ -661,7 +666,10 @@ mod tests {
         let t = v.trie();
         assert_eq!(t.nodes.len(), 4); // a, b(ab), c(abc), b
         assert_eq!(t.nodes[0].next, 3);
-        assert_eq!(t.nodes[1].ids_len, 2); // "ab" twice
+        assert_eq!(t.own_ids(0), &[0]);
+        assert_eq!(t.own_ids(1), &[1, 5]); // "ab" twice
+        assert_eq!(t.own_ids(2), &[2]);
+        assert_eq!(t.own_ids(3), &[3]);
         assert_eq!(t.subtree_ids(0), &[0, 1, 5, 2]); // a, ab, ab, abc
         assert_eq!(t.subtree_ids(3), &[3]);
         assert_eq!(v.greedy_tokenize(b"abcab").map(|x| x.len()), Some(2));

@@ -183,7 +183,6 @@ impl Lazy {
     ) {
         let trie = vocab.trie();
         let nodes = &trie.nodes;
-        let ids = &trie.ids;
         let mut cfg_at = [(DEAD, DEAD); 1024];
         cfg_at[0] = (c, g);
         let mut i = 0usize;
@@ -223,7 +222,7 @@ impl Lazy {
                 continue;
             }
             cfg_at[d] = (x2, y2);
-            for &id in &ids[n.ids_start as usize..(n.ids_start + n.ids_len) as usize] {
+            for &id in trie.own_ids(i) {
                 out[(id >> 5) as usize] |= 1u32 << (id & 31);
             }
             i += 1;
