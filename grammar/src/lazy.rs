@@ -36,8 +36,9 @@ const MARK: StateId = u32::MAX - 3;
 const UNKNOWN: u32 = u32::MAX;
 const NO_SUCC: u32 = u32::MAX - 1;
 
-/// How many earlier donors a new one is compared with (see [`Lazy::equivalent_donor`]).
-const DONOR_PEERS: usize = 16;
+/// How many earlier one-thread configurations with the same stack and state signature a
+/// new one is compared with (see [`Lazy::equivalent_mask`]).
+const PEERS_PER_SIGNATURE: usize = 4;
 /// [`equivalent_states`] gives up past this many state pairs.
 const EQUIV_MAX_PAIRS: usize = 512;
 
@@ -184,9 +185,10 @@ pub(crate) struct Lazy {
     /// Pairs of configurations known to agree on every continuation that completes a
     /// UTF-8 character (see [`Lazy::agree_within_char`]).
     char_equiv: FastMap<(ConfigId, ConfigId), bool>,
-    /// Donors whose masks were walked, one thread under a non-empty stack each (see
-    /// [`Lazy::equivalent_donor`]); the latest [`DONOR_PEERS`].
-    donor_peers: Vec<ConfigId>,
+    /// Configurations whose masks were computed, one thread under a non-empty stack each,
+    /// by `(stack, state signature)` (see [`Lazy::equivalent_mask`]); the latest
+    /// [`PEERS_PER_SIGNATURE`] per key.
+    mask_peers: FastMap<(u32, u64), Vec<ConfigId>>,
 }
 
 impl Lazy {
@@ -229,7 +231,7 @@ impl Lazy {
             loop_classes: FastMap::default(),
             key_ret: FastSet::default(),
             char_equiv: FastMap::default(),
-            donor_peers: Vec::new(),
+            mask_peers: FastMap::default(),
         };
         // Room for the configurations of a typical grammar's first masks: growing these
         // vectors one doubling at a time copied them over and over (untouched capacity
@@ -712,6 +714,12 @@ impl Lazy {
             out.copy_from_slice(&self.all_usable(vocab));
             return;
         }
+        if let Some(m) = self.equivalent_mask(nfa, c) {
+            // The same futures as an earlier configuration: share its mask.
+            out.copy_from_slice(&m);
+            self.masks[c as usize] = Some(m);
+            return;
+        }
         if self.split_by_threads(nfa, c) {
             self.fill_by_threads(nfa, vocab, c, out);
         } else if let Some((base, rest)) = self.cached_part(nfa, c) {
@@ -730,16 +738,20 @@ impl Lazy {
                 None => self.walk(nfa, vocab, c, out),
             }
         }
-        self.store(c, out);
+        if self.store(c, out) {
+            self.add_mask_peer(nfa, c);
+        }
     }
 
-    /// Caches `bits` as the mask of `c` while the budget allows.
-    fn store(&mut self, c: ConfigId, bits: &[u32]) {
+    /// Caches `bits` as the mask of `c` while the budget allows (`false`: over it).
+    fn store(&mut self, c: ConfigId, bits: &[u32]) -> bool {
         let size = bits.len() * 4;
         if self.mask_bytes + size <= self.mask_budget {
             self.mask_bytes += size;
             self.masks[c as usize] = Some(Arc::from(bits));
+            return true;
         }
+        false
     }
 
     /// Walks the token trie from `c`, setting allowed tokens in `out` (zeroed by the

@@ -160,7 +160,7 @@ fn masks_exact_at_key_positions_llama3() {
 
 /// Sibling objects at one depth, each with its own key automaton: the "any other key"
 /// states past their declared names take the same mask when their undeclared values
-/// have the same schema (the donor mask is shared, `Lazy::equivalent_donor`) and must not
+/// have the same schema (the donor mask is shared, `Lazy::equivalent_mask`) and must not
 /// when they differ (integer, string, any value, boolean, nested object; the same shapes
 /// with other bytes, `"ab"` and `"ac"`; calls of two different recursive rules).
 const SIBLINGS: &str = r##"{"type":"object","properties":{
@@ -215,5 +215,54 @@ fn masks_exact_at_sibling_key_automata() {
             CompiledGrammar::json_schema(SIBLINGS, tok.vocab.clone(), &CompileOptions::default())
                 .unwrap();
         common::check_path(&tok.vocab, &g, &tok.tokenize(SIBLINGS_TEXT), 0, 0);
+    }
+}
+
+/// Objects whose declared names may also be written with a language suffix
+/// (`patternProperties` `^name_…$`, as OCDS schemas have for every translatable field).
+/// Right after a complete declared name the "other key" thread of each object is at a state
+/// of its own automaton; where two such states have the same futures (`p`'s `name` and
+/// `q`'s `title`: the same suffix pattern, the same value schema) the second takes the
+/// first's mask (`Lazy::equivalent_mask`), and where they differ it must not: another
+/// suffix pattern (`r`), another value schema for the suffixed key (`s`), undeclared keys
+/// refused (`t`).
+const TRANSLATED: &str = r##"{"type":"object","properties":{
+  "p":{"type":"object","properties":{"name":{"type":"string"}},"patternProperties":{"^(name_[a-z]{2})$":{"type":"string"}}},
+  "q":{"type":"object","properties":{"title":{"type":"string"}},"patternProperties":{"^(title_[a-z]{2})$":{"type":"string"}}},
+  "r":{"type":"object","properties":{"label":{"type":"string"}},"patternProperties":{"^(label_[a-z]{3})$":{"type":"string"}}},
+  "s":{"type":"object","properties":{"desc":{"type":"string"}},"patternProperties":{"^(desc_[a-z]{2})$":{"type":"integer"}}},
+  "t":{"type":"object","properties":{"note":{"type":"string"}},"patternProperties":{"^(note_[a-z]{2})$":{"type":"string"}},"additionalProperties":false}},
+  "required":["p","q","r","s","t"]}"##;
+
+/// A valid text for [`TRANSLATED`].
+const TRANSLATED_TEXT: &str = r#"{"p":{"name":"a","name_en":"b","x":1},"q":{"title":"a","title_fr":"b"},"r":{"label":"a","label_eng":"c"},"s":{"desc":"a","desc_de":3},"t":{"note":"a","note_it":"d"}}"#;
+
+#[test]
+fn masks_exact_after_translatable_names() {
+    let vocab = crossing_vocab();
+    // Prefixes ending right after every declared name (before its closing quote), in one
+    // grammar so that later objects find the earlier ones' masks; random walks from each.
+    let ends: Vec<usize> = ["\"name", "\"title", "\"label", "\"desc", "\"note"]
+        .iter()
+        .map(|k| TRANSLATED_TEXT.find(k).unwrap() + k.len())
+        .collect();
+    for opts in [CompileOptions::default(), CompileOptions::flexible()] {
+        let g = CompiledGrammar::json_schema(TRANSLATED, vocab.clone(), &opts).unwrap();
+        common::check_path(&vocab, &g, &prefix_ids(&vocab, TRANSLATED_TEXT, 0), 0, 0);
+        let g = CompiledGrammar::json_schema(TRANSLATED, vocab.clone(), &opts).unwrap();
+        for (k, &end) in ends.iter().enumerate() {
+            let cut = TRANSLATED_TEXT.len() - end;
+            let ids = prefix_ids(&vocab, TRANSLATED_TEXT, cut);
+            common::check_path(&vocab, &g, &ids, k as u64, 30);
+        }
+    }
+    if let Some(tok) = common::llama3() {
+        let g =
+            CompiledGrammar::json_schema(TRANSLATED, tok.vocab.clone(), &CompileOptions::default())
+                .unwrap();
+        for &end in &ends {
+            let ids = tok.tokenize(&TRANSLATED_TEXT[..end]);
+            common::check_path(&tok.vocab, &g, &ids, 0, 0);
+        }
     }
 }

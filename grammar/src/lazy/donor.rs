@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use super::{
-    set_ids, ConfigId, FastMap, Lazy, DEAD, DONOR_MIN_BYTES, DONOR_PEERS, EQUIV_MAX_PAIRS, TOP,
+    set_ids, ConfigId, FastMap, Lazy, DEAD, DONOR_MIN_BYTES, EQUIV_MAX_PAIRS, PEERS_PER_SIGNATURE,
+    TOP,
 };
 use crate::nfa::{Nfa, StateId};
 use crate::vocab::TokenVocab;
@@ -79,7 +80,7 @@ impl Lazy {
             self.masks[g as usize] = self.masks[rep as usize].clone();
             return m;
         }
-        if let Some(m) = self.equivalent_donor(nfa, g) {
+        if let Some(m) = self.equivalent_mask(nfa, g) {
             // The same futures: share the mask (no extra budget).
             self.masks[g as usize] = Some(m.clone());
             return m;
@@ -94,12 +95,7 @@ impl Lazy {
         if self.mask_bytes + size <= self.mask_budget {
             self.mask_bytes += size;
             self.masks[g as usize] = Some(m.clone());
-            if self.one_thread_below(g).is_some() {
-                if self.donor_peers.len() == DONOR_PEERS {
-                    self.donor_peers.remove(0);
-                }
-                self.donor_peers.push(g);
-            }
+            self.add_mask_peer(nfa, g);
         }
         m
     }
@@ -116,22 +112,42 @@ impl Lazy {
         }
     }
 
-    /// The cached mask of an earlier donor whose one thread has the same stack as `g`'s
-    /// and a state with the same futures ([`equivalent_states`]). Such donors are the
-    /// "any other key" states of different objects' key automata at one depth (every
-    /// object has its own automaton, but past the declared names they are all alike): each
-    /// was walked afresh before.
-    fn equivalent_donor(&self, nfa: &Nfa, g: ConfigId) -> Option<Arc<[u32]>> {
-        let (stk, q) = self.one_thread_below(g)?;
-        for &p in self.donor_peers.iter().rev() {
-            let Some((pstk, pq)) = self.one_thread_below(p) else {
+    /// The cached mask of an earlier configuration whose one thread has the same stack as
+    /// `c`'s and a state with the same futures ([`equivalent_states`]): then both are alive
+    /// after the same texts. Such configurations are the "any other key" states of
+    /// different objects' key automata at one depth (every object has its own automaton,
+    /// but past the declared names they are all alike), and the states right after a
+    /// complete declared name whose translations a pattern allows (`"description`,
+    /// `"legalName` … each followed by `_` and a language tag): each was walked afresh
+    /// before. Candidates are found by a signature of the state's own moves and its
+    /// successors', so a configuration with no peer costs one hash.
+    pub(super) fn equivalent_mask(&self, nfa: &Nfa, c: ConfigId) -> Option<Arc<[u32]>> {
+        let (stk, q) = self.one_thread_below(c)?;
+        let peers = self.mask_peers.get(&(stk, state_signature(nfa, q)))?;
+        for &p in peers.iter().rev() {
+            let Some((_, pq)) = self.one_thread_below(p) else {
                 continue;
             };
-            if pstk == stk && equivalent_states(nfa, q, pq) {
+            if equivalent_states(nfa, q, pq) {
                 return self.masks[p as usize].clone();
             }
         }
         None
+    }
+
+    /// Remembers `c`, whose mask was just computed, as a peer for [`Lazy::equivalent_mask`].
+    pub(super) fn add_mask_peer(&mut self, nfa: &Nfa, c: ConfigId) {
+        let Some((stk, q)) = self.one_thread_below(c) else {
+            return;
+        };
+        let peers = self
+            .mask_peers
+            .entry((stk, state_signature(nfa, q)))
+            .or_default();
+        if peers.len() == PEERS_PER_SIGNATURE {
+            peers.remove(0);
+        }
+        peers.push(c);
     }
 
     /// A donor for `c` (see [`Lazy::fill_mask`]): the most common successor over plain
@@ -321,6 +337,29 @@ fn equivalent_states(nfa: &Nfa, a: StateId, b: StateId) -> bool {
         }
     }
     true
+}
+
+/// A hash of what [`equivalent_states`] compares at `q` and at its byte successors: equal
+/// for equivalent states, and mostly different otherwise.
+fn state_signature(nfa: &Nfa, q: StateId) -> u64 {
+    fn local(h: &mut u64, nfa: &Nfa, q: StateId) {
+        let st = &nfa.states[q as usize];
+        let mut mix = |x: u64| *h = (*h ^ x).wrapping_mul(0x100_0000_01b3).rotate_left(17);
+        mix(st.end_of.is_some() as u64);
+        mix(st.eps.len() as u64);
+        for &(r, _) in &st.calls {
+            mix(0x1_0000_0000 | r as u64);
+        }
+        for &(lo, hi, _) in &st.bytes {
+            mix(((lo as u64) << 8) | hi as u64);
+        }
+    }
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    local(&mut h, nfa, q);
+    for &(_, _, t) in &nfa.states[q as usize].bytes {
+        local(&mut h, nfa, t);
+    }
+    h
 }
 
 /// Every element of the sorted slice `a` is in the sorted slice `b`.
