@@ -189,6 +189,8 @@ pub(crate) struct Lazy {
     /// by `(stack, state signature)` (see [`Lazy::equivalent_mask`]); the latest
     /// [`PEERS_PER_SIGNATURE`] per key.
     mask_peers: FastMap<(u32, u64), Vec<ConfigId>>,
+    /// Reused buffers of the state bisimulation (see [`Lazy::equivalent_mask`]).
+    equiv: donor::EquivScratch,
 }
 
 impl Lazy {
@@ -232,6 +234,7 @@ impl Lazy {
             key_ret: FastSet::default(),
             char_equiv: FastMap::default(),
             mask_peers: FastMap::default(),
+            equiv: donor::EquivScratch::default(),
         };
         // Room for the configurations of a typical grammar's first masks: growing these
         // vectors one doubling at a time copied them over and over (untouched capacity
@@ -969,6 +972,7 @@ impl Lazy {
             + self.configs.len() * 64
             + self.stacks.len() * 24
             + self.seen_gen.len() * 8
+            + self.equiv.heap_bytes()
     }
 }
 

@@ -7,8 +7,7 @@
 use std::sync::Arc;
 
 use super::{
-    set_ids, ConfigId, FastMap, Lazy, DEAD, DONOR_MIN_BYTES, EQUIV_MAX_PAIRS, PEERS_PER_SIGNATURE,
-    TOP,
+    set_ids, ConfigId, Lazy, DEAD, DONOR_MIN_BYTES, EQUIV_MAX_PAIRS, PEERS_PER_SIGNATURE, TOP,
 };
 use crate::nfa::{Nfa, StateId};
 use crate::vocab::TokenVocab;
@@ -102,7 +101,7 @@ impl Lazy {
 
     /// The thread of `c` when it has exactly one, under a non-empty stack, and does not
     /// accept.
-    fn one_thread_below(&self, c: ConfigId) -> Option<(u32, StateId)> {
+    pub(super) fn one_thread_below(&self, c: ConfigId) -> Option<(u32, StateId)> {
         let cfg = &self.configs[c as usize];
         match *cfg.threads {
             [(stk, q)] if stk != 0 && !cfg.accept && (q as usize) < self.seen_gen.len() => {
@@ -121,15 +120,21 @@ impl Lazy {
     /// `"legalName` … each followed by `_` and a language tag): each was walked afresh
     /// before. Candidates are found by a signature of the state's own moves and its
     /// successors', so a configuration with no peer costs one hash.
-    pub(super) fn equivalent_mask(&self, nfa: &Nfa, c: ConfigId) -> Option<Arc<[u32]>> {
+    pub(super) fn equivalent_mask(&mut self, nfa: &Nfa, c: ConfigId) -> Option<Arc<[u32]>> {
+        let p = self.equivalent_peer(nfa, c)?;
+        self.masks[p as usize].clone()
+    }
+
+    /// The earlier configuration [`Lazy::equivalent_mask`] takes `c`'s mask from.
+    pub(super) fn equivalent_peer(&mut self, nfa: &Nfa, c: ConfigId) -> Option<ConfigId> {
         let (stk, q) = self.one_thread_below(c)?;
         let peers = self.mask_peers.get(&(stk, state_signature(nfa, q)))?;
         for &p in peers.iter().rev() {
             let Some((_, pq)) = self.one_thread_below(p) else {
                 continue;
             };
-            if equivalent_states(nfa, q, pq) {
-                return self.masks[p as usize].clone();
+            if equivalent_states(&mut self.equiv, nfa, q, pq) {
+                return Some(p);
             }
         }
         None
@@ -292,11 +297,38 @@ impl Lazy {
 /// [`EQUIV_MAX_PAIRS`] pairs, or when equal futures are written in another order. (A
 /// rule end is a return here, whichever rule it ends: only the empty stack tells the root
 /// rule's end apart, and the callers' threads are under non-empty ones.)
-fn equivalent_states(nfa: &Nfa, a: StateId, b: StateId) -> bool {
-    let mut pairs: FastMap<StateId, StateId> = FastMap::default();
-    let mut work: Vec<(StateId, StateId)> = vec![(a, b)];
-    pairs.insert(a, b);
-    while let Some((x, y)) = work.pop() {
+fn equivalent_states(sc: &mut EquivScratch, nfa: &Nfa, a: StateId, b: StateId) -> bool {
+    let n = nfa.states.len();
+    if sc.gen.len() < n {
+        sc.gen.resize(n, 0);
+        sc.partner.resize(n, 0);
+    }
+    sc.cur = sc.cur.wrapping_add(1);
+    if sc.cur == 0 {
+        sc.gen.fill(0);
+        sc.cur = 1;
+    }
+    let cur = sc.cur;
+    sc.work.clear();
+    sc.work.push((a, b));
+    sc.gen[a as usize] = cur;
+    sc.partner[a as usize] = b;
+    let mut pairs = 1usize;
+    // Pairs `x` with `y`: consistent with an earlier pairing of `x`, else a new pair.
+    let mut pair = |sc: &mut EquivScratch, x: StateId, y: StateId| -> bool {
+        if sc.gen[x as usize] == cur {
+            return sc.partner[x as usize] == y;
+        }
+        if pairs >= EQUIV_MAX_PAIRS {
+            return false;
+        }
+        pairs += 1;
+        sc.gen[x as usize] = cur;
+        sc.partner[x as usize] = y;
+        sc.work.push((x, y));
+        true
+    };
+    while let Some((x, y)) = sc.work.pop() {
         if x == y {
             continue;
         }
@@ -308,35 +340,40 @@ fn equivalent_states(nfa: &Nfa, a: StateId, b: StateId) -> bool {
         {
             return false;
         }
-        let mut next: Vec<(StateId, StateId)> = Vec::new();
         for (&(lx, hx, tx), &(ly, hy, ty)) in sx.bytes.iter().zip(&sy.bytes) {
-            if (lx, hx) != (ly, hy) {
+            if (lx, hx) != (ly, hy) || !pair(sc, tx, ty) {
                 return false;
             }
-            next.push((tx, ty));
         }
-        next.extend(sx.eps.iter().copied().zip(sy.eps.iter().copied()));
+        for (&tx, &ty) in sx.eps.iter().zip(&sy.eps) {
+            if !pair(sc, tx, ty) {
+                return false;
+            }
+        }
         for (&(rx, tx), &(ry, ty)) in sx.calls.iter().zip(&sy.calls) {
-            if rx != ry {
+            if rx != ry || !pair(sc, tx, ty) {
                 return false;
-            }
-            next.push((tx, ty));
-        }
-        for (tx, ty) in next {
-            match pairs.get(&tx) {
-                Some(&t) if t == ty => {}
-                Some(_) => return false,
-                None => {
-                    if pairs.len() >= EQUIV_MAX_PAIRS {
-                        return false;
-                    }
-                    pairs.insert(tx, ty);
-                    work.push((tx, ty));
-                }
             }
         }
     }
     true
+}
+
+/// Reused buffers of [`equivalent_states`]: per NFA state, the check (generation) that
+/// last paired it and its partner there (no hashing, no allocation per check).
+#[derive(Debug, Default)]
+pub(super) struct EquivScratch {
+    gen: Vec<u32>,
+    partner: Vec<StateId>,
+    cur: u32,
+    work: Vec<(StateId, StateId)>,
+}
+
+impl EquivScratch {
+    /// Bytes held (8 per NFA state once a check has run).
+    pub(super) fn heap_bytes(&self) -> usize {
+        (self.gen.capacity() + self.partner.capacity()) * 4 + self.work.capacity() * 8
+    }
 }
 
 /// A hash of what [`equivalent_states`] compares at `q` and at its byte successors: equal

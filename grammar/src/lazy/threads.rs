@@ -209,6 +209,22 @@ impl Lazy {
         let mut lower = vec![0u32; words];
         let lo = self.sentinel_stack(SENT_LOWER, depth);
         let lo_cfg = self.intern(nfa, &[(lo, q)], false);
+        // A state with the same futures as one whose parts are known at this depth (the
+        // state after a complete declared name in another object's key automaton) has
+        // the same parts: the same lower mask, and the same tokens leave the rule at the
+        // same positions.
+        if self.masks[lo_cfg as usize].is_none() {
+            if let Some(p) = self.equivalent_peer(nfa, lo_cfg) {
+                let known = self
+                    .one_thread_below(p)
+                    .and_then(|(_, pq)| self.thread_parts.get(&(depth, pq)).cloned());
+                if let Some(parts) = known {
+                    self.masks[lo_cfg as usize] = self.masks[p as usize].clone();
+                    self.thread_parts.insert((depth, q), parts.clone());
+                    return parts;
+                }
+            }
+        }
         self.fill_mask(nfa, vocab, lo_cfg, &mut lower);
         // Candidates: a superset of `upper \ lower` (tokens that can leave the rule).
         let pass = must_pass_byte(nfa, q, &mut self.seen_gen, &mut self.closure_gen);
