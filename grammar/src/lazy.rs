@@ -174,6 +174,9 @@ pub(crate) struct Lazy {
     sentinels: FastMap<(StateId, u32), u32>,
     /// Per thread state and stack depth: its frame-independent mask parts (see [`threads`]).
     thread_parts: FastMap<(u32, StateId), threads::ThreadParts>,
+    /// Thread states whose uncertain tokens overflowed at some depth (see [`threads`]):
+    /// at any depth they take their own mask under their real stack, without parts.
+    overflowing: FastSet<StateId>,
     /// Mask of every usable token (the mask of [`TOP`]); empty until first needed.
     all_usable: Option<Arc<[u32]>>,
     /// Per configuration: the characters that lead it back to itself, when they are
@@ -229,6 +232,7 @@ impl Lazy {
             max_configs,
             sentinels: FastMap::default(),
             thread_parts: FastMap::default(),
+            overflowing: FastSet::default(),
             all_usable: None,
             loop_classes: FastMap::default(),
             key_ret: FastSet::default(),

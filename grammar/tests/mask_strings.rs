@@ -186,6 +186,14 @@ fn masks_exact_along_strings_real_vocabularies() {
             r#"{"type":"object","properties":{"p":{"type":"string","pattern":"\\w+[\\\\](\\w+\\.)*\\w+\\.dll"},"u":{"type":"string","pattern":"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}"}}}"#.to_string(),
             r#"{"p":"bins\\bts1.dll","u":"123e4567-e89b-12d3-a456-426655440000"}"#.to_string(),
         ),
+        (
+            // `format: uri` in several objects: from its second use on the URI regex is
+            // a rule called under each use's stack, and a thread inside it whose
+            // uncertain tokens overflow takes its mask with the other threads under the
+            // real stacks (`Lazy::overflowing`).
+            r##"{"type":"object","properties":{"a":{"$ref":"#/$defs/D"},"b":{"$ref":"#/$defs/D"},"c":{"type":"array","items":{"$ref":"#/$defs/D"}}},"$defs":{"D":{"type":"object","properties":{"title":{"type":"string"},"url":{"type":"string","format":"uri"},"n":{"type":"integer"}}}}}"##.to_string(),
+            r#"{"a":{"title":"A","url":"https://example.com/a-1","n":1},"b":{"url":"https://example.com/b?x=1#f"},"c":[{"title":"C","url":"https://example.com/c/d.pdf"},{"url":"ftp://h.example.org/x","n":2}]}"#.to_string(),
+        ),
     ];
     let opts = CompileOptions::default();
     for tok in [common::llama3(), common::mistral()].into_iter().flatten() {

@@ -81,7 +81,10 @@ impl Lazy {
         if threads.len() < 2 || threads.iter().all(|t| t.0 == threads[0].0) {
             return false;
         }
-        let mut wide = threads.iter().filter(|&&(_, q)| is_wide(nfa, q));
+        // A thread whose uncertain tokens overflowed is walked with the narrow ones.
+        let mut wide = threads
+            .iter()
+            .filter(|&&(_, q)| is_wide(nfa, q) && !self.overflowing.contains(&q));
         if threads.len() >= SPLIT_MIN_THREADS {
             return wide.next().is_some();
         }
@@ -136,7 +139,7 @@ impl Lazy {
         for &(stk, q) in threads.iter() {
             let key = (self.stacks[stk as usize].2, q);
             let parted = many || self.is_key_thread((stk, q)) || self.parts_known(stk, q);
-            if !is_wide(nfa, q) || (stk != 0 && !parted) {
+            if !is_wide(nfa, q) || (stk != 0 && !parted) || self.overflowing.contains(&q) {
                 // Narrow, or a wide thread whose parts would not pay (e.g. the trie of the
                 // declared keys not yet written beside the "other key" rule).
                 rest.push((stk, q));
@@ -157,8 +160,12 @@ impl Lazy {
             or_into(out, &buf);
         }
         for ((depth, q), members) in groups {
-            let p = self.thread_parts(nfa, vocab, depth, q);
-            if p.uncertain.len() > MAX_UNCERTAIN {
+            let p = if self.overflowing.contains(&q) {
+                None
+            } else {
+                Some(self.thread_parts(nfa, vocab, depth, q))
+            };
+            let Some(p) = p.filter(|p| p.uncertain.len() <= MAX_UNCERTAIN) else {
                 // Each thread alone under its real stack.
                 for t in members {
                     let single = self.intern(nfa, &[t], false);
@@ -166,7 +173,7 @@ impl Lazy {
                     or_into(out, &buf);
                 }
                 continue;
-            }
+            };
             or_into(out, &p.lower);
             // An uncertain token is alive iff, after one of its return points, the rest of
             // it is alive from where the members return to (interned on first use).
@@ -258,6 +265,13 @@ impl Lazy {
         let m0 = self.intern(nfa, &[(mk, q)], false);
         let mut uncertain: Vec<(u32, u16)> = Vec::new();
         for id in candidates {
+            if uncertain.len() > MAX_UNCERTAIN {
+                // Too many to check one by one: the thread takes its own mask under its
+                // real stack, here and at every other depth (stepping the rest of the
+                // candidates would be wasted: ~0.7 ms inside a `format: uri` string).
+                self.overflowing.insert(q);
+                break;
+            }
             let bytes = vocab.token_bytes(id).unwrap_or(&[]);
             let mut x = m0;
             for (j, &b) in bytes.iter().enumerate() {
