@@ -63,6 +63,9 @@ const SCHEMAS: &[&str] = &[
     r#"{"type":"object","properties":{"f":{"type":"string","minLength":3,"maxLength":100},"n":{"type":"integer"}}}"#,
     r#"{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z]+-[0-9]{6}$","maxLength":90}}}"#,
     r#"{"type":"object","properties":{"p":{"type":"string","pattern":"\\w+[\\\\](\\w+\\.)*\\w+\\.dll"},"u":{"type":"string","pattern":"[0-9a-f]{4}-[0-9a-f]{2}"}}}"#,
+    // Counted runs of a class (a change id, host-name labels): every position is a new
+    // configuration, which every byte of the class leads to one next one.
+    r#"{"type":"object","properties":{"c":{"type":"array","items":{"type":"string","pattern":"^I[a-z0-f]{40}$"}},"h":{"type":"string","format":"hostname"}}}"#,
 ];
 
 /// Valid texts per schema (compact): through the shared range to the maximum.
@@ -93,6 +96,10 @@ const TEXTS: &[&[&str]] = &[
     &[
         r#"{"p":"bins\\bts1.dll","u":"x 12ab-12ab-cd-ef \"end"}"#,
         r#"{"p":"ab.c d\\ab\\a.b.dll.dll x","u":"00000000-00"}"#,
+    ],
+    &[
+        r#"{"c":["Iabcdefghabcdefghabcdefghabcdefghabcdefgh","I0000000000000000000000000000000000000000"],"h":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.b-c.www.com"}"#,
+        r#"{"h":"a.abcdefgh.00000000.x0"}"#,
     ],
 ];
 
@@ -185,6 +192,11 @@ fn masks_exact_along_strings_real_vocabularies() {
         (
             r#"{"type":"object","properties":{"p":{"type":"string","pattern":"\\w+[\\\\](\\w+\\.)*\\w+\\.dll"},"u":{"type":"string","pattern":"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}"}}}"#.to_string(),
             r#"{"p":"bins\\bts1.dll","u":"123e4567-e89b-12d3-a456-426655440000"}"#.to_string(),
+        ),
+        (
+            // Counted class runs: a change id, host names (labels of up to 30 characters).
+            r#"{"type":"object","properties":{"c":{"type":"array","items":{"type":"string","pattern":"^I[a-z0-f]{40}$"}},"w":{"type":"array","items":{"type":"string","format":"hostname"}}}}"#.to_string(),
+            r#"{"c":["I1234567890abcdef1234567890abcdef12345678"],"w":["www.googleapis.com","sheets.googleapis.com","example-service.nl","abcdefghijabcdefghijabcdefghij.com"]}"#.to_string(),
         ),
         (
             // `format: uri` in several objects: from its second use on the URI regex is
