@@ -328,32 +328,16 @@ impl Lazy {
             horizon < max_token_len && (!self.chain_rep.is_empty() || !self.state_rep.is_empty());
         if self.short_horizon {
             // States the short horizon shares but the full one would not.
-            let mut full: FastSet<StateId> = FastSet::default();
-            for (q, r) in nfa.chain_representatives(max_token_len) {
-                full.insert(q);
-                full.insert(r);
-            }
-            for (first, t) in nfa.count_representatives(max_token_len) {
-                for (i, &r) in t.iter().enumerate() {
-                    let q = first + i as StateId;
-                    if r != q {
-                        full.insert(q);
-                        full.insert(r);
-                    }
-                }
-            }
-            let mut short: Vec<StateId> = Vec::new();
-            for (&q, &r) in &self.chain_rep {
-                short.extend([q, r]);
-            }
-            for (first, t) in &self.state_rep {
-                for (i, &r) in t.iter().enumerate() {
-                    let q = first + i as StateId;
-                    if r != q {
-                        short.extend([q, r]);
-                    }
-                }
-            }
+            let full: FastSet<StateId> = shared_states(
+                nfa.chain_representatives(max_token_len),
+                &nfa.count_representatives(max_token_len),
+            )
+            .collect();
+            let short: Vec<StateId> = shared_states(
+                self.chain_rep.iter().map(|(&q, &r)| (q, r)),
+                &self.state_rep,
+            )
+            .collect();
             self.short_only = short.into_iter().filter(|q| !full.contains(q)).collect();
         }
     }
@@ -733,9 +717,7 @@ impl Lazy {
             // `c` = `base` ∪ `rest` as thread sets, and `base`'s mask is known.
             let m = self.masks[base as usize].clone().unwrap_or_default();
             self.fill_mask(nfa, vocab, rest, out);
-            for (o, &x) in out.iter_mut().zip(m.iter()) {
-                *o |= x;
-            }
+            or_into(out, &m);
         } else if c != DEAD {
             match self.donor(nfa, c) {
                 Some(g) => {
@@ -845,9 +827,7 @@ impl Lazy {
                 continue;
             }
             cfg_at[d] = nc;
-            for &id in trie.own_ids(i) {
-                out[(id >> 5) as usize] |= 1u32 << (id & 31);
-            }
+            set_ids(out, trie.own_ids(i));
             i += 1;
         }
     }
@@ -1003,6 +983,37 @@ fn byte_classes(nfa: &Nfa) -> ([u8; 256], usize) {
 }
 
 /// Sets the bits of `ids` in `out`.
+/// Every state that a chain or a counted product maps to another one, and that other one:
+/// the states taking part in the representatives `chain` and `counted` (see
+/// [`Lazy::share_chain_masks`]).
+fn shared_states<'a, C, T>(
+    chain: C,
+    counted: &'a [(StateId, T)],
+) -> impl Iterator<Item = StateId> + 'a
+where
+    C: IntoIterator<Item = (StateId, StateId)>,
+    C::IntoIter: 'a,
+    T: AsRef<[StateId]>,
+{
+    let chain = chain.into_iter().flat_map(|(q, r)| [q, r]);
+    let counted = counted.iter().flat_map(|(first, t)| {
+        t.as_ref()
+            .iter()
+            .enumerate()
+            .map(move |(i, &r)| (first + i as StateId, r))
+            .filter(|&(q, r)| r != q)
+            .flat_map(|(q, r)| [q, r])
+    });
+    chain.chain(counted)
+}
+
+/// `out |= m`, word by word.
+fn or_into(out: &mut [u32], m: &[u32]) {
+    for (o, &x) in out.iter_mut().zip(m) {
+        *o |= x;
+    }
+}
+
 fn set_ids(out: &mut [u32], ids: &[u32]) {
     for &id in ids {
         out[(id >> 5) as usize] |= 1u32 << (id & 31);

@@ -88,14 +88,13 @@ impl Lazy {
         buf.clear();
         buf.resize(vocab.mask_words(), 0);
         self.walk(nfa, vocab, g, &mut buf);
-        let m: Arc<[u32]> = Arc::from(&buf[..]);
-        self.scratch = buf;
-        let size = m.len() * 4;
-        if self.mask_bytes + size <= self.mask_budget {
-            self.mask_bytes += size;
-            self.masks[g as usize] = Some(m.clone());
+        let m = if self.store(g, &buf) {
             self.add_mask_peer(nfa, g);
-        }
+            self.masks[g as usize].clone().unwrap_or_default()
+        } else {
+            Arc::from(&buf[..])
+        };
+        self.scratch = buf;
         m
     }
 
@@ -243,9 +242,7 @@ impl Lazy {
                 continue;
             }
             cfg_at[d] = (x2, y2);
-            for &id in trie.own_ids(i) {
-                out[(id >> 5) as usize] |= 1u32 << (id & 31);
-            }
+            set_ids(out, trie.own_ids(i));
             i += 1;
         }
     }

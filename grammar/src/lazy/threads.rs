@@ -39,7 +39,7 @@
 
 use std::sync::Arc;
 
-use super::{ConfigId, Lazy, DEAD, MARK, SENT_LOWER, SENT_MARK, SENT_UPPER, TOP};
+use super::{or_into, ConfigId, Lazy, DEAD, MARK, SENT_LOWER, SENT_MARK, SENT_UPPER, TOP};
 use crate::nfa::{Nfa, StateId};
 use crate::vocab::TokenVocab;
 
@@ -400,11 +400,4 @@ fn is_wide(nfa: &Nfa, q: StateId) -> bool {
         .map(|&(lo, hi, _)| (hi.min(0x7E) as u32 + 1).saturating_sub(lo.max(0x20) as u32))
         .sum();
     printable >= WIDE_BYTES
-}
-
-/// `out |= m`, word by word.
-fn or_into(out: &mut [u32], m: &[u32]) {
-    for (o, &x) in out.iter_mut().zip(m) {
-        *o |= x;
-    }
 }
