@@ -191,7 +191,7 @@ pub(crate) struct Lazy {
     /// Configurations whose masks were computed, one thread under a non-empty stack each,
     /// by `(stack, state signature)` (see [`Lazy::equivalent_mask`]); the latest
     /// [`PEERS_PER_SIGNATURE`] per key.
-    mask_peers: FastMap<(u32, u64), Vec<ConfigId>>,
+    mask_peers: FastMap<donor::PeerKey, Vec<ConfigId>>,
     /// Reused buffers of the state bisimulation (see [`Lazy::equivalent_mask`]).
     equiv: donor::EquivScratch,
 }
@@ -705,7 +705,8 @@ impl Lazy {
             out.copy_from_slice(&self.all_usable(vocab));
             return;
         }
-        if let Some(m) = self.equivalent_mask(nfa, c) {
+        let key = self.peer_key(nfa, c);
+        if let Some(m) = self.equivalent_mask(nfa, c, key) {
             // The same futures as an earlier configuration: share its mask.
             out.copy_from_slice(&m);
             self.masks[c as usize] = Some(m);
@@ -728,7 +729,7 @@ impl Lazy {
             }
         }
         if self.store(c, out) {
-            self.add_mask_peer(nfa, c);
+            self.add_mask_peer(c, key);
         }
     }
 

@@ -12,6 +12,9 @@ use super::{
 use crate::nfa::{Nfa, StateId};
 use crate::vocab::TokenVocab;
 
+/// Where a one-thread configuration's mask peers are kept: `(stack, state signature)`.
+pub(super) type PeerKey = (u32, u64);
+
 impl Lazy {
     /// A successor `s` of `c` over a plain ASCII character whose threads are a strict subset
     /// of `c`'s and whose mask is cached (the one with most threads), and the configuration
@@ -79,7 +82,8 @@ impl Lazy {
             self.masks[g as usize] = self.masks[rep as usize].clone();
             return m;
         }
-        if let Some(m) = self.equivalent_mask(nfa, g) {
+        let key = self.peer_key(nfa, g);
+        if let Some(m) = self.equivalent_mask(nfa, g, key) {
             // The same futures: share the mask (no extra budget).
             self.masks[g as usize] = Some(m.clone());
             return m;
@@ -89,7 +93,7 @@ impl Lazy {
         buf.resize(vocab.mask_words(), 0);
         self.walk(nfa, vocab, g, &mut buf);
         let m = if self.store(g, &buf) {
-            self.add_mask_peer(nfa, g);
+            self.add_mask_peer(g, key);
             self.masks[g as usize].clone().unwrap_or_default()
         } else {
             Arc::from(&buf[..])
@@ -119,15 +123,33 @@ impl Lazy {
     /// `"legalName` … each followed by `_` and a language tag): each was walked afresh
     /// before. Candidates are found by a signature of the state's own moves and its
     /// successors', so a configuration with no peer costs one hash.
-    pub(super) fn equivalent_mask(&mut self, nfa: &Nfa, c: ConfigId) -> Option<Arc<[u32]>> {
-        let p = self.equivalent_peer(nfa, c)?;
+    pub(super) fn equivalent_mask(
+        &mut self,
+        nfa: &Nfa,
+        c: ConfigId,
+        key: Option<PeerKey>,
+    ) -> Option<Arc<[u32]>> {
+        let p = self.equivalent_peer(nfa, c, key)?;
         self.masks[p as usize].clone()
     }
 
-    /// The earlier configuration [`Lazy::equivalent_mask`] takes `c`'s mask from.
-    pub(super) fn equivalent_peer(&mut self, nfa: &Nfa, c: ConfigId) -> Option<ConfigId> {
+    /// Where `c`'s peers are kept: its one thread's stack and the signature of its state
+    /// (`None`: `c` has no such thread). Computed once per mask and passed on.
+    pub(super) fn peer_key(&self, nfa: &Nfa, c: ConfigId) -> Option<PeerKey> {
         let (stk, q) = self.one_thread_below(c)?;
-        let peers = self.mask_peers.get(&(stk, state_signature(nfa, q)))?;
+        Some((stk, state_signature(nfa, q)))
+    }
+
+    /// The earlier configuration [`Lazy::equivalent_mask`] takes `c`'s mask from (`key`:
+    /// [`Lazy::peer_key`] of `c`).
+    pub(super) fn equivalent_peer(
+        &mut self,
+        nfa: &Nfa,
+        c: ConfigId,
+        key: Option<PeerKey>,
+    ) -> Option<ConfigId> {
+        let (_, q) = self.one_thread_below(c)?;
+        let peers = self.mask_peers.get(&key?)?;
         for &p in peers.iter().rev() {
             let Some((_, pq)) = self.one_thread_below(p) else {
                 continue;
@@ -139,15 +161,13 @@ impl Lazy {
         None
     }
 
-    /// Remembers `c`, whose mask was just computed, as a peer for [`Lazy::equivalent_mask`].
-    pub(super) fn add_mask_peer(&mut self, nfa: &Nfa, c: ConfigId) {
-        let Some((stk, q)) = self.one_thread_below(c) else {
+    /// Remembers `c`, whose mask was just computed, as a peer for [`Lazy::equivalent_mask`]
+    /// (`key`: [`Lazy::peer_key`] of `c`).
+    pub(super) fn add_mask_peer(&mut self, c: ConfigId, key: Option<PeerKey>) {
+        let Some(key) = key else {
             return;
         };
-        let peers = self
-            .mask_peers
-            .entry((stk, state_signature(nfa, q)))
-            .or_default();
+        let peers = self.mask_peers.entry(key).or_default();
         if peers.len() == PEERS_PER_SIGNATURE {
             peers.remove(0);
         }

@@ -221,12 +221,14 @@ impl Lazy {
         // the same parts: the same lower mask, and the same tokens leave the rule at the
         // same positions.
         if self.masks[lo_cfg as usize].is_none() {
-            if let Some(p) = self.equivalent_peer(nfa, lo_cfg) {
+            let key = self.peer_key(nfa, lo_cfg);
+            if let Some(p) = self.equivalent_peer(nfa, lo_cfg, key) {
+                // Its mask at least (so `fill_mask` below does not check again).
+                self.masks[lo_cfg as usize] = self.masks[p as usize].clone();
                 let known = self
                     .one_thread_below(p)
                     .and_then(|(_, pq)| self.thread_parts.get(&(depth, pq)).cloned());
                 if let Some(parts) = known {
-                    self.masks[lo_cfg as usize] = self.masks[p as usize].clone();
                     self.thread_parts.insert((depth, q), parts.clone());
                     return parts;
                 }
