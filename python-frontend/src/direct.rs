@@ -14,9 +14,9 @@
 use crate::engine::EngineError;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sglrs_runtime::scheduler::{FinishReason, RequestId, SchedEvent, SchedRequest};
-use sglrs_runtime::server::validate::{self, RawSamplingParams};
-use sglrs_runtime::server::{apply_event, finish_json, ApiError, AppState, SampleResult, Timing};
+use sglrs_scheduler::{AbortReason, FinishReason, RequestId, SchedEvent, SchedRequest};
+use sglrs_server::validate::{self, RawSamplingParams};
+use sglrs_server::{apply_event, finish_json, ApiError, AppState, SampleResult, Timing};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -138,7 +138,7 @@ impl Pending {
         while samples.iter().any(|s| s.finish.is_none()) {
             let Some(ev) = self.rx.blocking_recv() else {
                 for s in samples.iter_mut().filter(|s| s.finish.is_none()) {
-                    s.finish = Some(FinishReason::Abort("the scheduler stopped".into()));
+                    s.finish = Some(FinishReason::Abort(AbortReason::Shutdown));
                 }
                 break;
             };

@@ -2,7 +2,7 @@
 //! directly from Python.
 //!
 //! Requests are SGLang-native `/generate` bodies, answered by the runtime's own route handlers
-//! (the server's [`router`](sglrs_runtime::server::router) called as a service, with no socket
+//! (the server's [`router`](sglrs_server::router) called as a service, with no socket
 //! and no HTTP connection), so the in-process answers are exactly the server's. Every call
 //! releases the GIL while it waits, so Python threads (forked branches, `run_batch`) submit
 //! concurrently and the scheduler batches them over one radix cache.
@@ -11,9 +11,8 @@ use crate::direct;
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use futures_util::StreamExt;
-use sglrs_runtime::chat::{ChatTemplate, RenderOptions};
-use sglrs_runtime::cli::serve::{build_state, ServeArgs, Started};
-use sglrs_runtime::server::{self, AppState};
+use sglrs_model::chat::{ChatTemplate, RenderOptions};
+use sglrs_server::{self as server, AppState, EngineConfig};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
 use tower::ServiceExt;
 
@@ -42,14 +41,14 @@ pub enum EngineError {
 #[command(name = "Engine", no_binary_name = true)]
 struct Settings {
     #[command(flatten)]
-    serve: ServeArgs,
+    engine: EngineConfig,
 }
 
 /// Turns `{"page_size": 16, "disable_jump_forward": true}` into `serve` options.
 pub fn parse_settings(
     model_path: Option<&str>,
     config: &serde_json::Map<String, serde_json::Value>,
-) -> Result<ServeArgs, EngineError> {
+) -> Result<EngineConfig, EngineError> {
     use clap::Parser;
     let mut argv: Vec<String> = Vec::new();
     if let Some(p) = model_path {
@@ -77,7 +76,7 @@ pub fn parse_settings(
         }
     }
     Settings::try_parse_from(argv)
-        .map(|s| s.serve)
+        .map(|s| s.engine)
         .map_err(|e| EngineError::Config(e.render().to_string()))
 }
 
@@ -90,14 +89,11 @@ pub struct Running {
 }
 
 /// Loads the model and starts the scheduler thread, as `sglrs serve` does, without a listener.
-pub fn start(args: &ServeArgs) -> Result<Running, EngineError> {
+pub fn start(cfg: &EngineConfig) -> Result<Running, EngineError> {
     let start_err =
         |what: &str, e: &dyn std::fmt::Display| EngineError::Start(format!("{what}: {e}"));
-    let Started {
-        state,
-        chat_template,
-        ..
-    } = build_state(args, true).map_err(|e| EngineError::Start(format!("{e:#}")))?;
+    let engine = sglrs_server::Engine::start(cfg).map_err(|e| EngineError::Start(e.to_string()))?;
+    let (state, chat_template) = (engine.state, engine.chat_template);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("sglrs-engine")

@@ -92,6 +92,7 @@ mod check;
 mod events;
 mod evict;
 pub mod hash;
+pub mod layout;
 mod lock;
 mod node;
 mod pages;
@@ -110,6 +111,7 @@ pub use cache::{
 pub use check::InvariantViolation;
 pub use events::KvEvent;
 pub use hash::{page_hash, PAGE_HASH_SEED, PAGE_HASH_VERSION};
+pub use layout::{KvDtype, KvLayout};
 pub use lock::LockHandle;
 pub use node::TierSet;
 pub use pool::{PagePool, PageState, PoolError};

@@ -1,7 +1,7 @@
 //! The `sglrs` command line: a thin dispatcher to [`sglrs_runtime::cli`].
 
 use clap::{Parser, Subcommand};
-use sglrs_runtime::cli;
+mod cli;
 
 /// mimalloc for the whole process: grammar masks and compiles allocate many small
 /// configurations (A/B on `sglrs bench grammar`: ~8% fewer masks over 100 µs, compile p50

@@ -70,9 +70,9 @@
 #![warn(missing_docs)]
 
 pub mod bootstrap;
-pub mod layout;
 pub mod proto;
 pub mod quic;
 pub mod store;
 
-pub use layout::{KvDtype, KvLayout};
+/// The page layout is the radix cache's, shared with the executor and the cache tiers.
+pub use sglrs_radix_cache::{KvDtype, KvLayout};

@@ -15,11 +15,11 @@
 //! thread count; the JSON object then gains `"llama_cpp": {"prefill_tok_s", "decode_tok_s_1"}`
 //! and `"vs_llama_cpp": {"prefill", "decode_1"}` (our figure / llama.cpp's).
 
-use crate::executor::{
+use anyhow::Context;
+use sglrs_executor::{
     Batch, CpuExecutor, ExecConfig, Executor, KvCapacity, LogitsWanted, SeqChunk,
 };
-use crate::model::{self, LoadOptions};
-use anyhow::Context;
+use sglrs_model::LoadOptions;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
@@ -63,7 +63,7 @@ pub struct BenchExecutorArgs {
     pub llama_python: Option<PathBuf>,
     /// Re-encode float weights at load (`q8_0`, `q4_1`), as `sglrs serve --quantize` does.
     #[arg(long)]
-    pub quantize: Option<model::Quantize>,
+    pub quantize: Option<sglrs_model::Quantize>,
 }
 
 /// The llama.cpp side of the benchmark (see the module docs).
@@ -379,19 +379,22 @@ fn decode_runs(
 
 /// Entry point of `sglrs bench executor`.
 pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
-    let path = args.model.clone().unwrap_or_else(model::default_model_path);
+    let path = args
+        .model
+        .clone()
+        .unwrap_or_else(sglrs_model::default_model_path);
     // The benchmark needs no tokenizer: a GGUF file loads without one.
     let (config, mut weights) = if path.is_dir() {
-        let m = model::load(&path, &LoadOptions::default())
+        let m = sglrs_model::load(&path, &LoadOptions::default())
             .with_context(|| format!("loading {}", path.display()))?;
         (m.config, m.weights)
     } else {
-        let (c, w, _) =
-            model::gguf::load_gguf(&path).with_context(|| format!("loading {}", path.display()))?;
+        let (c, w, _) = sglrs_model::gguf::load_gguf(&path)
+            .with_context(|| format!("loading {}", path.display()))?;
         (c, w)
     };
     if let Some(q) = args.quantize {
-        model::quantize::quantize_model(&mut weights, q)?;
+        sglrs_model::quantize::quantize_model(&mut weights, q)?;
     }
     let mut cfg = ExecConfig::default();
     if let Some(t) = args.threads {

@@ -2,9 +2,9 @@
 //! `tokenizer_config.json` with the chat template) from a GGUF file, for HF-side peers such
 //! as vLLM that cannot read GGUF.
 
-use crate::model::hf_write::{write_hf_folder_from_gguf, HfDtype, HfWriteOptions};
-use crate::model::{self, ShowProgress};
 use anyhow::Context;
+use sglrs_model::hf_write::{write_hf_folder_from_gguf, HfDtype, HfWriteOptions};
+use sglrs_model::ShowProgress;
 use std::path::PathBuf;
 
 /// Options of `sglrs export-hf`.
@@ -23,7 +23,10 @@ pub struct ExportHfArgs {
 
 /// Entry point of `sglrs export-hf`.
 pub fn run(args: &ExportHfArgs) -> anyhow::Result<()> {
-    let path = args.model.clone().unwrap_or_else(model::default_model_path);
+    let path = args
+        .model
+        .clone()
+        .unwrap_or_else(sglrs_model::default_model_path);
     let dtype = match args.dtype.as_str() {
         "f32" => HfDtype::F32,
         _ => HfDtype::Bf16,

@@ -1,12 +1,12 @@
 //! `sglrs generate`: run one prompt through the CPU executor and print the continuation.
 
-use crate::chat::{Message, RenderOptions};
-use crate::executor::{
+use anyhow::Context;
+use sglrs_executor::{
     Batch, CpuExecutor, ExecConfig, Executor, KvCapacity, LogitsWanted, SeqChunk,
 };
-use crate::model::{self, LoadOptions, Quantize};
-use crate::sampler::{sample, SamplerState, SamplingConfig};
-use anyhow::Context;
+use sglrs_model::chat::{Message, RenderOptions};
+use sglrs_model::{LoadOptions, Quantize};
+use sglrs_scheduler::sampler::{sample, SamplerState, SamplingConfig};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -43,13 +43,16 @@ pub struct GenerateArgs {
 /// Entry point of `sglrs generate`: prints the continuation as it is produced, then the
 /// prefill and decode speed on stderr.
 pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
-    let path = args.model.clone().unwrap_or_else(model::default_model_path);
+    let path = args
+        .model
+        .clone()
+        .unwrap_or_else(sglrs_model::default_model_path);
     let opts = LoadOptions {
         quantize: args.quantize,
         ..LoadOptions::default()
     };
     let loaded =
-        model::load(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
+        sglrs_model::load(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
     let text = if args.chat {
         let tmpl = loaded
             .chat_template

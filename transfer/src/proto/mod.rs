@@ -39,7 +39,7 @@ pub use wire::{
     AbortReason, AuxData, Hello, Message, RoomId, StorePage, WireError, PROTOCOL_VERSION,
 };
 
-use crate::layout::KvLayout;
+use sglrs_radix_cache::KvLayout;
 
 /// Timing and size limits shared by every protocol end.
 #[derive(Clone, Debug)]

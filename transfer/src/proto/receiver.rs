@@ -10,7 +10,7 @@ use super::{
     make_hello, min_deadline, room_checksum, AbortReason, AuthKey, AuxData, Config, HelloRetry,
     Liveness, Message, Page, RoomId, TransferError,
 };
-use crate::layout::KvLayout;
+use sglrs_radix_cache::KvLayout;
 
 /// Largest number of page indices one `Resend` asks for.
 const MAX_RESEND: usize = 4096;

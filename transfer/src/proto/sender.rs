@@ -11,7 +11,7 @@ use super::{
     check_hello, min_deadline, page_checksum, room_checksum, AbortReason, AuthKey, AuxData, Config,
     Liveness, Message, Page, RoomId, TransferError,
 };
-use crate::layout::KvLayout;
+use sglrs_radix_cache::KvLayout;
 
 /// What the prefill end reports to its application.
 #[derive(Clone, Debug, PartialEq)]

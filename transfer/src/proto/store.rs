@@ -14,7 +14,7 @@ use super::{
     check_hello, make_hello, min_deadline, page_checksum, AbortReason, AuthKey, Config, HelloRetry,
     Liveness, Message, StorePage, TransferError,
 };
-use crate::layout::KvLayout;
+use sglrs_radix_cache::KvLayout;
 
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 enum State {

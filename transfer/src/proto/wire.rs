@@ -9,7 +9,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use sglrs_radix_cache::PageHash;
 
 use super::Page;
-use crate::layout::{KvDtype, KvLayout};
+use sglrs_radix_cache::{KvDtype, KvLayout};
 
 /// Version of the wire protocol carried in [`Hello`]; peers with another version are refused.
 pub const PROTOCOL_VERSION: u16 = 1;

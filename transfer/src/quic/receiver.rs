@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use tokio::sync::mpsc;
 
 use super::{drive, QuicConfig, QuicError, Security, Shared, ALPN_KV, CLUSTER_NAME};
-use crate::layout::KvLayout;
 use crate::proto::{
     AuthKey, AuxData, Page, ReceiverEvent, RoomId, TransferError, TransferReceiver,
 };
+use sglrs_radix_cache::KvLayout;
 
 /// What a [`RoomStream`] yields.
 #[derive(Clone, Debug, PartialEq)]

@@ -10,10 +10,10 @@ use tokio::sync::oneshot;
 
 use super::{drive, QuicConfig, QuicError, Security, Shared, ALPN_KV};
 use crate::bootstrap::{Offer, Rendezvous};
-use crate::layout::KvLayout;
 use crate::proto::{
     AbortReason, AuthKey, AuxData, RoomId, SenderEvent, TransferError, TransferSender,
 };
+use sglrs_radix_cache::KvLayout;
 
 type ConnId = u64;
 

@@ -11,8 +11,8 @@ use sglrs_radix_cache::{KvStore, PageHash, StoreError};
 use tokio::sync::oneshot;
 
 use super::{drive, QuicConfig, QuicError, Security, Shared, ALPN_STORE, CLUSTER_NAME};
-use crate::layout::KvLayout;
 use crate::proto::{StoreClient, StoreClientEvent, StoreRequestError, TransferError};
+use sglrs_radix_cache::KvLayout;
 
 type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<StoreClientEvent>>>>;
 

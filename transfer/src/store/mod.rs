@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 
 pub use pages::{segment_path, DiskConfig, PageStore, PageStoreConfig, StoreStats};
 
-use crate::layout::KvLayout;
 use crate::proto::{StoreOp, StoreReply, StoreServer, StoreServerEvent};
 use crate::quic::{drive, QuicConfig, QuicError, Security, Shared, ALPN_STORE};
+use sglrs_radix_cache::KvLayout;
 
 /// Everything [`serve`] needs.
 #[derive(Clone, Debug)]

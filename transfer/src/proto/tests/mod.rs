@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use sglrs_radix_cache::PageHash;
 
 use super::*;
-use crate::layout::{KvDtype, KvLayout};
+use sglrs_radix_cache::{KvDtype, KvLayout};
 
 fn small_layout() -> KvLayout {
     KvLayout {

@@ -1,0 +1,895 @@
+//! Causal attention for query rows that share one KV head, reading the paged KV in place.
+//!
+//! No per-step gather: the kernels read K and V straight from the sequence's pages
+//! ([`PagedKv`]) and convert f16 to f32 in registers (`vcvtph2ps`). The pool stores K
+//! transposed per page (`[head][d][slot]`), so 16 positions of one dimension are one load:
+//! scores are broadcast-FMA tiles of 32 positions × up to 8 query rows (the GQA group's heads
+//! of one or more tokens share every K load), with no horizontal sums; V stays row-major and
+//! the weighted sum is a 4 rows × 64 dims FMA tile. Softmax is f32 with a vectorized exp.
+//! Every row is computed the same way whatever tile, task or page size it lands in, so reusing
+//! cached pages and batching sequences are bit-exact.
+
+// Register tiles are indexed by (row, token) on purpose: the loops mirror the tile shape.
+#![allow(clippy::needless_range_loop)]
+
+mod shared;
+
+pub use shared::{attend_shared, shared_supported, SharedTile, MAX_SHARED_ROWS};
+
+use super::Isa;
+use crate::KvDtype;
+use half::{bf16, f16};
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// One KV head of one sequence, in place in the paged pool (see `executor::kv`).
+#[derive(Clone, Copy, Debug)]
+pub struct PagedKv<'a> {
+    /// The whole pool.
+    pub raw: &'a [u8],
+    /// Element type.
+    pub dtype: KvDtype,
+    /// The sequence's page table.
+    pub pages: &'a [u32],
+    /// Positions per page.
+    pub page_size: usize,
+    /// Bytes per page.
+    pub page_bytes: usize,
+    /// Byte offset within a page of this head's K, stored `[head_dim][page_size]`.
+    pub k_off: usize,
+    /// Byte offset within a page of this head's V at slot 0 (`[head_dim]` per slot).
+    pub v_off: usize,
+    /// Bytes between the V rows of consecutive slots.
+    pub v_stride: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+}
+
+impl PagedKv<'_> {
+    /// Positions the page table covers.
+    pub fn capacity(&self) -> usize {
+        self.pages.len() * self.page_size
+    }
+
+    #[inline]
+    fn page_base(&self, p: usize) -> usize {
+        self.pages[p / self.page_size] as usize * self.page_bytes
+    }
+
+    /// Key of position `p`, dimension `d`.
+    pub fn k(&self, p: usize, d: usize) -> f32 {
+        let es = self.dtype.size();
+        let o = self.page_base(p) + self.k_off + (d * self.page_size + p % self.page_size) * es;
+        elem(self.dtype, &self.raw[o..o + es])
+    }
+
+    /// Value of position `p`, dimension `d`.
+    pub fn v(&self, p: usize, d: usize) -> f32 {
+        let es = self.dtype.size();
+        let o = self.page_base(p) + self.v_off + (p % self.page_size) * self.v_stride + d * es;
+        elem(self.dtype, &self.raw[o..o + es])
+    }
+}
+
+fn elem(dtype: KvDtype, b: &[u8]) -> f32 {
+    match dtype {
+        KvDtype::F16 => f16::from_le_bytes([b[0], b[1]]).to_f32(),
+        KvDtype::Bf16 => bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+        KvDtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+    }
+}
+
+/// One task's K/V converted to f32 once, for tasks whose many query rows (a prefill block)
+/// would otherwise convert every page once per tile. f16 → f32 is exact, so attention over
+/// this copy is bit-identical to attention over the pages.
+#[derive(Clone, Debug, Default)]
+pub struct KvF32 {
+    len: usize,
+    head_dim: usize,
+    /// Keys in blocks of 16 positions, `kt[(p / 16) * head_dim * 16 + d * 16 + p % 16]`
+    /// (zero past `len`).
+    kt: Vec<f32>,
+    /// Values, `v[p * head_dim + d]`.
+    v: Vec<f32>,
+    /// What the held positions were converted from (see [`KvF32::fill_reusing`]): the pool's
+    /// address, this head's K and V offsets, and the caller's epoch.
+    key: Option<(usize, usize, usize, u64)>,
+    /// The page table the held positions came from.
+    from_pages: Vec<u32>,
+}
+
+impl KvF32 {
+    /// Converts positions `0..len` of `kv` (at most its capacity).
+    pub fn fill(&mut self, isa: Isa, kv: &PagedKv<'_>, len: usize) {
+        self.key = None;
+        self.fill_from(isa, kv, len, 0);
+    }
+
+    /// Like [`KvF32::fill`], but keeps the positions already held that come from the same
+    /// pages of the same pool and head, converted under the same `epoch`: the caller
+    /// promises that no page changed between two fills with one epoch (the executor uses one
+    /// per layer of a forward pass, while the pages are read only). Sequences that share a
+    /// cached prefix (the radix cache's shared pages) then convert it once per thread
+    /// instead of once each. The copy is exact either way, so results do not change.
+    pub fn fill_reusing(&mut self, isa: Isa, kv: &PagedKv<'_>, len: usize, epoch: u64) {
+        let key = (kv.raw.as_ptr() as usize, kv.k_off, kv.v_off, epoch);
+        let mut keep = 0;
+        if self.key == Some(key) && kv.page_size.is_multiple_of(16) {
+            let same = kv
+                .pages
+                .iter()
+                .zip(&self.from_pages)
+                .take_while(|(a, b)| a == b)
+                .count();
+            // Whole pages (so whole 16-position blocks) that were fully converted.
+            keep = (same * kv.page_size).min(len).min(self.len) / kv.page_size * kv.page_size;
+        }
+        self.key = Some(key);
+        self.from_pages.clear();
+        self.from_pages.extend_from_slice(kv.pages);
+        self.fill_from(isa, kv, len, keep);
+    }
+
+    /// Converts positions `from..len` (`from` a multiple of 16; those below it are held).
+    fn fill_from(&mut self, isa: Isa, kv: &PagedKv<'_>, len: usize, from: usize) {
+        let hd = kv.head_dim;
+        assert!(len <= kv.capacity() && from.is_multiple_of(16) && from <= len);
+        self.len = len;
+        self.head_dim = hd;
+        let blocks = len.div_ceil(16);
+        // Grow only: tasks of every length reuse the buffers (shrinking then growing again
+        // would zero-fill them each time).
+        if self.kt.len() < blocks * hd * 16 {
+            self.kt.resize(blocks * hd * 16, 0.0);
+        }
+        if self.v.len() < len * hd {
+            self.v.resize(len * hd, 0.0);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx512Vnni && kv.dtype == KvDtype::F16 && hd.is_multiple_of(16) {
+            // SAFETY: AVX-512 F/BW/VL detected; buffers sized above.
+            unsafe { self.fill_avx512(kv, from) };
+            return;
+        }
+        let _ = isa;
+        for p in from..blocks * 16 {
+            for d in 0..hd {
+                self.kt[(p / 16) * hd * 16 + d * 16 + p % 16] =
+                    if p < len { kv.k(p, d) } else { 0.0 };
+            }
+        }
+        for p in from..len {
+            for d in 0..hd {
+                self.v[p * hd + d] = kv.v(p, d);
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn fill_avx512(&mut self, kv: &PagedKv<'_>, from: usize) {
+        let (hd, len) = (self.head_dim, self.len);
+        let mut tmp = if kv.page_size.is_multiple_of(16) {
+            Vec::new()
+        } else {
+            vec![0u16; hd * 16]
+        };
+        for b in from / 16..len.div_ceil(16) {
+            let (kp, ks, m) = paged_k_block(kv, b, len, &mut tmp);
+            let dst = self.kt[b * hd * 16..(b + 1) * hd * 16].as_mut_ptr();
+            for d in 0..hd {
+                _mm512_storeu_ps(dst.add(d * 16), load_ph((kp as *const u16).add(d * ks), m));
+            }
+        }
+        let ps = kv.page_size;
+        for p in from..len {
+            let o = kv.page_base(p) + kv.v_off + (p % ps) * kv.v_stride;
+            let src = kv.raw[o..o + hd * 2].as_ptr();
+            let dst = self.v[p * hd..(p + 1) * hd].as_mut_ptr();
+            for c in 0..hd / 16 {
+                let x = _mm256_loadu_si256(src.add(c * 32) as *const __m256i);
+                _mm512_storeu_ps(dst.add(c * 16), _mm512_cvtph_ps(x));
+            }
+        }
+    }
+
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no position is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Where [`attend`] reads K and V.
+#[derive(Clone, Copy, Debug)]
+pub enum KvSource<'a> {
+    /// In place in the pages (decode, short chunks).
+    Paged(PagedKv<'a>),
+    /// A converted copy (many rows per task).
+    F32(&'a KvF32),
+}
+
+impl KvSource<'_> {
+    fn head_dim(&self) -> usize {
+        match self {
+            KvSource::Paged(kv) => kv.head_dim,
+            KvSource::F32(c) => c.head_dim,
+        }
+    }
+
+    fn capacity(&self) -> usize {
+        match self {
+            KvSource::Paged(kv) => kv.capacity(),
+            KvSource::F32(c) => c.len,
+        }
+    }
+
+    fn k(&self, p: usize, d: usize) -> f32 {
+        match self {
+            KvSource::Paged(kv) => kv.k(p, d),
+            KvSource::F32(c) => c.kt[(p / 16) * c.head_dim * 16 + d * 16 + p % 16],
+        }
+    }
+
+    fn v(&self, p: usize, d: usize) -> f32 {
+        match self {
+            KvSource::Paged(kv) => kv.v(p, d),
+            KvSource::F32(c) => c.v[p * c.head_dim + d],
+        }
+    }
+}
+
+/// Query rows to attend: each `q[i]` sees positions `0..lens[i]` and writes `out[i]`.
+pub struct AttnTile<'a> {
+    /// Query vectors (`head_dim` each), at most [`MAX_ROWS`].
+    pub q: &'a [&'a [f32]],
+    /// Visible positions per query (at least 1, at most what the page table covers).
+    pub lens: &'a [usize],
+}
+
+/// Query rows per [`attend`] call: their scores share one pass over K.
+pub const MAX_ROWS: usize = 8;
+
+/// Largest head dimension of the AVX-512 path (larger heads take the portable one).
+const MAX_HEAD_DIM: usize = 256;
+
+/// Runs attention for up to [`MAX_ROWS`] query rows against `kv`, writing each result to
+/// `out[i]`. `scores` is scratch.
+pub fn attend(
+    isa: Isa,
+    tile: &AttnTile<'_>,
+    kv: &KvSource<'_>,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [&mut [f32]],
+) {
+    let nq = tile.q.len();
+    let maxlen = tile.lens.iter().copied().max().unwrap_or(0);
+    debug_assert!(nq <= MAX_ROWS && tile.lens.iter().all(|&l| l >= 1));
+    debug_assert!(maxlen <= kv.capacity());
+    // Score rows are padded to 32 positions; every score read is written first.
+    let stride = maxlen.div_ceil(32) * 32;
+    if scores.len() < MAX_ROWS * stride {
+        scores.resize(MAX_ROWS * stride, 0.0);
+    }
+    let hd = kv.head_dim();
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni && hd.is_multiple_of(16) && hd <= MAX_HEAD_DIM {
+        match kv {
+            KvSource::Paged(p) if p.dtype == KvDtype::F16 => {
+                // SAFETY: AVX-512 F/BW/VL detected; shapes checked above and by the caller.
+                unsafe { attend_avx512(tile, p, scale, stride, scores, out) };
+                return;
+            }
+            KvSource::F32(c) => {
+                // SAFETY: as above.
+                unsafe { attend_avx512(tile, c, scale, stride, scores, out) };
+                return;
+            }
+            KvSource::Paged(_) => {}
+        }
+    }
+    let _ = isa;
+    for i in 0..nq {
+        let len = tile.lens[i];
+        let s = &mut scores[i * stride..i * stride + len];
+        for (p, sp) in s.iter_mut().enumerate() {
+            let mut acc = 0.0f32;
+            for d in 0..hd {
+                acc += tile.q[i][d] * kv.k(p, d);
+            }
+            *sp = acc * scale;
+        }
+        let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        let mut sum = 0.0f32;
+        for v in s.iter_mut() {
+            *v = (*v - max).exp();
+            sum += *v;
+        }
+        let o = &mut out[i][..hd];
+        o.fill(0.0);
+        for (p, &w) in s.iter().enumerate() {
+            for d in 0..hd {
+                o[d] += w * kv.v(p, d);
+            }
+        }
+        for v in o.iter_mut() {
+            *v /= sum;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn attend_avx512<S: Src>(
+    tile: &AttnTile<'_>,
+    kv: &S,
+    scale: f32,
+    stride: usize,
+    scores: &mut [f32],
+    out: &mut [&mut [f32]],
+) {
+    match tile.q.len() {
+        8 => attend_n::<S, 8>(tile, kv, scale, stride, scores, out),
+        7 => attend_n::<S, 7>(tile, kv, scale, stride, scores, out),
+        6 => attend_n::<S, 6>(tile, kv, scale, stride, scores, out),
+        5 => attend_n::<S, 5>(tile, kv, scale, stride, scores, out),
+        4 => attend_n::<S, 4>(tile, kv, scale, stride, scores, out),
+        3 => attend_n::<S, 3>(tile, kv, scale, stride, scores, out),
+        2 => attend_n::<S, 2>(tile, kv, scale, stride, scores, out),
+        _ => attend_n::<S, 1>(tile, kv, scale, stride, scores, out),
+    }
+}
+
+/// K/V as the AVX-512 kernels read them (in place in f16 pages, or an f32 copy).
+#[cfg(target_arch = "x86_64")]
+trait Src {
+    /// Head dimension.
+    fn head_dim(&self) -> usize;
+    /// Whether [`Src::k_block`] may need a `[head_dim][16]` scratch of u16.
+    fn needs_tmp(&self) -> bool;
+    /// Keys of positions `16b..16b + 16` (those below `maxlen`): a pointer to dimension 0's
+    /// 16 values, the distance in elements between dimensions, and the lane mask.
+    fn k_block(&self, b: usize, maxlen: usize, tmp: &mut [u16]) -> (*const u8, usize, u16);
+    /// 16 keys at element `at` of `p` (lanes outside `m` read as zero), as f32.
+    unsafe fn load_k(p: *const u8, at: usize, m: u16) -> __m512;
+    /// V rows from position `p`: a pointer to row `p`'s dimension `16c` (the next `C × 16`
+    /// values are readable), the end of the run of rows reachable by stepping, the step in
+    /// bytes.
+    fn v_run(&self, p: usize, maxlen: usize, c: usize, cn: usize) -> (*const u8, usize, usize);
+    /// The 16 values of chunk `j` of the V row at `p`, as f32.
+    unsafe fn load_v(p: *const u8, j: usize) -> __m512;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Src for PagedKv<'_> {
+    fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    fn needs_tmp(&self) -> bool {
+        !self.page_size.is_multiple_of(16)
+    }
+
+    fn k_block(&self, b: usize, maxlen: usize, tmp: &mut [u16]) -> (*const u8, usize, u16) {
+        paged_k_block(self, b, maxlen, tmp)
+    }
+
+    #[inline]
+    unsafe fn load_k(p: *const u8, at: usize, m: u16) -> __m512 {
+        load_ph((p as *const u16).add(at), m)
+    }
+
+    fn v_run(&self, p: usize, maxlen: usize, c: usize, cn: usize) -> (*const u8, usize, usize) {
+        let ps = self.page_size;
+        let end = ((p / ps + 1) * ps).min(maxlen);
+        let first = self.page_base(p) + self.v_off + (p % ps) * self.v_stride + c * 32;
+        // Every row read (cn × 16 values from `first + k * v_stride`) lies inside the pool.
+        let last = first + (end - 1 - p) * self.v_stride + cn * 32;
+        assert!(last <= self.raw.len());
+        (self.raw[first..].as_ptr(), end, self.v_stride)
+    }
+
+    #[inline]
+    unsafe fn load_v(p: *const u8, j: usize) -> __m512 {
+        _mm512_cvtph_ps(_mm256_loadu_si256(p.add(j * 32) as *const __m256i))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Src for &KvF32 {
+    fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    fn needs_tmp(&self) -> bool {
+        false
+    }
+
+    fn k_block(&self, b: usize, maxlen: usize, _: &mut [u16]) -> (*const u8, usize, u16) {
+        let hd = self.head_dim;
+        assert!(maxlen <= self.len);
+        let block = &self.kt[b * hd * 16..(b + 1) * hd * 16];
+        (block.as_ptr() as *const u8, 16, lane_mask(maxlen, b))
+    }
+
+    #[inline]
+    unsafe fn load_k(p: *const u8, at: usize, m: u16) -> __m512 {
+        _mm512_maskz_loadu_ps(m, (p as *const f32).add(at))
+    }
+
+    fn v_run(&self, p: usize, maxlen: usize, c: usize, cn: usize) -> (*const u8, usize, usize) {
+        let hd = self.head_dim;
+        assert!(maxlen <= self.len && (c + cn) * 16 <= hd);
+        let row = &self.v[p * hd + c * 16..];
+        (row.as_ptr() as *const u8, maxlen, hd * 4)
+    }
+
+    #[inline]
+    unsafe fn load_v(p: *const u8, j: usize) -> __m512 {
+        _mm512_loadu_ps((p as *const f32).add(j * 16))
+    }
+}
+
+/// Keys of positions `16b..16b + 16` of the pages (those below `maxlen`): a pointer to
+/// dimension 0's 16 f16 values, the distance in elements between dimensions, and the lane
+/// mask. With pages of a multiple of 16 positions the block is read in place; otherwise it is
+/// copied into `tmp` (`[head_dim][16]`).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn paged_k_block(
+    kv: &PagedKv<'_>,
+    b: usize,
+    maxlen: usize,
+    tmp: &mut [u16],
+) -> (*const u8, usize, u16) {
+    let p0 = b * 16;
+    let cnt = (maxlen - p0).min(16);
+    let mask = if cnt == 16 {
+        0xFFFF
+    } else {
+        ((1u32 << cnt) - 1) as u16
+    };
+    let ps = kv.page_size;
+    if ps.is_multiple_of(16) {
+        let off = kv.page_base(p0) + kv.k_off + (p0 % ps) * 2;
+        // The block's 16 slots of every dimension lie inside the page (ps is a multiple of 16).
+        let last = off + ((kv.head_dim - 1) * ps + 15) * 2;
+        assert!(last + 2 <= kv.raw.len());
+        return (kv.raw[off..].as_ptr(), ps, mask);
+    }
+    for j in 0..cnt {
+        let p = p0 + j;
+        let base = kv.page_base(p) + kv.k_off + (p % ps) * 2;
+        for d in 0..kv.head_dim {
+            let o = base + d * ps * 2;
+            tmp[d * 16 + j] = u16::from_le_bytes([kv.raw[o], kv.raw[o + 1]]);
+        }
+    }
+    (tmp.as_ptr() as *const u8, 16, mask)
+}
+
+/// 16 f16 values at `p` (lanes outside `m` read as zero) converted to f32.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn load_ph(p: *const u16, m: u16) -> __m512 {
+    _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p as *const i16))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn attend_n<S: Src, const N: usize>(
+    tile: &AttnTile<'_>,
+    kv: &S,
+    scale: f32,
+    stride: usize,
+    scores: &mut [f32],
+    out: &mut [&mut [f32]],
+) {
+    let maxlen = tile.lens[..N].iter().copied().max().unwrap_or(0);
+    let blocks = maxlen.div_ceil(16);
+    let sp = scores.as_mut_ptr();
+    // Copies of blocks that straddle pages (only with page sizes that are not multiples of 16).
+    let mut tmp = if kv.needs_tmp() {
+        vec![0u16; 4 * kv.head_dim() * 16]
+    } else {
+        Vec::new()
+    };
+    let q = tmp.len() / 4;
+    let (t0, rest) = tmp.split_at_mut(q);
+    let (t1, rest) = rest.split_at_mut(q);
+    let (t2, t3) = rest.split_at_mut(q);
+    // Scores: 32 positions × N queries per register tile (2N independent FMA chains).
+    let mut b = 0;
+    while b < blocks {
+        if N <= 4 && b + 3 < blocks {
+            // Few rows (decode): four blocks per tile, so that enough independent FMA chains
+            // hide the latency.
+            let k0 = kv.k_block(b, maxlen, t0);
+            let k1 = kv.k_block(b + 1, maxlen, t1);
+            let k2 = kv.k_block(b + 2, maxlen, t2);
+            let k3 = kv.k_block(b + 3, maxlen, t3);
+            scores_tile::<S, N, 4>(
+                tile,
+                kv.head_dim(),
+                [k0, k1, k2, k3],
+                scale,
+                sp.add(b * 16),
+                stride,
+            );
+            b += 4;
+        } else if b + 1 < blocks {
+            let k0 = kv.k_block(b, maxlen, t0);
+            let k1 = kv.k_block(b + 1, maxlen, t1);
+            scores_tile::<S, N, 2>(tile, kv.head_dim(), [k0, k1], scale, sp.add(b * 16), stride);
+            b += 2;
+        } else {
+            let k0 = kv.k_block(b, maxlen, t0);
+            scores_tile::<S, N, 1>(tile, kv.head_dim(), [k0], scale, sp.add(b * 16), stride);
+            b += 1;
+        }
+    }
+    // Softmax per row; probabilities past a row's length become 0.
+    let mut inv = [0.0f32; N];
+    for i in 0..N {
+        inv[i] = softmax_row(sp.add(i * stride), tile.lens[i], blocks);
+    }
+    // Weighted sum of V rows. Five or more rows (prefill tiles): all of them × 32 dimensions
+    // per register tile, so each V load (from L2 in a prefill task's f32 copy) feeds every
+    // row of the tile — two 4-row passes over all dimensions read V twice as often. The
+    // per-element FMA order (positions in order) is the same in every tile shape.
+    let chunks = kv.head_dim() / 16;
+    if N > 4 && chunks.is_multiple_of(2) {
+        let len = maxlen;
+        let mut c = 0;
+        while c < chunks {
+            pv::<S, N, 2>(kv, sp, stride, len, c, &inv, out);
+            c += 2;
+        }
+        return;
+    }
+    // Otherwise 64 dimensions × up to 4 queries per register tile, then the rest 16 at a
+    // time.
+    let mut i0 = 0;
+    while i0 < N {
+        let nr = (N - i0).min(4);
+        let len = tile.lens[i0..i0 + nr].iter().copied().max().unwrap_or(0);
+        let (sp, inv, out) = (
+            sp.add(i0 * stride),
+            &inv[i0..i0 + nr],
+            &mut out[i0..i0 + nr],
+        );
+        match nr {
+            4 => pv_rows::<S, 4>(kv, sp, stride, len, inv, out),
+            3 => pv_rows::<S, 3>(kv, sp, stride, len, inv, out),
+            2 => pv_rows::<S, 2>(kv, sp, stride, len, inv, out),
+            _ => pv_rows::<S, 1>(kv, sp, stride, len, inv, out),
+        }
+        i0 += nr;
+    }
+}
+
+/// Turns one row of scores (blocks `0..blocks` of 16 at `row`) into unnormalised
+/// probabilities in place (0 past `len`); returns 1 / their sum.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn softmax_row(row: *mut f32, len: usize, blocks: usize) -> f32 {
+    use super::elementwise::exp512;
+    let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
+    for pb in 0..blocks {
+        let m = lane_mask(len, pb);
+        mx = _mm512_mask_max_ps(mx, m, mx, _mm512_loadu_ps(row.add(pb * 16)));
+    }
+    let mxv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    let mut sum = _mm512_setzero_ps();
+    for pb in 0..blocks {
+        let m = lane_mask(len, pb);
+        let e = _mm512_maskz_mov_ps(
+            m,
+            exp512(_mm512_sub_ps(_mm512_loadu_ps(row.add(pb * 16)), mxv)),
+        );
+        _mm512_storeu_ps(row.add(pb * 16), e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    1.0 / _mm512_reduce_add_ps(sum)
+}
+
+/// Scaled scores of `N` query rows against `B` key blocks of 16 positions (`k_block`
+/// results), stored at `sp + i * stride + 16 j` (all 16 lanes; masked lanes score 0).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn scores_tile<S: Src, const N: usize, const B: usize>(
+    tile: &AttnTile<'_>,
+    hd: usize,
+    ks: [(*const u8, usize, u16); B],
+    scale: f32,
+    sp: *mut f32,
+    stride: usize,
+) {
+    let mut acc = [[_mm512_setzero_ps(); N]; B];
+    for d in 0..hd {
+        let mut kk = [_mm512_setzero_ps(); B];
+        for j in 0..B {
+            kk[j] = S::load_k(ks[j].0, d * ks[j].1, ks[j].2);
+        }
+        for i in 0..N {
+            let q = _mm512_set1_ps(*tile.q[i].get_unchecked(d));
+            for j in 0..B {
+                acc[j][i] = _mm512_fmadd_ps(q, kk[j], acc[j][i]);
+            }
+        }
+    }
+    let vscale = _mm512_set1_ps(scale);
+    for i in 0..N {
+        for j in 0..B {
+            _mm512_storeu_ps(
+                sp.add(i * stride + j * 16),
+                _mm512_mul_ps(acc[j][i], vscale),
+            );
+        }
+    }
+}
+
+/// [`pv`] over every dimension for `N` query rows.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn pv_rows<S: Src, const N: usize>(
+    kv: &S,
+    sp: *const f32,
+    stride: usize,
+    maxlen: usize,
+    inv: &[f32],
+    out: &mut [&mut [f32]],
+) {
+    let chunks = kv.head_dim() / 16;
+    let mut c = 0;
+    while c + 4 <= chunks {
+        pv::<S, N, 4>(kv, sp, stride, maxlen, c, inv, out);
+        c += 4;
+    }
+    while c < chunks {
+        pv::<S, N, 1>(kv, sp, stride, maxlen, c, inv, out);
+        c += 1;
+    }
+}
+
+/// `out[i][16c..16(c + C)] = inv[i] Σ_p P[i][p] V[p][16c..16(c + C)]`, V read page by page.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn pv<S: Src, const N: usize, const C: usize>(
+    kv: &S,
+    sp: *const f32,
+    stride: usize,
+    maxlen: usize,
+    c: usize,
+    inv: &[f32],
+    out: &mut [&mut [f32]],
+) {
+    let mut acc = [[_mm512_setzero_ps(); C]; N];
+    let mut p = 0;
+    while p < maxlen {
+        let (mut vp, end, vstride) = kv.v_run(p, maxlen, c, C);
+        for pos in p..end {
+            let mut vv = [_mm512_setzero_ps(); C];
+            for j in 0..C {
+                vv[j] = S::load_v(vp, j);
+            }
+            for i in 0..N {
+                let w = _mm512_set1_ps(*sp.add(i * stride + pos));
+                for j in 0..C {
+                    acc[i][j] = _mm512_fmadd_ps(w, vv[j], acc[i][j]);
+                }
+            }
+            vp = vp.wrapping_add(vstride);
+        }
+        p = end;
+    }
+    for i in 0..N {
+        for j in 0..C {
+            let o = _mm512_mul_ps(acc[i][j], _mm512_set1_ps(inv[i]));
+            _mm512_storeu_ps(out[i].as_mut_ptr().add((c + j) * 16), o);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn lane_mask(len: usize, pb: usize) -> __mmask16 {
+    let valid = len.saturating_sub(pb * 16).min(16);
+    if valid == 16 {
+        0xFFFF
+    } else {
+        ((1u32 << valid) - 1) as u16
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::KvPool;
+    use crate::KvLayout;
+
+    fn vals(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
+            .collect()
+    }
+
+    /// A pool of one layer, 2 KV heads of `hd`, holding `len` positions on reversed pages.
+    fn filled_pool(ps: usize, hd: usize, len: usize) -> (KvPool, Vec<u32>) {
+        let layout = KvLayout {
+            num_layers: 1,
+            num_kv_heads: 2,
+            head_dim: hd,
+            page_size: ps,
+            dtype: KvDtype::F16,
+        };
+        let np = len.div_ceil(ps);
+        let mut pool = KvPool::new(layout, np + 1);
+        let pages: Vec<u32> = (1..=np as u32).rev().collect();
+        for p in 0..len {
+            let k = vals(2 * hd, 1 + p as u32 * 7);
+            let v = vals(2 * hd, 2 + p as u32 * 13);
+            pool.write_token(0, pages[p / ps] as usize, p % ps, &k, &v);
+        }
+        (pool, pages)
+    }
+
+    #[test]
+    fn paged_attention_matches_naive_softmax_and_is_layout_independent() {
+        let (hd, len) = (64, 70);
+        let qs: Vec<Vec<f32>> = (0..8).map(|i| vals(hd, 10 + i)).collect();
+        let qrefs: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
+        let lens = [70, 20, 1, 16, 33, 32, 5, 69];
+        let scale = 0.125;
+        for isa in Isa::all_supported() {
+            // (page size, tile rows) -> outputs of every row, for the bit-exactness checks.
+            let mut seen: Vec<Vec<Vec<f32>>> = Vec::new();
+            for ps in [16usize, 1, 8, 64, 48] {
+                let (pool, pages) = filled_pool(ps, hd, len);
+                let kv = pool.head(0, &pages, 1);
+                for nq in 1..=MAX_ROWS {
+                    let mut outs = vec![vec![0.0f32; hd]; nq];
+                    let mut refs: Vec<&mut [f32]> =
+                        outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+                    let tile = AttnTile {
+                        q: &qrefs[..nq],
+                        lens: &lens[..nq],
+                    };
+                    attend(
+                        isa,
+                        &tile,
+                        &KvSource::Paged(kv),
+                        scale,
+                        &mut Vec::new(),
+                        &mut refs,
+                    );
+                    // The f32 copy of the task's range gives the same bits.
+                    let mut copy = KvF32::default();
+                    copy.fill(isa, &kv, lens[..nq].iter().copied().max().unwrap());
+                    let mut outs2 = vec![vec![0.0f32; hd]; nq];
+                    let mut refs2: Vec<&mut [f32]> =
+                        outs2.iter_mut().map(|o| o.as_mut_slice()).collect();
+                    attend(
+                        isa,
+                        &tile,
+                        &KvSource::F32(&copy),
+                        scale,
+                        &mut Vec::new(),
+                        &mut refs2,
+                    );
+                    assert_eq!(outs2, outs, "{isa:?} ps{ps} nq{nq}: f32 copy");
+                    for i in 0..nq {
+                        let s: Vec<f64> = (0..lens[i])
+                            .map(|p| {
+                                (0..hd).map(|d| (qs[i][d] * kv.k(p, d)) as f64).sum::<f64>()
+                                    * scale as f64
+                            })
+                            .collect();
+                        let mx = s.iter().cloned().fold(f64::MIN, f64::max);
+                        let w: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+                        let z: f64 = w.iter().sum();
+                        for d in 0..hd {
+                            let want: f64 =
+                                (0..lens[i]).map(|p| w[p] * kv.v(p, d) as f64).sum::<f64>() / z;
+                            assert!(
+                                (outs[i][d] as f64 - want).abs() < 1e-5,
+                                "{isa:?} ps{ps} q{i} d{d}"
+                            );
+                        }
+                    }
+                    // A row's result depends neither on the page size nor on its tile-mates.
+                    for prev in &seen {
+                        for i in 0..nq.min(prev.len()) {
+                            assert_eq!(outs[i], prev[i], "{isa:?} ps{ps} nq{nq} row {i}");
+                        }
+                    }
+                    seen.push(outs);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reused_f32_copies_equal_fresh_ones() {
+        let (hd, ps) = (64, 16);
+        let mut pool = KvPool::new(
+            KvLayout {
+                num_layers: 1,
+                num_kv_heads: 2,
+                head_dim: hd,
+                page_size: ps,
+                dtype: KvDtype::F16,
+            },
+            12,
+        );
+        for page in 0..12 {
+            for slot in 0..ps {
+                let p = (page * ps + slot) as u32;
+                pool.write_token(
+                    0,
+                    page,
+                    slot,
+                    &vals(2 * hd, 1 + p * 7),
+                    &vals(2 * hd, 2 + p * 13),
+                );
+            }
+        }
+        // Two sequences sharing their first 3 pages, then one sharing only 1 of them.
+        let tables: [&[u32]; 4] = [&[0, 1, 2, 3, 4], &[0, 1, 2, 5, 6], &[0, 7, 8], &[9, 10, 11]];
+        for isa in Isa::all_supported() {
+            for head in 0..2 {
+                let mut reused = KvF32::default();
+                for (k, pages) in tables.iter().enumerate() {
+                    let kv = pool.head(0, pages, head);
+                    for len in [pages.len() * ps, pages.len() * ps - 5, 17] {
+                        reused.fill_reusing(isa, &kv, len, 7);
+                        let mut fresh = KvF32::default();
+                        fresh.fill(isa, &kv, len);
+                        let n = len.div_ceil(16) * hd * 16;
+                        assert_eq!(reused.kt[..n], fresh.kt[..n], "{isa:?} {k} {len}");
+                        assert_eq!(reused.v[..len * hd], fresh.v[..len * hd], "{isa:?} {k}");
+                    }
+                }
+            }
+            // A new epoch converts again: a page rewritten in between is seen.
+            let pages: &[u32] = &[0, 1];
+            let mut reused = KvF32::default();
+            reused.fill_reusing(isa, &pool.head(0, pages, 0), 32, 1);
+            let before = reused.v[0];
+            pool.write_token(0, 0, 0, &vals(2 * hd, 555), &vals(2 * hd, 556));
+            reused.fill_reusing(isa, &pool.head(0, pages, 0), 32, 2);
+            let mut fresh = KvF32::default();
+            fresh.fill(isa, &pool.head(0, pages, 0), 32);
+            assert_eq!(reused.v[..32 * hd], fresh.v[..32 * hd]);
+            assert_eq!(reused.kt[..2 * hd * 16], fresh.kt[..2 * hd * 16]);
+            assert_ne!(reused.v[0], before);
+            // Restore page 0 for the next ISA.
+            pool.write_token(0, 0, 0, &vals(2 * hd, 1), &vals(2 * hd, 2));
+        }
+    }
+
+    #[test]
+    fn tokens_written_to_pages_read_back_in_place() {
+        let (pool, pages) = filled_pool(16, 32, 40);
+        let kv = pool.head(0, &pages, 1);
+        for p in 0..40 {
+            let k = vals(64, 1 + p as u32 * 7);
+            let v = vals(64, 2 + p as u32 * 13);
+            for d in 0..32 {
+                assert_eq!(kv.k(p, d), f16::from_f32(k[32 + d]).to_f32());
+                assert_eq!(kv.v(p, d), f16::from_f32(v[32 + d]).to_f32());
+            }
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! Paged KV reuse is exact, and batching does not change results.
+
+use sglrs_executor::{
+    Batch, CpuExecutor, ExecConfig, ExecError, Executor, KvCapacity, LogitsWanted, SeqChunk,
+};
+use sglrs_model::gguf::load_gguf;
+use sglrs_model::{default_model_path, ModelConfig, ModelWeights};
+use std::sync::OnceLock;
+
+mod common;
+use common::{prefill_prefix, shared_prefix_tables, tokens};
+
+fn model() -> &'static (ModelConfig, ModelWeights) {
+    static M: OnceLock<(ModelConfig, ModelWeights)> = OnceLock::new();
+    M.get_or_init(|| {
+        let (c, w, _) = load_gguf(&default_model_path()).expect("default model");
+        (c, w)
+    })
+}
+
+fn exec(page_size: usize, pages: usize) -> CpuExecutor {
+    let m = model();
+    let cfg = ExecConfig {
+        page_size,
+        kv: KvCapacity::Pages(pages),
+        threads: 2,
+        ..ExecConfig::default()
+    };
+    CpuExecutor::new(&m.0, &m.1, &cfg).unwrap()
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[test]
+fn prefix_then_rest_equals_one_prefill() {
+    let toks = tokens(100, 1);
+    for (ps, splits) in [
+        (1usize, vec![1, 37, 99]),
+        (16, vec![16, 23, 64]),
+        (64, vec![64, 40, 1]),
+    ] {
+        let npages = toks.len().div_ceil(ps);
+        let mut ex = exec(ps, 2 * npages + 1);
+        // The whole sequence on pages 0..npages.
+        let pages_a: Vec<u32> = (0..npages as u32).collect();
+        let whole = ex
+            .forward(&Batch {
+                seqs: vec![SeqChunk {
+                    tokens: &toks,
+                    start_pos: 0,
+                    pages: &pages_a,
+                    logits: LogitsWanted::All,
+                }],
+            })
+            .unwrap();
+        for k in splits {
+            // The same sequence on other pages, in reverse order, in two chunks.
+            let pages_b: Vec<u32> = (0..npages as u32)
+                .rev()
+                .map(|p| p + npages as u32 + 1)
+                .collect();
+            ex.forward(&Batch {
+                seqs: vec![SeqChunk {
+                    tokens: &toks[..k],
+                    start_pos: 0,
+                    pages: &pages_b,
+                    logits: LogitsWanted::None,
+                }],
+            })
+            .unwrap();
+            let rest = ex
+                .forward(&Batch {
+                    seqs: vec![SeqChunk {
+                        tokens: &toks[k..],
+                        start_pos: k,
+                        pages: &pages_b,
+                        logits: LogitsWanted::All,
+                    }],
+                })
+                .unwrap();
+            assert_eq!(rest.rows.len(), toks.len() - k);
+            let mut max_d = 0.0f32;
+            let mut max_l = 0.0f32;
+            for j in 0..toks.len() - k {
+                for (a, b) in rest.row(j).iter().zip(whole.row(k + j)) {
+                    max_d = max_d.max((a - b).abs());
+                    max_l = max_l.max(b.abs());
+                }
+            }
+            eprintln!("page size {ps}, split {k}: max |Δ| {max_d:e} (largest logit {max_l})");
+            assert!(max_d <= 1e-3 * max_l, "page size {ps} split {k}: {max_d}");
+        }
+    }
+}
+
+/// Greedy-decodes `steps` tokens for each prompt, either one sequence at a time or all in
+/// one batch per step.
+fn decode(
+    ex: &mut CpuExecutor,
+    prompts: &[Vec<u32>],
+    steps: usize,
+    batched: bool,
+) -> Vec<Vec<u32>> {
+    let ps = ex.kv_layout().page_size;
+    let per = (prompts.iter().map(|p| p.len()).max().unwrap() + steps).div_ceil(ps);
+    // Interleaved page ids, so that sequences' pages are not contiguous.
+    let tables: Vec<Vec<u32>> = (0..prompts.len())
+        .map(|i| (0..per).map(|j| (j * prompts.len() + i) as u32).collect())
+        .collect();
+    let mut seqs: Vec<Vec<u32>> = prompts.to_vec();
+    let groups: Vec<Vec<usize>> = if batched {
+        vec![(0..prompts.len()).collect()]
+    } else {
+        (0..prompts.len()).map(|i| vec![i]).collect()
+    };
+    for g in groups {
+        // Prefill (all of the group's prompts in one batch), then decode step by step.
+        let batch = Batch {
+            seqs: g
+                .iter()
+                .map(|&i| SeqChunk {
+                    tokens: &prompts[i],
+                    start_pos: 0,
+                    pages: &tables[i],
+                    logits: LogitsWanted::Last,
+                })
+                .collect(),
+        };
+        let l = ex.forward(&batch).unwrap();
+        let next: Vec<u32> = (0..g.len()).map(|r| argmax(l.row(r))).collect();
+        for (r, &i) in g.iter().enumerate() {
+            seqs[i].push(next[r]);
+        }
+        for _ in 1..steps {
+            let snapshot = seqs.clone();
+            let batch = Batch {
+                seqs: g
+                    .iter()
+                    .map(|&i| {
+                        let s = &snapshot[i];
+                        SeqChunk {
+                            tokens: &s[s.len() - 1..],
+                            start_pos: s.len() - 1,
+                            pages: &tables[i],
+                            logits: LogitsWanted::Last,
+                        }
+                    })
+                    .collect(),
+            };
+            let l = ex.forward(&batch).unwrap();
+            for (r, &i) in g.iter().enumerate() {
+                seqs[i].push(argmax(l.row(r)));
+            }
+        }
+    }
+    seqs.iter()
+        .zip(prompts)
+        .map(|(s, p)| s[p.len()..].to_vec())
+        .collect()
+}
+
+#[test]
+fn batched_decode_of_16_sequences_equals_decoding_each_alone() {
+    let prompts: Vec<Vec<u32>> = (0..16).map(|i| tokens(3 + 7 * i, i as u32 + 10)).collect();
+    let mut ex = exec(16, 16 * 10);
+    let alone = decode(&mut ex, &prompts, 8, false);
+    let together = decode(&mut ex, &prompts, 8, true);
+    assert_eq!(alone, together);
+}
+
+/// Decode steps of sequences whose page tables start with the same pages (a prefix computed
+/// once, as the radix cache shares it) give bit-identical logits whether each sequence runs
+/// alone or all run in one batch, where attention bundles them over the shared pages. Page
+/// size 5 makes 16-position key blocks straddle pages.
+#[test]
+fn decode_over_shared_pages_is_bit_identical_to_decoding_alone() {
+    for &(ps, shared_tokens) in &[(16usize, 160usize), (5, 65)] {
+        let n = 7;
+        let steps = 4;
+        let own: Vec<usize> = (0..n).map(|i| 1 + 9 * i).collect();
+        let per = (own.iter().max().unwrap() + steps).div_ceil(ps) + 1;
+        let shared_pages = shared_tokens / ps;
+        let mut ex = exec(ps, shared_pages + n * per);
+        let tables = shared_prefix_tables(shared_pages, n, per);
+        let prefix = tokens(shared_tokens, 77);
+        prefill_prefix(&mut ex, &prefix, &tables[0]);
+        // Teacher-forced inputs, so both runs feed the same tokens.
+        let rest: Vec<Vec<u32>> = (0..n)
+            .map(|i| tokens(own[i] + steps, 300 + i as u32))
+            .collect();
+        let run = |ex: &mut CpuExecutor, group: &[usize]| -> Vec<Vec<Vec<f32>>> {
+            let l = ex
+                .forward(&Batch {
+                    seqs: group
+                        .iter()
+                        .map(|&i| SeqChunk {
+                            tokens: &rest[i][..own[i]],
+                            start_pos: shared_tokens,
+                            pages: &tables[i],
+                            logits: LogitsWanted::Last,
+                        })
+                        .collect(),
+                })
+                .unwrap();
+            let mut out: Vec<Vec<Vec<f32>>> = group.iter().map(|_| Vec::new()).collect();
+            for (r, o) in out.iter_mut().enumerate() {
+                o.push(l.row(r).to_vec());
+            }
+            for s in 0..steps {
+                let l = ex
+                    .forward(&Batch {
+                        seqs: group
+                            .iter()
+                            .map(|&i| SeqChunk {
+                                tokens: &rest[i][own[i] + s..own[i] + s + 1],
+                                start_pos: shared_tokens + own[i] + s,
+                                pages: &tables[i],
+                                logits: LogitsWanted::Last,
+                            })
+                            .collect(),
+                    })
+                    .unwrap();
+                for (r, o) in out.iter_mut().enumerate() {
+                    o.push(l.row(r).to_vec());
+                }
+            }
+            out
+        };
+        let alone: Vec<Vec<Vec<f32>>> = (0..n).map(|i| run(&mut ex, &[i]).remove(0)).collect();
+        let together = run(&mut ex, &(0..n).collect::<Vec<_>>());
+        for i in 0..n {
+            for s in 0..=steps {
+                assert!(
+                    alone[i][s] == together[i][s],
+                    "page size {ps}, sequence {i}, step {s}: batched logits differ from alone"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_batches_are_rejected_with_clear_errors() {
+    let mut ex = exec(16, 4);
+    let toks = tokens(20, 3);
+    let one = [0u32];
+    let r = ex.forward(&Batch {
+        seqs: vec![SeqChunk {
+            tokens: &toks,
+            start_pos: 0,
+            pages: &one,
+            logits: LogitsWanted::Last,
+        }],
+    });
+    assert!(matches!(
+        r,
+        Err(ExecError::PagesTooShort {
+            seq: 0,
+            covered: 16,
+            needed: 20
+        })
+    ));
+    let bad_page = [0u32, 9];
+    let r = ex.forward(&Batch {
+        seqs: vec![SeqChunk {
+            tokens: &toks,
+            start_pos: 0,
+            pages: &bad_page,
+            logits: LogitsWanted::Last,
+        }],
+    });
+    assert!(matches!(r, Err(ExecError::BadPage(9))));
+    let bad_tok = [1u32 << 30];
+    let r = ex.forward(&Batch {
+        seqs: vec![SeqChunk {
+            tokens: &bad_tok,
+            start_pos: 0,
+            pages: &one,
+            logits: LogitsWanted::Last,
+        }],
+    });
+    assert!(matches!(r, Err(ExecError::BadToken(_))));
+}

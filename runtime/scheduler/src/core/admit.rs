@@ -1,0 +1,140 @@
+//! Admission: which waiting sequences join the next forward pass.
+//!
+//! Candidates are taken in policy order. Each one's cached prefix is matched and locked, and
+//! it is admitted only if the pool has room for its whole remaining prompt plus one page of
+//! headroom per running sequence; the first one that does not fit ends admission for this
+//! step (so the order is kept).
+//!
+//! **In-batch prefix sharing.** Requests that arrive together often share a prefix nobody
+//! has cached yet (a system prompt, few-shot examples, a document). Admitting them all at
+//! once would compute that prefix once per request. Instead a candidate waits while a
+//! running sequence is still prefilling a prefix it shares (at least two pages beyond what
+//! is cached); that sequence inserts its full pages into the cache after every
+//! chunk, so the candidate is admitted a step or two later and computes only its own part.
+
+use super::super::policy::{self, WaitingInfo};
+use super::{PlanItem, SchedulerCore, SeqKey};
+use crate::seq::Phase;
+
+/// Shortest shared, uncached prefix worth waiting for, in pages (32 tokens with the default
+/// page size of 16, SGLang's in-batch prefix threshold).
+const SHARE_MIN_PAGES: usize = 2;
+
+impl SchedulerCore {
+    pub(super) fn admit(&mut self, budget: &mut usize, items: &mut Vec<PlanItem>) {
+        let candidates: Vec<SeqKey> = self
+            .waiting
+            .iter()
+            .copied()
+            .filter(|k| !self.seqs[k].blocked_on_prefill)
+            .take(256)
+            .collect();
+        let infos: Vec<WaitingInfo> = candidates
+            .iter()
+            .map(|k| {
+                let s = &self.seqs[k];
+                let (prefix_len, group) = self
+                    .cache
+                    .peek(s.shared.namespace, &s.tokens[..s.tokens.len() - 1]);
+                WaitingInfo {
+                    order: s.order,
+                    priority: s.shared.priority,
+                    prefix_len,
+                    group,
+                }
+            })
+            .collect();
+        for i in policy::order(self.cfg.policy, &infos) {
+            if *budget == 0 || self.running.len() >= self.cfg.max_running {
+                break;
+            }
+            let key = candidates[i];
+            if self.shares_a_prefill(key, infos[i].prefix_len) {
+                // A running prefill is computing this prompt's prefix right now: admitted
+                // after it, this sequence finds that prefix in the cache.
+                continue;
+            }
+            match self.try_admit(key, *budget, items) {
+                Some(item) => {
+                    *budget -= item.tokens.len();
+                    items.push(item);
+                }
+                None => break, // memory is short: keep the order, try again next step
+            }
+        }
+    }
+
+    /// Matches the prefix, checks memory for the whole pending prompt and plans the first
+    /// chunk. `None` when memory is short (the sequence stays waiting).
+    fn try_admit(&mut self, key: SeqKey, budget: usize, items: &[PlanItem]) -> Option<PlanItem> {
+        let ps = self.cfg.page_size;
+        let (ns, match_limit) = {
+            let s = &self.seqs[&key];
+            // Leave one token to compute (its logits give the next token), and do not skip
+            // positions whose input logprobs were asked for.
+            let mut limit = s.tokens.len() - 1;
+            if let Some(start) = s.shared.logprobs.as_ref().and_then(|l| l.input_start) {
+                limit = limit.min(start.saturating_sub(1));
+            }
+            (s.shared.namespace, limit)
+        };
+        let tokens = self.seqs[&key].tokens.clone();
+        let m = self.cache.match_and_lock(ns, &tokens[..match_limit]);
+        let total_pages = tokens.len().div_ceil(ps) + 1;
+        // Headroom: one page per running sequence for its next decode steps.
+        let need = total_pages.saturating_sub(m.pages.len()) + self.running.len();
+        if self.cache.available() < need && !self.running.is_empty() {
+            self.cache.unlock(m.lock);
+            return None;
+        }
+        let s = self.seqs.get_mut(&key).expect("waiting key present");
+        s.computed = m.len;
+        s.pages = m.pages;
+        s.tree_pages = s.pages.len();
+        s.lock = Some(m.lock);
+        if s.cached_tokens.is_none() {
+            let cached = m.len.min(s.shared.prompt_len);
+            s.cached_tokens = Some(cached);
+            self.stats.prompt_tokens += s.shared.prompt_len as u64;
+            self.stats.cached_tokens += cached as u64;
+        }
+        s.phase = Phase::Running;
+        s.admitted_at = self.next_admit;
+        self.next_admit += 1;
+        self.waiting.retain(|k| *k != key);
+        self.running.push(key);
+        let item = self.plan_seq(key, budget, items);
+        if item.is_none() {
+            self.retract(key);
+        }
+        item
+    }
+
+    /// True when a running sequence is still prefilling a prefix of `key`'s prompt that is at
+    /// least [`SHARE_MIN_PAGES`] pages longer than the `cached` tokens `key` would match now.
+    fn shares_a_prefill(&self, key: SeqKey, cached: usize) -> bool {
+        let share_min = SHARE_MIN_PAGES * self.cfg.page_size;
+        let c = &self.seqs[&key];
+        let want = &c.tokens[..c.tokens.len() - 1];
+        if want.len() < cached + share_min {
+            return false;
+        }
+        self.running.iter().any(|r| {
+            let r = &self.seqs[r];
+            if r.shared.namespace != c.shared.namespace || !r.in_prompt() {
+                return false;
+            }
+            let prompt = &r.tokens[..r.shared.prompt_len];
+            // Cheap rejection first: the pages right after the cached part must agree.
+            if prompt.len() < cached + share_min
+                || want[cached..cached + share_min] != prompt[cached..cached + share_min]
+            {
+                return false;
+            }
+            let lcp = want.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+            // Only a part `r` has not computed yet is worth waiting for (what it has computed
+            // is in the cache already).
+            lcp >= cached + share_min && r.computed < lcp
+        })
+    }
+}

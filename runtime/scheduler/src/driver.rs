@@ -1,0 +1,319 @@
+//! The scheduler thread: owns the executor and a [`SchedulerCore`], takes commands over a
+//! crossbeam channel and sends each request's events to its own tokio channel.
+
+use super::cache::CacheStats;
+use super::core::{CoreStats, SchedulerCore};
+use super::request::{AbortReason, RequestId, SchedEvent, SchedRequest};
+use super::SchedError;
+use crossbeam::channel::{Receiver, Sender};
+use sglrs_executor::Executor;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Longest sleep of the scheduler thread while sequences wait and nothing runs.
+const IDLE_POLL: Duration = Duration::from_millis(5);
+
+/// A message to the scheduler thread.
+pub enum Command {
+    /// Queue a request; its events go to the sender.
+    Submit(Box<SchedRequest>, mpsc::UnboundedSender<SchedEvent>),
+    /// Queue several requests at once (each with its sender): they are all waiting before
+    /// the next step is planned, so they are admitted together (e.g. a fork's branches).
+    SubmitGroup(Vec<(Box<SchedRequest>, mpsc::UnboundedSender<SchedEvent>)>),
+    /// Abort a request.
+    Abort(RequestId),
+    /// Drop the cache if idle; answers whether it did.
+    Flush(oneshot::Sender<bool>),
+}
+
+/// A snapshot of the scheduler for `/metrics` and `/get_server_info`, refreshed every step.
+#[derive(Clone, Debug, Default)]
+pub struct DriverStats {
+    /// Sequences waiting.
+    pub waiting: usize,
+    /// Sequences running.
+    pub running: usize,
+    /// Core counters.
+    pub core: CoreStats,
+    /// Page accounting.
+    pub cache: CacheStats,
+    /// Forward passes run.
+    pub steps: u64,
+    /// Tokens run through the model.
+    pub forward_tokens: u64,
+    /// Seconds spent in forward passes.
+    pub forward_seconds: f64,
+}
+
+/// The server's handle on the scheduler thread.
+#[derive(Clone)]
+pub struct SchedulerHandle {
+    tx: Sender<Command>,
+    stats: Arc<Mutex<DriverStats>>,
+}
+
+impl SchedulerHandle {
+    /// Queues a request; events arrive on the returned receiver until `Finished` for every
+    /// sample. Dropping the receiver aborts the request.
+    pub fn submit(
+        &self,
+        req: SchedRequest,
+    ) -> Result<mpsc::UnboundedReceiver<SchedEvent>, SchedError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.tx
+            .send(Command::Submit(Box::new(req), tx))
+            .map_err(|_| SchedError::Shutdown)?;
+        Ok(rx)
+    }
+
+    /// Queues several requests in one message, so that the scheduler takes them in the same
+    /// step (a fork's branches prefill and decode as one batch from their first step).
+    /// Receivers in request order; each behaves as [`SchedulerHandle::submit`]'s.
+    pub fn submit_group(
+        &self,
+        reqs: Vec<SchedRequest>,
+    ) -> Result<Vec<mpsc::UnboundedReceiver<SchedEvent>>, SchedError> {
+        let mut items = Vec::with_capacity(reqs.len());
+        let mut rxs = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let (tx, rx) = mpsc::unbounded_channel();
+            items.push((Box::new(req), tx));
+            rxs.push(rx);
+        }
+        self.tx
+            .send(Command::SubmitGroup(items))
+            .map_err(|_| SchedError::Shutdown)?;
+        Ok(rxs)
+    }
+
+    /// Aborts a request (no error if it already finished).
+    pub fn abort(&self, id: RequestId) -> Result<(), SchedError> {
+        self.tx
+            .send(Command::Abort(id))
+            .map_err(|_| SchedError::Shutdown)
+    }
+
+    /// Flushes the cache; `Ok(false)` when requests are in flight.
+    pub async fn flush(&self) -> Result<bool, SchedError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Flush(tx))
+            .map_err(|_| SchedError::Shutdown)?;
+        rx.await.map_err(|_| SchedError::Shutdown)
+    }
+
+    /// The latest snapshot.
+    pub fn stats(&self) -> DriverStats {
+        match self.stats.lock() {
+            Ok(s) => s.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+/// Starts the scheduler thread.
+pub fn spawn(
+    core: SchedulerCore,
+    exec: Box<dyn Executor>,
+) -> Result<(SchedulerHandle, std::thread::JoinHandle<()>), SchedError> {
+    let (tx, rx) = crossbeam::channel::unbounded();
+    let stats = Arc::new(Mutex::new(DriverStats::default()));
+    let st = stats.clone();
+    let join = std::thread::Builder::new()
+        .name("sglrs-scheduler".into())
+        .spawn(move || {
+            Driver {
+                core,
+                exec,
+                rx,
+                senders: HashMap::new(),
+                stats: st,
+                totals: Totals::default(),
+                trace: std::env::var_os("SGLRS_TRACE_STEPS").map(|_| Instant::now()),
+            }
+            .run()
+        })
+        .map_err(|e| SchedError::Config(format!("cannot start the scheduler thread: {e}")))?;
+    Ok((SchedulerHandle { tx, stats }, join))
+}
+
+#[derive(Default)]
+struct Totals {
+    steps: u64,
+    tokens: u64,
+    seconds: f64,
+}
+
+struct Driver {
+    core: SchedulerCore,
+    exec: Box<dyn Executor>,
+    rx: Receiver<Command>,
+    /// Per request: its event channel and the samples not yet finished.
+    senders: HashMap<RequestId, (mpsc::UnboundedSender<SchedEvent>, usize)>,
+    stats: Arc<Mutex<DriverStats>>,
+    totals: Totals,
+    /// With `SGLRS_TRACE_STEPS` set: when the thread started; every submit and forward
+    /// pass is then printed to stderr with its time since then.
+    trace: Option<Instant>,
+}
+
+impl Driver {
+    /// One line per forward pass under `SGLRS_TRACE_STEPS`: end time, duration, and
+    /// `request:tokens` per sequence.
+    fn trace_step(&self, start: Instant, plan: &super::core::PlannedBatch) {
+        let Some(t0) = self.trace else {
+            return;
+        };
+        let items: Vec<String> = plan
+            .items
+            .iter()
+            .map(|it| format!("{}:{}", it.key.0, it.tokens.len()))
+            .collect();
+        eprintln!(
+            "step {:.4} s: {:.2} ms, {}",
+            t0.elapsed().as_secs_f64(),
+            start.elapsed().as_secs_f64() * 1e3,
+            items.join(" ")
+        );
+    }
+
+    fn run(mut self) {
+        loop {
+            if self.core.is_idle() {
+                self.publish();
+                match self.rx.recv() {
+                    Ok(cmd) => self.command(cmd),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match self.rx.try_recv() {
+                    Ok(cmd) => self.command(cmd),
+                    Err(crossbeam::channel::TryRecvError::Empty) => break,
+                    Err(crossbeam::channel::TryRecvError::Disconnected) => {
+                        if self.core.is_idle() {
+                            return;
+                        }
+                        break;
+                    }
+                }
+            }
+            self.reap_disconnected();
+            let now = Instant::now();
+            match self.core.poll_batch(now) {
+                Some(plan) => {
+                    let t = Instant::now();
+                    let result = self.exec.forward(&plan.batch());
+                    self.trace_step(t, &plan);
+                    self.totals.seconds += t.elapsed().as_secs_f64();
+                    self.totals.steps += 1;
+                    self.totals.tokens += plan.num_tokens() as u64;
+                    match result {
+                        Ok(logits) => self.core.handle_forward(plan, &logits, Instant::now()),
+                        Err(e) => self.core.handle_forward_error(plan, &e.to_string()),
+                    }
+                }
+                None => {
+                    // Waiting requests that cannot be admitted yet (memory, or admission
+                    // waiting for more arrivals until a deadline); do not spin.
+                    if !self.core.is_idle() && self.core.num_running() == 0 {
+                        let now = Instant::now();
+                        let wait = self
+                            .core
+                            .admission_deadline(now)
+                            .map_or(IDLE_POLL, |d| d.saturating_duration_since(now))
+                            .min(IDLE_POLL);
+                        if let Ok(cmd) = self.rx.recv_timeout(wait) {
+                            self.command(cmd);
+                        }
+                    }
+                }
+            }
+            self.route_events();
+            self.publish();
+        }
+    }
+
+    fn command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit(req, tx) => {
+                if let Some(t0) = self.trace {
+                    eprintln!(
+                        "submit {:.4} s: request {}",
+                        t0.elapsed().as_secs_f64(),
+                        req.id
+                    );
+                }
+                let n = req.n.max(1);
+                self.senders.insert(req.id, (tx, n));
+                self.core.handle_request(*req, Instant::now());
+            }
+            Command::SubmitGroup(items) => {
+                for (req, tx) in items {
+                    self.command(Command::Submit(req, tx));
+                }
+            }
+            Command::Abort(id) => {
+                self.core.handle_abort(id, AbortReason::Requested);
+                self.route_events();
+            }
+            Command::Flush(reply) => {
+                let _ = reply.send(self.core.handle_flush());
+            }
+        }
+    }
+
+    /// Aborts requests whose receiver is gone (the client disconnected).
+    fn reap_disconnected(&mut self) {
+        let gone: Vec<RequestId> = self
+            .senders
+            .iter()
+            .filter(|(_, (tx, _))| tx.is_closed())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.core.handle_abort(id, AbortReason::ClientDisconnected);
+        }
+        if !self.senders.is_empty() {
+            self.route_events();
+        }
+    }
+
+    fn route_events(&mut self) {
+        while let Some(ev) = self.core.poll_event() {
+            let id = ev.id();
+            let finished = matches!(ev, SchedEvent::Finished { .. });
+            let Some((tx, left)) = self.senders.get_mut(&id) else {
+                continue;
+            };
+            let closed = tx.send(ev).is_err();
+            if finished {
+                *left -= 1;
+                if *left == 0 {
+                    self.senders.remove(&id);
+                    continue;
+                }
+            }
+            if closed {
+                self.core.handle_abort(id, AbortReason::ClientDisconnected);
+            }
+        }
+    }
+
+    fn publish(&self) {
+        let snap = DriverStats {
+            waiting: self.core.num_waiting(),
+            running: self.core.num_running(),
+            core: self.core.stats().clone(),
+            cache: self.core.cache_stats(),
+            steps: self.totals.steps,
+            forward_tokens: self.totals.tokens,
+            forward_seconds: self.totals.seconds,
+        };
+        if let Ok(mut s) = self.stats.lock() {
+            *s = snap;
+        }
+    }
+}

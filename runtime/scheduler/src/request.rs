@@ -1,0 +1,179 @@
+//! What the server hands the scheduler, and what the scheduler sends back.
+
+use crate::detok::StopRegex;
+use crate::sampler::SamplingConfig;
+use sglrs_grammar::CompiledGrammar;
+use sglrs_radix_cache::Namespace;
+use std::sync::Arc;
+
+/// Identifier of a request inside the scheduler (assigned by the server, unique per process).
+pub type RequestId = u64;
+
+/// When generation stops.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct StopConfig {
+    /// At most this many new tokens (0: prefill only, e.g. to warm the cache).
+    pub max_new_tokens: usize,
+    /// At least this many new tokens before EOS / stop tokens / stop strings count.
+    pub min_new_tokens: usize,
+    /// Stop strings.
+    pub stop_strings: Vec<String>,
+    /// Stop regexes (`stop_regex`), matched on the output text like stop strings.
+    pub stop_regex: Option<StopRegex>,
+    /// Stop token ids (in addition to the model's EOS tokens unless `ignore_eos`).
+    pub stop_token_ids: Vec<u32>,
+    /// Keep generating through the model's EOS tokens.
+    pub ignore_eos: bool,
+    /// Keep the matched stop string in the output text.
+    pub no_stop_trim: bool,
+    /// Drop special tokens from the output text.
+    pub skip_special_tokens: bool,
+}
+
+/// Which log-probabilities to return.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct LogprobConfig {
+    /// Input logprobs from this prompt position on (`None`: no input logprobs).
+    pub input_start: Option<usize>,
+    /// How many top alternatives per position (0: none).
+    pub top_n: usize,
+    /// Logprobs of these token ids at every position.
+    pub token_ids: Vec<u32>,
+}
+
+/// A validated generation request. Built by the server; the scheduler accepts only these.
+#[derive(Clone, Debug)]
+pub struct SchedRequest {
+    /// Scheduler-wide id.
+    pub id: RequestId,
+    /// Prompt token ids (never empty, shorter than the context).
+    pub input_ids: Vec<u32>,
+    /// Cache namespace (`extra_key`).
+    pub namespace: Namespace,
+    /// Sampling parameters.
+    pub sampling: SamplingConfig,
+    /// Stop conditions.
+    pub stop: StopConfig,
+    /// Number of samples sharing the prompt.
+    pub n: usize,
+    /// Grammar constraining the output (already compiled, off the scheduler thread).
+    pub grammar: Option<Arc<CompiledGrammar>>,
+    /// Logprobs to return (`None`: none).
+    pub logprobs: Option<LogprobConfig>,
+    /// Larger runs first.
+    pub priority: i64,
+}
+
+/// Why a sample ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FinishReason {
+    /// `max_new_tokens` reached.
+    Length(usize),
+    /// A stop token (EOS or `stop_token_ids`).
+    StopToken(u32),
+    /// A stop string.
+    StopString(String),
+    /// The grammar reached its end.
+    GrammarEnd,
+    /// Aborted: by the client, or by a failure that ends only this request.
+    Abort(AbortReason),
+}
+
+/// Why a request was aborted. Its `Display` text is the message the client receives
+/// (`meta_info.finish_reason.message`, OpenAI's error message).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AbortReason {
+    /// `/abort_request` (or the Python engine's abort) named this request.
+    #[error("aborted by request")]
+    Requested,
+    /// The client went away (its event channel closed).
+    #[error("client disconnected")]
+    ClientDisconnected,
+    /// The KV pool cannot hold this sequence even when everything else is evicted.
+    #[error("the KV pool cannot hold this sequence")]
+    PoolTooSmall,
+    /// The executor returned no logits for a sequence that was due to sample.
+    #[error("executor returned no logits")]
+    NoLogits,
+    /// Sampling failed (e.g. every token masked out).
+    #[error("sampling failed: {0}")]
+    Sampling(String),
+    /// The grammar rejected the sampled token.
+    #[error("grammar rejected token {0}")]
+    GrammarRejected(u32),
+    /// Decoding the output (stop strings, stop regex) failed.
+    #[error("{0}")]
+    Detokenize(String),
+    /// The forward pass failed.
+    #[error("forward pass failed: {0}")]
+    Forward(String),
+    /// The scheduler stopped before the request finished.
+    #[error("the scheduler stopped")]
+    Shutdown,
+}
+
+/// One position's log-probability data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    /// The token at this position.
+    pub token: u32,
+    /// Its logprob (`None` for the first prompt token, which has no context).
+    pub logprob: Option<f32>,
+    /// Top alternatives `(token, logprob)`, most likely first.
+    pub top: Vec<(u32, f32)>,
+    /// Logprobs of the requested `token_ids`.
+    pub chosen: Vec<(u32, f32)>,
+}
+
+/// An update from the scheduler about one request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SchedEvent {
+    /// New output of sample `sample`.
+    Delta {
+        /// Request id.
+        id: RequestId,
+        /// Sample index (0..n).
+        sample: usize,
+        /// New token ids.
+        tokens: Vec<u32>,
+        /// New text (held back while a stop string may still match).
+        text: String,
+        /// Logprobs of the new tokens, when asked for.
+        logprobs: Vec<TokenLogprob>,
+    },
+    /// Logprobs of the prompt, from `input_start` on (sent once, before the first delta).
+    InputLogprobs {
+        /// Request id.
+        id: RequestId,
+        /// Sample index.
+        sample: usize,
+        /// One entry per prompt position from `input_start`.
+        logprobs: Vec<TokenLogprob>,
+    },
+    /// Sample `sample` finished.
+    Finished {
+        /// Request id.
+        id: RequestId,
+        /// Sample index.
+        sample: usize,
+        /// Why.
+        reason: FinishReason,
+        /// Prompt length in tokens.
+        prompt_tokens: usize,
+        /// Output tokens.
+        completion_tokens: usize,
+        /// Prompt tokens served from the cache.
+        cached_tokens: usize,
+    },
+}
+
+impl SchedEvent {
+    /// The request this event belongs to.
+    pub fn id(&self) -> RequestId {
+        match self {
+            SchedEvent::Delta { id, .. }
+            | SchedEvent::InputLogprobs { id, .. }
+            | SchedEvent::Finished { id, .. } => *id,
+        }
+    }
+}

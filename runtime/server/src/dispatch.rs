@@ -1,0 +1,254 @@
+//! What every route shares: grammar compilation off the async threads, submission to the
+//! scheduler, and collecting a request's events into results.
+
+use super::error::ApiError;
+use super::validate::{GrammarSpec, ValidParams};
+use super::AppState;
+use sglrs_grammar::{CompileOptions, CompiledGrammar, TokenVocab};
+use sglrs_radix_cache::Namespace;
+use sglrs_scheduler::{
+    AbortReason, FinishReason, LogprobConfig, RequestId, SchedEvent, SchedRequest, TokenLogprob,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// Most compiled grammars kept.
+const GRAMMAR_CACHE_ENTRIES: usize = 256;
+
+/// Compiles grammars on the blocking pool (never on the scheduler or async threads) and
+/// keeps the compiled ones by spec.
+pub struct GrammarCompiler {
+    vocab: Arc<TokenVocab>,
+    opts: CompileOptions,
+    cache: Mutex<HashMap<GrammarSpec, Arc<CompiledGrammar>>>,
+}
+
+impl GrammarCompiler {
+    /// A compiler for this vocabulary.
+    pub fn new(vocab: Arc<TokenVocab>) -> Self {
+        Self {
+            vocab,
+            // Only declared properties: stricter than the schema, never looser, and what a
+            // small model needs to finish an object instead of inventing keys.
+            opts: CompileOptions {
+                allow_undeclared_properties: false,
+                ..CompileOptions::default()
+            },
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The compiled grammar for `spec`; a spec that does not compile is a 400 naming it.
+    pub async fn get(
+        self: &Arc<Self>,
+        spec: &GrammarSpec,
+    ) -> Result<Arc<CompiledGrammar>, ApiError> {
+        if let Some(g) = self.cache.lock().ok().and_then(|c| c.get(spec).cloned()) {
+            return Ok(g);
+        }
+        let this = self.clone();
+        let s = spec.clone();
+        let compiled = tokio::task::spawn_blocking(move || this.compile(&s))
+            .await
+            .map_err(|e| ApiError::Internal(format!("grammar compilation panicked: {e}")))??;
+        if let Ok(mut c) = self.cache.lock() {
+            if c.len() >= GRAMMAR_CACHE_ENTRIES {
+                c.clear();
+            }
+            c.insert(spec.clone(), compiled.clone());
+        }
+        Ok(compiled)
+    }
+
+    fn compile(&self, spec: &GrammarSpec) -> Result<Arc<CompiledGrammar>, ApiError> {
+        let (param, g) = match spec {
+            GrammarSpec::Regex(r) => ("regex", sglrs_grammar::GrammarSpec::Regex(r.clone())),
+            GrammarSpec::JsonSchema(s) => (
+                "json_schema",
+                sglrs_grammar::GrammarSpec::JsonSchema(s.clone()),
+            ),
+            GrammarSpec::JsonObject => (
+                "response_format",
+                sglrs_grammar::GrammarSpec::JsonSchema(r#"{"type":"object"}"#.to_string()),
+            ),
+            GrammarSpec::Ebnf(e) => ("ebnf", sglrs_grammar::GrammarSpec::Ebnf(e.clone())),
+        };
+        CompiledGrammar::compile(&g, self.vocab.clone(), &self.opts)
+            .map_err(|e| ApiError::bad(param, e.to_string()))
+    }
+}
+
+/// One prompt ready to submit.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// Prompt tokens.
+    pub input_ids: Vec<u32>,
+    /// Checked parameters.
+    pub params: ValidParams,
+    /// Logprobs wanted.
+    pub logprobs: Option<LogprobConfig>,
+    /// Priority.
+    pub priority: i64,
+    /// Cache namespace.
+    pub namespace: Namespace,
+}
+
+/// A submitted job: its id and event stream.
+pub struct Running {
+    /// Scheduler id.
+    pub id: RequestId,
+    /// Events until every sample finished.
+    pub rx: mpsc::UnboundedReceiver<SchedEvent>,
+    /// Samples.
+    pub n: usize,
+}
+
+/// Compiles the job's grammar (if any) and submits it.
+pub async fn submit(state: &AppState, job: Job) -> Result<Running, ApiError> {
+    let grammar = match &job.params.grammar {
+        Some(spec) => Some(state.grammars.get(spec).await?),
+        None => None,
+    };
+    let id = state.next_id();
+    let n = job.params.n;
+    let req = SchedRequest {
+        id,
+        input_ids: job.input_ids,
+        namespace: job.namespace,
+        sampling: job.params.sampling,
+        stop: job.params.stop,
+        n,
+        grammar,
+        logprobs: job.logprobs,
+        priority: job.priority,
+    };
+    let rx = state.sched.submit(req)?;
+    Ok(Running { id, rx, n })
+}
+
+/// Everything one sample produced.
+#[derive(Clone, Debug, Default)]
+pub struct SampleResult {
+    /// Output token ids.
+    pub tokens: Vec<u32>,
+    /// Output text.
+    pub text: String,
+    /// Logprobs of the output tokens (when asked for).
+    pub logprobs: Vec<TokenLogprob>,
+    /// Logprobs of the prompt (when asked for).
+    pub input_logprobs: Vec<TokenLogprob>,
+    /// Why it ended (`None` while running).
+    pub finish: Option<FinishReason>,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Output tokens.
+    pub completion_tokens: usize,
+    /// Prompt tokens from the cache.
+    pub cached_tokens: usize,
+}
+
+/// Latency bookkeeping of one request (TTFT and inter-token metrics).
+pub struct Timing {
+    start: Instant,
+    last: Option<Instant>,
+}
+
+impl Timing {
+    /// Starts the clock.
+    pub fn new(start: Instant) -> Self {
+        Self { start, last: None }
+    }
+
+    /// Records a delta carrying tokens.
+    pub fn on_tokens(&mut self, state: &AppState) {
+        let now = Instant::now();
+        match self.last {
+            None => state
+                .metrics
+                .ttft
+                .observe(now.duration_since(self.start).as_secs_f64()),
+            Some(l) => state
+                .metrics
+                .itl
+                .observe(now.duration_since(l).as_secs_f64()),
+        }
+        self.last = Some(now);
+    }
+
+    /// Seconds since the start.
+    pub fn elapsed(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+}
+
+/// Applies one event to the per-sample results; returns the index it touched.
+pub fn apply(results: &mut [SampleResult], ev: SchedEvent) -> Option<usize> {
+    match ev {
+        SchedEvent::Delta {
+            sample,
+            tokens,
+            text,
+            logprobs,
+            ..
+        } => {
+            let r = results.get_mut(sample)?;
+            r.tokens.extend(tokens);
+            r.text.push_str(&text);
+            r.logprobs.extend(logprobs);
+            Some(sample)
+        }
+        SchedEvent::InputLogprobs {
+            sample, logprobs, ..
+        } => {
+            results.get_mut(sample)?.input_logprobs = logprobs;
+            Some(sample)
+        }
+        SchedEvent::Finished {
+            sample,
+            reason,
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens,
+            ..
+        } => {
+            let r = results.get_mut(sample)?;
+            r.finish = Some(reason);
+            r.prompt_tokens = prompt_tokens;
+            r.completion_tokens = completion_tokens;
+            r.cached_tokens = cached_tokens;
+            Some(sample)
+        }
+    }
+}
+
+/// Waits for every sample of every running job; results in job order, then sample order.
+pub async fn collect_all(
+    state: &AppState,
+    jobs: Vec<Running>,
+    start: Instant,
+) -> Vec<Vec<SampleResult>> {
+    let mut out = Vec::with_capacity(jobs.len());
+    // Jobs run concurrently in the scheduler; reading them one after another only orders
+    // the reading.
+    for mut job in jobs {
+        let mut results = vec![SampleResult::default(); job.n];
+        let mut timing = Timing::new(start);
+        while results.iter().any(|r| r.finish.is_none()) {
+            let Some(ev) = job.rx.recv().await else {
+                for r in results.iter_mut().filter(|r| r.finish.is_none()) {
+                    r.finish = Some(FinishReason::Abort(AbortReason::Shutdown));
+                }
+                break;
+            };
+            if matches!(&ev, SchedEvent::Delta { tokens, .. } if !tokens.is_empty()) {
+                timing.on_tokens(state);
+            }
+            apply(&mut results, ev);
+        }
+        state.metrics.e2e.observe(timing.elapsed());
+        out.push(results);
+    }
+    out
+}

@@ -1,0 +1,259 @@
+//! The engine builder: model, executor, scheduler thread and the state the routes share.
+//!
+//! [`EngineConfig`] holds every setting of an engine (the `sglrs serve` flags are its fields;
+//! the Python `Engine` parses the same definitions), and [`Engine::start`] loads the model,
+//! builds the CPU executor, starts the scheduler thread and returns the routes' state. The
+//! binary then listens ([`Engine::serve`]); the in-process Python engine calls the same
+//! [`Engine::router`] without a socket.
+
+use crate::{AppState, GrammarCompiler, ServerInfo};
+use sglrs_executor::{BuildError, CpuExecutor, ExecConfig, Executor, KvCapacity, KvDtype};
+use sglrs_model::chat::ChatTemplate;
+use sglrs_model::{LoadError, LoadOptions, Quantize};
+use sglrs_scheduler::{SchedError, SchedulePolicy, SchedulerConfig, SchedulerCore};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Element type of the KV cache, as `--kv-cache-dtype` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KvCacheDtype {
+    /// IEEE half precision (llama.cpp's default).
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// 32-bit float: half as many tokens in the same memory, no conversion when read.
+    F32,
+}
+
+impl From<KvCacheDtype> for KvDtype {
+    fn from(d: KvCacheDtype) -> Self {
+        match d {
+            KvCacheDtype::F16 => KvDtype::F16,
+            KvCacheDtype::Bf16 => KvDtype::Bf16,
+            KvCacheDtype::F32 => KvDtype::F32,
+        }
+    }
+}
+
+/// Every setting of an engine. Its fields are the `sglrs serve` flags (`--page-size` for
+/// `page_size`, …) with the same defaults, so the binary and the Python `Engine` parse one
+/// definition.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EngineConfig {
+    /// Model: a `.gguf` file or an HF folder (default: the bundled SmolLM2-135M-Instruct).
+    #[arg(long, alias = "model-path")]
+    pub model: Option<PathBuf>,
+    /// Tokens per KV page.
+    #[arg(long, default_value_t = 16)]
+    pub page_size: usize,
+    /// KV cache memory in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub kv_memory_mb: usize,
+    /// Element type of the KV cache: f16, bf16 or f32 (f32 holds half as many tokens in the
+    /// same memory but skips the conversion when attention reads the cache).
+    #[arg(long, value_enum, default_value_t = KvCacheDtype::F16)]
+    pub kv_cache_dtype: KvCacheDtype,
+    /// Waiting-queue order: lpm, fcfs or dfs-weight.
+    #[arg(long, default_value = "lpm")]
+    pub schedule_policy: SchedulePolicy,
+    /// Most prompt tokens one request prefills per step.
+    #[arg(long, default_value_t = 512)]
+    pub chunked_prefill_size: usize,
+    /// Token budget of one forward pass (decode tokens plus prefill chunks).
+    #[arg(long, default_value_t = 576)]
+    pub max_batch_tokens: usize,
+    /// Most requests running at once.
+    #[arg(long, default_value_t = 32)]
+    pub max_running_requests: usize,
+    /// Kernel threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Model name reported by `/v1/models` (default: the model file's stem).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Cap the context length below the model's.
+    #[arg(long)]
+    pub context_length: Option<usize>,
+    /// Turn off jump-forward over grammar-forced text.
+    #[arg(long)]
+    pub disable_jump_forward: bool,
+    /// Re-encode float weights (an HF folder's f32/f16/bf16) at load: `q8_0` or `q4_1`
+    /// (llama.cpp's encodings; q4_1 keeps the embedding and output head at q8_0) run them on
+    /// the quantized kernels. Weights already quantized (GGUF) are kept.
+    #[arg(long)]
+    pub quantize: Option<Quantize>,
+    /// Longest wait, in ms, for the followers of requests that finished in the same step
+    /// (clients sending their next request), so that their prefills run as one pass; 0 never
+    /// waits. The wait happens only while nothing else is running.
+    #[arg(long, default_value_t = 15)]
+    pub admission_hold_ms: u64,
+    /// Require `Authorization: Bearer KEY` (the binary also reads `SGLRS_API_KEY`). Ignored
+    /// in process, where there is no listener.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Where the server listens (`host:port`), as `/get_server_info` reports it; `None` for
+    /// an in-process engine. Set by the caller, not a flag.
+    #[arg(skip)]
+    pub listen: Option<(String, u16)>,
+}
+
+/// Why an engine did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The model could not be loaded.
+    #[error("loading {path}: {source}")]
+    Load {
+        /// The model file or folder.
+        path: PathBuf,
+        /// What went wrong.
+        source: LoadError,
+    },
+    /// The executor could not be built from the model's weights.
+    #[error("building the CPU executor: {0}")]
+    Executor(#[from] BuildError),
+    /// The scheduler could not be configured or started.
+    #[error("starting the scheduler: {0}")]
+    Scheduler(#[from] SchedError),
+    /// The grammar engine could not read the tokenizer's vocabulary.
+    #[error("building the grammar vocabulary: {0}")]
+    Vocab(String),
+}
+
+/// A started engine: the scheduler thread with the model's executor, and the routes' state.
+pub struct Engine {
+    /// State shared by the routes.
+    pub state: Arc<AppState>,
+    /// The model's chat template, if it has one.
+    pub chat_template: Option<Arc<ChatTemplate>>,
+    /// The model file or folder that was loaded.
+    pub path: PathBuf,
+    /// KV pages in the pool.
+    pub num_pages: usize,
+    /// Tokens per KV page.
+    pub page_size: usize,
+    /// Longest sequence served.
+    pub max_context: usize,
+}
+
+impl Engine {
+    /// Loads the model, builds the executor and starts the scheduler thread.
+    pub fn start(cfg: &EngineConfig) -> Result<Self, EngineError> {
+        let path = cfg
+            .model
+            .clone()
+            .unwrap_or_else(sglrs_model::default_model_path);
+        let opts = LoadOptions {
+            quantize: cfg.quantize,
+            ..LoadOptions::default()
+        };
+        let loaded = sglrs_model::load(&path, &opts).map_err(|source| EngineError::Load {
+            path: path.clone(),
+            source,
+        })?;
+        let threads = cfg
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let exec = CpuExecutor::new(
+            &loaded.config,
+            &loaded.weights,
+            &ExecConfig {
+                page_size: cfg.page_size,
+                kv: KvCapacity::Bytes(cfg.kv_memory_mb << 20),
+                kv_dtype: cfg.kv_cache_dtype.into(),
+                threads,
+            },
+        )?;
+        let max_context = cfg
+            .context_length
+            .map_or(exec.max_context(), |c| c.min(exec.max_context()));
+        let vocab_size = exec.vocab_size();
+        let tokenizer = Arc::new(loaded.tokenizer);
+        let mut eos: Vec<u32> = tokenizer.eog_ids().to_vec();
+        if let Some(e) = tokenizer.eos_id() {
+            if !eos.contains(&e) {
+                eos.push(e);
+            }
+        }
+        let sched_cfg = SchedulerConfig {
+            page_size: cfg.page_size,
+            num_pages: exec.num_pages(),
+            max_running: cfg.max_running_requests,
+            max_batch_tokens: cfg.max_batch_tokens.max(cfg.max_running_requests),
+            chunked_prefill_size: cfg.chunked_prefill_size,
+            policy: cfg.schedule_policy,
+            eos_tokens: eos.clone(),
+            max_context,
+            vocab_size,
+            jump_forward: !cfg.disable_jump_forward,
+            admission_hold: Duration::from_millis(cfg.admission_hold_ms),
+        };
+        let num_pages = sched_cfg.num_pages;
+        let core = SchedulerCore::new(sched_cfg, tokenizer.clone())?;
+        let (handle, _join) = sglrs_scheduler::spawn(core, Box::new(exec))?;
+        let vocab = sglrs_grammar::TokenVocab::from_tokenizer(tokenizer.inner(), &eos)
+            .map_err(|e| EngineError::Vocab(e.to_string()))?;
+        let grammars = Arc::new(GrammarCompiler::new(Arc::new(vocab)));
+        let info = ServerInfo {
+            model_path: path.display().to_string(),
+            served_model_name: cfg.served_model_name.clone().unwrap_or_else(|| {
+                path.file_stem().map_or_else(
+                    || "default".to_string(),
+                    |s| s.to_string_lossy().into_owned(),
+                )
+            }),
+            max_context,
+            vocab_size,
+            args: server_args(cfg, num_pages, threads),
+        };
+        let chat_template = loaded.chat_template.map(Arc::new);
+        let api_key = cfg.listen.as_ref().and(cfg.api_key.clone());
+        let state = Arc::new(AppState::new(
+            handle,
+            tokenizer,
+            chat_template.clone(),
+            grammars,
+            info,
+            api_key,
+        ));
+        Ok(Self {
+            state,
+            chat_template,
+            path,
+            num_pages,
+            page_size: cfg.page_size,
+            max_context,
+        })
+    }
+
+    /// The router with every route, over this engine's state.
+    pub fn router(&self) -> axum::Router {
+        crate::router(self.state.clone())
+    }
+
+    /// Serves on `listener` until it fails or ctrl-c.
+    pub async fn serve(&self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+        crate::serve(self.state.clone(), listener).await
+    }
+}
+
+/// The engine's arguments as `/get_server_info` shows them.
+fn server_args(cfg: &EngineConfig, num_pages: usize, threads: usize) -> serde_json::Value {
+    let in_process = cfg.listen.is_none();
+    serde_json::json!({
+        "in_process": in_process,
+        "host": cfg.listen.as_ref().map(|l| &l.0),
+        "port": cfg.listen.as_ref().map(|l| l.1),
+        "page_size": cfg.page_size,
+        "kv_memory_mb": cfg.kv_memory_mb,
+        "kv_cache_dtype": format!("{:?}", cfg.kv_cache_dtype).to_lowercase(),
+        "num_pages": num_pages,
+        "schedule_policy": cfg.schedule_policy.to_string(),
+        "chunked_prefill_size": cfg.chunked_prefill_size,
+        "max_batch_tokens": cfg.max_batch_tokens,
+        "max_running_requests": cfg.max_running_requests,
+        "threads": threads,
+        "api_key_required": !in_process && cfg.api_key.is_some(),
+        "jump_forward": !cfg.disable_jump_forward,
+    })
+}

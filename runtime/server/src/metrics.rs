@@ -1,0 +1,258 @@
+//! Server metrics in the Prometheus text format: queue lengths, running requests, cache hit
+//! rate, throughput, and TTFT / inter-token / end-to-end latency histograms.
+
+use sglrs_scheduler::DriverStats;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5,
+    10.0, 20.0, 40.0,
+];
+
+/// A fixed-bucket histogram with lock-free updates.
+#[derive(Debug)]
+pub struct Histogram {
+    buckets: &'static [f64],
+    counts: Vec<AtomicU64>,
+    sum_us: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    fn new(buckets: &'static [f64]) -> Self {
+        Self {
+            buckets,
+            counts: buckets.iter().map(|_| AtomicU64::new(0)).collect(),
+            sum_us: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// Records one observation in seconds.
+    pub fn observe(&self, seconds: f64) {
+        if let Some(i) = self.buckets.iter().position(|&b| seconds <= b) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.sum_us
+            .fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cum = 0;
+        for (b, c) in self.buckets.iter().zip(&self.counts) {
+            cum += c.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cum}");
+        }
+        let count = self.count();
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "{name}_sum {}",
+            self.sum_us.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(out, "{name}_count {count}");
+    }
+}
+
+/// Everything `/metrics` reports that the server (not the scheduler) measures.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Time to first token.
+    pub ttft: Histogram,
+    /// Time between output deltas.
+    pub itl: Histogram,
+    /// Request latency.
+    pub e2e: Histogram,
+    /// Requests received.
+    pub requests: AtomicU64,
+    /// Requests rejected with 4xx.
+    pub rejected: AtomicU64,
+    last_scrape: Mutex<(Instant, u64)>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            ttft: Histogram::new(LATENCY_BUCKETS),
+            itl: Histogram::new(LATENCY_BUCKETS),
+            e2e: Histogram::new(LATENCY_BUCKETS),
+            requests: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            last_scrape: Mutex::new((Instant::now(), 0)),
+        }
+    }
+}
+
+impl Metrics {
+    /// The Prometheus text exposition of these metrics and the scheduler snapshot.
+    pub fn render(&self, s: &DriverStats) -> String {
+        let mut out = String::new();
+        let gauge = |out: &mut String, name: &str, help: &str, v: f64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        };
+        let counter = |out: &mut String, name: &str, help: &str, v: f64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
+        };
+        gauge(
+            &mut out,
+            "sglrs_num_running_reqs",
+            "Sequences running.",
+            s.running as f64,
+        );
+        gauge(
+            &mut out,
+            "sglrs_num_queue_reqs",
+            "Sequences waiting.",
+            s.waiting as f64,
+        );
+        let hit = if s.core.prompt_tokens == 0 {
+            0.0
+        } else {
+            s.core.cached_tokens as f64 / s.core.prompt_tokens as f64
+        };
+        gauge(
+            &mut out,
+            "sglrs_cache_hit_rate",
+            "Prompt tokens served from the prefix cache / prompt tokens.",
+            hit,
+        );
+        let now = Instant::now();
+        let gen = s.core.generated_tokens;
+        let tps = match self.last_scrape.lock() {
+            Ok(mut last) => {
+                let dt = now.duration_since(last.0).as_secs_f64();
+                let v = if dt > 0.0 {
+                    gen.saturating_sub(last.1) as f64 / dt
+                } else {
+                    0.0
+                };
+                *last = (now, gen);
+                v
+            }
+            Err(_) => 0.0,
+        };
+        gauge(
+            &mut out,
+            "sglrs_gen_throughput",
+            "Output tokens per second since the previous scrape.",
+            tps,
+        );
+        gauge(
+            &mut out,
+            "sglrs_kv_total_pages",
+            "Pages in the KV pool.",
+            s.cache.total_pages as f64,
+        );
+        gauge(
+            &mut out,
+            "sglrs_kv_free_pages",
+            "Pages on the free list.",
+            s.cache.free_pages as f64,
+        );
+        gauge(
+            &mut out,
+            "sglrs_kv_tree_pages",
+            "Pages owned by the radix cache.",
+            s.cache.tree_pages as f64,
+        );
+        gauge(
+            &mut out,
+            "sglrs_kv_running_pages",
+            "Pages held by running sequences.",
+            s.cache.running_pages as f64,
+        );
+        counter(
+            &mut out,
+            "sglrs_prompt_tokens_total",
+            "Prompt tokens admitted.",
+            s.core.prompt_tokens as f64,
+        );
+        counter(
+            &mut out,
+            "sglrs_cached_tokens_total",
+            "Prompt tokens served from the cache.",
+            s.core.cached_tokens as f64,
+        );
+        counter(
+            &mut out,
+            "sglrs_generation_tokens_total",
+            "Output tokens produced.",
+            gen as f64,
+        );
+        counter(
+            &mut out,
+            "sglrs_jump_forward_tokens_total",
+            "Output tokens forced by jump-forward.",
+            s.core.jump_forward_tokens as f64,
+        );
+        counter(
+            &mut out,
+            "sglrs_retractions_total",
+            "Sequences retracted under memory pressure.",
+            s.core.retractions as f64,
+        );
+        counter(
+            &mut out,
+            "sglrs_forward_passes_total",
+            "Forward passes run.",
+            s.steps as f64,
+        );
+        counter(
+            &mut out,
+            "sglrs_requests_total",
+            "Requests received.",
+            self.requests.load(Ordering::Relaxed) as f64,
+        );
+        counter(
+            &mut out,
+            "sglrs_rejected_requests_total",
+            "Requests rejected as invalid.",
+            self.rejected.load(Ordering::Relaxed) as f64,
+        );
+        self.ttft.render(
+            &mut out,
+            "sglrs_time_to_first_token_seconds",
+            "Time to first token.",
+        );
+        self.itl.render(
+            &mut out,
+            "sglrs_inter_token_latency_seconds",
+            "Time between output deltas.",
+        );
+        self.e2e.render(
+            &mut out,
+            "sglrs_e2e_request_latency_seconds",
+            "Request latency.",
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_is_cumulative() {
+        let m = Metrics::default();
+        m.ttft.observe(0.02);
+        m.ttft.observe(3.0);
+        let text = m.render(&DriverStats::default());
+        assert!(text.contains("sglrs_time_to_first_token_seconds_bucket{le=\"0.025\"} 1"));
+        assert!(text.contains("sglrs_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2"));
+        assert!(text.contains("sglrs_num_queue_reqs 0"));
+    }
+}

@@ -1,0 +1,395 @@
+//! SGLang's native `POST /generate`.
+
+use super::dispatch::{self, Job, Running, SampleResult, Timing};
+use super::error::{parse_json, ApiError};
+use super::sse;
+use super::validate::{self, OneOrMany, RawSamplingParams};
+use super::AppState;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sglrs_scheduler::{FinishReason, SchedEvent, TokenLogprob};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// `input_ids`: one prompt or a batch.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(untagged)]
+enum InputIds {
+    Batch(Vec<Vec<i64>>),
+    One(Vec<i64>),
+}
+
+/// The body of `/generate` as sent.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RawGenerate {
+    text: Option<OneOrMany<String>>,
+    input_ids: Option<InputIds>,
+    sampling_params: Option<Value>,
+    return_logprob: Option<OneOrMany<bool>>,
+    logprob_start_len: Option<OneOrMany<i64>>,
+    top_logprobs_num: Option<OneOrMany<i64>>,
+    token_ids_logprob: Option<Vec<i64>>,
+    return_text_in_logprobs: Option<bool>,
+    stream: Option<bool>,
+    rid: Option<OneOrMany<String>>,
+    priority: Option<i64>,
+    extra_key: Option<String>,
+    bootstrap_host: Option<Value>,
+    bootstrap_port: Option<Value>,
+    bootstrap_room: Option<Value>,
+    image_data: Option<Value>,
+}
+
+fn pick<T: Clone>(
+    v: &Option<OneOrMany<T>>,
+    i: usize,
+    name: &str,
+    batch: usize,
+) -> Result<Option<T>, ApiError> {
+    match v {
+        None => Ok(None),
+        Some(OneOrMany::One(x)) => Ok(Some(x.clone())),
+        Some(OneOrMany::Many(xs)) if xs.len() == batch => Ok(Some(xs[i].clone())),
+        Some(OneOrMany::Many(xs)) => Err(ApiError::bad(
+            name,
+            format!("{} entries for a batch of {batch}", xs.len()),
+        )),
+    }
+}
+
+/// The `sampling_params` of batch item `i`: one object for all, or a list with one per item.
+/// Parsed from a JSON value here (not through an untagged enum) so that an unknown field
+/// is named in the error.
+fn sampling_params(
+    v: Option<&Value>,
+    i: usize,
+    batch: usize,
+) -> Result<RawSamplingParams, ApiError> {
+    let item = match v {
+        None | Some(Value::Null) => return Ok(RawSamplingParams::default()),
+        Some(Value::Array(items)) if items.len() == batch => &items[i],
+        Some(Value::Array(items)) => {
+            return Err(ApiError::bad(
+                "sampling_params",
+                format!("{} entries for a batch of {batch}", items.len()),
+            ))
+        }
+        Some(obj) => obj,
+    };
+    serde_json::from_value(item.clone())
+        .map_err(|e| ApiError::bad("sampling_params", e.to_string()))
+}
+
+/// `POST /generate`.
+pub async fn generate(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let start = Instant::now();
+    state
+        .metrics
+        .requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let raw: RawGenerate = parse_json(&body)?;
+    for (name, v) in [
+        ("bootstrap_host", &raw.bootstrap_host),
+        ("bootstrap_port", &raw.bootstrap_port),
+        ("bootstrap_room", &raw.bootstrap_room),
+    ] {
+        if v.as_ref().is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::bad(
+                name,
+                "disaggregated prefill/decode is not served by this process",
+            ));
+        }
+    }
+    if raw.image_data.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::bad(
+            "image_data",
+            "image input is not supported by this model",
+        ));
+    }
+    let limits = state.limits();
+    // Prompts as token ids, and whether the request was a batch.
+    let (prompts, is_batch): (Vec<Vec<u32>>, bool) = match (&raw.text, &raw.input_ids) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid("give either text or input_ids, not both"))
+        }
+        (None, None) => return Err(ApiError::invalid("one of text or input_ids is required")),
+        (Some(OneOrMany::One(t)), None) => (vec![state.encode(t)?], false),
+        (Some(OneOrMany::Many(ts)), None) => (
+            ts.iter()
+                .map(|t| state.encode(t))
+                .collect::<Result<_, _>>()?,
+            true,
+        ),
+        (None, Some(InputIds::One(ids))) => (vec![validate::check_input_ids(ids, limits)?], false),
+        (None, Some(InputIds::Batch(b))) => (
+            b.iter()
+                .map(|ids| validate::check_input_ids(ids, limits))
+                .collect::<Result<_, _>>()?,
+            true,
+        ),
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::bad("text", "the batch is empty"));
+    }
+    let batch = prompts.len();
+    let mut jobs = Vec::with_capacity(batch);
+    for (i, input_ids) in prompts.into_iter().enumerate() {
+        let sp = sampling_params(raw.sampling_params.as_ref(), i, batch)?;
+        let params = validate::check_params(&sp, input_ids.len(), limits, "max_new_tokens")?;
+        let logprobs = validate::check_logprobs(
+            pick(&raw.return_logprob, i, "return_logprob", batch)?.unwrap_or(false),
+            pick(&raw.logprob_start_len, i, "logprob_start_len", batch)?,
+            pick(&raw.top_logprobs_num, i, "top_logprobs_num", batch)?,
+            raw.token_ids_logprob.as_deref(),
+            input_ids.len(),
+            limits,
+        )?;
+        jobs.push(Job {
+            input_ids,
+            params,
+            logprobs,
+            priority: raw.priority.unwrap_or(0),
+            namespace: validate::namespace(raw.extra_key.as_deref()),
+        });
+    }
+    let return_text = raw.return_text_in_logprobs.unwrap_or(false);
+    let want_lp: Vec<bool> = jobs.iter().map(|j| j.logprobs.is_some()).collect();
+    // Compile every grammar before submitting anything, so a bad one rejects the whole batch.
+    for j in &jobs {
+        if let Some(g) = &j.params.grammar {
+            state.grammars.get(g).await?;
+        }
+    }
+    let rids: Vec<Option<String>> = (0..batch)
+        .map(|i| pick(&raw.rid, i, "rid", batch))
+        .collect::<Result<_, _>>()?;
+    let mut running = Vec::with_capacity(batch);
+    for job in jobs {
+        running.push(dispatch::submit(&state, job).await?);
+    }
+    let rid_of = |i: usize, id: u64| rids[i].clone().unwrap_or_else(|| format!("{id:032x}"));
+    register(&state, &rids, &running);
+    let n = running.first().map_or(1, |r| r.n);
+    let many = is_batch || n > 1;
+    if raw.stream.unwrap_or(false) {
+        return Ok(stream(
+            state,
+            running,
+            rids,
+            want_lp,
+            return_text,
+            start,
+            many,
+        ));
+    }
+    let ids: Vec<u64> = running.iter().map(|r| r.id).collect();
+    let results = dispatch::collect_all(&state, running, start).await;
+    unregister(&state, &rids);
+    let e2e = start.elapsed().as_secs_f64();
+    let mut out = Vec::new();
+    for (i, samples) in results.iter().enumerate() {
+        for r in samples {
+            out.push(sample_json(
+                &state,
+                r,
+                &rid_of(i, ids[i]),
+                e2e,
+                want_lp[i],
+                return_text,
+            ));
+        }
+    }
+    if many {
+        Ok(Json(Value::Array(out)).into_response())
+    } else {
+        Ok(Json(out.into_iter().next().unwrap_or(Value::Null)).into_response())
+    }
+}
+
+fn register(state: &AppState, rids: &[Option<String>], running: &[Running]) {
+    if let Ok(mut m) = state.rids.lock() {
+        for (rid, r) in rids.iter().zip(running) {
+            if let Some(rid) = rid {
+                m.insert(rid.clone(), r.id);
+            }
+        }
+    }
+}
+
+fn unregister(state: &AppState, rids: &[Option<String>]) {
+    if let Ok(mut m) = state.rids.lock() {
+        for rid in rids.iter().flatten() {
+            m.remove(rid);
+        }
+    }
+}
+
+/// SGLang's `finish_reason` object.
+pub fn finish_json(reason: Option<&FinishReason>) -> Value {
+    match reason {
+        None => Value::Null,
+        Some(FinishReason::Length(n)) => json!({"type": "length", "length": n}),
+        Some(FinishReason::StopToken(t)) => json!({"type": "stop", "matched": t}),
+        Some(FinishReason::StopString(s)) => json!({"type": "stop", "matched": s}),
+        Some(FinishReason::GrammarEnd) => json!({"type": "stop", "matched": null}),
+        Some(FinishReason::Abort(m)) => json!({"type": "abort", "message": m.to_string()}),
+    }
+}
+
+fn entry(state: &AppState, lp: Option<f32>, id: u32, text: bool) -> Value {
+    json!([
+        lp,
+        id,
+        if text {
+            Value::String(state.token_text(id))
+        } else {
+            Value::Null
+        }
+    ])
+}
+
+/// `(token_logprobs, top_logprobs, token_ids_logprobs)` lists in SGLang's shape.
+fn logprob_lists(state: &AppState, entries: &[TokenLogprob], text: bool) -> (Value, Value, Value) {
+    let tokens = entries
+        .iter()
+        .map(|e| entry(state, e.logprob, e.token, text))
+        .collect();
+    let top = entries
+        .iter()
+        .map(|e| {
+            if e.logprob.is_none() {
+                Value::Null
+            } else {
+                Value::Array(
+                    e.top
+                        .iter()
+                        .map(|&(t, l)| entry(state, Some(l), t, text))
+                        .collect(),
+                )
+            }
+        })
+        .collect();
+    let chosen = entries
+        .iter()
+        .map(|e| {
+            if e.logprob.is_none() {
+                Value::Null
+            } else {
+                Value::Array(
+                    e.chosen
+                        .iter()
+                        .map(|&(t, l)| entry(state, Some(l), t, text))
+                        .collect(),
+                )
+            }
+        })
+        .collect();
+    (
+        Value::Array(tokens),
+        Value::Array(top),
+        Value::Array(chosen),
+    )
+}
+
+fn sample_json(
+    state: &AppState,
+    r: &SampleResult,
+    rid: &str,
+    e2e: f64,
+    want_lp: bool,
+    text: bool,
+) -> Value {
+    let mut meta = json!({
+        "id": rid,
+        "finish_reason": finish_json(r.finish.as_ref()),
+        "prompt_tokens": r.prompt_tokens,
+        "completion_tokens": r.completion_tokens,
+        "cached_tokens": r.cached_tokens,
+        "e2e_latency": e2e,
+    });
+    if want_lp {
+        let (it, itop, iids) = logprob_lists(state, &r.input_logprobs, text);
+        let (ot, otop, oids) = logprob_lists(state, &r.logprobs, text);
+        if let Some(m) = meta.as_object_mut() {
+            m.insert("input_token_logprobs".into(), it);
+            m.insert("input_top_logprobs".into(), itop);
+            m.insert("input_token_ids_logprobs".into(), iids);
+            m.insert("output_token_logprobs".into(), ot);
+            m.insert("output_top_logprobs".into(), otop);
+            m.insert("output_token_ids_logprobs".into(), oids);
+        }
+    }
+    json!({"text": r.text, "output_ids": r.tokens, "meta_info": meta})
+}
+
+/// Streams cumulative text per sample (`index` = prompt × n + sample when `many`).
+fn stream(
+    state: Arc<AppState>,
+    running: Vec<Running>,
+    rids: Vec<Option<String>>,
+    want_lp: Vec<bool>,
+    return_text: bool,
+    start: Instant,
+    many: bool,
+) -> Response {
+    let (tx, resp) = sse::channel();
+    tokio::spawn(async move {
+        let mut tasks = Vec::new();
+        for (i, mut job) in running.into_iter().enumerate() {
+            let tx = tx.clone();
+            let state = state.clone();
+            let rid = rids[i]
+                .clone()
+                .unwrap_or_else(|| format!("{:032x}", job.id));
+            let want = want_lp[i];
+            tasks.push(tokio::spawn(async move {
+                let mut results = vec![SampleResult::default(); job.n];
+                let mut timing = Timing::new(start);
+                while results.iter().any(|r| r.finish.is_none()) {
+                    let Some(ev) = job.rx.recv().await else { break };
+                    let has_tokens =
+                        matches!(&ev, SchedEvent::Delta { tokens, .. } if !tokens.is_empty());
+                    let finished = matches!(&ev, SchedEvent::Finished { .. });
+                    if has_tokens {
+                        timing.on_tokens(&state);
+                    }
+                    let Some(s) = dispatch::apply(&mut results, ev) else {
+                        continue;
+                    };
+                    if !has_tokens && !finished {
+                        continue;
+                    }
+                    let mut v = sample_json(
+                        &state,
+                        &results[s],
+                        &rid,
+                        timing.elapsed(),
+                        want,
+                        return_text,
+                    );
+                    if many {
+                        v["index"] = json!(i * job.n + s);
+                    }
+                    if tx.send(v.to_string()).await.is_err() {
+                        return; // client gone: dropping `job.rx` aborts the request
+                    }
+                }
+                state.metrics.e2e.observe(timing.elapsed());
+            }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        unregister(&state, &rids);
+        let _ = tx.send("[DONE]".to_string()).await;
+    });
+    resp
+}

@@ -1,0 +1,601 @@
+//! `/v1/chat/completions`: messages through the chat template, `response_format`, tools.
+
+use super::*;
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct ContentPart {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+    image_url: Option<Value>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawMessage {
+    role: String,
+    content: Option<Content>,
+    name: Option<String>,
+    tool_calls: Option<Value>,
+    tool_call_id: Option<String>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawJsonSchemaFormat {
+    name: Option<String>,
+    description: Option<String>,
+    schema: Option<Value>,
+    strict: Option<bool>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct ResponseFormat {
+    #[serde(rename = "type")]
+    kind: String,
+    json_schema: Option<RawJsonSchemaFormat>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct FunctionDef {
+    name: String,
+    description: Option<String>,
+    parameters: Option<Value>,
+    strict: Option<bool>,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct Tool {
+    #[serde(rename = "type")]
+    kind: String,
+    function: FunctionDef,
+}
+
+#[derive(Deserialize, Debug)]
+struct RawChat {
+    model: Option<String>,
+    messages: Vec<RawMessage>,
+    max_tokens: Option<i64>,
+    max_completion_tokens: Option<i64>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    logprobs: Option<bool>,
+    top_logprobs: Option<i64>,
+    response_format: Option<ResponseFormat>,
+    tools: Option<Vec<Tool>>,
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<bool>,
+    user: Option<String>,
+    #[serde(flatten)]
+    sampling: SamplingFields,
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
+}
+
+impl HasRest for RawChat {
+    fn rest(&self) -> &serde_json::Map<String, Value> {
+        &self.rest
+    }
+}
+
+/// How tools shape the output.
+#[derive(Clone, Debug, PartialEq)]
+enum ToolMode {
+    /// No tools (or `tool_choice: "none"`).
+    None,
+    /// The model may answer or call a tool (detected in the output).
+    Auto(Vec<String>),
+    /// The model must call one of the tools: output `{"name", "arguments"}`.
+    Required(Vec<String>),
+    /// The model calls this function; the output is its arguments.
+    Named(String),
+}
+
+fn message_json(m: &RawMessage) -> Result<Value, ApiError> {
+    if !["system", "user", "assistant", "tool", "developer"].contains(&m.role.as_str()) {
+        return Err(ApiError::bad(
+            "messages",
+            format!("unknown role {:?}", m.role),
+        ));
+    }
+    let content = match &m.content {
+        None => Value::Null,
+        Some(Content::Text(t)) => json!(t),
+        Some(Content::Parts(parts)) => {
+            let mut s = String::new();
+            for p in parts {
+                match (p.kind.as_str(), &p.text) {
+                    ("text", Some(t)) => s.push_str(t),
+                    _ if p.image_url.is_some() || p.kind == "image_url" => {
+                        return Err(ApiError::bad(
+                            "messages",
+                            "image content is not supported by this model",
+                        ))
+                    }
+                    (k, _) => {
+                        return Err(ApiError::bad(
+                            "messages",
+                            format!("unsupported content part type {k:?}"),
+                        ))
+                    }
+                }
+            }
+            json!(s)
+        }
+    };
+    let role = if m.role == "developer" {
+        "system"
+    } else {
+        m.role.as_str()
+    };
+    let mut v = json!({"role": role, "content": content});
+    if let Some(n) = &m.name {
+        v["name"] = json!(n);
+    }
+    if let Some(tc) = &m.tool_calls {
+        v["tool_calls"] = tc.clone();
+    }
+    if let Some(id) = &m.tool_call_id {
+        v["tool_call_id"] = json!(id);
+    }
+    Ok(v)
+}
+
+fn render_prompt(
+    state: &AppState,
+    messages: &[Value],
+    tools: Option<Value>,
+) -> Result<String, ApiError> {
+    match &state.chat_template {
+        Some(t) => t
+            .render(
+                messages,
+                &RenderOptions {
+                    add_generation_prompt: true,
+                    tools,
+                    extra: Default::default(),
+                },
+            )
+            .map_err(|e| ApiError::bad("messages", e.to_string())),
+        None => {
+            let mut s = String::new();
+            for m in messages {
+                s.push_str(&format!(
+                    "{}: {}\n",
+                    m["role"].as_str().unwrap_or(""),
+                    m["content"].as_str().unwrap_or("")
+                ));
+            }
+            s.push_str("assistant:");
+            Ok(s)
+        }
+    }
+}
+
+/// Parses a tool call out of free or `{"name", "arguments"}` output.
+fn parse_tool_call(text: &str, names: &[String]) -> Option<(String, String)> {
+    let t = text.trim();
+    let t = t
+        .strip_prefix("<tool_call>")
+        .map_or(t, |x| x.trim_end().trim_end_matches("</tool_call>"))
+        .trim();
+    let v: Value = serde_json::from_str(t).ok()?;
+    let v = if let Value::Array(a) = &v {
+        a.first()?.clone()
+    } else {
+        v
+    };
+    let name = v.get("name")?.as_str()?.to_string();
+    if !names.contains(&name) {
+        return None;
+    }
+    let args = v
+        .get("arguments")
+        .or_else(|| v.get("parameters"))
+        .cloned()
+        .unwrap_or(json!({}));
+    let args = match args {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    Some((name, args))
+}
+
+fn chat_logprobs(state: &AppState, entries: &[TokenLogprob]) -> Value {
+    let item = |id: u32, lp: f32| {
+        let t = state.token_text(id);
+        json!({"token": t, "logprob": lp, "bytes": t.as_bytes()})
+    };
+    let content: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            let mut v = item(e.token, e.logprob.unwrap_or(0.0));
+            v["top_logprobs"] = Value::Array(e.top.iter().map(|&(id, l)| item(id, l)).collect());
+            v
+        })
+        .collect();
+    json!({"content": content})
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let start = Instant::now();
+    state
+        .metrics
+        .requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let raw: RawChat = parse_body(&body)?;
+    check_model(&state, raw.model.as_deref())?;
+    let _ = (&raw.user, raw.parallel_tool_calls);
+    if raw.messages.is_empty() {
+        return Err(ApiError::bad("messages", "is empty"));
+    }
+    let messages: Vec<Value> = raw
+        .messages
+        .iter()
+        .map(message_json)
+        .collect::<Result<_, _>>()?;
+    let tools = raw.tools.clone().unwrap_or_default();
+    for t in &tools {
+        if t.kind != "function" {
+            return Err(ApiError::bad(
+                "tools",
+                format!(
+                    "tool type {:?} is not supported (only \"function\")",
+                    t.kind
+                ),
+            ));
+        }
+        let _ = (&t.function.description, t.function.strict);
+    }
+    let names: Vec<String> = tools.iter().map(|t| t.function.name.clone()).collect();
+    let mode = match (&raw.tool_choice, tools.is_empty()) {
+        (None, true) | (Some(Value::Null), true) => ToolMode::None,
+        (Some(Value::String(s)), _) if s == "none" => ToolMode::None,
+        (None, false) | (Some(Value::Null), false) => ToolMode::Auto(names.clone()),
+        (Some(Value::String(s)), false) if s == "auto" => ToolMode::Auto(names.clone()),
+        (Some(Value::String(s)), false) if s == "required" => ToolMode::Required(names.clone()),
+        (Some(Value::Object(o)), false) => {
+            let name = o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    ApiError::bad(
+                        "tool_choice",
+                        "expected {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                    )
+                })?;
+            if !names.iter().any(|n| n == name) {
+                return Err(ApiError::bad(
+                    "tool_choice",
+                    format!("no tool named {name:?} in tools"),
+                ));
+            }
+            ToolMode::Named(name.to_string())
+        }
+        (Some(other), true) if !other.is_null() => {
+            return Err(ApiError::bad("tool_choice", "given without tools"));
+        }
+        (Some(other), _) => {
+            return Err(ApiError::bad(
+                "tool_choice",
+                format!("unsupported value {other}"),
+            ))
+        }
+    };
+    let tools_json = (mode != ToolMode::None).then(|| json!(tools.iter().map(|t| json!({"type": "function", "function": {
+        "name": t.function.name, "description": t.function.description, "parameters": t.function.parameters}})).collect::<Vec<_>>()));
+    let prompt = render_prompt(&state, &messages, tools_json)?;
+    let input_ids = state.encode(&prompt)?;
+    // The output constraint: response_format, a tool choice, or the regex / ebnf extensions.
+    let mut grammar: Option<GrammarSpec> = None;
+    if let Some(rf) = &raw.response_format {
+        grammar = match rf.kind.as_str() {
+            "text" => None,
+            "json_object" => Some(GrammarSpec::JsonObject),
+            "json_schema" => {
+                let js = rf
+                    .json_schema
+                    .as_ref()
+                    .ok_or_else(|| ApiError::bad("response_format", "json_schema is missing"))?;
+                let _ = (&js.name, &js.description, js.strict);
+                let schema = js.schema.as_ref().ok_or_else(|| {
+                    ApiError::bad("response_format", "json_schema.schema is missing")
+                })?;
+                Some(GrammarSpec::JsonSchema(schema.to_string()))
+            }
+            other => {
+                return Err(ApiError::bad(
+                    "response_format",
+                    format!("type {other:?} is not supported"),
+                ))
+            }
+        };
+    }
+    match &mode {
+        ToolMode::Named(name) => {
+            let params = tools
+                .iter()
+                .find(|t| &t.function.name == name)
+                .and_then(|t| t.function.parameters.clone())
+                .unwrap_or(json!({"type": "object"}));
+            if grammar.is_some() {
+                return Err(ApiError::bad(
+                    "response_format",
+                    "cannot be combined with a named tool_choice",
+                ));
+            }
+            grammar = Some(GrammarSpec::JsonSchema(params.to_string()));
+        }
+        ToolMode::Required(names) => {
+            let alts: Vec<Value> = tools
+                .iter()
+                .filter(|t| names.contains(&t.function.name))
+                .map(|t| json!({"type": "object", "properties": {"name": {"const": t.function.name},
+                    "arguments": t.function.parameters.clone().unwrap_or(json!({"type": "object"}))},
+                    "required": ["name", "arguments"]}))
+                .collect();
+            if grammar.is_some() {
+                return Err(ApiError::bad(
+                    "response_format",
+                    "cannot be combined with tool_choice \"required\"",
+                ));
+            }
+            grammar = Some(GrammarSpec::JsonSchema(json!({"anyOf": alts}).to_string()));
+        }
+        _ => {}
+    }
+    let max_name = if raw.max_completion_tokens.is_some() {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
+    let sp = raw
+        .sampling
+        .to_raw(raw.max_completion_tokens.or(raw.max_tokens));
+    let mut params = validate::check_params(&sp, input_ids.len(), state.limits(), max_name)?;
+    if let Some(g) = grammar {
+        if params.grammar.is_some() {
+            return Err(ApiError::invalid(
+                "give only one of response_format / tool_choice, regex and ebnf",
+            ));
+        }
+        params.grammar = Some(g);
+    }
+    let want_lp = raw.logprobs.unwrap_or(false);
+    if raw.top_logprobs.is_some() && !want_lp {
+        return Err(ApiError::bad("top_logprobs", "requires logprobs: true"));
+    }
+    let logprobs = validate::check_logprobs(
+        want_lp,
+        None,
+        raw.top_logprobs,
+        None,
+        input_ids.len(),
+        state.limits(),
+    )?;
+    let job = Job {
+        input_ids,
+        params,
+        logprobs,
+        priority: 0,
+        namespace: validate::namespace(None),
+    };
+    let running = dispatch::submit(&state, job).await?;
+    let id = format!("chatcmpl-{:016x}", running.id);
+    let model = state.info.served_model_name.clone();
+    let created = now_secs();
+    if raw.stream.unwrap_or(false) {
+        let include_usage = raw
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false);
+        return Ok(stream_chat(
+            state,
+            running,
+            id,
+            model,
+            created,
+            mode,
+            include_usage,
+            want_lp,
+            start,
+        ));
+    }
+    let all = dispatch::collect_all(&state, vec![running], start).await;
+    fail_on_abort(&all)?;
+    let results = &all[0];
+    let mut choices = Vec::new();
+    for (i, r) in results.iter().enumerate() {
+        let call = match &mode {
+            ToolMode::Named(name) => Some((name.clone(), r.text.clone())),
+            ToolMode::Required(names) | ToolMode::Auto(names) => parse_tool_call(&r.text, names),
+            ToolMode::None => None,
+        };
+        let (message, finish) = match call {
+            Some((name, args)) => (
+                json!({"role": "assistant", "content": null, "tool_calls": [{
+                    "id": format!("call_{:08x}{:02x}", results.len() * 7919 + i, i),
+                    "type": "function", "function": {"name": name, "arguments": args}}]}),
+                json!("tool_calls"),
+            ),
+            None => (
+                json!({"role": "assistant", "content": r.text}),
+                finish_str(r.finish.as_ref()),
+            ),
+        };
+        choices.push(json!({"index": i, "message": message,
+            "logprobs": if want_lp { chat_logprobs(&state, &r.logprobs) } else { Value::Null },
+            "finish_reason": finish, "matched_stop": matched_stop(r.finish.as_ref())}));
+    }
+    Ok(Json(
+        json!({"id": id, "object": "chat.completion", "created": created, "model": model,
+        "choices": choices, "usage": usage(results)}),
+    )
+    .into_response())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn stream_chat(
+    state: Arc<AppState>,
+    mut job: dispatch::Running,
+    id: String,
+    model: String,
+    created: u64,
+    mode: ToolMode,
+    include_usage: bool,
+    want_lp: bool,
+    start: Instant,
+) -> Response {
+    let (tx, resp) = sse::channel();
+    tokio::spawn(async move {
+        let chunk = |index: usize, delta: Value, finish: Value, lp: Value| {
+            json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [{"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}]})
+            .to_string()
+        };
+        let named = if let ToolMode::Named(n) = &mode {
+            Some(n.clone())
+        } else {
+            None
+        };
+        for i in 0..job.n {
+            let mut delta = json!({"role": "assistant", "content": ""});
+            if let Some(name) = &named {
+                delta = json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0,
+                    "id": format!("call_{:016x}{i:02x}", job.id), "type": "function",
+                    "function": {"name": name, "arguments": ""}}]});
+            }
+            if tx
+                .send(chunk(i, delta, Value::Null, Value::Null))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        let mut results = vec![SampleResult::default(); job.n];
+        let mut timing = Timing::new(start);
+        while results.iter().any(|r| r.finish.is_none()) {
+            let Some(ev) = job.rx.recv().await else { break };
+            let msg = match &ev {
+                SchedEvent::Delta {
+                    sample,
+                    text,
+                    tokens,
+                    logprobs,
+                    ..
+                } => {
+                    if !tokens.is_empty() {
+                        timing.on_tokens(&state);
+                    }
+                    if text.is_empty() && logprobs.is_empty() {
+                        None
+                    } else {
+                        let delta = match &named {
+                            Some(_) => {
+                                json!({"tool_calls": [{"index": 0, "function": {"arguments": text}}]})
+                            }
+                            None => json!({"content": text}),
+                        };
+                        let lp = if want_lp {
+                            chat_logprobs(&state, logprobs)
+                        } else {
+                            Value::Null
+                        };
+                        Some(chunk(*sample, delta, Value::Null, lp))
+                    }
+                }
+                SchedEvent::Finished { sample, reason, .. } => {
+                    let f = if named.is_some() {
+                        json!("tool_calls")
+                    } else {
+                        finish_str(Some(reason))
+                    };
+                    Some(chunk(*sample, json!({}), f, Value::Null))
+                }
+                SchedEvent::InputLogprobs { .. } => None,
+            };
+            dispatch::apply(&mut results, ev);
+            if let Some(m) = msg {
+                if tx.send(m).await.is_err() {
+                    return;
+                }
+            }
+        }
+        state.metrics.e2e.observe(timing.elapsed());
+        if include_usage {
+            let c = json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [], "usage": usage(&results)});
+            let _ = tx.send(c.to_string()).await;
+        }
+        let _ = tx.send("[DONE]".to_string()).await;
+    });
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_calls_parse_from_output() {
+        let names = vec!["get_weather".to_string()];
+        let (n, a) = parse_tool_call(
+            r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#,
+            &names,
+        )
+        .unwrap();
+        assert_eq!(n, "get_weather");
+        assert_eq!(serde_json::from_str::<Value>(&a).unwrap()["city"], "Paris");
+        assert!(parse_tool_call(
+            r#"<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>"#,
+            &names
+        )
+        .is_some());
+        assert!(parse_tool_call(r#"{"name": "other", "arguments": {}}"#, &names).is_none());
+        assert!(parse_tool_call("It is sunny.", &names).is_none());
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let e = parse_body::<RawChat>(br#"{"messages": [], "frobnicate": 1}"#).unwrap_err();
+        assert!(e.to_string().contains("frobnicate"));
+        let ok = parse_body::<RawChat>(br#"{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}"#);
+        assert!(ok.is_ok());
+        // The shared sampling fields are read through the flattened struct, with their types.
+        let v = parse_body::<RawChat>(
+            br#"{"messages": [], "temperature": 0.5, "top_k": 3, "stop": ["x"], "seed": 7}"#,
+        )
+        .unwrap();
+        assert_eq!(v.sampling.temperature, Some(0.5));
+        assert_eq!(v.sampling.top_k, Some(3));
+        assert_eq!(v.sampling.seed, Some(7));
+        let e = parse_body::<RawChat>(br#"{"messages": [], "temperature": "hot"}"#).unwrap_err();
+        assert_eq!(e.status(), axum::http::StatusCode::BAD_REQUEST);
+        // A field of the other endpoint is unknown here.
+        let e = parse_body::<RawChat>(br#"{"messages": [], "echo": true}"#).unwrap_err();
+        assert!(e.to_string().contains("`echo`"), "{e}");
+        let e = parse_body::<RawCompletion>(br#"{"prompt": "a", "tools": []}"#).unwrap_err();
+        assert!(e.to_string().contains("`tools`"), "{e}");
+        assert!(
+            parse_body::<RawCompletion>(br#"{"prompt": [1, 2], "n": 2, "echo": true}"#).is_ok()
+        );
+    }
+}

@@ -1,0 +1,409 @@
+//! The OpenAI-compatible routes: `/v1/completions` and `/v1/chat/completions`.
+
+mod chat;
+
+pub use chat::chat_completions;
+
+use super::dispatch::{self, Job, SampleResult, Timing};
+use super::error::{parse_json, ApiError};
+use super::sse;
+use super::validate::{self, GrammarSpec, OneOrMany, RawSamplingParams};
+use super::AppState;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sglrs_model::chat::RenderOptions;
+use sglrs_scheduler::{FinishReason, SchedEvent, TokenLogprob};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+struct StreamOptions {
+    include_usage: Option<bool>,
+    continuous_usage_stats: Option<bool>,
+}
+
+/// `prompt` of `/v1/completions`.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(untagged)]
+enum Prompt {
+    Text(String),
+    Texts(Vec<String>),
+    Ids(Vec<i64>),
+    IdBatch(Vec<Vec<i64>>),
+}
+
+/// The sampling fields `/v1/completions` and `/v1/chat/completions` share (OpenAI's plus
+/// SGLang's extensions), flattened into both request bodies.
+#[derive(Deserialize, Debug, Clone, Default)]
+struct SamplingFields {
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    n: Option<i64>,
+    stop: Option<OneOrMany<String>>,
+    seed: Option<u64>,
+    presence_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
+    repetition_penalty: Option<f64>,
+    logit_bias: Option<HashMap<String, f64>>,
+    top_k: Option<i64>,
+    min_p: Option<f64>,
+    min_tokens: Option<i64>,
+    ignore_eos: Option<bool>,
+    stop_token_ids: Option<Vec<i64>>,
+    stop_regex: Option<OneOrMany<String>>,
+    regex: Option<String>,
+    ebnf: Option<String>,
+}
+
+impl SamplingFields {
+    /// The native sampling parameters these fields stand for.
+    fn to_raw(&self, max_new_tokens: Option<i64>) -> RawSamplingParams {
+        RawSamplingParams {
+            max_new_tokens,
+            min_new_tokens: self.min_tokens,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            repetition_penalty: self.repetition_penalty,
+            stop: self.stop.clone(),
+            stop_token_ids: self.stop_token_ids.clone(),
+            stop_regex: self.stop_regex.clone(),
+            ignore_eos: self.ignore_eos,
+            n: self.n,
+            regex: self.regex.clone(),
+            ebnf: self.ebnf.clone(),
+            logit_bias: self.logit_bias.clone(),
+            sampling_seed: self.seed,
+            ..Default::default()
+        }
+    }
+}
+
+/// Parses an OpenAI request body whose struct flattens [`SamplingFields`] and collects
+/// whatever is left in `rest`: serde's `deny_unknown_fields` does not combine with
+/// `flatten`, so an unknown field is refused here, by name, instead.
+fn parse_body<T: serde::de::DeserializeOwned + HasRest>(body: &[u8]) -> Result<T, ApiError> {
+    let v: T = parse_json(body)?;
+    if let Some(k) = v.rest().keys().next() {
+        return Err(ApiError::BadRequest {
+            message: format!("invalid request body: unknown field `{k}`"),
+            param: Some(k.clone()),
+        });
+    }
+    Ok(v)
+}
+
+/// A request body with a catch-all map for the fields no struct member took.
+trait HasRest {
+    fn rest(&self) -> &serde_json::Map<String, Value>;
+}
+
+#[derive(Deserialize, Debug)]
+struct RawCompletion {
+    model: Option<String>,
+    prompt: Prompt,
+    max_tokens: Option<i64>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    logprobs: Option<i64>,
+    echo: Option<bool>,
+    user: Option<String>,
+    json_schema: Option<String>,
+    #[serde(flatten)]
+    sampling: SamplingFields,
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
+}
+
+impl HasRest for RawCompletion {
+    fn rest(&self) -> &serde_json::Map<String, Value> {
+        &self.rest
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn check_model(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
+    match model {
+        None => Ok(()),
+        Some(m)
+            if m == state.info.served_model_name
+                || m == state.info.model_path
+                || m == "default" =>
+        {
+            Ok(())
+        }
+        Some(m) => Err(ApiError::NotFound(format!(
+            "model {m:?} is not served here (serving {:?})",
+            state.info.served_model_name
+        ))),
+    }
+}
+
+/// OpenAI `finish_reason`.
+fn finish_str(r: Option<&FinishReason>) -> Value {
+    match r {
+        None => Value::Null,
+        Some(FinishReason::Length(_)) => json!("length"),
+        Some(FinishReason::Abort(_)) => json!("abort"),
+        Some(_) => json!("stop"),
+    }
+}
+
+fn matched_stop(r: Option<&FinishReason>) -> Value {
+    match r {
+        Some(FinishReason::StopToken(t)) => json!(t),
+        Some(FinishReason::StopString(s)) => json!(s),
+        _ => Value::Null,
+    }
+}
+
+fn usage(results: &[SampleResult]) -> Value {
+    let prompt = results.first().map_or(0, |r| r.prompt_tokens);
+    let cached = results.first().map_or(0, |r| r.cached_tokens);
+    let completion: usize = results.iter().map(|r| r.completion_tokens).sum();
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    })
+}
+
+fn usage_sum(all: &[Vec<SampleResult>]) -> Value {
+    let mut p = 0;
+    let mut c = 0;
+    let mut k = 0;
+    for rs in all {
+        let u = usage(rs);
+        p += u["prompt_tokens"].as_u64().unwrap_or(0);
+        c += u["completion_tokens"].as_u64().unwrap_or(0);
+        k += u["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0);
+    }
+    json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+           "prompt_tokens_details": {"cached_tokens": k}})
+}
+
+/// Internal failures surface as HTTP 500 for non-streaming requests.
+fn fail_on_abort(all: &[Vec<SampleResult>]) -> Result<(), ApiError> {
+    for r in all.iter().flatten() {
+        if let Some(FinishReason::Abort(m)) = &r.finish {
+            return Err(ApiError::Internal(format!("generation aborted: {m}")));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- /v1/completions
+
+fn completion_logprobs(state: &AppState, entries: &[TokenLogprob], offset0: usize) -> Value {
+    let mut offset = offset0;
+    let mut tokens = Vec::new();
+    let mut lps = Vec::new();
+    let mut tops = Vec::new();
+    let mut offsets = Vec::new();
+    for e in entries {
+        let t = state.token_text(e.token);
+        offsets.push(offset);
+        offset += t.len();
+        tokens.push(t);
+        lps.push(e.logprob);
+        tops.push(if e.logprob.is_none() {
+            Value::Null
+        } else {
+            let m: serde_json::Map<String, Value> = e
+                .top
+                .iter()
+                .map(|&(id, l)| (state.token_text(id), json!(l)))
+                .collect();
+            Value::Object(m)
+        });
+    }
+    json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
+}
+
+/// `POST /v1/completions`.
+pub async fn completions(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let start = Instant::now();
+    state
+        .metrics
+        .requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let raw: RawCompletion = parse_body(&body)?;
+    check_model(&state, raw.model.as_deref())?;
+    let _ = &raw.user;
+    let limits = state.limits();
+    let prompts: Vec<Vec<u32>> = match &raw.prompt {
+        Prompt::Text(t) => vec![state.encode(t)?],
+        Prompt::Texts(ts) => ts
+            .iter()
+            .map(|t| state.encode(t))
+            .collect::<Result<_, _>>()?,
+        Prompt::Ids(ids) => vec![validate::check_input_ids(ids, limits)?],
+        Prompt::IdBatch(b) => b
+            .iter()
+            .map(|ids| validate::check_input_ids(ids, limits))
+            .collect::<Result<_, _>>()?,
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::bad("prompt", "is empty"));
+    }
+    let mut sp = raw.sampling.to_raw(Some(raw.max_tokens.unwrap_or(16)));
+    sp.json_schema = raw.json_schema.clone();
+    let echo = raw.echo.unwrap_or(false);
+    let top = match raw.logprobs {
+        None => None,
+        Some(v) if (0..=5).contains(&v) => Some(v),
+        Some(v) => return Err(ApiError::bad("logprobs", format!("{v} is outside 0..=5"))),
+    };
+    let mut jobs = Vec::new();
+    let mut prompt_texts = Vec::new();
+    for ids in prompts {
+        let max_name = if raw.max_tokens.is_some() {
+            "max_tokens"
+        } else {
+            "max_tokens (default 16)"
+        };
+        let params = validate::check_params(&sp, ids.len(), limits, max_name)?;
+        let logprobs = validate::check_logprobs(
+            top.is_some(),
+            if echo { Some(0) } else { None },
+            top,
+            None,
+            ids.len(),
+            limits,
+        )?;
+        prompt_texts.push(if echo {
+            state.tokenizer.decode(&ids, false).unwrap_or_default()
+        } else {
+            String::new()
+        });
+        jobs.push(Job {
+            input_ids: ids,
+            params,
+            logprobs,
+            priority: 0,
+            namespace: validate::namespace(None),
+        });
+    }
+    for j in &jobs {
+        if let Some(g) = &j.params.grammar {
+            state.grammars.get(g).await?;
+        }
+    }
+    let mut running = Vec::new();
+    for job in jobs {
+        running.push(dispatch::submit(&state, job).await?);
+    }
+    let id = format!("cmpl-{:016x}", running.first().map_or(0, |r| r.id));
+    let model = state.info.served_model_name.clone();
+    let created = now_secs();
+    if raw.stream.unwrap_or(false) {
+        let include_usage = raw
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false);
+        let _ = raw
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.continuous_usage_stats);
+        let (tx, resp) = sse::channel();
+        tokio::spawn(async move {
+            let mut all = Vec::new();
+            for (pi, mut job) in running.into_iter().enumerate() {
+                let mut results = vec![SampleResult::default(); job.n];
+                let mut timing = Timing::new(start);
+                if echo {
+                    for s in 0..job.n {
+                        let c = json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                            "choices": [{"index": pi * job.n + s, "text": prompt_texts[pi], "logprobs": null, "finish_reason": null}]});
+                        if tx.send(c.to_string()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                while results.iter().any(|r| r.finish.is_none()) {
+                    let Some(ev) = job.rx.recv().await else { break };
+                    let (text, finished) = match &ev {
+                        SchedEvent::Delta { text, tokens, .. } => {
+                            if !tokens.is_empty() {
+                                timing.on_tokens(&state);
+                            }
+                            (text.clone(), false)
+                        }
+                        SchedEvent::Finished { .. } => (String::new(), true),
+                        SchedEvent::InputLogprobs { .. } => continue,
+                    };
+                    let Some(s) = dispatch::apply(&mut results, ev) else {
+                        continue;
+                    };
+                    if text.is_empty() && !finished {
+                        continue;
+                    }
+                    let c = json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                        "choices": [{"index": pi * job.n + s, "text": text, "logprobs": null,
+                                     "finish_reason": if finished { finish_str(results[s].finish.as_ref()) } else { Value::Null },
+                                     "matched_stop": if finished { matched_stop(results[s].finish.as_ref()) } else { Value::Null }}]});
+                    if tx.send(c.to_string()).await.is_err() {
+                        return;
+                    }
+                }
+                state.metrics.e2e.observe(timing.elapsed());
+                all.push(results);
+            }
+            if include_usage {
+                let c = json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                    "choices": [], "usage": usage_sum(&all)});
+                let _ = tx.send(c.to_string()).await;
+            }
+            let _ = tx.send("[DONE]".to_string()).await;
+        });
+        return Ok(resp);
+    }
+    let all = dispatch::collect_all(&state, running, start).await;
+    fail_on_abort(&all)?;
+    let mut choices = Vec::new();
+    for (pi, results) in all.iter().enumerate() {
+        for (s, r) in results.iter().enumerate() {
+            let mut text = r.text.clone();
+            let mut lp = Value::Null;
+            if top.is_some() {
+                let mut entries = Vec::new();
+                if echo {
+                    entries.extend(r.input_logprobs.iter().cloned());
+                }
+                entries.extend(r.logprobs.iter().cloned());
+                lp = completion_logprobs(&state, &entries, 0);
+            }
+            if echo {
+                text = format!("{}{}", prompt_texts[pi], text);
+            }
+            choices.push(json!({"index": pi * results.len() + s, "text": text, "logprobs": lp,
+                "finish_reason": finish_str(r.finish.as_ref()), "matched_stop": matched_stop(r.finish.as_ref())}));
+        }
+    }
+    Ok(Json(
+        json!({"id": id, "object": "text_completion", "created": created, "model": model,
+        "choices": choices, "usage": usage_sum(&all)}),
+    )
+    .into_response())
+}

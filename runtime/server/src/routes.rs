@@ -1,0 +1,168 @@
+//! Small routes: health, model and server info, cache flush, abort, metrics, models.
+
+use super::dispatch::{self, Job};
+use super::error::{parse_json, ApiError};
+use super::validate::{self, RawSamplingParams};
+use super::AppState;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde_json::{json, Value};
+use sglrs_scheduler::FinishReason;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// `GET /health`.
+pub async fn health() -> &'static str {
+    ""
+}
+
+/// `GET /health_generate`: runs one token through the model.
+pub async fn health_generate(State(state): State<Arc<AppState>>) -> Result<&'static str, ApiError> {
+    let raw = RawSamplingParams {
+        max_new_tokens: Some(1),
+        temperature: Some(0.0),
+        ..Default::default()
+    };
+    let input_ids = state.encode("Hello")?;
+    let params = validate::check_params(&raw, input_ids.len(), state.limits(), "max_new_tokens")?;
+    let job = Job {
+        input_ids,
+        params,
+        logprobs: None,
+        priority: i64::MAX,
+        namespace: validate::namespace(None),
+    };
+    let running = dispatch::submit(&state, job).await?;
+    let results = dispatch::collect_all(&state, vec![running], Instant::now()).await;
+    match results
+        .first()
+        .and_then(|r| r.first())
+        .and_then(|r| r.finish.clone())
+    {
+        Some(FinishReason::Abort(m)) => {
+            Err(ApiError::Unavailable(format!("generation failed: {m}")))
+        }
+        Some(_) => Ok(""),
+        None => Err(ApiError::Unavailable("generation did not finish".into())),
+    }
+}
+
+/// `GET /model_info` and `/get_model_info`.
+pub async fn model_info(State(state): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({
+        "model_path": state.info.model_path,
+        "tokenizer_path": state.info.model_path,
+        "is_generation": true,
+        "preferred_sampling_params": null,
+        "weight_version": "default",
+        "has_image_understanding": false,
+        "has_audio_understanding": false,
+        "model_type": "llama",
+        "architectures": null,
+    }))
+}
+
+/// `GET /get_server_info`: arguments, limits and live page accounting.
+pub async fn server_info(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let s = state.sched.stats();
+    let mut v = state.info.args.clone();
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("model_path".into(), json!(state.info.model_path));
+        obj.insert(
+            "served_model_name".into(),
+            json!(state.info.served_model_name),
+        );
+        obj.insert("context_length".into(), json!(state.info.max_context));
+        obj.insert("vocab_size".into(), json!(state.info.vocab_size));
+        obj.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
+        obj.insert(
+            "internal_states".into(),
+            json!([{
+                "num_running_reqs": s.running,
+                "num_waiting_reqs": s.waiting,
+                "cache": s.cache,
+                "prompt_tokens": s.core.prompt_tokens,
+                "cached_tokens": s.core.cached_tokens,
+                "generated_tokens": s.core.generated_tokens,
+                "retractions": s.core.retractions,
+                "jump_forward_tokens": s.core.jump_forward_tokens,
+                "forward_passes": s.steps,
+                "forward_tokens": s.forward_tokens,
+                "forward_seconds": s.forward_seconds,
+            }]),
+        );
+    }
+    Json(v)
+}
+
+/// `POST /flush_cache`: drops every cached page when idle.
+pub async fn flush_cache(
+    State(state): State<Arc<AppState>>,
+) -> Result<impl IntoResponse, ApiError> {
+    if state.sched.flush().await? {
+        Ok((axum::http::StatusCode::OK, "Cache flushed.\n"))
+    } else {
+        Ok((
+            axum::http::StatusCode::BAD_REQUEST,
+            "Cache not flushed: requests are running or waiting.\n",
+        ))
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AbortBody {
+    rid: Option<String>,
+    #[serde(default)]
+    abort_all: bool,
+}
+
+/// `POST /abort_request` with `{"rid": ...}` or `{"abort_all": true}`.
+pub async fn abort_request(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let b: AbortBody = parse_json(&body)?;
+    let ids: Vec<u64> = {
+        let rids = state
+            .rids
+            .lock()
+            .map_err(|_| ApiError::Internal("rid table poisoned".into()))?;
+        if b.abort_all {
+            rids.values().copied().collect()
+        } else {
+            let rid = b
+                .rid
+                .ok_or_else(|| ApiError::bad("rid", "missing (or set abort_all)"))?;
+            rids.get(&rid).copied().into_iter().collect()
+        }
+    };
+    for id in &ids {
+        state.sched.abort(*id)?;
+    }
+    Ok(Json(json!({"aborted": ids.len()})))
+}
+
+/// `GET /metrics` (Prometheus text).
+pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    let text = state.metrics.render(&state.sched.stats());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+/// `GET /v1/models`.
+pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": state.info.served_model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "sglrs",
+            "root": state.info.served_model_name,
+            "max_model_len": state.info.max_context,
+        }]
+    }))
+}
