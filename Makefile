@@ -17,6 +17,8 @@ serve: deps model build
 ## Runs the whole test suite (Rust unit, integration and end-to-end tests).
 test: deps model
 	cargo fmt --all -- --check
+	python3 scripts/check-module-cycles.py
+	scripts/check-deps.sh
 	cargo test --release --workspace   # also builds the sglrs binary its integration tests start
 	python3 -m pip install --quiet --disable-pip-version-check openai jsonschema pytest maturin
 	python3 -m pip install --quiet --disable-pip-version-check ./python-frontend

@@ -32,7 +32,7 @@ ONLY=${ONLY:-shared_prefix,concurrent,json}
 PEERS=${PEERS:-sglrs,llamacpp,vllm}
 START_TIMEOUT=${START_TIMEOUT:-900}
 
-[ -x "$SGLRS" ] || { echo "no sglrs binary at $SGLRS (cargo build --release -p sglrs-runtime --bin sglrs, or set SGLRS)" >&2; exit 1; }
+[ -x "$SGLRS" ] || { echo "no sglrs binary at $SGLRS (cargo build --release --bin sglrs, or set SGLRS)" >&2; exit 1; }
 [ -f "$MODEL" ] || { echo "no model at $MODEL (scripts/fetch-model.sh, or set SGLRS_MODEL)" >&2; exit 1; }
 mkdir -p "$OUT"
 

@@ -11,7 +11,7 @@
 //! [`submit_group`] sends several requests in one scheduler message: they are admitted in
 //! the same step, so a fork's branches prefill their suffixes and decode as one batch.
 
-use crate::engine::EngineError;
+use crate::error::EngineError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sglrs_scheduler::{AbortReason, FinishReason, RequestId, SchedEvent, SchedRequest};

@@ -21,6 +21,7 @@
 
 pub mod direct;
 pub mod engine;
+pub mod error;
 
 use engine::{EngineError, Slot, StreamRx};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};

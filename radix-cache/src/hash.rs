@@ -15,9 +15,7 @@ pub const PAGE_HASH_VERSION: u8 = 1;
 /// little-endian `u64`.
 pub const PAGE_HASH_SEED: u64 = u64::from_le_bytes(*b"sglrs-v1");
 
-/// The xxh3-64 seed that turns a namespace name into a [`Namespace`]: the ASCII bytes
-/// `"sglrs-ns"` read as a little-endian `u64`.
-pub const NAMESPACE_SEED: u64 = u64::from_le_bytes(*b"sglrs-ns");
+pub use crate::types::NAMESPACE_SEED;
 
 /// The hash of one full page, chained on its parent page's hash (`None` for the first page
 /// of a sequence), in format version [`PAGE_HASH_VERSION`]:

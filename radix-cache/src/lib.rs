@@ -97,6 +97,7 @@ mod lock;
 mod node;
 mod pages;
 pub mod pool;
+pub(crate) mod prefetch;
 pub mod tier;
 mod tokens;
 mod types;

@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use crate::cache::{prefetch_ahead, prefetch_head};
+use crate::prefetch::{prefetch_ahead, prefetch_head};
 use crate::types::PageId;
 
 /// Page ids in order: `start..start + len`, or any list.

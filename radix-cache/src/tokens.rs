@@ -6,8 +6,8 @@
 //! as much new memory. The choice is per edge and invisible outside this module: every
 //! comparison, key and hash sees the same `u32` values either way.
 
-use crate::cache::{prefetch, prefetch_ahead, prefetch_write};
 use crate::pages::{Pages, RunCheck};
+use crate::prefetch::{prefetch, prefetch_ahead, prefetch_write};
 use crate::types::{PageId, TokenId};
 
 /// The token ids of one edge.

@@ -38,6 +38,10 @@ impl NodeId {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Namespace(pub u64);
 
+/// The xxh3-64 seed that turns a namespace name into a [`Namespace`]: the ASCII bytes
+/// `"sglrs-ns"` read as a little-endian `u64`.
+pub const NAMESPACE_SEED: u64 = u64::from_le_bytes(*b"sglrs-ns");
+
 impl Namespace {
     /// The namespace of requests without tenant, adapter or salt.
     pub const DEFAULT: Namespace = Namespace(0);
@@ -52,7 +56,7 @@ impl Namespace {
         }
         Namespace(xxhash_rust::xxh3::xxh3_64_with_seed(
             name.as_bytes(),
-            crate::hash::NAMESPACE_SEED,
+            NAMESPACE_SEED,
         ))
     }
 }

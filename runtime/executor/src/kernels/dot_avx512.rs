@@ -118,7 +118,7 @@ unsafe fn rows_impl<const NIB: bool, const H: bool>(
             // 64-token prefill blocks it cost ~3% CPU (same-time A/B runs); at 2-4 tokens (one
             // tile per row-group tile, so nothing overlapped the loads before) it saved
             // 11-19% of the GEMM time, at one token (with the f16 scales) 6-10%
-            // (`matmul_speed`, session 5).
+            // (`matmul_speed`, measured 2026-11-30).
             let pf_groups = if t1 - t0 < 48 && prefetch_on() {
                 ng.min(g1 - g - ng)
             } else {

@@ -250,7 +250,50 @@ pub async fn chat_completions(
         .map(message_json)
         .collect::<Result<_, _>>()?;
     let tools = raw.tools.clone().unwrap_or_default();
-    for t in &tools {
+    check_tools(&tools)?;
+    let mode = tool_choice_mode(raw.tool_choice.as_ref(), &tools)?;
+    let tools_json = (mode != ToolMode::None).then(|| json!(tools.iter().map(|t| json!({"type": "function", "function": {
+        "name": t.function.name, "description": t.function.description, "parameters": t.function.parameters}})).collect::<Vec<_>>()));
+    let prompt = render_prompt(&state, &messages, tools_json)?;
+    let input_ids = state.encode(&prompt)?;
+    let job = chat_job(&state, &raw, &mode, &tools, input_ids)?;
+    let want_lp = job.logprobs.is_some();
+    let running = dispatch::submit(&state, job).await?;
+    let id = format!("chatcmpl-{:016x}", running.id);
+    let model = state.info.served_model_name.clone();
+    let created = now_secs();
+    if raw.stream.unwrap_or(false) {
+        let include_usage = raw
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false);
+        return Ok(stream_chat(
+            state,
+            running,
+            id,
+            model,
+            created,
+            mode,
+            include_usage,
+            want_lp,
+            start,
+        ));
+    }
+    let all = dispatch::collect_all(&state, vec![running], start).await;
+    fail_on_abort(&all)?;
+    let results = &all[0];
+    let choices = chat_choices(&state, results, &mode, want_lp);
+    Ok(Json(
+        json!({"id": id, "object": "chat.completion", "created": created, "model": model,
+        "choices": choices, "usage": usage(results)}),
+    )
+    .into_response())
+}
+
+/// Only function tools are supported.
+fn check_tools(tools: &[Tool]) -> Result<(), ApiError> {
+    for t in tools {
         if t.kind != "function" {
             return Err(ApiError::bad(
                 "tools",
@@ -262,13 +305,18 @@ pub async fn chat_completions(
         }
         let _ = (&t.function.description, t.function.strict);
     }
+    Ok(())
+}
+
+/// How `tool_choice` (and the presence of tools) shapes the output.
+fn tool_choice_mode(choice: Option<&Value>, tools: &[Tool]) -> Result<ToolMode, ApiError> {
     let names: Vec<String> = tools.iter().map(|t| t.function.name.clone()).collect();
-    let mode = match (&raw.tool_choice, tools.is_empty()) {
+    Ok(match (choice, tools.is_empty()) {
         (None, true) | (Some(Value::Null), true) => ToolMode::None,
         (Some(Value::String(s)), _) if s == "none" => ToolMode::None,
-        (None, false) | (Some(Value::Null), false) => ToolMode::Auto(names.clone()),
-        (Some(Value::String(s)), false) if s == "auto" => ToolMode::Auto(names.clone()),
-        (Some(Value::String(s)), false) if s == "required" => ToolMode::Required(names.clone()),
+        (None, false) | (Some(Value::Null), false) => ToolMode::Auto(names),
+        (Some(Value::String(s)), false) if s == "auto" => ToolMode::Auto(names),
+        (Some(Value::String(s)), false) if s == "required" => ToolMode::Required(names),
         (Some(Value::Object(o)), false) => {
             let name = o
                 .get("function")
@@ -297,50 +345,54 @@ pub async fn chat_completions(
                 format!("unsupported value {other}"),
             ))
         }
+    })
+}
+
+/// The grammar `response_format` asks for, if any.
+fn response_format_grammar(rf: Option<&ResponseFormat>) -> Result<Option<GrammarSpec>, ApiError> {
+    let Some(rf) = rf else {
+        return Ok(None);
     };
-    let tools_json = (mode != ToolMode::None).then(|| json!(tools.iter().map(|t| json!({"type": "function", "function": {
-        "name": t.function.name, "description": t.function.description, "parameters": t.function.parameters}})).collect::<Vec<_>>()));
-    let prompt = render_prompt(&state, &messages, tools_json)?;
-    let input_ids = state.encode(&prompt)?;
-    // The output constraint: response_format, a tool choice, or the regex / ebnf extensions.
-    let mut grammar: Option<GrammarSpec> = None;
-    if let Some(rf) = &raw.response_format {
-        grammar = match rf.kind.as_str() {
-            "text" => None,
-            "json_object" => Some(GrammarSpec::JsonObject),
-            "json_schema" => {
-                let js = rf
-                    .json_schema
-                    .as_ref()
-                    .ok_or_else(|| ApiError::bad("response_format", "json_schema is missing"))?;
-                let _ = (&js.name, &js.description, js.strict);
-                let schema = js.schema.as_ref().ok_or_else(|| {
-                    ApiError::bad("response_format", "json_schema.schema is missing")
-                })?;
-                Some(GrammarSpec::JsonSchema(schema.to_string()))
-            }
-            other => {
-                return Err(ApiError::bad(
-                    "response_format",
-                    format!("type {other:?} is not supported"),
-                ))
-            }
-        };
-    }
-    match &mode {
+    Ok(match rf.kind.as_str() {
+        "text" => None,
+        "json_object" => Some(GrammarSpec::JsonObject),
+        "json_schema" => {
+            let js = rf
+                .json_schema
+                .as_ref()
+                .ok_or_else(|| ApiError::bad("response_format", "json_schema is missing"))?;
+            let _ = (&js.name, &js.description, js.strict);
+            let schema = js
+                .schema
+                .as_ref()
+                .ok_or_else(|| ApiError::bad("response_format", "json_schema.schema is missing"))?;
+            Some(GrammarSpec::JsonSchema(schema.to_string()))
+        }
+        other => {
+            return Err(ApiError::bad(
+                "response_format",
+                format!("type {other:?} is not supported"),
+            ))
+        }
+    })
+}
+
+/// The output constraint: `response_format`, or the grammar a named or required tool choice
+/// implies (the two cannot be combined).
+fn output_grammar(
+    rf: Option<&ResponseFormat>,
+    mode: &ToolMode,
+    tools: &[Tool],
+) -> Result<Option<GrammarSpec>, ApiError> {
+    let grammar = response_format_grammar(rf)?;
+    let tool_schema = match mode {
         ToolMode::Named(name) => {
             let params = tools
                 .iter()
                 .find(|t| &t.function.name == name)
                 .and_then(|t| t.function.parameters.clone())
                 .unwrap_or(json!({"type": "object"}));
-            if grammar.is_some() {
-                return Err(ApiError::bad(
-                    "response_format",
-                    "cannot be combined with a named tool_choice",
-                ));
-            }
-            grammar = Some(GrammarSpec::JsonSchema(params.to_string()));
+            Some((params, "cannot be combined with a named tool_choice"))
         }
         ToolMode::Required(names) => {
             let alts: Vec<Value> = tools
@@ -350,16 +402,33 @@ pub async fn chat_completions(
                     "arguments": t.function.parameters.clone().unwrap_or(json!({"type": "object"}))},
                     "required": ["name", "arguments"]}))
                 .collect();
-            if grammar.is_some() {
-                return Err(ApiError::bad(
-                    "response_format",
-                    "cannot be combined with tool_choice \"required\"",
-                ));
-            }
-            grammar = Some(GrammarSpec::JsonSchema(json!({"anyOf": alts}).to_string()));
+            Some((
+                json!({"anyOf": alts}),
+                "cannot be combined with tool_choice \"required\"",
+            ))
         }
-        _ => {}
+        _ => None,
+    };
+    match tool_schema {
+        Some(_) if grammar.is_some() => Err(ApiError::bad(
+            "response_format",
+            tool_schema.map_or("", |t| t.1),
+        )),
+        Some((schema, _)) => Ok(Some(GrammarSpec::JsonSchema(schema.to_string()))),
+        None => Ok(grammar),
     }
+}
+
+/// The scheduler job of a chat request: sampling parameters, the output constraint and the
+/// logprobs asked for.
+fn chat_job(
+    state: &AppState,
+    raw: &RawChat,
+    mode: &ToolMode,
+    tools: &[Tool],
+    input_ids: Vec<u32>,
+) -> Result<Job, ApiError> {
+    let grammar = output_grammar(raw.response_format.as_ref(), mode, tools)?;
     let max_name = if raw.max_completion_tokens.is_some() {
         "max_completion_tokens"
     } else {
@@ -389,41 +458,26 @@ pub async fn chat_completions(
         input_ids.len(),
         state.limits(),
     )?;
-    let job = Job {
+    Ok(Job {
         input_ids,
         params,
         logprobs,
         priority: 0,
         namespace: validate::namespace(None),
-    };
-    let running = dispatch::submit(&state, job).await?;
-    let id = format!("chatcmpl-{:016x}", running.id);
-    let model = state.info.served_model_name.clone();
-    let created = now_secs();
-    if raw.stream.unwrap_or(false) {
-        let include_usage = raw
-            .stream_options
-            .as_ref()
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false);
-        return Ok(stream_chat(
-            state,
-            running,
-            id,
-            model,
-            created,
-            mode,
-            include_usage,
-            want_lp,
-            start,
-        ));
-    }
-    let all = dispatch::collect_all(&state, vec![running], start).await;
-    fail_on_abort(&all)?;
-    let results = &all[0];
+    })
+}
+
+/// The `choices` of a non-streamed answer: a message, or a tool call found in (or forced as)
+/// the output.
+fn chat_choices(
+    state: &AppState,
+    results: &[SampleResult],
+    mode: &ToolMode,
+    want_lp: bool,
+) -> Vec<Value> {
     let mut choices = Vec::new();
     for (i, r) in results.iter().enumerate() {
-        let call = match &mode {
+        let call = match mode {
             ToolMode::Named(name) => Some((name.clone(), r.text.clone())),
             ToolMode::Required(names) | ToolMode::Auto(names) => parse_tool_call(&r.text, names),
             ToolMode::None => None,
@@ -441,14 +495,10 @@ pub async fn chat_completions(
             ),
         };
         choices.push(json!({"index": i, "message": message,
-            "logprobs": if want_lp { chat_logprobs(&state, &r.logprobs) } else { Value::Null },
+            "logprobs": if want_lp { chat_logprobs(state, &r.logprobs) } else { Value::Null },
             "finish_reason": finish, "matched_stop": matched_stop(r.finish.as_ref())}));
     }
-    Ok(Json(
-        json!({"id": id, "object": "chat.completion", "created": created, "model": model,
-        "choices": choices, "usage": usage(results)}),
-    )
-    .into_response())
+    choices
 }
 
 #[allow(clippy::too_many_arguments)]
