@@ -19,7 +19,7 @@ test: deps model
 	cargo fmt --all -- --check
 	python3 scripts/check-module-cycles.py
 	scripts/check-deps.sh
-	cargo test --release --workspace   # also builds the sglrs binary its integration tests start
+	SGLRS_BIN=$(SGLRS) cargo test --release --workspace   # builds the sglrs binary (runtime/tests) the e2e tests start
 	python3 -m pip install --quiet --disable-pip-version-check openai jsonschema pytest maturin
 	python3 -m pip install --quiet --disable-pip-version-check ./python-frontend
 	SGLRS_BIN=$(SGLRS) python3 -m pytest -q tests/python python-frontend/tests

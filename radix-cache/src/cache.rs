@@ -1,6 +1,6 @@
 //! The radix tree: configuration, prefix match, insert with split, locks.
 
-use crate::prefetch::{prefetch, prefetch_head, prefetch_write};
+use crate::prefetch::{prefetch, prefetch_head};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -3,8 +3,8 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use sglrs_model::{self, LoadOptions};
-//! let m = model::load(&model::default_model_path(), &LoadOptions::default())?;
+//! use sglrs_model::{default_model_path, load, LoadOptions};
+//! let m = load(&default_model_path(), &LoadOptions::default())?;
 //! let ids = m.tokenizer.encode("<|im_start|>user\nhi<|im_end|>", true)?;
 //! assert_eq!(m.tokenizer.decode(&ids, false)?, "<|im_start|>user\nhi<|im_end|>");
 //! # Ok(()) }
