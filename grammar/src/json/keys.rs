@@ -65,7 +65,8 @@ impl JsonCompiler<'_> {
             let nfa = regex_automata::nfa::thompson::Compiler::new()
                 .configure(
                     regex_automata::nfa::thompson::Config::new()
-                        .which_captures(regex_automata::nfa::thompson::WhichCaptures::None),
+                        .which_captures(regex_automata::nfa::thompson::WhichCaptures::None)
+                        .nfa_size_limit(Some(crate::regex::MAX_THOMPSON_BYTES)),
                 )
                 .build_from_hir(&hir)
                 .map_err(|e| unsupported(e.to_string()))?;
