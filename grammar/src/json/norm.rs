@@ -95,6 +95,7 @@ impl JsonCompiler<'_> {
         depth: u32,
     ) -> Result<Value, CompileError> {
         self.b.check_deadline()?;
+        self.check_stack()?;
         let (a, b) = match (a, b) {
             (Value::Bool(true), x) | (x, Value::Bool(true)) => return Ok(x.clone()),
             (Value::Bool(false), _) | (_, Value::Bool(false)) => return Ok(Value::Bool(false)),
