@@ -133,7 +133,7 @@ pub enum CompileError {
     /// A regex that does not parse or uses unsupported features.
     #[error("regex {pattern:?}: {reason}")]
     Regex {
-        /// The pattern.
+        /// The pattern (its first 80 characters, then `…`, when longer).
         pattern: String,
         /// Why.
         reason: String,

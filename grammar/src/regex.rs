@@ -559,12 +559,12 @@ pub(crate) fn emit_pattern(
     esc: Escape,
 ) -> Result<StateId, CompileError> {
     let hir = parse(pattern, flavor).map_err(|e| CompileError::Regex {
-        pattern: pattern.into(),
+        pattern: crate::excerpt(pattern).into_owned(),
         reason: e,
     })?;
     emit_hir(b, from, &hir, esc).map_err(|reason| {
         b.budget_error().unwrap_or_else(|| CompileError::Regex {
-            pattern: pattern.into(),
+            pattern: crate::excerpt(pattern).into_owned(),
             reason,
         })
     })

@@ -59,7 +59,7 @@ impl JsonCompiler<'_> {
             let unsupported = |e: String| CompileError::Unsupported {
                 keyword: "patternProperties".into(),
                 pointer: ptr.into(),
-                reason: format!("{p:?}: {e}"),
+                reason: format!("{:?}: {e}", crate::excerpt(p)),
             };
             let hir = parse(p, Flavor::EcmaSearch).map_err(unsupported)?;
             let nfa = regex_automata::nfa::thompson::Compiler::new()

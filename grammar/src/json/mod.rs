@@ -359,7 +359,10 @@ impl<'a> JsonCompiler<'a> {
             return Err(CompileError::Unsupported {
                 keyword: "$ref".into(),
                 pointer: pointer.into(),
-                reason: format!("only local references are supported, got {reference:?}"),
+                reason: format!(
+                    "only local references are supported, got {:?}",
+                    crate::excerpt(reference)
+                ),
             });
         };
         let decoded = percent_decode(frag);
@@ -370,14 +373,17 @@ impl<'a> JsonCompiler<'a> {
             return Err(CompileError::Unsupported {
                 keyword: "$ref".into(),
                 pointer: pointer.into(),
-                reason: format!("anchor references are not supported: {reference:?}"),
+                reason: format!(
+                    "anchor references are not supported: {:?}",
+                    crate::excerpt(reference)
+                ),
             });
         }
         self.root
             .pointer(&decoded)
             .ok_or_else(|| CompileError::InvalidSchema {
                 pointer: pointer.into(),
-                reason: format!("unresolvable $ref {reference:?}"),
+                reason: format!("unresolvable $ref {:?}", crate::excerpt(reference)),
             })
     }
 
@@ -508,7 +514,10 @@ impl<'a> JsonCompiler<'a> {
             return Err(CompileError::Unsupported {
                 keyword: "not".into(),
                 pointer: ptr.into(),
-                reason: format!("the complement of {reference:?}: `{k}` has no complement"),
+                reason: format!(
+                    "the complement of {:?}: `{k}` has no complement",
+                    crate::excerpt(reference)
+                ),
             });
         };
         let r = self.b.new_rule()?;

@@ -347,7 +347,7 @@ impl JsonCompiler<'_> {
                                 CompileError::Unsupported {
                                     keyword: "patternProperties".into(),
                                     pointer: ptr.into(),
-                                    reason: format!("{p:?}: {e}"),
+                                    reason: format!("{:?}: {e}", crate::excerpt(p)),
                                 }
                             })?);
                         }
@@ -400,7 +400,7 @@ impl JsonCompiler<'_> {
                     super::object::full_match_regex(p).map_err(|e| CompileError::Unsupported {
                         keyword: "patternProperties".into(),
                         pointer: ptr.into(),
-                        reason: format!("{p:?}: {e}"),
+                        reason: format!("{:?}: {e}", crate::excerpt(p)),
                     })?;
                 if xprops.iter().any(|k| re.is_match(k)) {
                     return Err(CompileError::Unsupported {

@@ -81,7 +81,7 @@ impl JsonCompiler<'_> {
                     return Err(CompileError::Unsupported {
                         keyword: "patternProperties".into(),
                         pointer: ptr.into(),
-                        reason: format!("{p:?}: {e}"),
+                        reason: format!("{:?}: {e}", crate::excerpt(p)),
                     })
                 }
             }
@@ -145,7 +145,7 @@ impl JsonCompiler<'_> {
                 res.push(full_match_regex(p).map_err(|e| CompileError::Unsupported {
                     keyword: "additionalProperties".into(),
                     pointer: ptr.into(),
-                    reason: format!("{p:?}: {e}"),
+                    reason: format!("{:?}: {e}", crate::excerpt(p)),
                 })?);
             }
             cond_res.push(res);
