@@ -192,61 +192,8 @@ impl<'a> Parser<'a> {
                     continue;
                 }
                 b')' if in_group => break,
-                b'"' => {
-                    self.pos += 1;
-                    let mut bytes = Vec::new();
-                    loop {
-                        let Some(&c) = self.s.get(self.pos) else {
-                            return Err(self.err("unterminated string"));
-                        };
-                        if c == b'"' {
-                            self.pos += 1;
-                            break;
-                        }
-                        let cp = self.char_at()?;
-                        let ch = char::from_u32(cp).ok_or_else(|| self.err("bad code point"))?;
-                        let mut buf = [0u8; 4];
-                        bytes.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
-                    }
-                    Atom::Lit(bytes)
-                }
-                b'[' => {
-                    self.pos += 1;
-                    let neg = self.s.get(self.pos) == Some(&b'^');
-                    if neg {
-                        self.pos += 1;
-                    }
-                    let mut ranges = Vec::new();
-                    loop {
-                        let Some(&c) = self.s.get(self.pos) else {
-                            return Err(self.err("unterminated class"));
-                        };
-                        if c == b']' {
-                            self.pos += 1;
-                            break;
-                        }
-                        let lo = self.char_at()?;
-                        let mut hi = lo;
-                        if self.s.get(self.pos) == Some(&b'-')
-                            && self.s.get(self.pos + 1) != Some(&b']')
-                        {
-                            self.pos += 1;
-                            hi = self.char_at()?;
-                        }
-                        let (l, h) = (char::from_u32(lo), char::from_u32(hi));
-                        match (l, h) {
-                            (Some(l), Some(h)) if l <= h => {
-                                ranges.push(ClassUnicodeRange::new(l, h))
-                            }
-                            _ => return Err(self.err("bad class range")),
-                        }
-                    }
-                    let mut cls = ClassUnicode::new(ranges);
-                    if neg {
-                        cls.negate();
-                    }
-                    Atom::Class(Hir::class(regex_syntax::hir::Class::Unicode(cls)))
-                }
+                b'"' => self.literal()?,
+                b'[' => self.class()?,
                 b'.' => {
                     self.pos += 1;
                     Atom::Class(Hir::dot(Dot::AnyChar))
@@ -272,53 +219,7 @@ impl<'a> Parser<'a> {
                     }
                 }
             };
-            // Postfix operators.
-            let (mut min, mut max) = (1u64, Some(1u64));
-            match self.s.get(self.pos) {
-                Some(b'*') => {
-                    self.pos += 1;
-                    (min, max) = (0, None);
-                }
-                Some(b'+') => {
-                    self.pos += 1;
-                    (min, max) = (1, None);
-                }
-                Some(b'?') => {
-                    self.pos += 1;
-                    (min, max) = (0, Some(1));
-                }
-                Some(b'{') => {
-                    let end = self.s[self.pos..]
-                        .iter()
-                        .position(|&c| c == b'}')
-                        .ok_or_else(|| self.err("missing }"))?;
-                    let body = String::from_utf8_lossy(&self.s[self.pos + 1..self.pos + end])
-                        .replace(' ', "");
-                    self.pos += end + 1;
-                    let parse = |t: &str| match t.parse::<u64>() {
-                        Ok(n) if n > MAX_REPEAT => {
-                            Err(limit("GBNF repetition count", MAX_REPEAT as usize))
-                        }
-                        Ok(n) => Ok(n),
-                        Err(_) => Err(self.err("bad repetition")),
-                    };
-                    match body.split_once(',') {
-                        None => {
-                            min = parse(&body)?;
-                            max = Some(min);
-                        }
-                        Some((a, "")) => {
-                            min = parse(a)?;
-                            max = None;
-                        }
-                        Some((a, b)) => {
-                            min = if a.is_empty() { 0 } else { parse(a)? };
-                            max = Some(parse(b)?);
-                        }
-                    }
-                }
-                _ => {}
-            }
+            let (mut min, mut max) = self.postfix()?;
             if matches!(&atom, Atom::Lit(b) if b.is_empty()) {
                 // The empty string repeated is the empty string (and costs nothing to
                 // build, so the state budget would not stop a huge count of it).
@@ -329,6 +230,103 @@ impl<'a> Parser<'a> {
             }
         }
         Ok(alts)
+    }
+
+    /// A string literal, at its opening `"`.
+    fn literal(&mut self) -> Result<Atom, CompileError> {
+        self.pos += 1;
+        let mut bytes = Vec::new();
+        loop {
+            let Some(&c) = self.s.get(self.pos) else {
+                return Err(self.err("unterminated string"));
+            };
+            if c == b'"' {
+                self.pos += 1;
+                break;
+            }
+            let cp = self.char_at()?;
+            let ch = char::from_u32(cp).ok_or_else(|| self.err("bad code point"))?;
+            let mut buf = [0u8; 4];
+            bytes.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+        }
+        Ok(Atom::Lit(bytes))
+    }
+
+    /// A character class, at its opening `[`.
+    fn class(&mut self) -> Result<Atom, CompileError> {
+        self.pos += 1;
+        let neg = self.s.get(self.pos) == Some(&b'^');
+        if neg {
+            self.pos += 1;
+        }
+        let mut ranges = Vec::new();
+        loop {
+            let Some(&c) = self.s.get(self.pos) else {
+                return Err(self.err("unterminated class"));
+            };
+            if c == b']' {
+                self.pos += 1;
+                break;
+            }
+            let lo = self.char_at()?;
+            let mut hi = lo;
+            if self.s.get(self.pos) == Some(&b'-') && self.s.get(self.pos + 1) != Some(&b']') {
+                self.pos += 1;
+                hi = self.char_at()?;
+            }
+            let (l, h) = (char::from_u32(lo), char::from_u32(hi));
+            match (l, h) {
+                (Some(l), Some(h)) if l <= h => ranges.push(ClassUnicodeRange::new(l, h)),
+                _ => return Err(self.err("bad class range")),
+            }
+        }
+        let mut cls = ClassUnicode::new(ranges);
+        if neg {
+            cls.negate();
+        }
+        Ok(Atom::Class(Hir::class(regex_syntax::hir::Class::Unicode(
+            cls,
+        ))))
+    }
+
+    /// The repetition after an atom: `*`, `+`, `?`, `{m}`, `{m,}`, `{m,n}` (counts up to
+    /// [`MAX_REPEAT`]) or none (once), as `(min, max)`.
+    fn postfix(&mut self) -> Result<(u64, Option<u64>), CompileError> {
+        let one = match self.s.get(self.pos) {
+            Some(b'*') => (0, None),
+            Some(b'+') => (1, None),
+            Some(b'?') => (0, Some(1)),
+            Some(b'{') => {
+                let end = self.s[self.pos..]
+                    .iter()
+                    .position(|&c| c == b'}')
+                    .ok_or_else(|| self.err("missing }"))?;
+                let body =
+                    String::from_utf8_lossy(&self.s[self.pos + 1..self.pos + end]).replace(' ', "");
+                self.pos += end + 1;
+                let parse = |t: &str| match t.parse::<u64>() {
+                    Ok(n) if n > MAX_REPEAT => {
+                        Err(limit("GBNF repetition count", MAX_REPEAT as usize))
+                    }
+                    Ok(n) => Ok(n),
+                    Err(_) => Err(self.err("bad repetition")),
+                };
+                return Ok(match body.split_once(',') {
+                    None => {
+                        let n = parse(&body)?;
+                        (n, Some(n))
+                    }
+                    Some((a, "")) => (parse(a)?, None),
+                    Some((a, b)) => {
+                        let min = if a.is_empty() { 0 } else { parse(a)? };
+                        (min, Some(parse(b)?))
+                    }
+                });
+            }
+            _ => return Ok((1, Some(1))),
+        };
+        self.pos += 1;
+        Ok(one)
     }
 }
 
