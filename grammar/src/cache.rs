@@ -1,10 +1,10 @@
 //! The grammar cache: compiles on background threads, never blocks the decoding caller.
 //!
 //! Compiled grammars are kept by (spec, options), least recently used dropped first. A
-//! failed compile is kept apart, for [`CacheConfig::failure_ttl`]: a client retrying a bad
-//! grammar gets the same error at once instead of occupying a compiler thread again, and the
-//! failures neither push compiled grammars out nor stay forever (a timeout under load may
-//! pass later).
+//! failed compile leaves them and is remembered apart, for [`CacheConfig::failure_ttl`]: a
+//! client retrying a bad grammar gets the same error at once instead of occupying a
+//! compiler thread again, the failures do not hold entries of the compiled grammars, and
+//! none is kept forever (a timeout under load may pass later).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -287,13 +287,16 @@ impl GrammarCache {
         self.compiles.load(Ordering::Relaxed)
     }
 
-    /// Entries now cached (compiled or pending; failures are kept apart).
+    /// Entries now cached: compiled and pending grammars, and failures remembered.
     pub fn len(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .map
-            .len()
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let ttl = self.cfg.failure_ttl;
+        let failures = inner
+            .failed
+            .values()
+            .filter(|(_, at)| at.elapsed() < ttl)
+            .count();
+        inner.map.len() + failures
     }
 
     /// True when nothing is cached.

@@ -47,8 +47,7 @@ fn a_failed_compile_is_remembered() {
         other => panic!("not failed at once: {other:?}"),
     }
     assert_eq!(c.compiles(), 1);
-    // Failures are kept apart from the compiled grammars.
-    assert_eq!(c.len(), 0);
+    assert_eq!(c.len(), 1);
     // Keyed like compiled grammars: other options are another compile.
     let flexible = c.get_or_compile(bad(0), CompileOptions::flexible());
     assert!(flexible.wait().is_err());
@@ -66,6 +65,7 @@ fn a_failure_is_forgotten_after_its_ttl() {
         .wait()
         .is_err());
     std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(c.len(), 0, "an expired failure is not an entry");
     assert!(c
         .get_or_compile(bad(0), CompileOptions::default())
         .wait()
@@ -97,4 +97,23 @@ fn failures_remembered_are_bounded() {
         .wait()
         .is_err());
     assert_eq!(c.compiles(), 4);
+}
+
+#[test]
+fn failures_do_not_hold_entries_of_compiled_grammars() {
+    let c = cache(CacheConfig {
+        max_entries: 2,
+        ..CacheConfig::default()
+    });
+    let good = |p: &str| GrammarSpec::Regex(p.into());
+    let opts = CompileOptions::default;
+    c.get_or_compile(good("a+"), opts()).wait().unwrap();
+    assert!(c.get_or_compile(bad(0), opts()).wait().is_err());
+    c.get_or_compile(good("b+"), opts()).wait().unwrap();
+    // Both compiled grammars fit beside the failure: the first is still there.
+    assert!(matches!(
+        c.get_or_compile(good("a+"), opts()).poll(),
+        HandleState::Ready(_)
+    ));
+    assert_eq!(c.compiles(), 3);
 }
