@@ -1,9 +1,16 @@
 //! The grammar cache: compiles on background threads, never blocks the decoding caller.
+//!
+//! Compiled grammars are kept by (spec, options), least recently used dropped first. A
+//! failed compile leaves them and is remembered apart, for [`CacheConfig::failure_ttl`]: a
+//! client retrying a bad grammar gets the same error at once instead of occupying a
+//! compiler thread again, the failures do not hold entries of the compiled grammars, and
+//! none is kept forever (a timeout under load may pass later).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{CompileError, CompileOptions, CompiledGrammar, GrammarSpec, TokenVocab};
 
@@ -16,6 +23,11 @@ pub struct CacheConfig {
     pub max_entries: usize,
     /// Approximate bytes kept across all compiled grammars (their masks included).
     pub max_bytes: usize,
+    /// How long a failed compile is remembered: the same grammar under the same options
+    /// asked again within this time gets the same error without being compiled again.
+    pub failure_ttl: Duration,
+    /// Failed compiles remembered (the oldest are forgotten first).
+    pub max_failures: usize,
 }
 
 impl Default for CacheConfig {
@@ -24,6 +36,8 @@ impl Default for CacheConfig {
             workers: 1,
             max_entries: 512,
             max_bytes: 1 << 30,
+            failure_ttl: Duration::from_secs(60),
+            max_failures: 256,
         }
     }
 }
@@ -43,6 +57,15 @@ pub enum HandleState {
 struct Slot {
     state: Mutex<HandleState>,
     cv: Condvar,
+}
+
+impl Slot {
+    fn new(state: HandleState) -> Arc<Slot> {
+        Arc::new(Slot {
+            state: Mutex::new(state),
+            cv: Condvar::new(),
+        })
+    }
 }
 
 /// A ticket for one grammar: poll it from the decode loop, or wait on it elsewhere.
@@ -105,8 +128,58 @@ type Job = (Key, Arc<Slot>);
 
 #[derive(Debug)]
 struct Inner {
+    /// Compiled and pending grammars.
     map: HashMap<Key, Arc<Slot>>,
     lru: VecDeque<Key>,
+    /// Failed compiles and when they failed.
+    failed: HashMap<Key, (CompileError, Instant)>,
+    /// `failed`'s keys, oldest first.
+    failed_order: VecDeque<Key>,
+}
+
+impl Inner {
+    /// Moves `key` from the compiled grammars to the failures (when `slot` is still its
+    /// entry), forgetting the oldest failures past `max`.
+    fn record_failure(&mut self, key: Key, slot: &Arc<Slot>, e: CompileError, max: usize) {
+        if self.map.get(&key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+            self.map.remove(&key);
+            if let Some(i) = self.lru.iter().position(|k| *k == key) {
+                self.lru.remove(i);
+            }
+        }
+        if max == 0 {
+            return;
+        }
+        if self
+            .failed
+            .insert(key.clone(), (e, Instant::now()))
+            .is_some()
+        {
+            if let Some(i) = self.failed_order.iter().position(|k| *k == key) {
+                self.failed_order.remove(i);
+            }
+        }
+        self.failed_order.push_back(key);
+        while self.failed_order.len() > max {
+            if let Some(old) = self.failed_order.pop_front() {
+                self.failed.remove(&old);
+            }
+        }
+    }
+
+    /// The remembered error of `key`, if it failed less than `ttl` ago (an older failure is
+    /// forgotten).
+    fn recent_failure(&mut self, key: &Key, ttl: Duration) -> Option<CompileError> {
+        let (e, at) = self.failed.get(key)?;
+        if at.elapsed() < ttl {
+            return Some(e.clone());
+        }
+        self.failed.remove(key);
+        if let Some(i) = self.failed_order.iter().position(|k| k == key) {
+            self.failed_order.remove(i);
+        }
+        None
+    }
 }
 
 /// Compiled grammars by (kind, text, options), compiled by background threads.
@@ -116,6 +189,7 @@ pub struct GrammarCache {
     tx: Mutex<Option<mpsc::Sender<Job>>>,
     workers: Vec<std::thread::JoinHandle<()>>,
     cfg: CacheConfig,
+    compiles: Arc<AtomicU64>,
 }
 
 impl GrammarCache {
@@ -123,15 +197,26 @@ impl GrammarCache {
     pub fn new(vocab: Arc<TokenVocab>, cfg: CacheConfig) -> Self {
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
+        let inner = Arc::new(Mutex::new(Inner {
+            map: HashMap::new(),
+            lru: VecDeque::new(),
+            failed: HashMap::new(),
+            failed_order: VecDeque::new(),
+        }));
+        let compiles = Arc::new(AtomicU64::new(0));
         let mut workers = Vec::new();
         for _ in 0..cfg.workers.max(1) {
             let rx = rx.clone();
             let vocab = vocab.clone();
+            let inner = inner.clone();
+            let compiles = compiles.clone();
+            let max_failures = cfg.max_failures;
             workers.push(std::thread::spawn(move || loop {
                 let job = { rx.lock().unwrap_or_else(|e| e.into_inner()).recv() };
-                let Ok(((spec, opts), slot)) = job else { break };
+                let Ok((key, slot)) = job else { break };
+                compiles.fetch_add(1, Ordering::Relaxed);
                 let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    CompiledGrammar::compile(&spec, vocab.clone(), &opts)
+                    CompiledGrammar::compile(&key.0, vocab.clone(), &key.1)
                 }));
                 let st = match res {
                     Ok(Ok(g)) => HandleState::Ready(g),
@@ -141,22 +226,27 @@ impl GrammarCache {
                         reason: "internal error while compiling".into(),
                     }),
                 };
+                if let HandleState::Failed(e) = &st {
+                    inner
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .record_failure(key, &slot, e.clone(), max_failures);
+                }
                 *slot.state.lock().unwrap_or_else(|e| e.into_inner()) = st;
                 slot.cv.notify_all();
             }));
         }
         GrammarCache {
-            inner: Arc::new(Mutex::new(Inner {
-                map: HashMap::new(),
-                lru: VecDeque::new(),
-            })),
+            inner,
             tx: Mutex::new(Some(tx)),
             workers,
             cfg,
+            compiles,
         }
     }
 
-    /// The handle for `spec` under `opts`: cached, or queued for a background compile.
+    /// The handle for `spec` under `opts`: cached, failed recently (the same error again,
+    /// see [`CacheConfig::failure_ttl`]), or queued for a background compile.
     pub fn get_or_compile(&self, spec: GrammarSpec, opts: CompileOptions) -> Handle {
         let key = (spec, opts);
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -167,10 +257,12 @@ impl GrammarCache {
             }
             return Handle { slot };
         }
-        let slot = Arc::new(Slot {
-            state: Mutex::new(HandleState::Pending),
-            cv: Condvar::new(),
-        });
+        if let Some(e) = inner.recent_failure(&key, self.cfg.failure_ttl) {
+            return Handle {
+                slot: Slot::new(HandleState::Failed(e)),
+            };
+        }
+        let slot = Slot::new(HandleState::Pending);
         inner.map.insert(key.clone(), slot.clone());
         inner.lru.push_back(key.clone());
         self.evict(&mut inner);
@@ -189,13 +281,22 @@ impl GrammarCache {
         Handle { slot }
     }
 
-    /// Entries now cached (compiled, failed or pending).
+    /// Compilations started so far (a grammar served from the cache, or refused from the
+    /// failures remembered, is not compiled again).
+    pub fn compiles(&self) -> u64 {
+        self.compiles.load(Ordering::Relaxed)
+    }
+
+    /// Entries now cached: compiled and pending grammars, and failures remembered.
     pub fn len(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .map
-            .len()
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let ttl = self.cfg.failure_ttl;
+        let failures = inner
+            .failed
+            .values()
+            .filter(|(_, at)| at.elapsed() < ttl)
+            .count();
+        inner.map.len() + failures
     }
 
     /// True when nothing is cached.

@@ -74,6 +74,19 @@ pub use vocab::{TokenEncoding, TokenVocab, MAX_TOKEN_BYTES};
 use lazy::{ConfigId, Lazy};
 use nfa::{Budget, Builder, Nfa};
 
+/// Most characters of user input (a pattern, a rule name, a schema fragment) an error
+/// message quotes.
+pub(crate) const EXCERPT_CHARS: usize = 80;
+
+/// `s` as an error message quotes it: at most [`EXCERPT_CHARS`] characters, then `…` when
+/// cut (a request's input can be megabytes; its error should not be).
+pub(crate) fn excerpt(s: &str) -> std::borrow::Cow<'_, str> {
+    match s.char_indices().nth(EXCERPT_CHARS) {
+        None => std::borrow::Cow::Borrowed(s),
+        Some((i, _)) => std::borrow::Cow::Owned(format!("{}…", &s[..i])),
+    }
+}
+
 /// Errors while building a [`TokenVocab`].
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum VocabError {
@@ -120,7 +133,7 @@ pub enum CompileError {
     /// A regex that does not parse or uses unsupported features.
     #[error("regex {pattern:?}: {reason}")]
     Regex {
-        /// The pattern.
+        /// The pattern (its first 80 characters, then `…`, when longer).
         pattern: String,
         /// Why.
         reason: String,
@@ -138,6 +151,15 @@ pub enum CompileError {
     TooLarge {
         /// States built when the limit hit.
         states: usize,
+    },
+    /// The input is past one of the compiler's size or nesting limits (checked before
+    /// the work they bound).
+    #[error("{limit} exceeds the limit of {max}")]
+    LimitExceeded {
+        /// What is limited, e.g. `GBNF group nesting`.
+        limit: &'static str,
+        /// The limit.
+        max: usize,
     },
     /// Compilation ran past its deadline.
     #[error("compilation ran past its deadline")]

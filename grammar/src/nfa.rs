@@ -98,16 +98,18 @@ impl Builder {
                 states: self.states.len(),
             });
         }
-        self.checks += 1;
-        if self.checks.is_multiple_of(4096) {
-            if let Some(d) = self.budget.deadline {
-                if std::time::Instant::now() > d {
-                    return Err(CompileError::Timeout);
-                }
-            }
-        }
+        self.tick()?;
         self.states.push(State::default());
         Ok((self.states.len() - 1) as StateId)
+    }
+
+    /// Counts one step of work; every 4096th checks the deadline.
+    fn tick(&mut self) -> Result<(), CompileError> {
+        self.checks = self.checks.wrapping_add(1);
+        if self.checks.is_multiple_of(4096) {
+            self.check_deadline()?;
+        }
+        Ok(())
     }
 
     /// Fails with [`CompileError::Timeout`] once the deadline has passed.
@@ -116,6 +118,18 @@ impl Builder {
             Some(d) if std::time::Instant::now() > d => Err(CompileError::Timeout),
             _ => Ok(()),
         }
+    }
+
+    /// The budget error, when the deadline has passed ([`CompileError::Timeout`]) or the
+    /// states are used up ([`CompileError::TooLarge`]); for callers whose fragment code
+    /// reports errors as text.
+    pub fn budget_error(&self) -> Option<CompileError> {
+        if let Err(e) = self.check_deadline() {
+            return Some(e);
+        }
+        (self.states.len() >= self.budget.max_states).then_some(CompileError::TooLarge {
+            states: self.states.len(),
+        })
     }
 
     /// Declares a rule with fresh start and end states; its body is built later.
@@ -165,6 +179,7 @@ impl Builder {
     ) -> Result<StateId, CompileError> {
         let mut cur = a;
         for _ in 0..min {
+            self.tick()?;
             cur = body(self, cur)?;
         }
         match max {
@@ -179,6 +194,7 @@ impl Builder {
                 let exit = self.state()?;
                 self.eps(cur, exit);
                 for _ in min..max {
+                    self.tick()?;
                     cur = body(self, cur)?;
                     self.eps(cur, exit);
                 }

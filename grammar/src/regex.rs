@@ -8,6 +8,11 @@ use regex_syntax::hir::{Dot, Hir, HirKind, Look, Repetition};
 use crate::nfa::{Builder, CountedProduct, StateId, NO_CELL};
 use crate::CompileError;
 
+/// Most heap bytes a regex's Thompson automaton may take (the `regex` crate's default):
+/// counted repetitions multiply (`((a{1000}){1000}){1000}` is a billion states), and the
+/// parser's limits (nesting, pattern size) do not bound the expanded size.
+pub(crate) const MAX_THOMPSON_BYTES: usize = 10 << 20;
+
 /// How matched bytes are written into the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Escape {
@@ -268,6 +273,7 @@ pub(crate) fn emit_hir_len(
         .configure(
             thompson::Config::new()
                 .which_captures(WhichCaptures::None)
+                .nfa_size_limit(Some(MAX_THOMPSON_BYTES))
                 .shrink(false),
         )
         .build_from_hir(hir)
@@ -553,20 +559,14 @@ pub(crate) fn emit_pattern(
     esc: Escape,
 ) -> Result<StateId, CompileError> {
     let hir = parse(pattern, flavor).map_err(|e| CompileError::Regex {
-        pattern: pattern.into(),
+        pattern: crate::excerpt(pattern).into_owned(),
         reason: e,
     })?;
     emit_hir(b, from, &hir, esc).map_err(|reason| {
-        if reason.contains("too many states") || reason.contains("deadline") {
-            CompileError::TooLarge {
-                states: b.states.len(),
-            }
-        } else {
-            CompileError::Regex {
-                pattern: pattern.into(),
-                reason,
-            }
-        }
+        b.budget_error().unwrap_or_else(|| CompileError::Regex {
+            pattern: crate::excerpt(pattern).into_owned(),
+            reason,
+        })
     })
 }
 
@@ -624,7 +624,11 @@ pub(crate) fn emit_intersection_excluding(
     let n_pos = hirs.len();
     for h in hirs.iter().chain(excluded) {
         let nfa = thompson::Compiler::new()
-            .configure(thompson::Config::new().which_captures(WhichCaptures::None))
+            .configure(
+                thompson::Config::new()
+                    .which_captures(WhichCaptures::None)
+                    .nfa_size_limit(Some(MAX_THOMPSON_BYTES)),
+            )
             .build_from_hir(h)
             .map_err(|e| e.to_string())?;
         let dfa = dense::Builder::new()

@@ -1,4 +1,4 @@
-//! Complements added for coverage (session 4): `not`/`oneOf`/`if` over `propertyNames`,
+//! Complements that widen coverage: `not`/`oneOf`/`if` over `propertyNames`,
 //! `patternProperties` with constraining schemas, and excluded strings beside other string
 //! keywords. For each schema, listed valid texts are accepted and listed invalid texts
 //! rejected (byte vocabulary, compact policy), including adversarial near misses.

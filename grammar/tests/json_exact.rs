@@ -1,4 +1,4 @@
-//! Keywords made exact for coverage in session 6: the `duration` format, `uri` /
+//! Keywords enforced exactly for coverage: the `duration` format, `uri` /
 //! `uri-reference` with IP literals (and the complements of these formats, for `oneOf` and
 //! `not`), `^`/`$` inside patterns, ECMA identity escapes `\<`/`\>`, and look-aheads at the
 //! start of a pattern. Each schema is checked on valid texts and near misses (byte

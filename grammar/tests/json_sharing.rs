@@ -1,7 +1,7 @@
-//! Session 5: schemas that used to be refused as "too large" because one part was copied
-//! at every use. Each test checks that the shared form stays small (a state bound the old
-//! copying exceeds many times over) and that the language is unchanged: valid texts
-//! accepted, near misses rejected (byte vocabulary, compact policy).
+//! Schemas whose repeated parts are shared (rules called) instead of copied at every use,
+//! which made them too large. Each test checks that the shared form stays small (a state
+//! bound that copying exceeds many times over) and that the language is unchanged: valid
+//! texts accepted, near misses rejected (byte vocabulary, compact policy).
 
 mod common;
 

@@ -88,11 +88,9 @@ fn e_name(e: &sglrs_grammar::CompileError) -> String {
 }
 
 fn run(per_subset: usize) {
-    let dir = common::shared_dir().join("jsonschemabench/public");
-    if !dir.exists() {
-        eprintln!("SKIP: {} not found (set SGLRS_SHARED)", dir.display());
+    let Some(dir) = common::shared_path(common::shared_dir().join("jsonschemabench/public")) else {
         return;
-    }
+    };
     let Some(tok) = common::llama3() else { return };
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .expect("dir")
@@ -195,11 +193,9 @@ fn jsonschemabench_full() {
 
 #[test]
 fn property_order_schemas_are_covered_in_any_order() {
-    let dir = common::shared_dir().join("jsonschemabench/public");
-    if !dir.exists() {
-        eprintln!("SKIP: {} not found (set SGLRS_SHARED)", dir.display());
+    let Some(dir) = common::shared_path(common::shared_dir().join("jsonschemabench/public")) else {
         return;
-    }
+    };
     let Some(tok) = common::llama3() else { return };
     let any = CompileOptions {
         any_property_order: true,

@@ -149,8 +149,8 @@ fn masks_exact_where_first_characters_matter_real_vocabularies() {
         .into_iter()
         .flatten()
         .collect();
+    // Empty only when the tokenizers are missing and allowed to be (`common::shared_path`).
     if toks.is_empty() {
-        eprintln!("skipped: no tokenizers under ../shared/tokenizers");
         return;
     }
     for tok in toks {

@@ -59,13 +59,14 @@ impl JsonCompiler<'_> {
             let unsupported = |e: String| CompileError::Unsupported {
                 keyword: "patternProperties".into(),
                 pointer: ptr.into(),
-                reason: format!("{p:?}: {e}"),
+                reason: format!("{:?}: {e}", crate::excerpt(p)),
             };
             let hir = parse(p, Flavor::EcmaSearch).map_err(unsupported)?;
             let nfa = regex_automata::nfa::thompson::Compiler::new()
                 .configure(
                     regex_automata::nfa::thompson::Config::new()
-                        .which_captures(regex_automata::nfa::thompson::WhichCaptures::None),
+                        .which_captures(regex_automata::nfa::thompson::WhichCaptures::None)
+                        .nfa_size_limit(Some(crate::regex::MAX_THOMPSON_BYTES)),
                 )
                 .build_from_hir(&hir)
                 .map_err(|e| unsupported(e.to_string()))?;

@@ -73,6 +73,8 @@ pub(crate) struct JsonCompiler<'a> {
     /// `$ref`s whose complement `negate` is writing right now: met again inside, the
     /// complement is `__not_ref` (a call to its rule), so recursive definitions negate.
     negating: Vec<String>,
+    /// [`stack_address`] where the compile began (see [`JsonCompiler::check_stack`]).
+    stack_base: usize,
 }
 
 /// Most NFA states a JSON Schema may compile to (the post-passes are not interruptible).
@@ -89,35 +91,60 @@ pub(crate) const MAX_INLINE_REGEX_STATES: usize = 1_000;
 /// Deepest schema nesting compiled inline.
 const MAX_DEPTH: u32 = 96;
 
+/// Most stack the schema recursion may take, in bytes from the compile's entry: a net
+/// under the depth limits, whose cost in stack depends on the build and on the keywords a
+/// level goes through. Half of a 2 MiB thread stack (what Rust gives spawned threads).
+const MAX_STACK_BYTES: usize = 1 << 20;
+
+/// An address in the caller's stack frame.
+#[inline(always)]
+fn stack_address() -> usize {
+    let marker = 0u8;
+    std::hint::black_box(&marker) as *const u8 as usize
+}
+
+/// Past this nesting a bare `$ref` is called as a rule instead of copied inline: the rule
+/// is compiled later from the work list, at depth 0, so long reference chains compile
+/// instead of running into [`MAX_DEPTH`].
+const MAX_REF_INLINE_DEPTH: u32 = MAX_DEPTH / 2;
+
+/// Deepest nesting of arrays and objects in a schema value: what `serde_json` parses from
+/// text. The compiler's passes recurse over values (equality, serialisation, literals); a
+/// value built in code could nest deeper than any parsed one.
+pub(crate) const MAX_VALUE_NESTING: usize = 128;
+
+/// Whether `v` nests arrays and objects at most `max` deep (iterative: `v` may be deeper
+/// than the stack allows recursing).
+fn nesting_within(v: &Value, max: usize) -> bool {
+    let mut stack: Vec<(&Value, usize)> = vec![(v, 1)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Array(a) => Box::new(a.iter()),
+            Value::Object(m) => Box::new(m.values()),
+            _ => continue,
+        };
+        if depth > max {
+            return false;
+        }
+        stack.extend(children.map(|c| (c, depth + 1)));
+    }
+    true
+}
+
 /// Compiles `schema` into `b`; rule 0 is the root.
 pub(crate) fn compile(
     b: &mut Builder,
     schema: &Value,
     opts: &CompileOptions,
 ) -> Result<(), CompileError> {
+    if !nesting_within(schema, MAX_VALUE_NESTING) {
+        return Err(CompileError::LimitExceeded {
+            limit: "JSON Schema nesting",
+            max: MAX_VALUE_NESTING,
+        });
+    }
     let root_rule = b.new_rule()?;
-    let mut c = JsonCompiler {
-        b,
-        root: schema,
-        opts,
-        inlining: Vec::new(),
-        ref_rules: HashMap::new(),
-        inline_count: HashMap::new(),
-        inline_size: HashMap::new(),
-        any_rule: None,
-        char_rule: None,
-        pending: Vec::new(),
-        depth: 0,
-        merged_refs: Vec::new(),
-        any_order_cost: 0,
-        unnegatable: None,
-        merge_rules: HashMap::new(),
-        schema_rules: HashMap::new(),
-        len_rules: HashMap::new(),
-        regex_size: HashMap::new(),
-        not_ref_rules: HashMap::new(),
-        negating: Vec::new(),
-    };
+    let mut c = JsonCompiler::new(b, schema, opts);
     let r = c.b.rules[root_rule as usize];
     c.inlining.push("#".to_string());
     c.ref_rules.insert("#".to_string(), root_rule);
@@ -153,6 +180,35 @@ pub(crate) fn compile(
         });
     }
     Ok(())
+}
+
+impl<'a> JsonCompiler<'a> {
+    /// A compiler writing `root` into `b`; its stack is measured from the caller's frame.
+    fn new(b: &'a mut Builder, root: &'a Value, opts: &'a CompileOptions) -> Self {
+        JsonCompiler {
+            b,
+            root,
+            opts,
+            inlining: Vec::new(),
+            ref_rules: HashMap::new(),
+            inline_count: HashMap::new(),
+            inline_size: HashMap::new(),
+            any_rule: None,
+            char_rule: None,
+            pending: Vec::new(),
+            depth: 0,
+            merged_refs: Vec::new(),
+            any_order_cost: 0,
+            unnegatable: None,
+            merge_rules: HashMap::new(),
+            schema_rules: HashMap::new(),
+            len_rules: HashMap::new(),
+            regex_size: HashMap::new(),
+            not_ref_rules: HashMap::new(),
+            negating: Vec::new(),
+            stack_base: stack_address(),
+        }
+    }
 }
 
 /// What a `not` schema amounts to.
@@ -257,6 +313,19 @@ impl<'a> JsonCompiler<'a> {
         })
     }
 
+    /// Fails once the recursion has taken more than [`MAX_STACK_BYTES`] of stack. (Stacks
+    /// grow down on every target served; on one growing up this never fires and the depth
+    /// limits alone apply.)
+    pub(crate) fn check_stack(&self) -> Result<(), CompileError> {
+        if self.stack_base.saturating_sub(stack_address()) > MAX_STACK_BYTES {
+            return Err(CompileError::LimitExceeded {
+                limit: "JSON Schema compile stack in bytes",
+                max: MAX_STACK_BYTES,
+            });
+        }
+        Ok(())
+    }
+
     pub fn invalid(&self, pointer: &str, reason: &str) -> CompileError {
         CompileError::InvalidSchema {
             pointer: pointer.into(),
@@ -290,7 +359,10 @@ impl<'a> JsonCompiler<'a> {
             return Err(CompileError::Unsupported {
                 keyword: "$ref".into(),
                 pointer: pointer.into(),
-                reason: format!("only local references are supported, got {reference:?}"),
+                reason: format!(
+                    "only local references are supported, got {:?}",
+                    crate::excerpt(reference)
+                ),
             });
         };
         let decoded = percent_decode(frag);
@@ -301,14 +373,17 @@ impl<'a> JsonCompiler<'a> {
             return Err(CompileError::Unsupported {
                 keyword: "$ref".into(),
                 pointer: pointer.into(),
-                reason: format!("anchor references are not supported: {reference:?}"),
+                reason: format!(
+                    "anchor references are not supported: {:?}",
+                    crate::excerpt(reference)
+                ),
             });
         }
         self.root
             .pointer(&decoded)
             .ok_or_else(|| CompileError::InvalidSchema {
                 pointer: pointer.into(),
-                reason: format!("unresolvable $ref {reference:?}"),
+                reason: format!("unresolvable $ref {:?}", crate::excerpt(reference)),
             })
     }
 
@@ -439,7 +514,10 @@ impl<'a> JsonCompiler<'a> {
             return Err(CompileError::Unsupported {
                 keyword: "not".into(),
                 pointer: ptr.into(),
-                reason: format!("the complement of {reference:?}: `{k}` has no complement"),
+                reason: format!(
+                    "the complement of {:?}: `{k}` has no complement",
+                    crate::excerpt(reference)
+                ),
             });
         };
         let r = self.b.new_rule()?;
@@ -467,6 +545,7 @@ impl<'a> JsonCompiler<'a> {
         ptr: &str,
     ) -> Result<StateId, CompileError> {
         self.b.check_deadline()?;
+        self.check_stack()?;
         if self.depth >= MAX_DEPTH {
             return Err(CompileError::Unsupported {
                 keyword: "$ref".into(),
@@ -505,7 +584,8 @@ impl<'a> JsonCompiler<'a> {
                         .inline_size
                         .get(&reference)
                         .is_some_and(|&n| n > MAX_REF_INLINE_STATES);
-                if self.inlining.contains(&reference) || many {
+                if self.inlining.contains(&reference) || many || self.depth >= MAX_REF_INLINE_DEPTH
+                {
                     let rule = self.ref_rule(&reference)?;
                     return self.b.call(from, rule);
                 }
@@ -749,4 +829,31 @@ fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8(out).unwrap_or_else(|_| s.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nfa::Budget;
+
+    #[test]
+    fn recursion_past_the_stack_budget_is_refused() {
+        let schema = serde_json::json!({"type": "string"});
+        let opts = CompileOptions::default();
+        let mut b = Builder::new(Budget {
+            max_states: 1000,
+            deadline: None,
+        });
+        let r = b.new_rule().unwrap();
+        let start = b.rules[r as usize].start;
+        let mut c = JsonCompiler::new(&mut b, &schema, &opts);
+        assert!(c.value(start, &schema, "#").is_ok());
+        // As if the compile had begun a whole budget higher up the stack.
+        c.stack_base = stack_address() + MAX_STACK_BYTES;
+        let e = c.value(start, &schema, "#").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("JSON Schema compile stack in bytes exceeds the limit of {MAX_STACK_BYTES}")
+        );
+    }
 }

@@ -11,6 +11,10 @@ use crate::CompileError;
 /// Deepest schema nesting `negate` writes a complement for.
 const MAX_NEGATE_DEPTH: u32 = 8;
 
+/// Longest chain of `$ref`s `negate` follows (each link is a recursion: following a
+/// reference adds no schema nesting).
+const MAX_NEGATE_REFS: usize = 32;
+
 /// Most `oneOf` branches negated (the complement lists every overlapping pair).
 const MAX_NEGATED_ONE_OF: usize = 6;
 
@@ -24,6 +28,7 @@ impl JsonCompiler<'_> {
         depth: u32,
     ) -> Result<Option<Value>, CompileError> {
         use serde_json::json;
+        self.check_stack()?;
         let m = match s {
             Value::Bool(b) => return Ok(Some(Value::Bool(!b))),
             Value::Object(m) => m,
@@ -37,7 +42,11 @@ impl JsonCompiler<'_> {
                     return Ok(Some(json!({ "__not_ref": r })));
                 }
                 // Following a reference adds no nesting (a chain of references is as deep
-                // as its target; a cycle stops at `negating`).
+                // as its target; a cycle stops at `negating`), but a recursion all the same.
+                if self.negating.len() >= MAX_NEGATE_REFS {
+                    self.unnegatable.get_or_insert_with(|| "$ref chain".into());
+                    return Ok(None);
+                }
                 let target = self.resolve(r, ptr)?;
                 self.negating.push(r.to_string());
                 let neg = self.negate(target, ptr, depth);

@@ -95,6 +95,7 @@ impl JsonCompiler<'_> {
         depth: u32,
     ) -> Result<Value, CompileError> {
         self.b.check_deadline()?;
+        self.check_stack()?;
         let (a, b) = match (a, b) {
             (Value::Bool(true), x) | (x, Value::Bool(true)) => return Ok(x.clone()),
             (Value::Bool(false), _) | (_, Value::Bool(false)) => return Ok(Value::Bool(false)),
@@ -346,7 +347,7 @@ impl JsonCompiler<'_> {
                                 CompileError::Unsupported {
                                     keyword: "patternProperties".into(),
                                     pointer: ptr.into(),
-                                    reason: format!("{p:?}: {e}"),
+                                    reason: format!("{:?}: {e}", crate::excerpt(p)),
                                 }
                             })?);
                         }
@@ -399,7 +400,7 @@ impl JsonCompiler<'_> {
                     super::object::full_match_regex(p).map_err(|e| CompileError::Unsupported {
                         keyword: "patternProperties".into(),
                         pointer: ptr.into(),
-                        reason: format!("{p:?}: {e}"),
+                        reason: format!("{:?}: {e}", crate::excerpt(p)),
                     })?;
                 if xprops.iter().any(|k| re.is_match(k)) {
                     return Err(CompileError::Unsupported {

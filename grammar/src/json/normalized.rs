@@ -31,7 +31,10 @@ impl JsonCompiler<'_> {
             return Err(CompileError::Unsupported {
                 keyword: "not".into(),
                 pointer: ptr.into(),
-                reason: format!("the complement of the recursive {r:?} beside other keywords"),
+                reason: format!(
+                    "the complement of the recursive {:?} beside other keywords",
+                    crate::excerpt(r)
+                ),
             });
         }
         // enum/const: when every listed value can be checked against the rest, emit them.
@@ -353,26 +356,26 @@ impl JsonCompiler<'_> {
         ptr: &str,
     ) -> Result<Vec<&'static str>, CompileError> {
         const ALL: [&str; 6] = ["null", "boolean", "object", "array", "string", "number"];
-        let mut out: Vec<&'static str> =
-            match s.get("type") {
-                None => ALL.to_vec(),
-                Some(Value::String(t)) => vec![static_type(t)
-                    .ok_or_else(|| self.invalid(ptr, &format!("unknown type {t:?}")))?],
-                Some(Value::Array(ts)) => {
-                    let mut v = Vec::new();
-                    for t in ts {
-                        let t = t
-                            .as_str()
-                            .and_then(static_type)
-                            .ok_or_else(|| self.invalid(ptr, "bad type list"))?;
-                        if !v.contains(&t) {
-                            v.push(t);
-                        }
+        let mut out: Vec<&'static str> = match s.get("type") {
+            None => ALL.to_vec(),
+            Some(Value::String(t)) => vec![static_type(t).ok_or_else(|| {
+                self.invalid(ptr, &format!("unknown type {:?}", crate::excerpt(t)))
+            })?],
+            Some(Value::Array(ts)) => {
+                let mut v = Vec::new();
+                for t in ts {
+                    let t = t
+                        .as_str()
+                        .and_then(static_type)
+                        .ok_or_else(|| self.invalid(ptr, "bad type list"))?;
+                    if !v.contains(&t) {
+                        v.push(t);
                     }
-                    v
                 }
-                Some(_) => return Err(self.invalid(ptr, "bad type")),
-            };
+                v
+            }
+            Some(_) => return Err(self.invalid(ptr, "bad type")),
+        };
         if out.contains(&"number") {
             out.retain(|t| *t != "integer");
         }

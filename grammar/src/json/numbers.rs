@@ -247,7 +247,7 @@ fn parse_all(res: &[String]) -> Result<Vec<Hir>, CompileError> {
     res.iter()
         .map(|re| {
             parse(re, Flavor::FullMatch).map_err(|e| CompileError::Regex {
-                pattern: re.clone(),
+                pattern: crate::excerpt(re).into_owned(),
                 reason: e,
             })
         })

@@ -32,13 +32,158 @@ const MAX_ANY_ORDER_COST: usize = 60_000;
 /// Most NFA states (estimated) all any-order objects of one schema may add.
 const MAX_ANY_ORDER_TOTAL: usize = 200_000;
 
+/// A declared property: key, value schema, required.
+type Item = (String, Value, bool);
+
+/// `patternProperties` entries (pattern, schema) and their full-match regexes.
+type Patterns = (Vec<(String, Value)>, Vec<regex_automata::meta::Regex>);
+
+/// The property counts the object automaton tracks: `0..=cap`, exactly up to
+/// `maxProperties` (`exact`), else saturating at `max(minProperties, 1)`.
+#[derive(Clone, Copy, Debug)]
+struct Counts {
+    cap: usize,
+    exact: bool,
+    /// `minProperties`.
+    min: usize,
+}
+
+/// What an object schema asks for, gathered (and checked) before any NFA state is built.
+struct ObjectPlan {
+    /// Declared properties in schema order, then required keys not declared, then the
+    /// names of key conditions (optional).
+    items: Vec<Item>,
+    /// The schema of undeclared properties (`None`: none allowed).
+    additional: Option<Value>,
+    /// `patternProperties`, and their full-match regexes.
+    patterns: Vec<(String, Value)>,
+    matchers: Vec<regex_automata::meta::Regex>,
+    /// Keys never produced (`__forbidden`: `not: {required: [k]}`).
+    forbidden: Vec<String>,
+    /// `__has_other` conditions, and the regexes of their patterns.
+    conds: Vec<KeyCond>,
+    cond_res: Vec<Vec<regex_automata::meta::Regex>>,
+    /// `propertyNames` on undeclared keys: patterns every key matches, patterns none
+    /// matches, names excluded.
+    name_pos: Vec<String>,
+    name_neg: Vec<String>,
+    name_excl: Vec<String>,
+}
+
+impl ObjectPlan {
+    /// Whether `k` is one of condition `i`'s names or matches one of its patterns.
+    fn listed(&self, i: usize, k: &str) -> bool {
+        self.conds[i].0.iter().any(|x| x == k) || self.cond_res[i].iter().any(|re| re.is_match(k))
+    }
+
+    /// The key-only conditions writing key `k` satisfies.
+    fn witness_bits(&self, k: &str) -> u8 {
+        let mut bits = 0u8;
+        for (i, c) in self.conds.iter().enumerate() {
+            if c.3.is_none() && self.listed(i, k) == c.2 {
+                bits |= 1 << i;
+            }
+        }
+        bits
+    }
+
+    /// The value conditions (a listed key whose value is in a schema) key `k` may satisfy.
+    fn value_bits(&self, k: &str) -> u8 {
+        let mut bits = 0u8;
+        for (i, c) in self.conds.iter().enumerate() {
+            if c.3.is_some() && self.listed(i, k) == c.2 {
+                bits |= 1 << i;
+            }
+        }
+        bits
+    }
+
+    /// All value conditions.
+    fn all_value_bits(&self) -> u8 {
+        self.conds
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.3.is_some())
+            .fold(0, |a, (i, _)| a | 1 << i)
+    }
+
+    /// Sets of conditions met (witness-bit sets).
+    fn witness_sets(&self) -> usize {
+        1usize << self.conds.len()
+    }
+
+    /// Whether undeclared keys can be written at all.
+    fn has_undeclared(&self) -> bool {
+        self.additional.is_some() || !self.patterns.is_empty()
+    }
+}
+
 impl JsonCompiler<'_> {
+    /// An object schema: `{`, the declared properties (schema order, or any order when
+    /// asked and small enough) with undeclared ones in the gaps, `}`.
     pub(super) fn object(
         &mut self,
         from: StateId,
         s: &Map<String, Value>,
         ptr: &str,
     ) -> Result<StateId, CompileError> {
+        let Some(plan) = self.object_plan(s, ptr)? else {
+            return self.nothing();
+        };
+        let Some(counts) = self.property_counts(&plan, s, ptr)? else {
+            return self.nothing();
+        };
+        let open = self.b.lit(from, b"{")?;
+        let open = self.ws(open)?;
+        let extras = self.undeclared_rules(&plan, s, ptr)?;
+        let item_bits: Vec<u8> = plan.items.iter().map(|i| plan.witness_bits(&i.0)).collect();
+        let full_w = (plan.witness_sets() - 1) as u8;
+        // Value conditions make a key's witness bits depend on its value: schema order only.
+        let any_order = if plan.all_value_bits() == 0 {
+            self.any_order(
+                open,
+                &plan.items,
+                &item_bits,
+                &extras,
+                (counts.cap, counts.exact, counts.min, full_w),
+                ptr,
+            )?
+        } else {
+            None
+        };
+        let close = match any_order {
+            Some(close) => close,
+            None => self.schema_order(open, &plan, &item_bits, &extras, counts, ptr)?,
+        };
+        let c = self.ws(close)?;
+        self.b.lit(c, b"}")
+    }
+
+    /// The object's [`ObjectPlan`]; `None` when no object is valid.
+    fn object_plan(
+        &mut self,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<Option<ObjectPlan>, CompileError> {
+        let Some(mut plan) = self.declared_properties(s, ptr)? else {
+            return Ok(None);
+        };
+        self.key_conditions(&mut plan, s, ptr)?;
+        self.merge_pattern_schemas(&mut plan, ptr)?;
+        if !self.property_names(&mut plan, s, ptr)? {
+            return Ok(None);
+        }
+        Ok(Some(plan))
+    }
+
+    /// `properties`, `required`, `additionalProperties`, `patternProperties` and
+    /// `__forbidden`: the items in order and what undeclared keys may be. `None` when a
+    /// required key cannot be written.
+    fn declared_properties(
+        &mut self,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<Option<ObjectPlan>, CompileError> {
         let empty = Map::new();
         let props = s
             .get("properties")
@@ -53,12 +198,69 @@ impl JsonCompiler<'_> {
                     .collect()
             })
             .unwrap_or_default();
-        let mut additional = match s.get("additionalProperties") {
+        let additional = match s.get("additionalProperties") {
             Some(Value::Bool(false)) => None,
             Some(v) => Some(v.clone()),
             None if self.opts.allow_undeclared_properties => Some(Value::Bool(true)),
             None => None,
         };
+        let (patterns, matchers) = self.pattern_properties(s, ptr)?;
+        // Items in order: declared properties, then required keys not declared.
+        let mut items: Vec<Item> = Vec::new();
+        for (k, v) in props {
+            items.push((k.clone(), v.clone(), required.contains(k)));
+        }
+        for r in &required {
+            if !props.contains_key(r) {
+                // A key a pattern takes gets the pattern's schema (merged below), never
+                // `additionalProperties`.
+                if matchers.iter().any(|re| re.is_match(r.as_str())) {
+                    items.push((r.clone(), Value::Bool(true), true));
+                    continue;
+                }
+                match &additional {
+                    Some(a) => items.push((r.clone(), a.clone(), true)),
+                    None if s.get("additionalProperties") == Some(&Value::Bool(false)) => {
+                        return Ok(None)
+                    }
+                    None => items.push((r.clone(), Value::Bool(true), true)),
+                }
+            }
+        }
+        // Keys a `not: {required: [k]}` forbids: never produced.
+        let forbidden: Vec<String> = s
+            .get("__forbidden")
+            .and_then(|f| f.as_array())
+            .map(|f| {
+                f.iter()
+                    .filter_map(|k| k.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if items.iter().any(|i| i.2 && forbidden.contains(&i.0)) {
+            return Ok(None);
+        }
+        items.retain(|i| !forbidden.contains(&i.0));
+        Ok(Some(ObjectPlan {
+            items,
+            additional,
+            patterns,
+            matchers,
+            forbidden,
+            conds: Vec::new(),
+            cond_res: Vec::new(),
+            name_pos: Vec::new(),
+            name_neg: Vec::new(),
+            name_excl: Vec::new(),
+        }))
+    }
+
+    /// `patternProperties` (at most [`MAX_PATTERNS`]) and their full-match regexes.
+    fn pattern_properties(
+        &mut self,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<Patterns, CompileError> {
         let mut patterns: Vec<(String, Value)> = Vec::new();
         if let Some(pp) = s.get("patternProperties").and_then(|p| p.as_object()) {
             for (p, v) in pp {
@@ -81,53 +283,24 @@ impl JsonCompiler<'_> {
                     return Err(CompileError::Unsupported {
                         keyword: "patternProperties".into(),
                         pointer: ptr.into(),
-                        reason: format!("{p:?}: {e}"),
+                        reason: format!("{:?}: {e}", crate::excerpt(p)),
                     })
                 }
             }
         }
-        let min_p = f(s.get("minProperties")).map(|x| x as usize);
-        let max_p = f(s.get("maxProperties")).map(|x| x as usize);
-        // Items in order: declared properties, then required keys not declared.
-        let mut items: Vec<(String, Value, bool)> = Vec::new();
-        for (k, v) in props {
-            items.push((k.clone(), v.clone(), required.contains(k)));
-        }
-        for r in &required {
-            if !props.contains_key(r) {
-                // A key a pattern takes gets the pattern's schema (merged below), never
-                // `additionalProperties`.
-                if matchers.iter().any(|re| re.is_match(r.as_str())) {
-                    items.push((r.clone(), Value::Bool(true), true));
-                    continue;
-                }
-                match &additional {
-                    Some(a) => items.push((r.clone(), a.clone(), true)),
-                    None if s.get("additionalProperties") == Some(&Value::Bool(false)) => {
-                        return self.nothing()
-                    }
-                    None => items.push((r.clone(), Value::Bool(true), true)),
-                }
-            }
-        }
-        // Keys a `not: {required: [k]}` forbids: never produced.
-        let forbidden: Vec<String> = s
-            .get("__forbidden")
-            .and_then(|f| f.as_array())
-            .map(|f| {
-                f.iter()
-                    .filter_map(|k| k.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if items.iter().any(|i| i.2 && forbidden.contains(&i.0)) {
-            return self.nothing();
-        }
-        items.retain(|i| !forbidden.contains(&i.0));
-        // `__has_other` (the complement of `additionalProperties: false` or `propertyNames`):
-        // the object must have a key outside a list of names and patterns (or, `positive`,
-        // among them). Such names this object does not declare become optional items, so
-        // that undeclared keys are never one of them.
+        Ok((patterns, matchers))
+    }
+
+    /// `__has_other` (the complement of `additionalProperties: false` or `propertyNames`):
+    /// the object must have a key outside a list of names and patterns (or, `positive`,
+    /// among them). Such names this object does not declare become optional items, so
+    /// that undeclared keys are never one of them.
+    fn key_conditions(
+        &mut self,
+        plan: &mut ObjectPlan,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<(), CompileError> {
         let conds = has_other_conditions(s);
         if conds.len() > MAX_CONDS {
             self.unsupported(
@@ -145,187 +318,190 @@ impl JsonCompiler<'_> {
                 res.push(full_match_regex(p).map_err(|e| CompileError::Unsupported {
                     keyword: "additionalProperties".into(),
                     pointer: ptr.into(),
-                    reason: format!("{p:?}: {e}"),
+                    reason: format!("{:?}: {e}", crate::excerpt(p)),
                 })?);
             }
             cond_res.push(res);
             for k in keys {
-                if items.iter().any(|i| &i.0 == k) || forbidden.contains(k) {
+                if plan.items.iter().any(|i| &i.0 == k) || plan.forbidden.contains(k) {
                     continue;
                 }
-                if matchers.iter().any(|re| re.is_match(k.as_str())) {
-                    items.push((k.clone(), Value::Bool(true), false));
-                } else if let Some(a) = &additional {
-                    items.push((k.clone(), a.clone(), false));
+                if plan.matchers.iter().any(|re| re.is_match(k.as_str())) {
+                    plan.items.push((k.clone(), Value::Bool(true), false));
+                } else if let Some(a) = &plan.additional {
+                    plan.items.push((k.clone(), a.clone(), false));
                 }
             }
         }
-        // Which key-only conditions writing each declared key satisfies, and which value
-        // conditions (a listed key whose value is in a schema) it may satisfy.
-        let listed = |i: usize, k: &str| {
-            conds[i].0.iter().any(|x| x == k) || cond_res[i].iter().any(|re| re.is_match(k))
-        };
-        let witness_bits = |k: &str| -> u8 {
-            let mut bits = 0u8;
-            for (i, c) in conds.iter().enumerate() {
-                if c.3.is_none() && listed(i, k) == c.2 {
-                    bits |= 1 << i;
-                }
-            }
-            bits
-        };
-        let value_bits = |k: &str| -> u8 {
-            let mut bits = 0u8;
-            for (i, c) in conds.iter().enumerate() {
-                if c.3.is_some() && listed(i, k) == c.2 {
-                    bits |= 1 << i;
-                }
-            }
-            bits
-        };
-        let all_value_bits: u8 = conds
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.3.is_some())
-            .fold(0, |a, (i, _)| a | 1 << i);
-        let nw = 1usize << conds.len();
-        let full_w = (nw - 1) as u8;
-        // A declared key that matches a pattern must satisfy both schemas.
-        for item in items.iter_mut() {
-            for (i, re) in matchers.iter().enumerate() {
+        plan.conds = conds;
+        plan.cond_res = cond_res;
+        Ok(())
+    }
+
+    /// A declared key that matches a pattern must satisfy both schemas.
+    fn merge_pattern_schemas(
+        &mut self,
+        plan: &mut ObjectPlan,
+        ptr: &str,
+    ) -> Result<(), CompileError> {
+        for item in plan.items.iter_mut() {
+            for (i, re) in plan.matchers.iter().enumerate() {
                 if re.is_match(item.0.as_str()) {
                     let iptr = format!("{ptr}/patternProperties");
-                    item.1 = self.merge_schemas(&item.1, &patterns[i].1, &iptr, 0)?;
+                    item.1 = self.merge_schemas(&item.1, &plan.patterns[i].1, &iptr, 0)?;
                 }
             }
         }
-        // propertyNames: declared keys checked here, undeclared keys through patterns.
-        let mut name_pos: Vec<String> = Vec::new();
-        let mut name_neg: Vec<String> = Vec::new();
-        let mut name_excl: Vec<String> = Vec::new();
-        if let Some(pn) = s.get("propertyNames") {
-            let pn_ptr = format!("{ptr}/propertyNames");
-            let pn_map = match pn {
-                Value::Bool(true) => Map::new(),
-                Value::Bool(false) => {
-                    let mut m = Map::new();
-                    m.insert("__false".into(), Value::Bool(true));
-                    m
-                }
-                Value::Object(m) => {
-                    let mark = self.merged_refs.len();
-                    let n = self.normalize(m, &pn_ptr, 0);
-                    self.merged_refs.truncate(mark);
-                    n?
-                }
-                _ => return Err(self.invalid(&pn_ptr, "a schema must be an object or a boolean")),
-            };
-            let mut keep = Vec::new();
-            for item in items.drain(..) {
-                match super::check::check_value(&Value::String(item.0.clone()), &pn_map) {
-                    Some(true) => keep.push(item),
-                    Some(false) if item.2 => return self.nothing(),
-                    Some(false) => {}
-                    None => {
-                        self.unsupported("propertyNames", &pn_ptr, "cannot check a declared key")?;
-                        keep.push(item);
-                    }
+        Ok(())
+    }
+
+    /// `propertyNames`: declared keys are checked here, undeclared keys get patterns (or
+    /// none are allowed). False when a required key is not a valid name.
+    fn property_names(
+        &mut self,
+        plan: &mut ObjectPlan,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<bool, CompileError> {
+        let Some(pn) = s.get("propertyNames") else {
+            return Ok(true);
+        };
+        let pn_ptr = format!("{ptr}/propertyNames");
+        let pn_map = match pn {
+            Value::Bool(true) => Map::new(),
+            Value::Bool(false) => {
+                let mut m = Map::new();
+                m.insert("__false".into(), Value::Bool(true));
+                m
+            }
+            Value::Object(m) => {
+                let mark = self.merged_refs.len();
+                let n = self.normalize(m, &pn_ptr, 0);
+                self.merged_refs.truncate(mark);
+                n?
+            }
+            _ => return Err(self.invalid(&pn_ptr, "a schema must be an object or a boolean")),
+        };
+        let mut keep = Vec::new();
+        for item in plan.items.drain(..) {
+            match super::check::check_value(&Value::String(item.0.clone()), &pn_map) {
+                Some(true) => keep.push(item),
+                Some(false) if item.2 => return Ok(false),
+                Some(false) => {}
+                None => {
+                    self.unsupported("propertyNames", &pn_ptr, "cannot check a declared key")?;
+                    keep.push(item);
                 }
             }
-            items = keep;
-            if additional.is_some() || !patterns.is_empty() {
-                for (k, v) in &pn_map {
-                    if super::is_annotation(k) {
-                        continue;
-                    }
-                    match (k.as_str(), v) {
-                        ("type", t) if super::norm::type_list(t).iter().any(|t| t == "string") => {}
-                        ("type", _) | ("__false", _) => {
-                            additional = None;
-                            patterns.clear();
-                            matchers.clear();
-                        }
-                        ("pattern", Value::String(p)) => name_pos.push(p.clone()),
-                        ("minLength" | "maxLength", _) => {
-                            let lo = pn_map
-                                .get("minLength")
-                                .and_then(|x| x.as_u64())
-                                .unwrap_or(0);
-                            let hi = pn_map.get("maxLength").and_then(|x| x.as_u64());
-                            let re = match hi {
-                                Some(h) => format!("^[\\s\\S]{{{lo},{h}}}$"),
-                                None => format!("^[\\s\\S]{{{lo},}}$"),
-                            };
-                            if !name_pos.contains(&re) {
-                                name_pos.push(re);
-                            }
-                        }
-                        // Undeclared keys must be one of the names (declared keys were
-                        // checked above): an alternation of the literal names.
-                        ("enum" | "const", v) => {
-                            let names: Vec<&str> = match v {
-                                Value::Array(a) => a.iter().filter_map(|x| x.as_str()).collect(),
-                                other => other.as_str().into_iter().collect(),
-                            };
-                            if names.is_empty() {
-                                additional = None;
-                                patterns.clear();
-                                matchers.clear();
-                            } else {
-                                let alts: Vec<String> =
-                                    names.iter().map(|n| literal_pattern(n)).collect();
-                                name_pos.push(format!("^(?:{})$", alts.join("|")));
-                            }
-                        }
-                        ("__not_enum", Value::Array(vals)) => name_excl
+        }
+        plan.items = keep;
+        if plan.has_undeclared() {
+            for (k, v) in &pn_map {
+                if super::is_annotation(k) {
+                    continue;
+                }
+                self.undeclared_name_keyword(plan, &pn_map, k, v, &pn_ptr)?;
+            }
+        }
+        if plan.patterns.len() + plan.name_pos.len() + plan.name_neg.len() > 30 {
+            self.unsupported("propertyNames", &pn_ptr, "too many key patterns")?;
+            plan.name_pos.clear();
+            plan.name_neg.clear();
+        }
+        Ok(true)
+    }
+
+    /// One keyword `k: v` of the `propertyNames` schema `pn_map` applied to undeclared
+    /// keys.
+    fn undeclared_name_keyword(
+        &mut self,
+        plan: &mut ObjectPlan,
+        pn_map: &Map<String, Value>,
+        k: &str,
+        v: &Value,
+        pn_ptr: &str,
+    ) -> Result<(), CompileError> {
+        let no_undeclared = |plan: &mut ObjectPlan| {
+            plan.additional = None;
+            plan.patterns.clear();
+            plan.matchers.clear();
+        };
+        match (k, v) {
+            ("type", t) if super::norm::type_list(t).iter().any(|t| t == "string") => {}
+            ("type", _) | ("__false", _) => no_undeclared(plan),
+            ("pattern", Value::String(p)) => plan.name_pos.push(p.clone()),
+            ("minLength" | "maxLength", _) => {
+                let lo = pn_map
+                    .get("minLength")
+                    .and_then(|x| x.as_u64())
+                    .unwrap_or(0);
+                let hi = pn_map.get("maxLength").and_then(|x| x.as_u64());
+                let re = match hi {
+                    Some(h) => format!("^[\\s\\S]{{{lo},{h}}}$"),
+                    None => format!("^[\\s\\S]{{{lo},}}$"),
+                };
+                if !plan.name_pos.contains(&re) {
+                    plan.name_pos.push(re);
+                }
+            }
+            // Undeclared keys must be one of the names (declared keys were checked
+            // already): an alternation of the literal names.
+            ("enum" | "const", v) => {
+                let names: Vec<&str> = match v {
+                    Value::Array(a) => a.iter().filter_map(|x| x.as_str()).collect(),
+                    other => other.as_str().into_iter().collect(),
+                };
+                if names.is_empty() {
+                    no_undeclared(plan);
+                } else {
+                    let alts: Vec<String> = names.iter().map(|n| literal_pattern(n)).collect();
+                    plan.name_pos.push(format!("^(?:{})$", alts.join("|")));
+                }
+            }
+            ("__not_enum", Value::Array(vals)) => plan
+                .name_excl
+                .extend(vals.iter().filter_map(|x| x.as_str().map(String::from))),
+            ("__not_pattern", Value::Array(ps)) => plan
+                .name_neg
+                .extend(ps.iter().filter_map(|x| x.as_str().map(String::from))),
+            ("not", n) => {
+                let mut forms = Vec::new();
+                self.not_forms(n, &mut forms);
+                for f in forms {
+                    match f {
+                        super::NotForm::NotValues(vals) => plan
+                            .name_excl
                             .extend(vals.iter().filter_map(|x| x.as_str().map(String::from))),
-                        ("__not_pattern", Value::Array(ps)) => {
-                            name_neg.extend(ps.iter().filter_map(|x| x.as_str().map(String::from)))
-                        }
-                        ("not", n) => {
-                            let mut forms = Vec::new();
-                            self.not_forms(n, &mut forms);
-                            for f in forms {
-                                match f {
-                                    super::NotForm::NotValues(vals) => name_excl.extend(
-                                        vals.iter().filter_map(|x| x.as_str().map(String::from)),
-                                    ),
-                                    super::NotForm::NotPattern(Value::String(p)) => {
-                                        name_neg.push(p)
-                                    }
-                                    super::NotForm::NoOp => {}
-                                    _ => self.unsupported(
-                                        "propertyNames",
-                                        &pn_ptr,
-                                        "this `not` form",
-                                    )?,
-                                }
-                            }
-                        }
-                        _ => {
-                            self.unsupported("propertyNames", &pn_ptr, &format!("`{k}` on keys"))?
-                        }
+                        super::NotForm::NotPattern(Value::String(p)) => plan.name_neg.push(p),
+                        super::NotForm::NoOp => {}
+                        _ => self.unsupported("propertyNames", pn_ptr, "this `not` form")?,
                     }
                 }
             }
-            if patterns.len() + name_pos.len() + name_neg.len() > 30 {
-                self.unsupported("propertyNames", &pn_ptr, "too many key patterns")?;
-                name_pos.clear();
-                name_neg.clear();
-            }
+            _ => self.unsupported("propertyNames", pn_ptr, &format!("`{k}` on keys"))?,
         }
-        // Property counts: tracks 0..=cap; exact up to maxProperties, else saturating at
-        // max(minProperties, 1).
-        let n_req = items.iter().filter(|i| i.2).count();
+        Ok(())
+    }
+
+    /// `minProperties` / `maxProperties` as [`Counts`]; `None` when no count is valid.
+    fn property_counts(
+        &mut self,
+        plan: &ObjectPlan,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<Option<Counts>, CompileError> {
+        let min_p = f(s.get("minProperties")).map(|x| x as usize);
+        let max_p = f(s.get("maxProperties")).map(|x| x as usize);
+        let n_req = plan.items.iter().filter(|i| i.2).count();
         let cap = match (min_p, max_p) {
             (_, Some(mx)) => mx,
             (Some(mn), None) => mn.max(1),
             (None, None) => 1,
         };
         let exact = max_p.is_some();
-        let min_count = min_p.unwrap_or(0);
-        if max_p.is_some_and(|m| m < n_req || m < min_count) {
-            return self.nothing();
+        let min = min_p.unwrap_or(0);
+        if max_p.is_some_and(|m| m < n_req || m < min) {
+            return Ok(None);
         }
         if cap > MAX_PROPERTY_COUNT {
             let kw = if exact {
@@ -339,287 +515,343 @@ impl JsonCompiler<'_> {
                 &format!("property counts above {MAX_PROPERTY_COUNT} are not enforced"),
             )?;
         }
-        let cap = cap.min(MAX_PROPERTY_COUNT);
-        let open = self.b.lit(from, b"{")?;
-        let open = self.ws(open)?;
-        // Undeclared properties: one rule (`"other key": value`), called from every gap
-        // between declared properties.
-        // Undeclared properties: one rule per witness-bit set (`"other key": value`), called
-        // from every gap between declared properties.
+        Ok(Some(Counts {
+            cap: cap.min(MAX_PROPERTY_COUNT),
+            exact,
+            min,
+        }))
+    }
+
+    /// Undeclared properties: one rule (`"other key": value`) per witness-bit set, called
+    /// from every gap between declared properties; `(witness bits, rule)` for the sets some
+    /// key can give.
+    fn undeclared_rules(
+        &mut self,
+        plan: &ObjectPlan,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<Vec<(u8, RuleId)>, CompileError> {
         let mut extras: Vec<(u8, RuleId)> = Vec::new();
-        if additional.is_some() || !patterns.is_empty() {
-            let mut declared: Vec<String> = items.iter().map(|i| i.0.clone()).collect();
-            declared.extend(forbidden.iter().cloned());
-            declared.extend(name_excl.iter().cloned());
-            let mut pats: Vec<&str> = patterns.iter().map(|p| p.0.as_str()).collect();
-            let n_pp = pats.len();
-            pats.extend(name_pos.iter().map(|p| p.as_str()));
-            pats.extend(name_neg.iter().map(|p| p.as_str()));
-            let any = additional.is_some() || pats.len() > n_pp;
-            let mut cond_masks = Vec::new();
-            for (_, cp, _, _) in &conds {
-                let lo = pats.len();
-                pats.extend(cp.iter().map(|p| p.as_str()));
-                cond_masks.push(((1u64 << pats.len()) - (1u64 << lo)) as u32);
-            }
-            if pats.len() > 31 {
-                return Err(CompileError::Unsupported {
-                    keyword: "patternProperties".into(),
-                    pointer: ptr.into(),
-                    reason: "more than 31 key patterns on one object".into(),
-                });
-            }
-            let pos_mask: u32 = ((1u32 << name_pos.len()) - 1) << n_pp;
-            let neg_mask: u32 = ((1u32 << name_neg.len()) - 1) << (n_pp + name_pos.len());
-            // One rule (and key automaton) per witness-bit set: a state shared by two rules
-            // could return from the wrong one.
-            for want in 0..nw as u8 {
-                let r = self.b.new_rule()?;
-                self.b.key_rules.push(r);
-                let rr = self.b.rules[r as usize];
-                let exits = self.other_key(rr.start, &declared, &pats, any, ptr)?;
-                let mut used = false;
-                for (set, exit) in exits {
-                    // propertyNames: every positive pattern matches, no negative one does.
-                    if set & pos_mask != pos_mask || set & neg_mask != 0 {
-                        continue;
-                    }
-                    // Key-only conditions follow from the key; value conditions whose
-                    // pattern the key matches are met when the value is in their schema.
-                    let mut wb = 0u8;
-                    let mut applicable = 0u8;
-                    for (i, m) in cond_masks.iter().enumerate() {
-                        if conds[i].3.is_some() {
-                            if (set & m != 0) == conds[i].2 {
-                                applicable |= 1 << i;
-                            }
-                        } else if (set & m != 0) == conds[i].2 {
-                            wb |= 1 << i;
-                        }
-                    }
-                    let sub = want & all_value_bits;
-                    if want & !all_value_bits != wb || sub & !applicable != 0 {
-                        continue;
-                    }
-                    let set = set & ((1u32 << n_pp) - 1);
-                    let (mut schema, vptr) = if set == 0 {
-                        match &additional {
-                            Some(add) => (add.clone(), format!("{ptr}/additionalProperties")),
-                            None => continue,
-                        }
-                    } else {
-                        let mut schema = Value::Bool(true);
-                        let pptr = format!("{ptr}/patternProperties");
-                        for (i, (_, v)) in patterns.iter().enumerate() {
-                            if set >> i & 1 == 1 {
-                                schema = self.merge_schemas(&schema, v, &pptr, 0)?;
-                            }
-                        }
-                        // `__pattern_else` (from `allOf` merges): a schema for keys matching
-                        // one pattern and none of a list.
-                        let bit = |p: &Value| {
-                            patterns
-                                .iter()
-                                .position(|(q, _)| Some(q.as_str()) == p.as_str())
-                                .is_some_and(|i| set >> i & 1 == 1)
-                        };
-                        for e in s
-                            .get("__pattern_else")
-                            .and_then(|e| e.as_array())
-                            .into_iter()
-                            .flatten()
-                        {
-                            let unless =
-                                e["unless"].as_array().map(|u| u.as_slice()).unwrap_or(&[]);
-                            if bit(&e["pattern"]) && !unless.iter().any(bit) {
-                                schema = self.merge_schemas(&schema, &e["schema"], &pptr, 0)?;
-                            }
-                        }
-                        (schema, pptr)
-                    };
-                    for (i, c) in conds.iter().enumerate() {
-                        if let (true, Some(vs)) = (sub >> i & 1 == 1, &c.3) {
-                            schema = self.merge_schemas(&schema, vs, &vptr, 0)?;
-                        }
-                    }
-                    let k = self.punct(exit, b':')?;
-                    let e = self.value(k, &schema, &vptr)?;
-                    self.b.eps(e, rr.end);
-                    used = true;
+        if !plan.has_undeclared() {
+            return Ok(extras);
+        }
+        let (patterns, conds) = (&plan.patterns, &plan.conds);
+        let mut declared: Vec<String> = plan.items.iter().map(|i| i.0.clone()).collect();
+        declared.extend(plan.forbidden.iter().cloned());
+        declared.extend(plan.name_excl.iter().cloned());
+        let mut pats: Vec<&str> = patterns.iter().map(|p| p.0.as_str()).collect();
+        let n_pp = pats.len();
+        pats.extend(plan.name_pos.iter().map(|p| p.as_str()));
+        pats.extend(plan.name_neg.iter().map(|p| p.as_str()));
+        let any = plan.additional.is_some() || pats.len() > n_pp;
+        let mut cond_masks = Vec::new();
+        for (_, cp, _, _) in conds {
+            let lo = pats.len();
+            pats.extend(cp.iter().map(|p| p.as_str()));
+            cond_masks.push(((1u64 << pats.len()) - (1u64 << lo)) as u32);
+        }
+        if pats.len() > 31 {
+            return Err(CompileError::Unsupported {
+                keyword: "patternProperties".into(),
+                pointer: ptr.into(),
+                reason: "more than 31 key patterns on one object".into(),
+            });
+        }
+        let pos_mask: u32 = ((1u32 << plan.name_pos.len()) - 1) << n_pp;
+        let neg_mask: u32 = ((1u32 << plan.name_neg.len()) - 1) << (n_pp + plan.name_pos.len());
+        let all_value_bits = plan.all_value_bits();
+        // One rule (and key automaton) per witness-bit set: a state shared by two rules
+        // could return from the wrong one.
+        for want in 0..plan.witness_sets() as u8 {
+            let r = self.b.new_rule()?;
+            self.b.key_rules.push(r);
+            let rr = self.b.rules[r as usize];
+            let exits = self.other_key(rr.start, &declared, &pats, any, ptr)?;
+            let mut used = false;
+            for (set, exit) in exits {
+                // propertyNames: every positive pattern matches, no negative one does.
+                if set & pos_mask != pos_mask || set & neg_mask != 0 {
+                    continue;
                 }
-                if used {
-                    extras.push((want, r));
+                // Key-only conditions follow from the key; value conditions whose
+                // pattern the key matches are met when the value is in their schema.
+                let mut wb = 0u8;
+                let mut applicable = 0u8;
+                for (i, m) in cond_masks.iter().enumerate() {
+                    if conds[i].3.is_some() {
+                        if (set & m != 0) == conds[i].2 {
+                            applicable |= 1 << i;
+                        }
+                    } else if (set & m != 0) == conds[i].2 {
+                        wb |= 1 << i;
+                    }
                 }
+                let sub = want & all_value_bits;
+                if want & !all_value_bits != wb || sub & !applicable != 0 {
+                    continue;
+                }
+                let set = set & ((1u32 << n_pp) - 1);
+                let Some((mut schema, vptr)) = self.undeclared_schema(plan, s, set, ptr)? else {
+                    continue;
+                };
+                for (i, c) in conds.iter().enumerate() {
+                    if let (true, Some(vs)) = (sub >> i & 1 == 1, &c.3) {
+                        schema = self.merge_schemas(&schema, vs, &vptr, 0)?;
+                    }
+                }
+                let k = self.punct(exit, b':')?;
+                let e = self.value(k, &schema, &vptr)?;
+                self.b.eps(e, rr.end);
+                used = true;
+            }
+            if used {
+                extras.push((want, r));
             }
         }
-        let item_bits: Vec<u8> = items.iter().map(|i| witness_bits(&i.0)).collect();
-        let item_value_bits: Vec<u8> = items.iter().map(|i| value_bits(&i.0)).collect();
-        // Value conditions make a key's witness bits depend on its value: schema order only.
-        let any_order = if all_value_bits == 0 {
-            self.any_order(
-                open,
-                &items,
-                &item_bits,
-                &extras,
-                (cap, exact, min_count, full_w),
-                ptr,
-            )?
-        } else {
-            None
+        Ok(extras)
+    }
+
+    /// The schema (and its pointer) of an undeclared key matching the patterns in `set`
+    /// (bit `i`: `patternProperties` entry `i`): `additionalProperties` when none, else
+    /// the patterns' schemas merged. `None` when such a key is not allowed.
+    fn undeclared_schema(
+        &mut self,
+        plan: &ObjectPlan,
+        s: &Map<String, Value>,
+        set: u32,
+        ptr: &str,
+    ) -> Result<Option<(Value, String)>, CompileError> {
+        if set == 0 {
+            return Ok(plan
+                .additional
+                .as_ref()
+                .map(|add| (add.clone(), format!("{ptr}/additionalProperties"))));
+        }
+        let patterns = &plan.patterns;
+        let mut schema = Value::Bool(true);
+        let pptr = format!("{ptr}/patternProperties");
+        for (i, (_, v)) in patterns.iter().enumerate() {
+            if set >> i & 1 == 1 {
+                schema = self.merge_schemas(&schema, v, &pptr, 0)?;
+            }
+        }
+        // `__pattern_else` (from `allOf` merges): a schema for keys matching one pattern
+        // and none of a list.
+        let bit = |p: &Value| {
+            patterns
+                .iter()
+                .position(|(q, _)| Some(q.as_str()) == p.as_str())
+                .is_some_and(|i| set >> i & 1 == 1)
         };
-        if let Some(close) = any_order {
-            let c = self.ws(close)?;
-            return self.b.lit(c, b"}");
+        for e in s
+            .get("__pattern_else")
+            .and_then(|e| e.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let unless = e["unless"].as_array().map(|u| u.as_slice()).unwrap_or(&[]);
+            if bit(&e["pattern"]) && !unless.iter().any(bit) {
+                schema = self.merge_schemas(&schema, &e["schema"], &pptr, 0)?;
+            }
         }
-        let tracks_n = cap + 1;
-        let idx = |c: usize, w: u8| c * nw + w as usize;
-        // tracks[idx(c, w)]: the state after writing c properties (saturating at `cap` unless
-        // exact) with the witness conditions `w` met.
+        Ok(Some((schema, pptr)))
+    }
+
+    /// Declared properties in schema order from `open`, undeclared ones (`extras`) in
+    /// every gap; returns the state before `}`.
+    ///
+    /// The automaton keeps one track per (property count, witness bits met): after each
+    /// declared property the tracks move on (an optional one may also be skipped), and the
+    /// close is reached from the tracks with an allowed count and every condition met.
+    fn schema_order(
+        &mut self,
+        open: StateId,
+        plan: &ObjectPlan,
+        item_bits: &[u8],
+        extras: &[(u8, RuleId)],
+        counts: Counts,
+        ptr: &str,
+    ) -> Result<StateId, CompileError> {
+        let nw = plan.witness_sets();
+        let full_w = (nw - 1) as u8;
+        let tracks_n = counts.cap + 1;
+        // tracks[c * nw + w]: the state after writing c properties (saturating at `cap`
+        // unless exact) with the witness conditions `w` met.
         let mut tracks: Vec<Option<StateId>> = vec![None; tracks_n * nw];
         tracks[0] = Some(open);
-        let bump = |c: usize| bump_count(c, cap, exact);
-        let gap = |me: &mut Self, tracks: &mut Vec<Option<StateId>>| -> Result<(), CompileError> {
-            if extras.is_empty() {
-                return Ok(());
-            }
-            let mut new: Vec<Option<StateId>> = vec![None; tracks_n * nw];
-            for c in 0..tracks_n {
-                for w in 0..nw as u8 {
-                    // Sources: one more undeclared property from c - 1 (any w2 | b == w), or
-                    // when saturated from (cap, w2 < w).
-                    let mut srcs: Vec<(StateId, RuleId, bool)> = Vec::new();
-                    for &(b, r) in &extras {
-                        for w2 in 0..nw as u8 {
-                            if w2 | b != w {
-                                continue;
-                            }
-                            if c > 0 {
-                                if let Some(p) = new[idx(c - 1, w2)] {
-                                    srcs.push((p, r, c > 1));
-                                }
-                            }
-                            if c == cap && !exact && w2 < w {
-                                if let Some(p) = new[idx(cap, w2)] {
-                                    srcs.push((p, r, true));
-                                }
-                            }
-                        }
-                    }
-                    if tracks[idx(c, w)].is_none() && srcs.is_empty() {
-                        continue;
-                    }
-                    let lp = me.b.state()?;
-                    if let Some(t) = tracks[idx(c, w)] {
-                        me.b.eps(t, lp);
-                    }
-                    for (p, r, comma) in srcs {
-                        let st = if comma { me.punct(p, b',')? } else { p };
-                        let e = me.b.call(st, r)?;
-                        me.b.eps(e, lp);
-                    }
-                    // Saturated: more undeclared properties keep the count.
-                    if c == cap && !exact {
-                        for &(b, r) in &extras {
-                            if w | b == w {
-                                let cm = me.punct(lp, b',')?;
-                                let e = me.b.call(cm, r)?;
-                                me.b.eps(e, lp);
-                            }
-                        }
-                    }
-                    new[idx(c, w)] = Some(lp);
-                }
-            }
-            *tracks = new;
-            Ok(())
-        };
-        let share = tracks_n > 2;
-        for (((k, v, req), &bits), &vbits) in items.iter().zip(&item_bits).zip(&item_value_bits) {
-            gap(self, &mut tracks)?;
-            let key = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
-            let vptr = format!(
-                "{ptr}/properties/{}",
-                k.replace('~', "~0").replace('/', "~1")
-            );
-            let rule = if share {
-                Some(self.schema_rule(v, &vptr)?)
-            } else {
-                None
-            };
-            let kv = |c: &mut Self, s: StateId, comma: bool| -> Result<StateId, CompileError> {
-                let s = if comma { c.punct(s, b',')? } else { s };
-                let s = c.b.lit(s, key.as_bytes())?;
-                let s = c.punct(s, b':')?;
-                match rule {
-                    Some(r) => c.b.call(s, r),
-                    None => c.value(s, v, &vptr),
-                }
-            };
-            let mut new: Vec<Option<StateId>> = vec![None; tracks_n * nw];
-            // Tracks whose next property lands in the same slot share one copy of the key
-            // and value (a saturated count sends "first property" and "after a comma" to
-            // the same slot; copying the value per track doubled every nesting level).
-            let mut groups: Vec<(usize, Vec<(StateId, bool)>)> = Vec::new();
-            for c in 0..tracks_n {
-                for w in 0..nw as u8 {
-                    let Some(t) = tracks[idx(c, w)] else { continue };
-                    if !*req {
-                        let a = slot_state(self.b, &mut new, idx(c, w))?;
-                        self.b.eps(t, a);
-                    }
-                    if let Some(c2) = bump(c) {
-                        let j = idx(c2, w | bits);
-                        match groups.iter_mut().find(|g| g.0 == j) {
-                            Some(g) => g.1.push((t, c > 0)),
-                            None => groups.push((j, vec![(t, c > 0)])),
-                        }
-                        // The same key with its value in value conditions' schemas.
-                        let mut sub = vbits;
-                        while sub != 0 {
-                            let mut schema = v.clone();
-                            for (i, cnd) in conds.iter().enumerate() {
-                                if let (true, Some(vs)) = (sub >> i & 1 == 1, &cnd.3) {
-                                    schema = self.merge_schemas(&schema, vs, &vptr, 0)?;
-                                }
-                            }
-                            let s = if c > 0 { self.punct(t, b',')? } else { t };
-                            let s = self.b.lit(s, key.as_bytes())?;
-                            let s = self.punct(s, b':')?;
-                            let e = self.value(s, &schema, &vptr)?;
-                            let j = idx(c2, w | bits | sub);
-                            let a = slot_state(self.b, &mut new, j)?;
-                            self.b.eps(e, a);
-                            sub = (sub - 1) & vbits;
-                        }
-                    }
-                }
-            }
-            for (j, srcs) in groups {
-                let e = match srcs.as_slice() {
-                    [(t, comma)] => kv(self, *t, *comma)?,
-                    _ => {
-                        let p = self.b.state()?;
-                        for (t, comma) in srcs {
-                            let s = if comma { self.punct(t, b',')? } else { t };
-                            self.b.eps(s, p);
-                        }
-                        kv(self, p, false)?
-                    }
-                };
-                let a = slot_state(self.b, &mut new, j)?;
-                self.b.eps(e, a);
-            }
-            tracks = new;
+        for (item, &bits) in plan.items.iter().zip(item_bits) {
+            self.undeclared_gap(&mut tracks, extras, counts, nw)?;
+            tracks = self.declared_property(&tracks, plan, item, bits, counts, ptr)?;
         }
-        gap(self, &mut tracks)?;
+        self.undeclared_gap(&mut tracks, extras, counts, nw)?;
         let close = self.b.state()?;
-        for c in min_count..tracks_n {
-            if let Some(st) = tracks[idx(c, full_w)] {
+        for c in counts.min..tracks_n {
+            if let Some(st) = tracks[c * nw + full_w as usize] {
                 self.b.eps(st, close);
             }
         }
-        let c = self.ws(close)?;
-        self.b.lit(c, b"}")
+        Ok(close)
+    }
+
+    /// Any number of undeclared properties (`extras`) at every track: the tracks after
+    /// them.
+    fn undeclared_gap(
+        &mut self,
+        tracks: &mut Vec<Option<StateId>>,
+        extras: &[(u8, RuleId)],
+        counts: Counts,
+        nw: usize,
+    ) -> Result<(), CompileError> {
+        if extras.is_empty() {
+            return Ok(());
+        }
+        let Counts { cap, exact, .. } = counts;
+        let tracks_n = cap + 1;
+        let idx = |c: usize, w: u8| c * nw + w as usize;
+        let mut new: Vec<Option<StateId>> = vec![None; tracks_n * nw];
+        for c in 0..tracks_n {
+            for w in 0..nw as u8 {
+                // Sources: one more undeclared property from c - 1 (any w2 | b == w), or
+                // when saturated from (cap, w2 < w).
+                let mut srcs: Vec<(StateId, RuleId, bool)> = Vec::new();
+                for &(b, r) in extras {
+                    for w2 in 0..nw as u8 {
+                        if w2 | b != w {
+                            continue;
+                        }
+                        if c > 0 {
+                            if let Some(p) = new[idx(c - 1, w2)] {
+                                srcs.push((p, r, c > 1));
+                            }
+                        }
+                        if c == cap && !exact && w2 < w {
+                            if let Some(p) = new[idx(cap, w2)] {
+                                srcs.push((p, r, true));
+                            }
+                        }
+                    }
+                }
+                if tracks[idx(c, w)].is_none() && srcs.is_empty() {
+                    continue;
+                }
+                let lp = self.b.state()?;
+                if let Some(t) = tracks[idx(c, w)] {
+                    self.b.eps(t, lp);
+                }
+                for (p, r, comma) in srcs {
+                    let st = if comma { self.punct(p, b',')? } else { p };
+                    let e = self.b.call(st, r)?;
+                    self.b.eps(e, lp);
+                }
+                // Saturated: more undeclared properties keep the count.
+                if c == cap && !exact {
+                    for &(b, r) in extras {
+                        if w | b == w {
+                            let cm = self.punct(lp, b',')?;
+                            let e = self.b.call(cm, r)?;
+                            self.b.eps(e, lp);
+                        }
+                    }
+                }
+                new[idx(c, w)] = Some(lp);
+            }
+        }
+        *tracks = new;
+        Ok(())
+    }
+
+    /// Declared property `item` (`"key": value`, skipped when optional) after every track;
+    /// `bits` are the witness conditions writing its key meets. Returns the tracks after
+    /// it.
+    fn declared_property(
+        &mut self,
+        tracks: &[Option<StateId>],
+        plan: &ObjectPlan,
+        item: &Item,
+        bits: u8,
+        counts: Counts,
+        ptr: &str,
+    ) -> Result<Vec<Option<StateId>>, CompileError> {
+        let (k, v, req) = item;
+        let nw = plan.witness_sets();
+        let tracks_n = counts.cap + 1;
+        let idx = |c: usize, w: u8| c * nw + w as usize;
+        let bump = |c: usize| bump_count(c, counts.cap, counts.exact);
+        let vbits = plan.value_bits(k);
+        let key = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
+        let vptr = format!(
+            "{ptr}/properties/{}",
+            k.replace('~', "~0").replace('/', "~1")
+        );
+        let rule = if tracks_n > 2 {
+            Some(self.schema_rule(v, &vptr)?)
+        } else {
+            None
+        };
+        let kv = |c: &mut Self, s: StateId, comma: bool| -> Result<StateId, CompileError> {
+            let s = if comma { c.punct(s, b',')? } else { s };
+            let s = c.b.lit(s, key.as_bytes())?;
+            let s = c.punct(s, b':')?;
+            match rule {
+                Some(r) => c.b.call(s, r),
+                None => c.value(s, v, &vptr),
+            }
+        };
+        let mut new: Vec<Option<StateId>> = vec![None; tracks_n * nw];
+        // Tracks whose next property lands in the same slot share one copy of the key
+        // and value (a saturated count sends "first property" and "after a comma" to
+        // the same slot; copying the value per track doubled every nesting level).
+        let mut groups: Vec<(usize, Vec<(StateId, bool)>)> = Vec::new();
+        for c in 0..tracks_n {
+            for w in 0..nw as u8 {
+                let Some(t) = tracks[idx(c, w)] else { continue };
+                if !*req {
+                    let a = slot_state(self.b, &mut new, idx(c, w))?;
+                    self.b.eps(t, a);
+                }
+                if let Some(c2) = bump(c) {
+                    let j = idx(c2, w | bits);
+                    match groups.iter_mut().find(|g| g.0 == j) {
+                        Some(g) => g.1.push((t, c > 0)),
+                        None => groups.push((j, vec![(t, c > 0)])),
+                    }
+                    // The same key with its value in value conditions' schemas.
+                    let mut sub = vbits;
+                    while sub != 0 {
+                        let mut schema = v.clone();
+                        for (i, cnd) in plan.conds.iter().enumerate() {
+                            if let (true, Some(vs)) = (sub >> i & 1 == 1, &cnd.3) {
+                                schema = self.merge_schemas(&schema, vs, &vptr, 0)?;
+                            }
+                        }
+                        let s = if c > 0 { self.punct(t, b',')? } else { t };
+                        let s = self.b.lit(s, key.as_bytes())?;
+                        let s = self.punct(s, b':')?;
+                        let e = self.value(s, &schema, &vptr)?;
+                        let j = idx(c2, w | bits | sub);
+                        let a = slot_state(self.b, &mut new, j)?;
+                        self.b.eps(e, a);
+                        sub = (sub - 1) & vbits;
+                    }
+                }
+            }
+        }
+        for (j, srcs) in groups {
+            let e = match srcs.as_slice() {
+                [(t, comma)] => kv(self, *t, *comma)?,
+                _ => {
+                    let p = self.b.state()?;
+                    for (t, comma) in srcs {
+                        let s = if comma { self.punct(t, b',')? } else { t };
+                        self.b.eps(s, p);
+                    }
+                    kv(self, p, false)?
+                }
+            };
+            let a = slot_state(self.b, &mut new, j)?;
+            self.b.eps(e, a);
+        }
+        Ok(new)
     }
 
     /// Declared properties in any order: one state per (set of declared keys written so
@@ -628,7 +860,7 @@ impl JsonCompiler<'_> {
     /// Schema semantics (no key twice, every required key before `}`), so an instance that
     /// orders its keys differently from the schema is accepted. `None` (nothing built) when
     /// the object is too large for the state budget: the caller then falls back to schema
-    /// order. `counts` = (cap, exact, min_count) as in [`Self::object`].
+    /// order. `counts` = (cap, exact, min, all witness bits) as in [`Counts`].
     fn any_order(
         &mut self,
         open: StateId,

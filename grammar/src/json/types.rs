@@ -56,12 +56,19 @@ impl JsonCompiler<'_> {
                 return Err(CompileError::Unsupported {
                     keyword: kw.into(),
                     pointer: ptr.into(),
-                    reason: format!("{re:?}: {e}"),
+                    reason: format!("{:?}: {e}", crate::excerpt(re)),
                 })
             }
         };
-        emit_hir(self.b, from, &hir, esc)
-            .map_err(|e| emit_error(self.b.states.len(), &e, kw, ptr, format!("{re:?}: {e}")))
+        emit_hir(self.b, from, &hir, esc).map_err(|e| {
+            emit_error(
+                self.b.states.len(),
+                &e,
+                kw,
+                ptr,
+                format!("{:?}: {e}", crate::excerpt(re)),
+            )
+        })
     }
 
     /// A string of `min..=max` characters, any content.
@@ -163,7 +170,11 @@ impl JsonCompiler<'_> {
             .and_then(|p| p.as_str())
             .map(|fm| (fm, format_regex(fm)));
         if let Some((fm, None)) = format {
-            self.unsupported("format", ptr, &format!("format {fm:?} is not enforced"))?;
+            self.unsupported(
+                "format",
+                ptr,
+                &format!("format {:?} is not enforced", crate::excerpt(fm)),
+            )?;
             format = None;
         }
         let format_re = format.and_then(|(_, r)| r).filter(|r| !r.is_empty());
@@ -254,7 +265,7 @@ impl JsonCompiler<'_> {
                 hirs.push(parse(re, *flavor).map_err(|e| CompileError::Unsupported {
                     keyword: (*kw).into(),
                     pointer: ptr.into(),
-                    reason: format!("{re:?}: {e}"),
+                    reason: format!("{:?}: {e}", crate::excerpt(re)),
                 })?);
             }
             if min > 0 || max.is_some() {
@@ -266,7 +277,7 @@ impl JsonCompiler<'_> {
                     CompileError::Unsupported {
                         keyword: "maxLength".into(),
                         pointer: ptr.into(),
-                        reason: format!("{re:?}: {e}"),
+                        reason: format!("{:?}: {e}", crate::excerpt(&re)),
                     }
                 })?);
             }
@@ -295,7 +306,7 @@ impl JsonCompiler<'_> {
                     return Err(CompileError::Unsupported {
                         keyword: kw.into(),
                         pointer: ptr.into(),
-                        reason: format!("{re:?}: {e}"),
+                        reason: format!("{:?}: {e}", crate::excerpt(&re)),
                     })
                 }
             };
@@ -343,7 +354,7 @@ impl JsonCompiler<'_> {
                         &e,
                         keyword,
                         ptr,
-                        format!("{re:?}: {e}"),
+                        format!("{:?}: {e}", crate::excerpt(&re)),
                     )
                 })?;
             let e = match rule {

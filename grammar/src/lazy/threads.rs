@@ -21,7 +21,7 @@
 //! stack. Both parts are ordinary configurations, so their masks take all the usual fast
 //! paths (plain loops, donors, chain representatives).
 //!
-//! Session 6: the upper mask is no longer walked when a byte `b` must be taken at the rule's
+//! The upper mask is not walked when a byte `b` must be taken at the rule's
 //! own level on every way from `q` to the rule's end ([`must_pass_byte`]; `:` inside a key):
 //! every uncertain token then contains `b`, and the candidates are the tokens with `b`
 //! outside the lower mask (about a hundred on Llama-3). Each candidate is stepped in a

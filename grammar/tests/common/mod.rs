@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests: shared data paths, tokenizers, serialisation.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
@@ -15,31 +15,62 @@ pub fn shared_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared")
 }
 
+/// Set to `1` to let the tests that need the shared data (tokenizers, the benchmark) skip
+/// when it is missing. Without it a missing file fails the test: the shared data is always
+/// there in CI, and a test that passes without running proves nothing.
+pub const ALLOW_MISSING: &str = "SGLRS_ALLOW_MISSING_SHARED";
+
+/// `path` (under [`shared_dir`]) when it exists. When it does not: a panic naming it, or
+/// `None` (the caller skips, saying so) under `SGLRS_ALLOW_MISSING_SHARED=1`.
+pub fn shared_path(path: PathBuf) -> Option<PathBuf> {
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var(ALLOW_MISSING).is_ok_and(|v| v == "1") {
+        eprintln!("SKIP: {} not found ({ALLOW_MISSING}=1)", path.display());
+        return None;
+    }
+    panic!(
+        "{} not found: this test needs the shared data (point SGLRS_SHARED at it, or set \
+         {ALLOW_MISSING}=1 to skip the tests that need it)",
+        path.display()
+    );
+}
+
 /// A loaded tokenizer and its vocabulary.
 pub struct Tok {
     pub tokenizer: tokenizers::Tokenizer,
     pub vocab: Arc<TokenVocab>,
 }
 
-fn load(name: &str) -> Option<Tok> {
-    let dir = shared_dir().join("tokenizers").join(name);
-    let file = dir.join("tokenizer.json");
-    if !file.exists() {
-        eprintln!("SKIP: {} not found", file.display());
-        return None;
-    }
-    let tokenizer = tokenizers::Tokenizer::from_file(&file).expect("tokenizer loads");
-    let cfg: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("tokenizer_config.json")).expect("config"),
-    )
-    .expect("json");
+/// Loads the tokenizer at `file`, its `tokenizer_config.json` beside it naming EOS.
+fn load(file: &Path) -> Tok {
+    let tokenizer = tokenizers::Tokenizer::from_file(file).expect("tokenizer loads");
+    let config = file.with_file_name("tokenizer_config.json");
+    let cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(config).expect("config")).expect("json");
     let eos_str = match &cfg["eos_token"] {
         Value::String(s) => s.clone(),
         v => v["content"].as_str().expect("eos content").to_string(),
     };
     let eos = tokenizer.token_to_id(&eos_str).expect("eos id");
     let vocab = Arc::new(TokenVocab::from_tokenizer(&tokenizer, &[eos]).expect("vocab"));
-    Some(Tok { tokenizer, vocab })
+    Tok { tokenizer, vocab }
+}
+
+/// The shared tokenizer `name`, loaded once; `None` (each time, saying so) only when it is
+/// missing and allowed to be (see [`shared_path`]).
+fn tokenizer(cell: &'static OnceLock<Tok>, name: &str) -> Option<&'static Tok> {
+    if let Some(t) = cell.get() {
+        return Some(t);
+    }
+    let file = shared_path(
+        shared_dir()
+            .join("tokenizers")
+            .join(name)
+            .join("tokenizer.json"),
+    )?;
+    Some(cell.get_or_init(|| load(&file)))
 }
 
 /// The vocabulary of the `tokenizer.json` at `path`, its end-of-text token (found by the
@@ -55,16 +86,18 @@ pub fn vocab_from_file(
     Ok(Arc::new(TokenVocab::from_tokenizer(&tok, &[eos])?))
 }
 
-/// The Llama-3 128k tokenizer (byte-level BPE), if present.
+/// The Llama-3 128k tokenizer (byte-level BPE); `None` only when missing and allowed to be
+/// (see [`shared_path`]).
 pub fn llama3() -> Option<&'static Tok> {
-    static T: OnceLock<Option<Tok>> = OnceLock::new();
-    T.get_or_init(|| load("llama3-128k")).as_ref()
+    static T: OnceLock<Tok> = OnceLock::new();
+    tokenizer(&T, "llama3-128k")
 }
 
-/// The Mistral 32k tokenizer (byte-fallback), if present.
+/// The Mistral 32k tokenizer (byte-fallback); `None` only when missing and allowed to be
+/// (see [`shared_path`]).
 pub fn mistral() -> Option<&'static Tok> {
-    static T: OnceLock<Option<Tok>> = OnceLock::new();
-    T.get_or_init(|| load("mistral-32k")).as_ref()
+    static T: OnceLock<Tok> = OnceLock::new();
+    tokenizer(&T, "mistral-32k")
 }
 
 impl Tok {
