@@ -10,19 +10,29 @@ use sglrs_scheduler::{
     AbortReason, FinishReason, LogprobConfig, RequestId, SchedEvent, SchedRequest, TokenLogprob,
 };
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// Most compiled grammars kept.
 const GRAMMAR_CACHE_ENTRIES: usize = 256;
 
+/// How long a grammar that failed to compile is answered from memory: a client retrying
+/// the same bad (or deadline-exceeding) grammar costs no second compile.
+const FAILURE_TTL: Duration = Duration::from_secs(60);
+
+/// Most failed grammars remembered.
+const FAILURE_ENTRIES: usize = 256;
+
 /// Compiles grammars on the blocking pool (never on the scheduler or async threads) and
-/// keeps the compiled ones by spec.
+/// keeps the compiled ones by spec, and the failed ones for [`FAILURE_TTL`].
 pub struct GrammarCompiler {
     vocab: Arc<TokenVocab>,
     opts: CompileOptions,
     cache: Mutex<HashMap<GrammarSpec, Arc<CompiledGrammar>>>,
+    failures: Mutex<HashMap<GrammarSpec, (ApiError, Instant)>>,
+    compiles: AtomicU64,
 }
 
 impl GrammarCompiler {
@@ -37,7 +47,14 @@ impl GrammarCompiler {
                 ..CompileOptions::default()
             },
             cache: Mutex::new(HashMap::new()),
+            failures: Mutex::new(HashMap::new()),
+            compiles: AtomicU64::new(0),
         }
+    }
+
+    /// Compiles run so far (successful or not); a remembered answer runs none.
+    pub fn compiles(&self) -> u64 {
+        self.compiles.load(Ordering::Relaxed)
     }
 
     /// The compiled grammar for `spec`; a spec that does not compile is a 400 naming it.
@@ -48,11 +65,22 @@ impl GrammarCompiler {
         if let Some(g) = self.cache.lock().ok().and_then(|c| c.get(spec).cloned()) {
             return Ok(g);
         }
+        if let Some(e) = self.remembered_failure(spec) {
+            return Err(e);
+        }
         let this = self.clone();
         let s = spec.clone();
+        self.compiles.fetch_add(1, Ordering::Relaxed);
         let compiled = tokio::task::spawn_blocking(move || this.compile(&s))
             .await
-            .map_err(|e| ApiError::Internal(format!("grammar compilation panicked: {e}")))??;
+            .map_err(|e| ApiError::Internal(format!("grammar compilation panicked: {e}")))?;
+        let compiled = match compiled {
+            Ok(g) => g,
+            Err(e) => {
+                self.remember_failure(spec, &e);
+                return Err(e);
+            }
+        };
         if let Ok(mut c) = self.cache.lock() {
             if c.len() >= GRAMMAR_CACHE_ENTRIES {
                 c.clear();
@@ -60,6 +88,31 @@ impl GrammarCompiler {
             c.insert(spec.clone(), compiled.clone());
         }
         Ok(compiled)
+    }
+
+    fn remembered_failure(&self, spec: &GrammarSpec) -> Option<ApiError> {
+        let mut f = self.failures.lock().ok()?;
+        match f.get(spec) {
+            Some((e, at)) if at.elapsed() < FAILURE_TTL => Some(e.clone()),
+            Some(_) => {
+                f.remove(spec);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn remember_failure(&self, spec: &GrammarSpec, e: &ApiError) {
+        let Ok(mut f) = self.failures.lock() else {
+            return;
+        };
+        if f.len() >= FAILURE_ENTRIES {
+            f.retain(|_, (_, at)| at.elapsed() < FAILURE_TTL);
+            if f.len() >= FAILURE_ENTRIES {
+                f.clear();
+            }
+        }
+        f.insert(spec.clone(), (e.clone(), Instant::now()));
     }
 
     fn compile(&self, spec: &GrammarSpec) -> Result<Arc<CompiledGrammar>, ApiError> {

@@ -92,6 +92,7 @@ pub async fn server_info(State(state): State<Arc<AppState>>) -> Json<Value> {
                 "forward_passes": s.steps,
                 "forward_tokens": s.forward_tokens,
                 "forward_seconds": s.forward_seconds,
+                "grammar_compiles": state.grammars.compiles(),
             }]),
         );
     }
