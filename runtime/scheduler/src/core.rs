@@ -52,6 +52,10 @@ pub struct SchedulerConfig {
     /// Longest wait for the followers of requests that finished together before their
     /// prefills are admitted (one pass instead of several; `core/hold.rs`). Zero: never wait.
     pub admission_hold: Duration,
+    /// Most requests submitted and not yet admitted (see [`SchedulerCore::is_queued`]); the
+    /// driver's handle refuses more with [`SchedError::Overloaded`] instead of queueing
+    /// them. Must be positive.
+    pub max_queued: usize,
 }
 
 /// One sequence's share of a planned forward pass.
@@ -150,9 +154,11 @@ impl SchedulerCore {
             || cfg.max_batch_tokens == 0
             || cfg.chunked_prefill_size == 0
             || cfg.max_running == 0
+            || cfg.max_queued == 0
         {
             return Err(SchedError::Config(
-                "page size, batch tokens, chunk size and max running must be positive".into(),
+                "page size, batch tokens, chunk size, max running and max queued must be positive"
+                    .into(),
             ));
         }
         if cfg.num_pages * cfg.page_size < cfg.max_context.min(4096) + cfg.page_size {
@@ -207,6 +213,15 @@ impl SchedulerCore {
     /// Page accounting of the cache.
     pub fn cache_stats(&self) -> CacheStats {
         self.cache.stats()
+    }
+
+    /// True while request `id` is submitted and not yet admitted: none of its samples has
+    /// held pages yet (sample 0 is always the first admitted; a retracted request does not
+    /// count again). Ended and unknown requests are not queued.
+    pub fn is_queued(&self, id: RequestId) -> bool {
+        self.seqs
+            .get(&(id, 0))
+            .is_some_and(|s| s.cached_tokens.is_none())
     }
 
     /// True when nothing is waiting or running.

@@ -7,7 +7,8 @@ use super::request::{AbortReason, RequestId, SchedEvent, SchedRequest};
 use super::SchedError;
 use crossbeam::channel::{Receiver, Sender};
 use sglrs_executor::Executor;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -47,45 +48,96 @@ pub struct DriverStats {
     pub forward_seconds: f64,
 }
 
+/// The bounded waiting queue as the handle sees it: requests submitted and not yet admitted.
+/// A submit reserves its places here before its message is sent (so a burst of submits
+/// cannot overshoot while the thread is busy in a forward pass); the thread gives them back
+/// when the request is admitted or ends without having been admitted.
+#[derive(Debug)]
+struct Queue {
+    queued: AtomicUsize,
+    limit: usize,
+}
+
+impl Queue {
+    /// Takes `k` places, or none when fewer than `k` are free.
+    fn reserve(&self, k: usize) -> Result<(), SchedError> {
+        self.queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
+                (q + k <= self.limit).then_some(q + k)
+            })
+            .map(|_| ())
+            .map_err(|_| SchedError::Overloaded { limit: self.limit })
+    }
+
+    fn release(&self, k: usize) {
+        self.queued.fetch_sub(k, Ordering::AcqRel);
+    }
+}
+
 /// The server's handle on the scheduler thread.
 #[derive(Clone)]
 pub struct SchedulerHandle {
     tx: Sender<Command>,
     stats: Arc<Mutex<DriverStats>>,
+    queue: Arc<Queue>,
 }
 
 impl SchedulerHandle {
     /// Queues a request; events arrive on the returned receiver until `Finished` for every
-    /// sample. Dropping the receiver aborts the request.
+    /// sample. Dropping the receiver aborts the request. Refused at once, without queueing,
+    /// with [`SchedError::Overloaded`] when [`SchedulerConfig::max_queued`] requests are
+    /// already waiting.
+    ///
+    /// [`SchedulerConfig::max_queued`]: crate::SchedulerConfig::max_queued
     pub fn submit(
         &self,
         req: SchedRequest,
     ) -> Result<mpsc::UnboundedReceiver<SchedEvent>, SchedError> {
+        self.queue.reserve(1)?;
         let (tx, rx) = mpsc::unbounded_channel();
         self.tx
             .send(Command::Submit(Box::new(req), tx))
-            .map_err(|_| SchedError::Shutdown)?;
+            .map_err(|_| {
+                self.queue.release(1);
+                SchedError::Shutdown
+            })?;
         Ok(rx)
     }
 
     /// Queues several requests in one message, so that the scheduler takes them in the same
     /// step (a fork's branches prefill and decode as one batch from their first step).
-    /// Receivers in request order; each behaves as [`SchedulerHandle::submit`]'s.
+    /// Receivers in request order; each behaves as [`SchedulerHandle::submit`]'s. All or
+    /// nothing: the group is refused when the queue has no room for every one of them.
     pub fn submit_group(
         &self,
         reqs: Vec<SchedRequest>,
     ) -> Result<Vec<mpsc::UnboundedReceiver<SchedEvent>>, SchedError> {
-        let mut items = Vec::with_capacity(reqs.len());
-        let mut rxs = Vec::with_capacity(reqs.len());
+        let k = reqs.len();
+        self.queue.reserve(k)?;
+        let mut items = Vec::with_capacity(k);
+        let mut rxs = Vec::with_capacity(k);
         for req in reqs {
             let (tx, rx) = mpsc::unbounded_channel();
             items.push((Box::new(req), tx));
             rxs.push(rx);
         }
-        self.tx
-            .send(Command::SubmitGroup(items))
-            .map_err(|_| SchedError::Shutdown)?;
+        self.tx.send(Command::SubmitGroup(items)).map_err(|_| {
+            self.queue.release(k);
+            SchedError::Shutdown
+        })?;
         Ok(rxs)
+    }
+
+    /// Requests submitted and not yet admitted (places taken in the bounded queue).
+    pub fn queued(&self) -> usize {
+        self.queue.queued.load(Ordering::Acquire)
+    }
+
+    /// The queue's bound ([`SchedulerConfig::max_queued`]).
+    ///
+    /// [`SchedulerConfig::max_queued`]: crate::SchedulerConfig::max_queued
+    pub fn max_queued(&self) -> usize {
+        self.queue.limit
     }
 
     /// Aborts a request (no error if it already finished).
@@ -121,6 +173,11 @@ pub fn spawn(
     let (tx, rx) = crossbeam::channel::unbounded();
     let stats = Arc::new(Mutex::new(DriverStats::default()));
     let st = stats.clone();
+    let queue = Arc::new(Queue {
+        queued: AtomicUsize::new(0),
+        limit: core.config().max_queued,
+    });
+    let q = queue.clone();
     let join = std::thread::Builder::new()
         .name("sglrs-scheduler".into())
         .spawn(move || {
@@ -129,6 +186,8 @@ pub fn spawn(
                 exec,
                 rx,
                 senders: HashMap::new(),
+                queue: q,
+                queued: HashSet::new(),
                 stats: st,
                 totals: Totals::default(),
                 trace: std::env::var_os("SGLRS_TRACE_STEPS").map(|_| Instant::now()),
@@ -136,7 +195,7 @@ pub fn spawn(
             .run()
         })
         .map_err(|e| SchedError::Config(format!("cannot start the scheduler thread: {e}")))?;
-    Ok((SchedulerHandle { tx, stats }, join))
+    Ok((SchedulerHandle { tx, stats, queue }, join))
 }
 
 #[derive(Default)]
@@ -152,6 +211,9 @@ struct Driver {
     rx: Receiver<Command>,
     /// Per request: its event channel and the samples not yet finished.
     senders: HashMap<RequestId, (mpsc::UnboundedSender<SchedEvent>, usize)>,
+    /// The handle's bounded queue, and the requests holding a place in it.
+    queue: Arc<Queue>,
+    queued: HashSet<RequestId>,
     stats: Arc<Mutex<DriverStats>>,
     totals: Totals,
     /// With `SGLRS_TRACE_STEPS` set: when the thread started; every submit and forward
@@ -182,6 +244,7 @@ impl Driver {
     fn run(mut self) {
         loop {
             if self.core.is_idle() {
+                self.settle_queue();
                 self.publish();
                 match self.rx.recv() {
                     Ok(cmd) => self.command(cmd),
@@ -202,7 +265,10 @@ impl Driver {
             }
             self.reap_disconnected();
             let now = Instant::now();
-            match self.core.poll_batch(now) {
+            let planned = self.core.poll_batch(now);
+            // Admission happened in `poll_batch`: free those places before the pass runs.
+            self.settle_queue();
+            match planned {
                 Some(plan) => {
                     let t = Instant::now();
                     let result = self.exec.forward(&plan.batch());
@@ -232,8 +298,20 @@ impl Driver {
                 }
             }
             self.route_events();
+            self.settle_queue();
             self.publish();
         }
+    }
+
+    /// Gives back the queue places of requests admitted or ended since the last call.
+    fn settle_queue(&mut self) {
+        if self.queued.is_empty() {
+            return;
+        }
+        let before = self.queued.len();
+        let core = &self.core;
+        self.queued.retain(|id| core.is_queued(*id));
+        self.queue.release(before - self.queued.len());
     }
 
     fn command(&mut self, cmd: Command) {
@@ -248,6 +326,7 @@ impl Driver {
                 }
                 let n = req.n.max(1);
                 self.senders.insert(req.id, (tx, n));
+                self.queued.insert(req.id);
                 self.core.handle_request(*req, Instant::now());
             }
             Command::SubmitGroup(items) => {

@@ -43,6 +43,7 @@
 //!     vocab_size: exec.vocab_size(),
 //!     jump_forward: true,
 //!     admission_hold: Duration::from_millis(15),
+//!     max_queued: 256,
 //! };
 //! let core = SchedulerCore::new(cfg, Arc::new(model.tokenizer))?;
 //! let (handle, _thread) = spawn(core, Box::new(exec))?;
@@ -110,4 +111,11 @@ pub enum SchedError {
     /// The scheduler thread has stopped.
     #[error("the scheduler has shut down")]
     Shutdown,
+    /// The waiting queue is full: `limit` requests are submitted and not yet admitted
+    /// ([`SchedulerConfig::max_queued`]); the request was not queued.
+    #[error("the server is overloaded: {limit} requests are already waiting; retry later")]
+    Overloaded {
+        /// The queue's bound.
+        limit: usize,
+    },
 }

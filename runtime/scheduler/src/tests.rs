@@ -142,6 +142,7 @@ fn config(num_pages: usize, page_size: usize) -> SchedulerConfig {
         vocab_size: VOCAB,
         jump_forward: true,
         admission_hold: std::time::Duration::ZERO,
+        max_queued: 16,
     }
 }
 
@@ -403,6 +404,39 @@ fn abort_releases_pages() {
     assert!(matches!(outs[&(1, 0)].reason, Some(FinishReason::Abort(_))));
     assert_eq!(outs[&(2, 0)].reason, Some(FinishReason::Length(5)));
     assert_no_leaks(&c);
+}
+
+#[test]
+fn a_request_is_queued_until_admitted_and_not_after_it_ends() {
+    let mut cfg = config(64, 4);
+    cfg.max_running = 1;
+    let mut c = SchedulerCore::new(cfg, Arc::new(ToyTok)).unwrap();
+    let mut e = ToyExec::new(64, 4);
+    let now = Instant::now();
+    c.handle_request(request(1, (1..9).collect(), 20), now);
+    c.handle_request(request(2, (1..9).collect(), 20), now);
+    c.handle_request(request(3, (3..9).collect(), 20), now);
+    assert!(c.is_queued(1) && c.is_queued(2) && c.is_queued(3));
+    let plan = c.poll_batch(now).unwrap();
+    let logits = e.forward(&plan.batch()).unwrap();
+    c.handle_forward(plan, &logits, now);
+    // One running slot: request 1 was admitted, the others still wait.
+    assert!(!c.is_queued(1) && c.is_queued(2) && c.is_queued(3));
+    // Aborted while waiting: no longer queued (and never prefilled).
+    c.handle_abort(3, AbortReason::ClientDisconnected);
+    assert!(!c.is_queued(3));
+    let outs = run(&mut c, &mut e, &[]);
+    assert_eq!(outs[&(2, 0)].reason, Some(FinishReason::Length(20)));
+    assert!(!c.is_queued(2) && !c.is_queued(99));
+    assert_eq!(c.stats().prompt_tokens, 16, "request 3 was prefilled");
+    assert_no_leaks(&c);
+}
+
+#[test]
+fn a_zero_queue_bound_is_refused() {
+    let mut cfg = config(64, 4);
+    cfg.max_queued = 0;
+    assert!(SchedulerCore::new(cfg, Arc::new(ToyTok)).is_err());
 }
 
 #[test]

@@ -66,6 +66,14 @@ pub struct EngineConfig {
     /// Most requests running at once.
     #[arg(long, default_value_t = 32)]
     pub max_running_requests: usize,
+    /// Most requests waiting for admission (submitted, not yet running); more are refused at
+    /// once with HTTP 503 and `Retry-After` instead of being queued. The default, 256, is
+    /// as many waiting requests as one admission step orders by policy (the scheduler looks
+    /// at the first 256 waiting sequences), and at 32 running it is 8 rounds of requests:
+    /// tens of seconds of waiting on a small CPU, about what a client's timeout tolerates.
+    /// Must be at least 1.
+    #[arg(long, default_value_t = 256)]
+    pub max_queued_requests: usize,
     /// Kernel threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -187,6 +195,7 @@ impl Engine {
             vocab_size,
             jump_forward: !cfg.disable_jump_forward,
             admission_hold: Duration::from_millis(cfg.admission_hold_ms),
+            max_queued: cfg.max_queued_requests,
         };
         let num_pages = sched_cfg.num_pages;
         let core = SchedulerCore::new(sched_cfg, tokenizer.clone())?;
@@ -252,6 +261,7 @@ fn server_args(cfg: &EngineConfig, num_pages: usize, threads: usize) -> serde_js
         "chunked_prefill_size": cfg.chunked_prefill_size,
         "max_batch_tokens": cfg.max_batch_tokens,
         "max_running_requests": cfg.max_running_requests,
+        "max_queued_requests": cfg.max_queued_requests,
         "threads": threads,
         "api_key_required": !in_process && cfg.api_key.is_some(),
         "jump_forward": !cfg.disable_jump_forward,

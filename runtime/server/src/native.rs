@@ -171,10 +171,7 @@ pub async fn generate(
     let rids: Vec<Option<String>> = (0..batch)
         .map(|i| pick(&raw.rid, i, "rid", batch))
         .collect::<Result<_, _>>()?;
-    let mut running = Vec::with_capacity(batch);
-    for job in jobs {
-        running.push(dispatch::submit(&state, job).await?);
-    }
+    let running = dispatch::submit_all(&state, jobs).await?;
     let rid_of = |i: usize, id: u64| rids[i].clone().unwrap_or_else(|| format!("{id:032x}"));
     register(&state, &rids, &running);
     let n = running.first().map_or(1, |r| r.n);

@@ -83,6 +83,7 @@ pub async fn server_info(State(state): State<Arc<AppState>>) -> Json<Value> {
             json!([{
                 "num_running_reqs": s.running,
                 "num_waiting_reqs": s.waiting,
+                "queued_requests": state.sched.queued(),
                 "cache": s.cache,
                 "prompt_tokens": s.core.prompt_tokens,
                 "cached_tokens": s.core.cached_tokens,

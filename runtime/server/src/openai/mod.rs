@@ -309,10 +309,7 @@ pub async fn completions(
             state.grammars.get(g).await?;
         }
     }
-    let mut running = Vec::new();
-    for job in jobs {
-        running.push(dispatch::submit(&state, job).await?);
-    }
+    let running = dispatch::submit_all(&state, jobs).await?;
     let id = format!("cmpl-{:016x}", running.first().map_or(0, |r| r.id));
     let model = state.info.served_model_name.clone();
     let created = now_secs();
