@@ -7,6 +7,8 @@
 
 use serde_json::{json, Value};
 use sglrs_tests::{Reply, Server};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -113,4 +115,124 @@ fn overload_is_refused_at_once_with_retry_after_and_the_accepted_requests_comple
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(internal(s)["prompt_tokens"].as_u64().unwrap(), before);
     assert_eq!(s.server_info()["max_queued_requests"], 2);
+}
+
+/// Sends `POST path` with `body` on a raw connection and returns it unread (the caller
+/// reads what it wants and drops it to go away).
+fn raw_post(s: &Server, path: &str, body: &Value, headers: &[(&str, &str)]) -> TcpStream {
+    let addr = s.base_url.trim_start_matches("http://");
+    let mut c = TcpStream::connect(addr).expect("connect to the server");
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let body = body.to_string();
+    let mut req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(&body);
+    c.write_all(req.as_bytes()).expect("send the request");
+    c
+}
+
+/// Reads a response's status line and headers (the SSE body has not started for a request
+/// that is still queued); returns the status.
+fn read_head(c: &mut TcpStream) -> u16 {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = c.read(&mut byte).expect("read the response head");
+        assert!(
+            n == 1 && head.len() < 16 << 10,
+            "no response head: {head:?}"
+        );
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&head);
+    text.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A long prompt no other request shares (so it would show in the prompt-token count).
+fn long_prompt(tag: &str) -> String {
+    (0..60)
+        .map(|i| format!("{tag} item {i} is {}. ", i * 7 % 13))
+        .collect()
+}
+
+#[test]
+fn clients_that_leave_while_queued_are_aborted_without_a_prefill() {
+    let (s, _g) = server(&["--max-running-requests", "1"]);
+    let s = &s;
+    std::thread::scope(|sc| {
+        // One request holds the only running slot; everything after it waits.
+        let busy = sc.spawn(|| {
+            s.request(
+                "POST",
+                "/generate",
+                &[],
+                Some(&long_request(400).to_string()),
+            )
+        });
+        let st = wait_until(s, "the long request runs", |st| st["num_running_reqs"] == 1);
+        let prompt0 = st["prompt_tokens"].as_u64().unwrap();
+        let forward0 = st["forward_tokens"].as_u64().unwrap();
+        // A non-streaming client that goes away while queued: the handler is dropped with
+        // its event receiver.
+        let c = raw_post(
+            s,
+            "/generate",
+            &json!({"text": long_prompt("plain"), "sampling_params": {"max_new_tokens": 8}}),
+            &[],
+        );
+        wait_until(s, "the plain request is queued", |st| {
+            st["queued_requests"] == 1
+        });
+        drop(c);
+        // Streaming clients (native, chat, completions) that read the response head and go.
+        let streams = [
+            (
+                "/generate",
+                json!({"text": long_prompt("native"), "stream": true, "sampling_params": {"max_new_tokens": 8}}),
+            ),
+            (
+                "/v1/chat/completions",
+                json!({"messages": [{"role": "user", "content": long_prompt("chat")}], "stream": true, "max_tokens": 8}),
+            ),
+            (
+                "/v1/completions",
+                json!({"prompt": long_prompt("completion"), "stream": true, "max_tokens": 8}),
+            ),
+        ];
+        for (path, body) in &streams {
+            let mut c = raw_post(s, path, body, &[]);
+            assert_eq!(read_head(&mut c), 200, "{path}");
+            drop(c);
+        }
+        // They leave the queue while the long request still holds the slot: aborted, not
+        // admitted.
+        let st = wait_until(s, "the queue empties", |st| {
+            st["queued_requests"] == 0 && st["num_waiting_reqs"] == 0
+        });
+        assert!(!busy.is_finished(), "the long request ended first: {st}");
+        assert_eq!(st["prompt_tokens"].as_u64().unwrap(), prompt0, "{st}");
+        let r = busy.join().unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        let st = wait_until(s, "idle", |st| st["num_running_reqs"] == 0);
+        assert_eq!(
+            st["prompt_tokens"].as_u64().unwrap(),
+            prompt0,
+            "a queued prompt was admitted: {st}"
+        );
+        // Only the long request's decode steps ran (each queued prompt is ~600 tokens).
+        let ran = st["forward_tokens"].as_u64().unwrap() - forward0;
+        assert!(ran <= 400, "{ran} tokens ran through the model: {st}");
+    });
+    // And the server still serves.
+    let r = s.request("POST", "/generate", &[], Some(&long_request(4).to_string()));
+    assert_eq!(r.status, 200, "{}", r.body);
 }

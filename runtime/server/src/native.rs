@@ -351,7 +351,10 @@ fn stream(
                 let mut results = vec![SampleResult::default(); job.n];
                 let mut timing = Timing::new(start);
                 while results.iter().any(|r| r.finish.is_none()) {
-                    let Some(ev) = job.rx.recv().await else { break };
+                    let Ok(ev) = sse::recv(&mut job.rx, &tx).await else {
+                        return; // client gone: dropping `job.rx` aborts the request
+                    };
+                    let Some(ev) = ev else { break };
                     let has_tokens =
                         matches!(&ev, SchedEvent::Delta { tokens, .. } if !tokens.is_empty());
                     let finished = matches!(&ev, SchedEvent::Finished { .. });

@@ -543,7 +543,10 @@ fn stream_chat(
         let mut results = vec![SampleResult::default(); job.n];
         let mut timing = Timing::new(start);
         while results.iter().any(|r| r.finish.is_none()) {
-            let Some(ev) = job.rx.recv().await else { break };
+            let Ok(ev) = sse::recv(&mut job.rx, &tx).await else {
+                return; // client gone: dropping `job.rx` aborts the request
+            };
+            let Some(ev) = ev else { break };
             let msg = match &ev {
                 SchedEvent::Delta {
                     sample,

@@ -339,7 +339,10 @@ pub async fn completions(
                     }
                 }
                 while results.iter().any(|r| r.finish.is_none()) {
-                    let Some(ev) = job.rx.recv().await else { break };
+                    let Ok(ev) = sse::recv(&mut job.rx, &tx).await else {
+                        return; // client gone: dropping `job.rx` aborts the request
+                    };
+                    let Some(ev) = ev else { break };
                     let (text, finished) = match &ev {
                         SchedEvent::Delta { text, tokens, .. } => {
                             if !tokens.is_empty() {
