@@ -236,3 +236,107 @@ fn clients_that_leave_while_queued_are_aborted_without_a_prefill() {
     let r = s.request("POST", "/generate", &[], Some(&long_request(4).to_string()));
     assert_eq!(r.status, 200, "{}", r.body);
 }
+
+fn rids_in_flight(s: &Server) -> u64 {
+    internal(s)["rids_in_flight"]
+        .as_u64()
+        .expect("rids_in_flight")
+}
+
+#[test]
+fn a_rid_belongs_to_one_live_request_and_leaves_the_table_when_it_ends() {
+    let (s, _g) = server(&["--max-running-requests", "1"]);
+    let s = &s;
+    let post = |body: &Value| s.request("POST", "/generate", &[], Some(&body.to_string()));
+    let mut holder = long_request(400);
+    holder["rid"] = json!("mine");
+    std::thread::scope(|sc| {
+        let first = sc.spawn(|| post(&holder));
+        wait_until(s, "the rid is claimed", |st| st["rids_in_flight"] == 1);
+        // Another request naming the same rid, streamed or not, is refused: it can neither
+        // run under that name nor make `/abort_request` reach the wrong request.
+        for stream in [false, true] {
+            let mut b = long_request(4);
+            b["rid"] = json!("mine");
+            b["stream"] = json!(stream);
+            let r = post(&b);
+            assert_eq!(r.status, 400, "{}", r.body);
+            assert!(
+                r.body["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("rid already in use")),
+                "{}",
+                r.body
+            );
+        }
+        // A batch naming one rid twice is refused too.
+        let r = post(
+            &json!({"text": ["a", "b"], "rid": ["x", "x"], "sampling_params": {"max_new_tokens": 1}}),
+        );
+        assert_eq!(r.status, 400, "{}", r.body);
+        assert_eq!(rids_in_flight(s), 1);
+        // The owner's rid aborts the owner's request.
+        let r = s.request("POST", "/abort_request", &[], Some(r#"{"rid": "mine"}"#));
+        assert_eq!((r.status, &r.body), (200, &json!({"aborted": 1})));
+        let r = first.join().unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(
+            r.body["meta_info"]["finish_reason"]["type"], "abort",
+            "{}",
+            r.body
+        );
+        assert_eq!(r.body["meta_info"]["id"], "mine");
+    });
+    // Aborted and gone from the table: the rid can be used again, and a finished request
+    // leaves the table as well.
+    assert_eq!(rids_in_flight(s), 0);
+    let mut again = long_request(2);
+    again["rid"] = json!("mine");
+    let r = post(&again);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(rids_in_flight(s), 0);
+    // A streamed request aborted by rid, and a batch.
+    let mut streamed = long_request(400);
+    streamed["rid"] = json!("streamed");
+    streamed["stream"] = json!(true);
+    std::thread::scope(|sc| {
+        let h = sc.spawn(|| post(&streamed));
+        wait_until(s, "the stream's rid is claimed", |st| {
+            st["rids_in_flight"] == 1
+        });
+        let r = s.request(
+            "POST",
+            "/abort_request",
+            &[],
+            Some(r#"{"abort_all": true}"#),
+        );
+        assert_eq!(r.body, json!({"aborted": 1}));
+        let r = h.join().unwrap();
+        let text = r.body.as_str().unwrap_or_default();
+        assert!(
+            text.contains("\"abort\"") && text.contains("[DONE]"),
+            "{text}"
+        );
+    });
+    assert_eq!(rids_in_flight(s), 0);
+    let r = post(
+        &json!({"text": ["a", "b"], "rid": ["b1", "b2"], "sampling_params": {"max_new_tokens": 2}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(rids_in_flight(s), 0);
+    // A client that goes away (non-streaming and streaming) takes its rid with it.
+    for (rid, stream) in [("left", false), ("left-stream", true)] {
+        let mut b = long_request(400);
+        b["rid"] = json!(rid);
+        b["stream"] = json!(stream);
+        let c = raw_post(s, "/generate", &b, &[]);
+        wait_until(s, "the rid is claimed", |st| st["rids_in_flight"] == 1);
+        drop(c);
+        wait_until(s, "the rid is released", |st| {
+            st["rids_in_flight"] == 0 && st["num_running_reqs"] == 0
+        });
+    }
+    // An unknown rid aborts nothing.
+    let r = s.request("POST", "/abort_request", &[], Some(r#"{"rid": "nobody"}"#));
+    assert_eq!(r.body, json!({"aborted": 0}));
+}

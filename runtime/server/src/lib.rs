@@ -50,6 +50,7 @@ pub mod error;
 pub mod metrics;
 mod native;
 mod openai;
+pub mod rids;
 mod routes;
 mod sse;
 pub mod validate;
@@ -65,12 +66,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use rids::RidTable;
 use sglrs_model::chat::ChatTemplate;
 use sglrs_model::tokenizer::Tokenizer;
 use sglrs_scheduler::SchedulerHandle;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use validate::Limits;
 
 /// What the server reports about itself and checks requests against.
@@ -104,8 +105,9 @@ pub struct AppState {
     pub info: ServerInfo,
     /// Bearer token required on every route but `/health` (if set).
     pub api_key: Option<String>,
-    /// `rid` → scheduler id of requests in flight (for `/abort_request`).
-    pub rids: Mutex<HashMap<String, u64>>,
+    /// Client-chosen `rid`s of requests in flight (for `/abort_request`), one live request
+    /// per rid.
+    pub rids: Arc<RidTable>,
     next_id: AtomicU64,
 }
 
@@ -127,7 +129,7 @@ impl AppState {
             metrics: Arc::new(Metrics::default()),
             info,
             api_key,
-            rids: Mutex::new(HashMap::new()),
+            rids: Arc::new(RidTable::default()),
             next_id: AtomicU64::new(1),
         }
     }

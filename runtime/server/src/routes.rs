@@ -84,6 +84,7 @@ pub async fn server_info(State(state): State<Arc<AppState>>) -> Json<Value> {
                 "num_running_reqs": s.running,
                 "num_waiting_reqs": s.waiting,
                 "queued_requests": state.sched.queued(),
+                "rids_in_flight": state.rids.len(),
                 "cache": s.cache,
                 "prompt_tokens": s.core.prompt_tokens,
                 "cached_tokens": s.core.cached_tokens,
@@ -127,24 +128,16 @@ pub async fn abort_request(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let b: AbortBody = parse_json(&body)?;
-    let ids: Vec<u64> = {
-        let rids = state
-            .rids
-            .lock()
-            .map_err(|_| ApiError::Internal("rid table poisoned".into()))?;
-        if b.abort_all {
-            rids.values().copied().collect()
-        } else {
-            let rid = b
-                .rid
-                .ok_or_else(|| ApiError::bad("rid", "missing (or set abort_all)"))?;
-            rids.get(&rid).copied().into_iter().collect()
-        }
+    let rid = if b.abort_all {
+        None
+    } else {
+        Some(
+            b.rid
+                .ok_or_else(|| ApiError::bad("rid", "missing (or set abort_all)"))?,
+        )
     };
-    for id in &ids {
-        state.sched.abort(*id)?;
-    }
-    Ok(Json(json!({"aborted": ids.len()})))
+    let n = state.rids.abort(&state.sched, rid.as_deref())?;
+    Ok(Json(json!({"aborted": n})))
 }
 
 /// `GET /metrics` (Prometheus text).
