@@ -206,6 +206,18 @@ impl Server {
         serde_json::from_str(&text).expect("/get_server_info is JSON")
     }
 
+    /// `/get_server_info` as JSON, sending `authorization` (e.g. `Bearer KEY`).
+    pub fn server_info_with(&self, authorization: &str) -> serde_json::Value {
+        let r = self.request(
+            "GET",
+            "/get_server_info",
+            &[("Authorization", authorization)],
+            None,
+        );
+        assert_eq!(r.status, 200, "/get_server_info: {}", r.body);
+        r.body
+    }
+
     /// GETs `path`; returns the status and the body text.
     pub fn get(&self, path: &str) -> (u16, String) {
         let r = ureq::get(&format!("{}{path}", self.base_url)).call();

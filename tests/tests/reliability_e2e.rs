@@ -340,3 +340,62 @@ fn a_rid_belongs_to_one_live_request_and_leaves_the_table_when_it_ends() {
     let r = s.request("POST", "/abort_request", &[], Some(r#"{"rid": "nobody"}"#));
     assert_eq!(r.body, json!({"aborted": 0}));
 }
+
+/// Sends `method path` with an optional `Authorization` header and a JSON object body for
+/// POSTs; the status.
+fn status_of(s: &Server, method: &str, path: &str, auth: Option<&str>) -> u16 {
+    let headers: Vec<(&str, &str)> = auth.map(|a| ("Authorization", a)).into_iter().collect();
+    let body = (method == "POST").then_some("{}");
+    s.request(method, path, &headers, body).status
+}
+
+#[test]
+fn with_an_api_key_every_route_but_health_needs_it() {
+    let key = "k-0123456789abcdef";
+    let good = format!("Bearer {key}");
+    let wrong = [
+        format!("Bearer {}", &key[..key.len() - 1]),
+        format!("Bearer {key}x"),
+        format!("Basic {key}"),
+        key.to_string(),
+        "Bearer ".to_string(),
+    ];
+    let routes = sglrs_server::route_table();
+    assert!(routes.len() >= 13, "{routes:?}");
+    let (s, g) = server(&["--api-key", key]);
+    for r in &routes {
+        let (m, p) = (r.method.as_str(), r.path);
+        let open = p == "/health";
+        let without = status_of(&s, m, p, None);
+        if open {
+            assert_eq!(without, 200, "{m} {p} is open");
+            continue;
+        }
+        assert_eq!(without, 401, "{m} {p} without the key");
+        for w in &wrong {
+            assert_eq!(status_of(&s, m, p, Some(w)), 401, "{m} {p} with {w:?}");
+        }
+        let with = status_of(&s, m, p, Some(&good));
+        assert!(
+            with != 401 && with < 500,
+            "{m} {p} with the key answered {with}"
+        );
+    }
+    // Unknown paths do not reveal themselves without the key either.
+    assert_eq!(status_of(&s, "GET", "/no/such/route", None), 401);
+    assert_eq!(status_of(&s, "GET", "/no/such/route", Some(&good)), 404);
+    assert_eq!(s.server_info_with(&good)["api_key_required"], true);
+    drop(s);
+    drop(g);
+    // --metrics-open opens /metrics, and nothing else.
+    let (s, _g) = server(&["--api-key", key, "--metrics-open"]);
+    for r in &routes {
+        let (m, p) = (r.method.as_str(), r.path);
+        let expect = if p == "/health" || p == "/metrics" {
+            200
+        } else {
+            401
+        };
+        assert_eq!(status_of(&s, m, p, None), expect, "{m} {p}");
+    }
+}
