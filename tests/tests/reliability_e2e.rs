@@ -399,3 +399,56 @@ fn with_an_api_key_every_route_but_health_needs_it() {
         assert_eq!(status_of(&s, m, p, None), expect, "{m} {p}");
     }
 }
+
+#[test]
+fn cache_salts_keep_openai_requests_from_sharing_cached_pages() {
+    let (s, _g) = server(&[]);
+    let s = &s;
+    let r = s.request("POST", "/flush_cache", &[], Some("{}"));
+    assert_eq!(r.status, 200);
+    let prompt: String = (0..40)
+        .map(|i| format!("Record {i}: the value is {}. ", i * 3))
+        .collect();
+    let cached = |path: &str, salt: Option<&str>| -> u64 {
+        let mut body = if path == "/v1/completions" {
+            json!({"prompt": prompt, "max_tokens": 1, "temperature": 0})
+        } else {
+            json!({"messages": [{"role": "user", "content": prompt}], "max_tokens": 1, "temperature": 0})
+        };
+        if let Some(salt) = salt {
+            body["cache_salt"] = json!(salt);
+        }
+        let r = s.request("POST", path, &[], Some(&body.to_string()));
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(r.body["usage"]["prompt_tokens"].as_u64().unwrap() >= 200);
+        r.body["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    for path in ["/v1/completions", "/v1/chat/completions"] {
+        assert_eq!(cached(path, Some("tenant-a")), 0, "{path}: cold");
+        assert!(cached(path, Some("tenant-a")) > 0, "{path}: same salt");
+        assert_eq!(cached(path, Some("tenant-b")), 0, "{path}: another salt");
+        assert_eq!(cached(path, None), 0, "{path}: no salt");
+        assert!(cached(path, None) > 0, "{path}: unsalted requests share");
+    }
+    // The native route's `extra_key` is the same kind of namespace: a new key shares nothing,
+    // and the same string as a salt names the same namespace.
+    let native = |key: &str| {
+        let b = json!({"text": prompt, "extra_key": key, "sampling_params": {"max_new_tokens": 1}});
+        let r = s.request("POST", "/generate", &[], Some(&b.to_string()));
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body["meta_info"]["cached_tokens"].as_u64().unwrap()
+    };
+    assert_eq!(native("tenant-c"), 0);
+    assert!(native("tenant-a") > 0);
+    // An empty salt would silently mean "shared": refused.
+    let r = s.request(
+        "POST",
+        "/v1/completions",
+        &[],
+        Some(r#"{"prompt": "hi", "max_tokens": 1, "cache_salt": ""}"#),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.body["error"]["param"], "cache_salt");
+}

@@ -77,6 +77,8 @@ struct RawChat {
     tool_choice: Option<Value>,
     parallel_tool_calls: Option<bool>,
     user: Option<String>,
+    /// Cache namespace (vLLM's `cache_salt`).
+    cache_salt: Option<String>,
     #[serde(flatten)]
     sampling: SamplingFields,
     #[serde(flatten)]
@@ -463,7 +465,7 @@ fn chat_job(
         params,
         logprobs,
         priority: 0,
-        namespace: validate::namespace(None),
+        namespace: validate::cache_salt(raw.cache_salt.as_deref())?,
     })
 }
 

@@ -118,6 +118,8 @@ struct RawCompletion {
     echo: Option<bool>,
     user: Option<String>,
     json_schema: Option<String>,
+    /// Cache namespace (vLLM's `cache_salt`).
+    cache_salt: Option<String>,
     #[serde(flatten)]
     sampling: SamplingFields,
     #[serde(flatten)]
@@ -274,6 +276,7 @@ pub async fn completions(
         Some(v) if (0..=5).contains(&v) => Some(v),
         Some(v) => return Err(ApiError::bad("logprobs", format!("{v} is outside 0..=5"))),
     };
+    let namespace = validate::cache_salt(raw.cache_salt.as_deref())?;
     let mut jobs = Vec::new();
     let mut prompt_texts = Vec::new();
     for ids in prompts {
@@ -301,7 +304,7 @@ pub async fn completions(
             params,
             logprobs,
             priority: 0,
-            namespace: validate::namespace(None),
+            namespace,
         });
     }
     for j in &jobs {
