@@ -544,7 +544,7 @@ impl SchedulerCore {
                 self.finish(key, FinishReason::Abort(AbortReason::NoLogits));
                 continue;
             };
-            self.step_seq(key, logits.row(row));
+            self.step_seq_or_abort(key, logits.row(row));
         }
     }
 
@@ -601,6 +601,47 @@ impl SchedulerCore {
                 sample: key.1,
                 logprobs: std::mem::take(&mut s.input_logprobs),
             });
+        }
+    }
+
+    /// [`Self::step_seq`], with a panic in it (sampler, grammar, detokenizer: code that
+    /// works on this sequence alone) ending only this sequence, with
+    /// [`AbortReason::Internal`]. What the step may have left half done belongs to the
+    /// sequence (its tokens, matcher, detokenizer, sampler state) or is scratch refilled
+    /// before every use (`mask`, `scratch`); `finish` then returns its pages by `computed`,
+    /// which the step never changes.
+    fn step_seq_or_abort(&mut self, key: SeqKey, row: &[f32]) {
+        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.step_seq(key, row);
+        }));
+        if let Err(payload) = step {
+            let message = crate::request::panic_message(payload.as_ref());
+            let reason = FinishReason::Abort(AbortReason::Internal(message));
+            if self.seqs.contains_key(&key) {
+                self.finish(key, reason);
+                return;
+            }
+            // `finish` itself panicked after taking the sequence out: make sure the request
+            // still hears that this sample ended.
+            let ended = self.events.iter().any(
+                |e| matches!(e, SchedEvent::Finished { id, sample, .. } if (*id, *sample) == key),
+            );
+            if !ended {
+                self.events.push_back(SchedEvent::Finished {
+                    id: key.0,
+                    sample: key.1,
+                    reason,
+                    prompt_tokens: 0,
+                    completion_tokens: 0,
+                    cached_tokens: 0,
+                });
+                if let Some(n) = self.alive.get_mut(&key.0) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.alive.remove(&key.0);
+                    }
+                }
+            }
         }
     }
 

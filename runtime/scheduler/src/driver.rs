@@ -3,12 +3,14 @@
 
 use super::cache::CacheStats;
 use super::core::{CoreStats, SchedulerCore};
-use super::request::{AbortReason, RequestId, SchedEvent, SchedRequest};
+use super::request::{
+    panic_message, AbortReason, FinishReason, RequestId, SchedEvent, SchedRequest,
+};
 use super::SchedError;
 use crossbeam::channel::{Receiver, Sender};
 use sglrs_executor::Executor;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -80,6 +82,7 @@ pub struct SchedulerHandle {
     tx: Sender<Command>,
     stats: Arc<Mutex<DriverStats>>,
     queue: Arc<Queue>,
+    alive: Arc<AtomicBool>,
 }
 
 impl SchedulerHandle {
@@ -156,6 +159,13 @@ impl SchedulerHandle {
         rx.await.map_err(|_| SchedError::Shutdown)
     }
 
+    /// False once the scheduler thread has stopped (after a panic outside one request's
+    /// sampling step, or when every handle is gone): submits then fail with
+    /// [`SchedError::Shutdown`].
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
     /// The latest snapshot.
     pub fn stats(&self) -> DriverStats {
         match self.stats.lock() {
@@ -178,9 +188,12 @@ pub fn spawn(
         limit: core.config().max_queued,
     });
     let q = queue.clone();
+    let alive = Arc::new(AtomicBool::new(true));
+    let dead_on_exit = Stopped(alive.clone());
     let join = std::thread::Builder::new()
         .name("sglrs-scheduler".into())
         .spawn(move || {
+            let _stopped = dead_on_exit;
             Driver {
                 core,
                 exec,
@@ -195,7 +208,24 @@ pub fn spawn(
             .run()
         })
         .map_err(|e| SchedError::Config(format!("cannot start the scheduler thread: {e}")))?;
-    Ok((SchedulerHandle { tx, stats, queue }, join))
+    Ok((
+        SchedulerHandle {
+            tx,
+            stats,
+            queue,
+            alive,
+        },
+        join,
+    ))
+}
+
+/// Clears the handle's `alive` flag when the scheduler thread ends, however it ends.
+struct Stopped(Arc<AtomicBool>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 #[derive(Default)]
@@ -209,8 +239,8 @@ struct Driver {
     core: SchedulerCore,
     exec: Box<dyn Executor>,
     rx: Receiver<Command>,
-    /// Per request: its event channel and the samples not yet finished.
-    senders: HashMap<RequestId, (mpsc::UnboundedSender<SchedEvent>, usize)>,
+    /// Per request: its event channel and which samples have finished.
+    senders: HashMap<RequestId, (mpsc::UnboundedSender<SchedEvent>, Vec<bool>)>,
     /// The handle's bounded queue, and the requests holding a place in it.
     queue: Arc<Queue>,
     queued: HashSet<RequestId>,
@@ -241,7 +271,37 @@ impl Driver {
         );
     }
 
+    /// Serves until every handle is gone. A panic that escapes the per-request guards (in
+    /// planning, the cache, the executor) leaves the core in no state to trust: every
+    /// request in flight then ends with [`AbortReason::Internal`] instead of hanging, and the
+    /// thread stops, so later submits fail at once ([`SchedulerHandle::is_alive`]).
     fn run(mut self) {
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve()));
+        if let Err(payload) = served {
+            self.fail_all(&panic_message(payload.as_ref()));
+        }
+    }
+
+    /// Ends every request in flight after a panic: the events already produced are sent,
+    /// then a `Finished` with [`AbortReason::Internal`] for each sample still open.
+    fn fail_all(&mut self, message: &str) {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.route_events()));
+        let reason = AbortReason::Internal(format!("the scheduler failed: {message}"));
+        for (id, (tx, done)) in self.senders.drain() {
+            for (sample, _) in done.iter().enumerate().filter(|(_, d)| !**d) {
+                let _ = tx.send(SchedEvent::Finished {
+                    id,
+                    sample,
+                    reason: FinishReason::Abort(reason.clone()),
+                    prompt_tokens: 0,
+                    completion_tokens: 0,
+                    cached_tokens: 0,
+                });
+            }
+        }
+    }
+
+    fn serve(&mut self) {
         loop {
             if self.core.is_idle() {
                 self.settle_queue();
@@ -325,7 +385,7 @@ impl Driver {
                     );
                 }
                 let n = req.n.max(1);
-                self.senders.insert(req.id, (tx, n));
+                self.senders.insert(req.id, (tx, vec![false; n]));
                 self.queued.insert(req.id);
                 self.core.handle_request(*req, Instant::now());
             }
@@ -363,14 +423,19 @@ impl Driver {
     fn route_events(&mut self) {
         while let Some(ev) = self.core.poll_event() {
             let id = ev.id();
-            let finished = matches!(ev, SchedEvent::Finished { .. });
-            let Some((tx, left)) = self.senders.get_mut(&id) else {
+            let finished = match &ev {
+                SchedEvent::Finished { sample, .. } => Some(*sample),
+                _ => None,
+            };
+            let Some((tx, done)) = self.senders.get_mut(&id) else {
                 continue;
             };
             let closed = tx.send(ev).is_err();
-            if finished {
-                *left -= 1;
-                if *left == 0 {
+            if let Some(sample) = finished {
+                if let Some(d) = done.get_mut(sample) {
+                    *d = true;
+                }
+                if done.iter().all(|d| *d) {
                     self.senders.remove(&id);
                     continue;
                 }

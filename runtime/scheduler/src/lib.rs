@@ -71,8 +71,8 @@ pub use self::core::{CoreStats, PlanItem, PlannedBatch, SchedulerConfig, Schedul
 pub use driver::{spawn, Command, DriverStats, SchedulerHandle};
 pub use policy::{order as policy_order, SchedulePolicy, WaitingInfo};
 pub use request::{
-    AbortReason, FinishReason, LogprobConfig, RequestId, SchedEvent, SchedRequest, StopConfig,
-    TokenLogprob,
+    panic_message, AbortReason, FinishReason, LogprobConfig, RequestId, SchedEvent, SchedRequest,
+    StopConfig, TokenLogprob,
 };
 
 use detok::TokenDecoder;

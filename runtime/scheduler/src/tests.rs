@@ -602,3 +602,123 @@ fn a_newcomer_waits_out_a_last_decode_step_only_with_a_hold() {
         assert_no_leaks(&c);
     }
 }
+
+/// [`ToyTok`], except that decoding `poison` panics (a bug in a tokenizer or detokenizer).
+struct PanicTok {
+    poison: u32,
+}
+impl TokenDecoder for PanicTok {
+    fn decode_ids(&self, ids: &[u32], skip: bool) -> Result<String, DetokError> {
+        assert!(
+            !ids.contains(&self.poison),
+            "cannot decode token {}",
+            self.poison
+        );
+        ToyTok.decode_ids(ids, skip)
+    }
+}
+impl Tokenizer for PanicTok {
+    fn encode_text(&self, text: &str) -> Result<Vec<u32>, String> {
+        ToyTok.encode_text(text)
+    }
+}
+
+#[test]
+fn a_panic_in_one_requests_step_aborts_only_that_request() {
+    // A token that request 1 samples and request 2 never sees.
+    let p1: Vec<u32> = (1..20).collect();
+    let p2: Vec<u32> = (5..30).collect();
+    let out2 = reference(&p2, 12);
+    let poison = reference(&p1, 12)
+        .into_iter()
+        .skip(2)
+        .find(|t| !p1.contains(t) && !p2.contains(t) && !out2.contains(t))
+        .expect("a token only request 1 produces");
+    let mut c = SchedulerCore::new(config(64, 4), Arc::new(PanicTok { poison })).unwrap();
+    let mut e = ToyExec::new(64, 4);
+    c.handle_request(request(1, p1, 12), Instant::now());
+    c.handle_request(request(2, p2.clone(), 12), Instant::now());
+    let outs = run(&mut c, &mut e, &[]);
+    match &outs[&(1, 0)].reason {
+        Some(FinishReason::Abort(AbortReason::Internal(m))) => {
+            assert!(m.contains(&format!("cannot decode token {poison}")), "{m}")
+        }
+        other => panic!("request 1 ended with {other:?}"),
+    }
+    assert_eq!(outs[&(2, 0)].tokens, out2);
+    assert_eq!(outs[&(2, 0)].reason, Some(FinishReason::Length(12)));
+    assert_no_leaks(&c);
+    // The core still serves.
+    c.handle_request(request(3, (2..9).collect(), 4), Instant::now());
+    let outs = run(&mut c, &mut e, &[]);
+    assert_eq!(outs[&(3, 0)].reason, Some(FinishReason::Length(4)));
+}
+
+/// An executor whose forward pass panics (a kernel bug): outside any one request's step.
+struct PanickingExec(ToyExec);
+impl Executor for PanickingExec {
+    fn kv_layout(&self) -> KvLayout {
+        self.0.kv_layout()
+    }
+    fn num_pages(&self) -> usize {
+        self.0.num_pages()
+    }
+    fn vocab_size(&self) -> usize {
+        self.0.vocab_size()
+    }
+    fn max_context(&self) -> usize {
+        self.0.max_context()
+    }
+    fn forward(&mut self, _: &Batch<'_>) -> Result<Logits, ExecError> {
+        panic!("kernel bug")
+    }
+    fn read_pages(&self, p: &[u32], out: &mut [u8]) -> Result<(), ExecError> {
+        self.0.read_pages(p, out)
+    }
+    fn write_pages(&mut self, p: &[u32], data: &[u8]) -> Result<(), ExecError> {
+        self.0.write_pages(p, data)
+    }
+}
+
+#[test]
+fn a_panic_in_the_driver_ends_every_request_with_an_error_and_later_submits_fail() {
+    let (handle, join) = spawn(core(64, 4), Box::new(PanickingExec(ToyExec::new(64, 4)))).unwrap();
+    let mut two = request(2, (1..9).collect(), 4);
+    two.n = 2;
+    let mut rxs = vec![
+        handle.submit(request(1, (1..9).collect(), 4)).unwrap(),
+        handle.submit(two).unwrap(),
+    ];
+    let mut ends = Vec::new();
+    for rx in &mut rxs {
+        // Every open sample hears an explicit end (bounded: the channel closes after it).
+        while let Some(ev) = rx.blocking_recv() {
+            if let SchedEvent::Finished {
+                id, sample, reason, ..
+            } = ev
+            {
+                ends.push((id, sample, reason));
+            }
+        }
+    }
+    ends.sort_by_key(|(id, sample, _)| (*id, *sample));
+    assert_eq!(
+        ends.iter().map(|(i, s, _)| (*i, *s)).collect::<Vec<_>>(),
+        [(1, 0), (2, 0), (2, 1)]
+    );
+    for (_, _, reason) in &ends {
+        match reason {
+            FinishReason::Abort(AbortReason::Internal(m)) => {
+                assert!(m.contains("kernel bug"), "{m}")
+            }
+            other => panic!("ended with {other:?}"),
+        }
+    }
+    join.join()
+        .expect("the thread ends without re-raising the panic");
+    assert!(!handle.is_alive());
+    assert_eq!(
+        handle.submit(request(3, (1..9).collect(), 4)).err(),
+        Some(SchedError::Shutdown)
+    );
+}

@@ -176,6 +176,24 @@ async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> R
     resp
 }
 
+/// A panic while answering one request ends that request with a 500 (OpenAI's error shape),
+/// not the connection's task or the server. The panic's message is in the answer (what a
+/// bug report needs) and on stderr (the panic hook's report).
+async fn catch_panic(req: Request, next: Next) -> Response {
+    use futures_util::FutureExt;
+    match std::panic::AssertUnwindSafe(next.run(req))
+        .catch_unwind()
+        .await
+    {
+        Ok(resp) => resp,
+        Err(payload) => ApiError::Internal(format!(
+            "internal error while serving this request: {}",
+            sglrs_scheduler::panic_message(payload.as_ref())
+        ))
+        .into_response(),
+    }
+}
+
 async fn not_found() -> ApiError {
     ApiError::NotFound("no such route".into())
 }
@@ -262,6 +280,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     r.fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
         .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
+        .layer(axum::middleware::from_fn(catch_panic))
         .with_state(state)
 }
 
@@ -272,4 +291,39 @@ pub async fn serve(state: Arc<AppState>, listener: tokio::net::TcpListener) -> s
             let _ = tokio::signal::ctrl_c().await;
         })
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_and_the_router_keeps_serving() {
+        async fn boom() -> &'static str {
+            panic!("boom in a handler")
+        }
+        let app = Router::new()
+            .route("/boom", axum::routing::get(boom))
+            .route("/ok", axum::routing::get(|| async { "fine" }))
+            .layer(axum::middleware::from_fn(catch_panic));
+        let get = |path: &str| {
+            axum::http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let r = app.clone().oneshot(get("/boom")).await.unwrap();
+        assert_eq!(r.status(), 500);
+        let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["type"], "server_error", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("boom in a handler")),
+            "{v}"
+        );
+        let r = app.oneshot(get("/ok")).await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
 }

@@ -14,9 +14,14 @@ use sglrs_scheduler::FinishReason;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// `GET /health`.
-pub async fn health() -> &'static str {
-    ""
+/// `GET /health`: 200 while the scheduler thread runs, 503 once it has stopped (so that a
+/// supervisor replaces the process instead of sending it work that cannot run).
+pub async fn health(State(state): State<Arc<AppState>>) -> Result<&'static str, ApiError> {
+    if state.sched.is_alive() {
+        Ok("")
+    } else {
+        Err(ApiError::Unavailable("the scheduler has stopped".into()))
+    }
 }
 
 /// `GET /health_generate`: runs one token through the model.
