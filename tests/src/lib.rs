@@ -70,6 +70,27 @@ pub fn sglrs_bin() -> PathBuf {
     dir.join("sglrs")
 }
 
+/// A whole HTTP answer: status, headers (names lower-case) and body.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// Header names (lower-case) and values.
+    pub headers: Vec<(String, String)>,
+    /// The body parsed as JSON, or the body text as a JSON string when it is not JSON.
+    pub body: serde_json::Value,
+}
+
+impl Reply {
+    /// The first value of header `name` (lower-case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 impl Server {
     /// Starts `sglrs serve --model <default model> <extra args>` and waits (up to 5 minutes)
     /// until `/health` answers.
@@ -136,6 +157,65 @@ impl Server {
         let text = resp.into_string().unwrap_or_default();
         let v = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
         (status, v)
+    }
+
+    /// Sends `method path` with `headers` and an optional JSON `body`; the whole answer,
+    /// whatever its status.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> Reply {
+        let mut req = ureq::request(method, &format!("{}{path}", self.base_url));
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        let r = match body {
+            Some(b) => req.set("Content-Type", "application/json").send_string(b),
+            None => req.call(),
+        };
+        let resp = match r {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{method} {path}: {e}"),
+        };
+        let status = resp.status();
+        let headers = resp
+            .headers_names()
+            .into_iter()
+            .filter_map(|n| {
+                let v = resp.header(&n)?.to_string();
+                Some((n.to_ascii_lowercase(), v))
+            })
+            .collect();
+        let text = resp.into_string().unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// `/get_server_info` as JSON.
+    pub fn server_info(&self) -> serde_json::Value {
+        let (status, text) = self.get("/get_server_info");
+        assert_eq!(status, 200, "/get_server_info: {text}");
+        serde_json::from_str(&text).expect("/get_server_info is JSON")
+    }
+
+    /// `/get_server_info` as JSON, sending `authorization` (e.g. `Bearer KEY`).
+    pub fn server_info_with(&self, authorization: &str) -> serde_json::Value {
+        let r = self.request(
+            "GET",
+            "/get_server_info",
+            &[("Authorization", authorization)],
+            None,
+        );
+        assert_eq!(r.status, 200, "/get_server_info: {}", r.body);
+        r.body
     }
 
     /// GETs `path`; returns the status and the body text.

@@ -52,6 +52,10 @@ pub struct SchedulerConfig {
     /// Longest wait for the followers of requests that finished together before their
     /// prefills are admitted (one pass instead of several; `core/hold.rs`). Zero: never wait.
     pub admission_hold: Duration,
+    /// Most requests submitted and not yet admitted (see [`SchedulerCore::is_queued`]); the
+    /// driver's handle refuses more with [`SchedError::Overloaded`] instead of queueing
+    /// them. Must be positive.
+    pub max_queued: usize,
 }
 
 /// One sequence's share of a planned forward pass.
@@ -150,9 +154,11 @@ impl SchedulerCore {
             || cfg.max_batch_tokens == 0
             || cfg.chunked_prefill_size == 0
             || cfg.max_running == 0
+            || cfg.max_queued == 0
         {
             return Err(SchedError::Config(
-                "page size, batch tokens, chunk size and max running must be positive".into(),
+                "page size, batch tokens, chunk size, max running and max queued must be positive"
+                    .into(),
             ));
         }
         if cfg.num_pages * cfg.page_size < cfg.max_context.min(4096) + cfg.page_size {
@@ -207,6 +213,15 @@ impl SchedulerCore {
     /// Page accounting of the cache.
     pub fn cache_stats(&self) -> CacheStats {
         self.cache.stats()
+    }
+
+    /// True while request `id` is submitted and not yet admitted: none of its samples has
+    /// held pages yet (sample 0 is always the first admitted; a retracted request does not
+    /// count again). Ended and unknown requests are not queued.
+    pub fn is_queued(&self, id: RequestId) -> bool {
+        self.seqs
+            .get(&(id, 0))
+            .is_some_and(|s| s.cached_tokens.is_none())
     }
 
     /// True when nothing is waiting or running.
@@ -529,7 +544,7 @@ impl SchedulerCore {
                 self.finish(key, FinishReason::Abort(AbortReason::NoLogits));
                 continue;
             };
-            self.step_seq(key, logits.row(row));
+            self.step_seq_or_abort(key, logits.row(row));
         }
     }
 
@@ -586,6 +601,47 @@ impl SchedulerCore {
                 sample: key.1,
                 logprobs: std::mem::take(&mut s.input_logprobs),
             });
+        }
+    }
+
+    /// [`Self::step_seq`], with a panic in it (sampler, grammar, detokenizer: code that
+    /// works on this sequence alone) ending only this sequence, with
+    /// [`AbortReason::Internal`]. What the step may have left half done belongs to the
+    /// sequence (its tokens, matcher, detokenizer, sampler state) or is scratch refilled
+    /// before every use (`mask`, `scratch`); `finish` then returns its pages by `computed`,
+    /// which the step never changes.
+    fn step_seq_or_abort(&mut self, key: SeqKey, row: &[f32]) {
+        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.step_seq(key, row);
+        }));
+        if let Err(payload) = step {
+            let message = crate::request::panic_message(payload.as_ref());
+            let reason = FinishReason::Abort(AbortReason::Internal(message));
+            if self.seqs.contains_key(&key) {
+                self.finish(key, reason);
+                return;
+            }
+            // `finish` itself panicked after taking the sequence out: make sure the request
+            // still hears that this sample ended.
+            let ended = self.events.iter().any(
+                |e| matches!(e, SchedEvent::Finished { id, sample, .. } if (*id, *sample) == key),
+            );
+            if !ended {
+                self.events.push_back(SchedEvent::Finished {
+                    id: key.0,
+                    sample: key.1,
+                    reason,
+                    prompt_tokens: 0,
+                    completion_tokens: 0,
+                    cached_tokens: 0,
+                });
+                if let Some(n) = self.alive.get_mut(&key.0) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.alive.remove(&key.0);
+                    }
+                }
+            }
         }
     }
 

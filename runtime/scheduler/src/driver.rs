@@ -3,11 +3,14 @@
 
 use super::cache::CacheStats;
 use super::core::{CoreStats, SchedulerCore};
-use super::request::{AbortReason, RequestId, SchedEvent, SchedRequest};
+use super::request::{
+    panic_message, AbortReason, FinishReason, RequestId, SchedEvent, SchedRequest,
+};
 use super::SchedError;
 use crossbeam::channel::{Receiver, Sender};
 use sglrs_executor::Executor;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -47,45 +50,97 @@ pub struct DriverStats {
     pub forward_seconds: f64,
 }
 
+/// The bounded waiting queue as the handle sees it: requests submitted and not yet admitted.
+/// A submit reserves its places here before its message is sent (so a burst of submits
+/// cannot overshoot while the thread is busy in a forward pass); the thread gives them back
+/// when the request is admitted or ends without having been admitted.
+#[derive(Debug)]
+struct Queue {
+    queued: AtomicUsize,
+    limit: usize,
+}
+
+impl Queue {
+    /// Takes `k` places, or none when fewer than `k` are free.
+    fn reserve(&self, k: usize) -> Result<(), SchedError> {
+        self.queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
+                (q + k <= self.limit).then_some(q + k)
+            })
+            .map(|_| ())
+            .map_err(|_| SchedError::Overloaded { limit: self.limit })
+    }
+
+    fn release(&self, k: usize) {
+        self.queued.fetch_sub(k, Ordering::AcqRel);
+    }
+}
+
 /// The server's handle on the scheduler thread.
 #[derive(Clone)]
 pub struct SchedulerHandle {
     tx: Sender<Command>,
     stats: Arc<Mutex<DriverStats>>,
+    queue: Arc<Queue>,
+    alive: Arc<AtomicBool>,
 }
 
 impl SchedulerHandle {
     /// Queues a request; events arrive on the returned receiver until `Finished` for every
-    /// sample. Dropping the receiver aborts the request.
+    /// sample. Dropping the receiver aborts the request. Refused at once, without queueing,
+    /// with [`SchedError::Overloaded`] when [`SchedulerConfig::max_queued`] requests are
+    /// already waiting.
+    ///
+    /// [`SchedulerConfig::max_queued`]: crate::SchedulerConfig::max_queued
     pub fn submit(
         &self,
         req: SchedRequest,
     ) -> Result<mpsc::UnboundedReceiver<SchedEvent>, SchedError> {
+        self.queue.reserve(1)?;
         let (tx, rx) = mpsc::unbounded_channel();
         self.tx
             .send(Command::Submit(Box::new(req), tx))
-            .map_err(|_| SchedError::Shutdown)?;
+            .map_err(|_| {
+                self.queue.release(1);
+                SchedError::Shutdown
+            })?;
         Ok(rx)
     }
 
     /// Queues several requests in one message, so that the scheduler takes them in the same
     /// step (a fork's branches prefill and decode as one batch from their first step).
-    /// Receivers in request order; each behaves as [`SchedulerHandle::submit`]'s.
+    /// Receivers in request order; each behaves as [`SchedulerHandle::submit`]'s. All or
+    /// nothing: the group is refused when the queue has no room for every one of them.
     pub fn submit_group(
         &self,
         reqs: Vec<SchedRequest>,
     ) -> Result<Vec<mpsc::UnboundedReceiver<SchedEvent>>, SchedError> {
-        let mut items = Vec::with_capacity(reqs.len());
-        let mut rxs = Vec::with_capacity(reqs.len());
+        let k = reqs.len();
+        self.queue.reserve(k)?;
+        let mut items = Vec::with_capacity(k);
+        let mut rxs = Vec::with_capacity(k);
         for req in reqs {
             let (tx, rx) = mpsc::unbounded_channel();
             items.push((Box::new(req), tx));
             rxs.push(rx);
         }
-        self.tx
-            .send(Command::SubmitGroup(items))
-            .map_err(|_| SchedError::Shutdown)?;
+        self.tx.send(Command::SubmitGroup(items)).map_err(|_| {
+            self.queue.release(k);
+            SchedError::Shutdown
+        })?;
         Ok(rxs)
+    }
+
+    /// Requests submitted and not yet admitted (places taken in the bounded queue).
+    pub fn queued(&self) -> usize {
+        self.queue.queued.load(Ordering::Acquire)
+    }
+
+    /// The queue's bound ([`SchedulerConfig::max_queued`]).
+    ///
+    /// [`SchedulerConfig::max_queued`]: crate::SchedulerConfig::max_queued
+    pub fn max_queued(&self) -> usize {
+        self.queue.limit
     }
 
     /// Aborts a request (no error if it already finished).
@@ -102,6 +157,13 @@ impl SchedulerHandle {
             .send(Command::Flush(tx))
             .map_err(|_| SchedError::Shutdown)?;
         rx.await.map_err(|_| SchedError::Shutdown)
+    }
+
+    /// False once the scheduler thread has stopped (after a panic outside one request's
+    /// sampling step, or when every handle is gone): submits then fail with
+    /// [`SchedError::Shutdown`].
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
     }
 
     /// The latest snapshot.
@@ -121,14 +183,24 @@ pub fn spawn(
     let (tx, rx) = crossbeam::channel::unbounded();
     let stats = Arc::new(Mutex::new(DriverStats::default()));
     let st = stats.clone();
+    let queue = Arc::new(Queue {
+        queued: AtomicUsize::new(0),
+        limit: core.config().max_queued,
+    });
+    let q = queue.clone();
+    let alive = Arc::new(AtomicBool::new(true));
+    let dead_on_exit = Stopped(alive.clone());
     let join = std::thread::Builder::new()
         .name("sglrs-scheduler".into())
         .spawn(move || {
+            let _stopped = dead_on_exit;
             Driver {
                 core,
                 exec,
                 rx,
                 senders: HashMap::new(),
+                queue: q,
+                queued: HashSet::new(),
                 stats: st,
                 totals: Totals::default(),
                 trace: std::env::var_os("SGLRS_TRACE_STEPS").map(|_| Instant::now()),
@@ -136,7 +208,24 @@ pub fn spawn(
             .run()
         })
         .map_err(|e| SchedError::Config(format!("cannot start the scheduler thread: {e}")))?;
-    Ok((SchedulerHandle { tx, stats }, join))
+    Ok((
+        SchedulerHandle {
+            tx,
+            stats,
+            queue,
+            alive,
+        },
+        join,
+    ))
+}
+
+/// Clears the handle's `alive` flag when the scheduler thread ends, however it ends.
+struct Stopped(Arc<AtomicBool>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 #[derive(Default)]
@@ -150,8 +239,11 @@ struct Driver {
     core: SchedulerCore,
     exec: Box<dyn Executor>,
     rx: Receiver<Command>,
-    /// Per request: its event channel and the samples not yet finished.
-    senders: HashMap<RequestId, (mpsc::UnboundedSender<SchedEvent>, usize)>,
+    /// Per request: its event channel and which samples have finished.
+    senders: HashMap<RequestId, (mpsc::UnboundedSender<SchedEvent>, Vec<bool>)>,
+    /// The handle's bounded queue, and the requests holding a place in it.
+    queue: Arc<Queue>,
+    queued: HashSet<RequestId>,
     stats: Arc<Mutex<DriverStats>>,
     totals: Totals,
     /// With `SGLRS_TRACE_STEPS` set: when the thread started; every submit and forward
@@ -179,9 +271,40 @@ impl Driver {
         );
     }
 
+    /// Serves until every handle is gone. A panic that escapes the per-request guards (in
+    /// planning, the cache, the executor) leaves the core in no state to trust: every
+    /// request in flight then ends with [`AbortReason::Internal`] instead of hanging, and the
+    /// thread stops, so later submits fail at once ([`SchedulerHandle::is_alive`]).
     fn run(mut self) {
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve()));
+        if let Err(payload) = served {
+            self.fail_all(&panic_message(payload.as_ref()));
+        }
+    }
+
+    /// Ends every request in flight after a panic: the events already produced are sent,
+    /// then a `Finished` with [`AbortReason::Internal`] for each sample still open.
+    fn fail_all(&mut self, message: &str) {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.route_events()));
+        let reason = AbortReason::Internal(format!("the scheduler failed: {message}"));
+        for (id, (tx, done)) in self.senders.drain() {
+            for (sample, _) in done.iter().enumerate().filter(|(_, d)| !**d) {
+                let _ = tx.send(SchedEvent::Finished {
+                    id,
+                    sample,
+                    reason: FinishReason::Abort(reason.clone()),
+                    prompt_tokens: 0,
+                    completion_tokens: 0,
+                    cached_tokens: 0,
+                });
+            }
+        }
+    }
+
+    fn serve(&mut self) {
         loop {
             if self.core.is_idle() {
+                self.settle_queue();
                 self.publish();
                 match self.rx.recv() {
                     Ok(cmd) => self.command(cmd),
@@ -202,7 +325,10 @@ impl Driver {
             }
             self.reap_disconnected();
             let now = Instant::now();
-            match self.core.poll_batch(now) {
+            let planned = self.core.poll_batch(now);
+            // Admission happened in `poll_batch`: free those places before the pass runs.
+            self.settle_queue();
+            match planned {
                 Some(plan) => {
                     let t = Instant::now();
                     let result = self.exec.forward(&plan.batch());
@@ -232,8 +358,20 @@ impl Driver {
                 }
             }
             self.route_events();
+            self.settle_queue();
             self.publish();
         }
+    }
+
+    /// Gives back the queue places of requests admitted or ended since the last call.
+    fn settle_queue(&mut self) {
+        if self.queued.is_empty() {
+            return;
+        }
+        let before = self.queued.len();
+        let core = &self.core;
+        self.queued.retain(|id| core.is_queued(*id));
+        self.queue.release(before - self.queued.len());
     }
 
     fn command(&mut self, cmd: Command) {
@@ -247,7 +385,8 @@ impl Driver {
                     );
                 }
                 let n = req.n.max(1);
-                self.senders.insert(req.id, (tx, n));
+                self.senders.insert(req.id, (tx, vec![false; n]));
+                self.queued.insert(req.id);
                 self.core.handle_request(*req, Instant::now());
             }
             Command::SubmitGroup(items) => {
@@ -284,14 +423,19 @@ impl Driver {
     fn route_events(&mut self) {
         while let Some(ev) = self.core.poll_event() {
             let id = ev.id();
-            let finished = matches!(ev, SchedEvent::Finished { .. });
-            let Some((tx, left)) = self.senders.get_mut(&id) else {
+            let finished = match &ev {
+                SchedEvent::Finished { sample, .. } => Some(*sample),
+                _ => None,
+            };
+            let Some((tx, done)) = self.senders.get_mut(&id) else {
                 continue;
             };
             let closed = tx.send(ev).is_err();
-            if finished {
-                *left -= 1;
-                if *left == 0 {
+            if let Some(sample) = finished {
+                if let Some(d) = done.get_mut(sample) {
+                    *d = true;
+                }
+                if done.iter().all(|d| *d) {
                     self.senders.remove(&id);
                     continue;
                 }

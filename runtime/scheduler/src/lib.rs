@@ -43,6 +43,7 @@
 //!     vocab_size: exec.vocab_size(),
 //!     jump_forward: true,
 //!     admission_hold: Duration::from_millis(15),
+//!     max_queued: 256,
 //! };
 //! let core = SchedulerCore::new(cfg, Arc::new(model.tokenizer))?;
 //! let (handle, _thread) = spawn(core, Box::new(exec))?;
@@ -70,8 +71,8 @@ pub use self::core::{CoreStats, PlanItem, PlannedBatch, SchedulerConfig, Schedul
 pub use driver::{spawn, Command, DriverStats, SchedulerHandle};
 pub use policy::{order as policy_order, SchedulePolicy, WaitingInfo};
 pub use request::{
-    AbortReason, FinishReason, LogprobConfig, RequestId, SchedEvent, SchedRequest, StopConfig,
-    TokenLogprob,
+    panic_message, AbortReason, FinishReason, LogprobConfig, RequestId, SchedEvent, SchedRequest,
+    StopConfig, TokenLogprob,
 };
 
 use detok::TokenDecoder;
@@ -110,4 +111,11 @@ pub enum SchedError {
     /// The scheduler thread has stopped.
     #[error("the scheduler has shut down")]
     Shutdown,
+    /// The waiting queue is full: `limit` requests are submitted and not yet admitted
+    /// ([`SchedulerConfig::max_queued`]); the request was not queued.
+    #[error("the server is overloaded: {limit} requests are already waiting; retry later")]
+    Overloaded {
+        /// The queue's bound.
+        limit: usize,
+    },
 }

@@ -110,6 +110,20 @@ pub enum AbortReason {
     /// The scheduler stopped before the request finished.
     #[error("the scheduler stopped")]
     Shutdown,
+    /// A bug: the scheduler panicked while serving this request (the panic's message). A
+    /// panic in one request's sampling step ends only that request; one anywhere else
+    /// ends every request in flight and stops the scheduler.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// The message of a caught panic's payload (`panic!` with a string or a format).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic with a non-string payload".to_string())
 }
 
 /// One position's log-probability data.

@@ -142,6 +142,7 @@ fn config(num_pages: usize, page_size: usize) -> SchedulerConfig {
         vocab_size: VOCAB,
         jump_forward: true,
         admission_hold: std::time::Duration::ZERO,
+        max_queued: 16,
     }
 }
 
@@ -406,6 +407,39 @@ fn abort_releases_pages() {
 }
 
 #[test]
+fn a_request_is_queued_until_admitted_and_not_after_it_ends() {
+    let mut cfg = config(64, 4);
+    cfg.max_running = 1;
+    let mut c = SchedulerCore::new(cfg, Arc::new(ToyTok)).unwrap();
+    let mut e = ToyExec::new(64, 4);
+    let now = Instant::now();
+    c.handle_request(request(1, (1..9).collect(), 20), now);
+    c.handle_request(request(2, (1..9).collect(), 20), now);
+    c.handle_request(request(3, (3..9).collect(), 20), now);
+    assert!(c.is_queued(1) && c.is_queued(2) && c.is_queued(3));
+    let plan = c.poll_batch(now).unwrap();
+    let logits = e.forward(&plan.batch()).unwrap();
+    c.handle_forward(plan, &logits, now);
+    // One running slot: request 1 was admitted, the others still wait.
+    assert!(!c.is_queued(1) && c.is_queued(2) && c.is_queued(3));
+    // Aborted while waiting: no longer queued (and never prefilled).
+    c.handle_abort(3, AbortReason::ClientDisconnected);
+    assert!(!c.is_queued(3));
+    let outs = run(&mut c, &mut e, &[]);
+    assert_eq!(outs[&(2, 0)].reason, Some(FinishReason::Length(20)));
+    assert!(!c.is_queued(2) && !c.is_queued(99));
+    assert_eq!(c.stats().prompt_tokens, 16, "request 3 was prefilled");
+    assert_no_leaks(&c);
+}
+
+#[test]
+fn a_zero_queue_bound_is_refused() {
+    let mut cfg = config(64, 4);
+    cfg.max_queued = 0;
+    assert!(SchedulerCore::new(cfg, Arc::new(ToyTok)).is_err());
+}
+
+#[test]
 fn chunked_prefill_of_a_long_prompt() {
     let mut cfg = config(128, 4);
     cfg.chunked_prefill_size = 8;
@@ -567,4 +601,124 @@ fn a_newcomer_waits_out_a_last_decode_step_only_with_a_hold() {
         assert_eq!(outs[&(2, 0)].tokens, reference(&[6, 7, 8], 2));
         assert_no_leaks(&c);
     }
+}
+
+/// [`ToyTok`], except that decoding `poison` panics (a bug in a tokenizer or detokenizer).
+struct PanicTok {
+    poison: u32,
+}
+impl TokenDecoder for PanicTok {
+    fn decode_ids(&self, ids: &[u32], skip: bool) -> Result<String, DetokError> {
+        assert!(
+            !ids.contains(&self.poison),
+            "cannot decode token {}",
+            self.poison
+        );
+        ToyTok.decode_ids(ids, skip)
+    }
+}
+impl Tokenizer for PanicTok {
+    fn encode_text(&self, text: &str) -> Result<Vec<u32>, String> {
+        ToyTok.encode_text(text)
+    }
+}
+
+#[test]
+fn a_panic_in_one_requests_step_aborts_only_that_request() {
+    // A token that request 1 samples and request 2 never sees.
+    let p1: Vec<u32> = (1..20).collect();
+    let p2: Vec<u32> = (5..30).collect();
+    let out2 = reference(&p2, 12);
+    let poison = reference(&p1, 12)
+        .into_iter()
+        .skip(2)
+        .find(|t| !p1.contains(t) && !p2.contains(t) && !out2.contains(t))
+        .expect("a token only request 1 produces");
+    let mut c = SchedulerCore::new(config(64, 4), Arc::new(PanicTok { poison })).unwrap();
+    let mut e = ToyExec::new(64, 4);
+    c.handle_request(request(1, p1, 12), Instant::now());
+    c.handle_request(request(2, p2.clone(), 12), Instant::now());
+    let outs = run(&mut c, &mut e, &[]);
+    match &outs[&(1, 0)].reason {
+        Some(FinishReason::Abort(AbortReason::Internal(m))) => {
+            assert!(m.contains(&format!("cannot decode token {poison}")), "{m}")
+        }
+        other => panic!("request 1 ended with {other:?}"),
+    }
+    assert_eq!(outs[&(2, 0)].tokens, out2);
+    assert_eq!(outs[&(2, 0)].reason, Some(FinishReason::Length(12)));
+    assert_no_leaks(&c);
+    // The core still serves.
+    c.handle_request(request(3, (2..9).collect(), 4), Instant::now());
+    let outs = run(&mut c, &mut e, &[]);
+    assert_eq!(outs[&(3, 0)].reason, Some(FinishReason::Length(4)));
+}
+
+/// An executor whose forward pass panics (a kernel bug): outside any one request's step.
+struct PanickingExec(ToyExec);
+impl Executor for PanickingExec {
+    fn kv_layout(&self) -> KvLayout {
+        self.0.kv_layout()
+    }
+    fn num_pages(&self) -> usize {
+        self.0.num_pages()
+    }
+    fn vocab_size(&self) -> usize {
+        self.0.vocab_size()
+    }
+    fn max_context(&self) -> usize {
+        self.0.max_context()
+    }
+    fn forward(&mut self, _: &Batch<'_>) -> Result<Logits, ExecError> {
+        panic!("kernel bug")
+    }
+    fn read_pages(&self, p: &[u32], out: &mut [u8]) -> Result<(), ExecError> {
+        self.0.read_pages(p, out)
+    }
+    fn write_pages(&mut self, p: &[u32], data: &[u8]) -> Result<(), ExecError> {
+        self.0.write_pages(p, data)
+    }
+}
+
+#[test]
+fn a_panic_in_the_driver_ends_every_request_with_an_error_and_later_submits_fail() {
+    let (handle, join) = spawn(core(64, 4), Box::new(PanickingExec(ToyExec::new(64, 4)))).unwrap();
+    let mut two = request(2, (1..9).collect(), 4);
+    two.n = 2;
+    let mut rxs = vec![
+        handle.submit(request(1, (1..9).collect(), 4)).unwrap(),
+        handle.submit(two).unwrap(),
+    ];
+    let mut ends = Vec::new();
+    for rx in &mut rxs {
+        // Every open sample hears an explicit end (bounded: the channel closes after it).
+        while let Some(ev) = rx.blocking_recv() {
+            if let SchedEvent::Finished {
+                id, sample, reason, ..
+            } = ev
+            {
+                ends.push((id, sample, reason));
+            }
+        }
+    }
+    ends.sort_by_key(|(id, sample, _)| (*id, *sample));
+    assert_eq!(
+        ends.iter().map(|(i, s, _)| (*i, *s)).collect::<Vec<_>>(),
+        [(1, 0), (2, 0), (2, 1)]
+    );
+    for (_, _, reason) in &ends {
+        match reason {
+            FinishReason::Abort(AbortReason::Internal(m)) => {
+                assert!(m.contains("kernel bug"), "{m}")
+            }
+            other => panic!("ended with {other:?}"),
+        }
+    }
+    join.join()
+        .expect("the thread ends without re-raising the panic");
+    assert!(!handle.is_alive());
+    assert_eq!(
+        handle.submit(request(3, (1..9).collect(), 4)).err(),
+        Some(SchedError::Shutdown)
+    );
 }

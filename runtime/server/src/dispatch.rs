@@ -160,25 +160,44 @@ pub struct Running {
 
 /// Compiles the job's grammar (if any) and submits it.
 pub async fn submit(state: &AppState, job: Job) -> Result<Running, ApiError> {
-    let grammar = match &job.params.grammar {
-        Some(spec) => Some(state.grammars.get(spec).await?),
-        None => None,
+    let mut all = submit_all(state, vec![job]).await?;
+    all.pop()
+        .ok_or_else(|| ApiError::Internal("no request was submitted".into()))
+}
+
+/// Compiles every job's grammar, then submits them all in one scheduler message: all or
+/// nothing, so a full queue refuses a batch whole instead of running part of it.
+pub async fn submit_all(state: &AppState, jobs: Vec<Job>) -> Result<Vec<Running>, ApiError> {
+    let mut reqs = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let grammar = match &job.params.grammar {
+            Some(spec) => Some(state.grammars.get(spec).await?),
+            None => None,
+        };
+        reqs.push(SchedRequest {
+            id: state.next_id(),
+            input_ids: job.input_ids,
+            namespace: job.namespace,
+            sampling: job.params.sampling,
+            stop: job.params.stop,
+            n: job.params.n,
+            grammar,
+            logprobs: job.logprobs,
+            priority: job.priority,
+        });
+    }
+    let heads: Vec<(RequestId, usize)> = reqs.iter().map(|r| (r.id, r.n)).collect();
+    let rxs = if reqs.len() == 1 {
+        let req = reqs.pop().expect("one request");
+        vec![state.sched.submit(req)?]
+    } else {
+        state.sched.submit_group(reqs)?
     };
-    let id = state.next_id();
-    let n = job.params.n;
-    let req = SchedRequest {
-        id,
-        input_ids: job.input_ids,
-        namespace: job.namespace,
-        sampling: job.params.sampling,
-        stop: job.params.stop,
-        n,
-        grammar,
-        logprobs: job.logprobs,
-        priority: job.priority,
-    };
-    let rx = state.sched.submit(req)?;
-    Ok(Running { id, rx, n })
+    Ok(heads
+        .into_iter()
+        .zip(rxs)
+        .map(|((id, n), rx)| Running { id, rx, n })
+        .collect())
 }
 
 /// Everything one sample produced.

@@ -6,6 +6,7 @@
 //! binary then listens ([`Engine::serve`]); the in-process Python engine calls the same
 //! [`Engine::router`] without a socket.
 
+use crate::auth::Auth;
 use crate::{AppState, GrammarCompiler, ServerInfo};
 use sglrs_executor::{BuildError, CpuExecutor, ExecConfig, Executor, KvCapacity, KvDtype};
 use sglrs_model::chat::ChatTemplate;
@@ -66,6 +67,14 @@ pub struct EngineConfig {
     /// Most requests running at once.
     #[arg(long, default_value_t = 32)]
     pub max_running_requests: usize,
+    /// Most requests waiting for admission (submitted, not yet running); more are refused at
+    /// once with HTTP 503 and `Retry-After` instead of being queued. The default, 256, is
+    /// as many waiting requests as one admission step orders by policy (the scheduler looks
+    /// at the first 256 waiting sequences), and at 32 running it is 8 rounds of requests:
+    /// tens of seconds of waiting on a small CPU, about what a client's timeout tolerates.
+    /// Must be at least 1.
+    #[arg(long, default_value_t = 256)]
+    pub max_queued_requests: usize,
     /// Kernel threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -88,10 +97,16 @@ pub struct EngineConfig {
     /// waits. The wait happens only while nothing else is running.
     #[arg(long, default_value_t = 15)]
     pub admission_hold_ms: u64,
-    /// Require `Authorization: Bearer KEY` (the binary also reads `SGLRS_API_KEY`). Ignored
-    /// in process, where there is no listener.
+    /// Require `Authorization: Bearer KEY` on every route but `/health` (the binary also
+    /// reads `SGLRS_API_KEY`); compared in constant time. `/health_generate` needs it too
+    /// (it runs a generation at top priority), and so does `/metrics` unless
+    /// `--metrics-open`. Must not be empty. Ignored in process, where there is no listener.
     #[arg(long)]
     pub api_key: Option<String>,
+    /// With `--api-key`: serve `/metrics` without the key, for a Prometheus scraper on a
+    /// trusted network. Off by default: the metrics show the server's load and traffic.
+    #[arg(long)]
+    pub metrics_open: bool,
     /// Where the server listens (`host:port`), as `/get_server_info` reports it; `None` for
     /// an in-process engine. Set by the caller, not a flag.
     #[arg(skip)]
@@ -118,6 +133,9 @@ pub enum EngineError {
     /// The grammar engine could not read the tokenizer's vocabulary.
     #[error("building the grammar vocabulary: {0}")]
     Vocab(String),
+    /// A setting cannot work (e.g. an empty API key).
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 /// A started engine: the scheduler thread with the model's executor, and the routes' state.
@@ -139,6 +157,11 @@ pub struct Engine {
 impl Engine {
     /// Loads the model, builds the executor and starts the scheduler thread.
     pub fn start(cfg: &EngineConfig) -> Result<Self, EngineError> {
+        if cfg.api_key.as_deref() == Some("") {
+            return Err(EngineError::Config(
+                "--api-key is empty: give a key, or leave the flag out to serve without one".into(),
+            ));
+        }
         let path = cfg
             .model
             .clone()
@@ -187,6 +210,7 @@ impl Engine {
             vocab_size,
             jump_forward: !cfg.disable_jump_forward,
             admission_hold: Duration::from_millis(cfg.admission_hold_ms),
+            max_queued: cfg.max_queued_requests,
         };
         let num_pages = sched_cfg.num_pages;
         let core = SchedulerCore::new(sched_cfg, tokenizer.clone())?;
@@ -207,14 +231,17 @@ impl Engine {
             args: server_args(cfg, num_pages, threads),
         };
         let chat_template = loaded.chat_template.map(Arc::new);
-        let api_key = cfg.listen.as_ref().and(cfg.api_key.clone());
+        let auth = Auth::new(
+            cfg.listen.as_ref().and(cfg.api_key.clone()),
+            cfg.metrics_open,
+        );
         let state = Arc::new(AppState::new(
             handle,
             tokenizer,
             chat_template.clone(),
             grammars,
             info,
-            api_key,
+            auth,
         ));
         Ok(Self {
             state,
@@ -252,8 +279,10 @@ fn server_args(cfg: &EngineConfig, num_pages: usize, threads: usize) -> serde_js
         "chunked_prefill_size": cfg.chunked_prefill_size,
         "max_batch_tokens": cfg.max_batch_tokens,
         "max_running_requests": cfg.max_running_requests,
+        "max_queued_requests": cfg.max_queued_requests,
         "threads": threads,
         "api_key_required": !in_process && cfg.api_key.is_some(),
+        "metrics_open": !in_process && cfg.api_key.is_some() && cfg.metrics_open,
         "jump_forward": !cfg.disable_jump_forward,
     })
 }

@@ -20,9 +20,18 @@ pub enum ApiError {
     /// No such model or route (HTTP 404).
     #[error("{0}")]
     NotFound(String),
-    /// The server is shutting down or overloaded (HTTP 503).
+    /// The server is shutting down, or its scheduler has stopped (HTTP 503).
     #[error("{0}")]
     Unavailable(String),
+    /// The waiting queue is full; the request was not queued (HTTP 503 with `Retry-After`).
+    #[error("{message}")]
+    Overloaded {
+        /// What is full.
+        message: String,
+        /// When to try again, in whole seconds (`Retry-After`; the body also says
+        /// `retry_after_ms`).
+        retry_after_s: u64,
+    },
     /// A failure on our side (HTTP 500).
     #[error("{0}")]
     Internal(String),
@@ -53,7 +62,9 @@ impl ApiError {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::Overloaded { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -65,31 +76,57 @@ impl ApiError {
             ApiError::Unauthorized => "authentication_error",
             ApiError::NotFound(_) => "not_found_error",
             ApiError::Unavailable(_) | ApiError::Internal(_) => "server_error",
+            ApiError::Overloaded { .. } => "overloaded_error",
         };
         let param = match self {
             ApiError::BadRequest { param, .. } => param.clone(),
             _ => None,
         };
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "error": {
                 "message": self.to_string(),
                 "type": kind,
                 "param": param,
                 "code": self.status().as_u16(),
             }
-        })
+        });
+        if let ApiError::Overloaded { retry_after_s, .. } = self {
+            v["error"]["retry_after_ms"] = serde_json::json!(retry_after_s * 1000);
+        }
+        v
     }
 }
 
+/// `Retry-After` of a refusal for a full queue. A fixed second: long enough for a
+/// few decode steps to free places, short enough that a client backing off exponentially
+/// from here does not leave the server idle.
+pub const RETRY_AFTER_S: u64 = 1;
+
 impl From<sglrs_scheduler::SchedError> for ApiError {
     fn from(e: sglrs_scheduler::SchedError) -> Self {
-        ApiError::Unavailable(e.to_string())
+        match e {
+            sglrs_scheduler::SchedError::Overloaded { .. } => ApiError::Overloaded {
+                message: e.to_string(),
+                retry_after_s: RETRY_AFTER_S,
+            },
+            _ => ApiError::Unavailable(e.to_string()),
+        }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status(), axum::Json(self.body())).into_response()
+        let status = self.status();
+        let body = axum::Json(self.body());
+        match self {
+            ApiError::Overloaded { retry_after_s, .. } => (
+                status,
+                [(axum::http::header::RETRY_AFTER, retry_after_s.to_string())],
+                body,
+            )
+                .into_response(),
+            _ => (status, body).into_response(),
+        }
     }
 }
 
@@ -133,5 +170,22 @@ mod tests {
             ApiError::bad("top_p", "must be in (0, 1]").body()["error"]["code"],
             400
         );
+    }
+
+    #[test]
+    fn a_full_queue_is_503_with_retry_after() {
+        let e = ApiError::from(sglrs_scheduler::SchedError::Overloaded { limit: 2 });
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.body()["error"]["retry_after_ms"], RETRY_AFTER_S * 1000);
+        let r = e.into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            r.headers()[axum::http::header::RETRY_AFTER],
+            RETRY_AFTER_S.to_string().as_str()
+        );
+        // A stopped scheduler is 503 without a promise of when to come back.
+        let r = ApiError::from(sglrs_scheduler::SchedError::Shutdown).into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(r.headers().get(axum::http::header::RETRY_AFTER).is_none());
     }
 }

@@ -7,7 +7,8 @@
 //! Routes: `POST /generate`, `POST /v1/completions`, `POST /v1/chat/completions`,
 //! `GET /v1/models`, `GET /health`, `GET /health_generate`, `GET /model_info`,
 //! `GET /get_model_info`, `GET /get_server_info`, `POST /flush_cache`,
-//! `POST /abort_request`, `GET /metrics`. Request bodies are validated once
+//! `POST /abort_request`, `GET /metrics` ([`route_table`] lists them; with an API key all
+//! but `/health` need it, [`auth`]). Request bodies are validated once
 //! ([`validate`]) into the scheduler's types; errors map to HTTP status in
 //! [`ApiError::status`] and use OpenAI's error shape.
 //!
@@ -44,12 +45,14 @@
 
 #![warn(missing_docs)]
 
+pub mod auth;
 mod dispatch;
 pub mod engine;
 pub mod error;
 pub mod metrics;
 mod native;
 mod openai;
+pub mod rids;
 mod routes;
 mod sse;
 pub mod validate;
@@ -60,17 +63,19 @@ pub use error::ApiError;
 pub use native::finish_json;
 
 use crate::metrics::Metrics;
+use auth::Auth;
 use axum::extract::{Request, State};
+use axum::handler::Handler;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::Router;
+use rids::RidTable;
 use sglrs_model::chat::ChatTemplate;
 use sglrs_model::tokenizer::Tokenizer;
 use sglrs_scheduler::SchedulerHandle;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use validate::Limits;
 
 /// What the server reports about itself and checks requests against.
@@ -102,10 +107,11 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Self description.
     pub info: ServerInfo,
-    /// Bearer token required on every route but `/health` (if set).
-    pub api_key: Option<String>,
-    /// `rid` → scheduler id of requests in flight (for `/abort_request`).
-    pub rids: Mutex<HashMap<String, u64>>,
+    /// The API key, and the routes open without it ([`auth`]).
+    pub auth: Auth,
+    /// Client-chosen `rid`s of requests in flight (for `/abort_request`), one live request
+    /// per rid.
+    pub rids: Arc<RidTable>,
     next_id: AtomicU64,
 }
 
@@ -117,7 +123,7 @@ impl AppState {
         chat_template: Option<Arc<ChatTemplate>>,
         grammars: Arc<GrammarCompiler>,
         info: ServerInfo,
-        api_key: Option<String>,
+        auth: Auth,
     ) -> Self {
         Self {
             sched,
@@ -126,8 +132,8 @@ impl AppState {
             grammars,
             metrics: Arc::new(Metrics::default()),
             info,
-            api_key,
-            rids: Mutex::new(HashMap::new()),
+            auth,
+            rids: Arc::new(RidTable::default()),
             next_id: AtomicU64::new(1),
         }
     }
@@ -159,18 +165,9 @@ impl AppState {
 }
 
 async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if let Some(key) = &state.api_key {
-        let path = req.uri().path();
-        let open = path == "/health" || path == "/health_generate" || path == "/metrics";
-        let ok = req
-            .headers()
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|v| v == key);
-        if !open && !ok {
-            return ApiError::Unauthorized.into_response();
-        }
+    if !state.auth.allows(req.uri().path(), req.headers()) {
+        state.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+        return ApiError::Unauthorized.into_response();
     }
     let resp = next.run(req).await;
     if resp.status().is_client_error() {
@@ -179,31 +176,111 @@ async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> R
     resp
 }
 
+/// A panic while answering one request ends that request with a 500 (OpenAI's error shape),
+/// not the connection's task or the server. The panic's message is in the answer (what a
+/// bug report needs) and on stderr (the panic hook's report).
+async fn catch_panic(req: Request, next: Next) -> Response {
+    use futures_util::FutureExt;
+    match std::panic::AssertUnwindSafe(next.run(req))
+        .catch_unwind()
+        .await
+    {
+        Ok(resp) => resp,
+        Err(payload) => ApiError::Internal(format!(
+            "internal error while serving this request: {}",
+            sglrs_scheduler::panic_message(payload.as_ref())
+        ))
+        .into_response(),
+    }
+}
+
 async fn not_found() -> ApiError {
     ApiError::NotFound("no such route".into())
 }
 
+/// The HTTP method of a route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteMethod {
+    /// `GET`.
+    Get,
+    /// `POST`.
+    Post,
+}
+
+impl RouteMethod {
+    /// The method's name, as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteMethod::Get => "GET",
+            RouteMethod::Post => "POST",
+        }
+    }
+
+    fn filter(self) -> MethodFilter {
+        match self {
+            RouteMethod::Get => MethodFilter::GET,
+            RouteMethod::Post => MethodFilter::POST,
+        }
+    }
+}
+
+/// One entry of the route table: a method and a path that [`router`] serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteInfo {
+    /// The method.
+    pub method: RouteMethod,
+    /// The path.
+    pub path: &'static str,
+}
+
+fn at<H, T>(
+    method: RouteMethod,
+    path: &'static str,
+    handler: H,
+) -> (RouteInfo, MethodRouter<Arc<AppState>>)
+where
+    H: Handler<T, Arc<AppState>>,
+    T: 'static,
+{
+    (RouteInfo { method, path }, on(method.filter(), handler))
+}
+
+/// Every route with its handler: the one table [`router`] and [`route_table`] read.
+fn routes() -> Vec<(RouteInfo, MethodRouter<Arc<AppState>>)> {
+    use RouteMethod::{Get, Post};
+    vec![
+        at(Post, "/generate", native::generate),
+        at(Post, "/v1/completions", openai::completions),
+        at(Post, "/v1/chat/completions", openai::chat_completions),
+        at(Get, "/v1/models", routes::models),
+        at(Get, "/health", routes::health),
+        at(Get, "/health_generate", routes::health_generate),
+        at(Get, "/model_info", routes::model_info),
+        at(Get, "/get_model_info", routes::model_info),
+        at(Get, "/get_server_info", routes::server_info),
+        at(Post, "/flush_cache", routes::flush_cache),
+        at(Get, "/flush_cache", routes::flush_cache),
+        at(Post, "/abort_request", routes::abort_request),
+        at(Get, "/metrics", routes::metrics),
+    ]
+}
+
+/// Every method and path [`router`] serves (for tests that walk them all, e.g. the API
+/// key check).
+pub fn route_table() -> Vec<RouteInfo> {
+    routes().into_iter().map(|(info, _)| info).collect()
+}
+
 /// The router with every route.
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/generate", post(native::generate))
-        .route("/v1/completions", post(openai::completions))
-        .route("/v1/chat/completions", post(openai::chat_completions))
-        .route("/v1/models", get(routes::models))
-        .route("/health", get(routes::health))
-        .route("/health_generate", get(routes::health_generate))
-        .route("/model_info", get(routes::model_info))
-        .route("/get_model_info", get(routes::model_info))
-        .route("/get_server_info", get(routes::server_info))
-        .route(
-            "/flush_cache",
-            post(routes::flush_cache).get(routes::flush_cache),
-        )
-        .route("/abort_request", post(routes::abort_request))
-        .route("/metrics", get(routes::metrics))
-        .fallback(not_found)
+    let mut r = Router::new();
+    for (info, handler) in routes() {
+        r = r.route(info.path, handler);
+    }
+    r.fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
         .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
+        .layer(axum::middleware::from_fn(catch_panic))
         .with_state(state)
 }
 
@@ -214,4 +291,39 @@ pub async fn serve(state: Arc<AppState>, listener: tokio::net::TcpListener) -> s
             let _ = tokio::signal::ctrl_c().await;
         })
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_and_the_router_keeps_serving() {
+        async fn boom() -> &'static str {
+            panic!("boom in a handler")
+        }
+        let app = Router::new()
+            .route("/boom", axum::routing::get(boom))
+            .route("/ok", axum::routing::get(|| async { "fine" }))
+            .layer(axum::middleware::from_fn(catch_panic));
+        let get = |path: &str| {
+            axum::http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let r = app.clone().oneshot(get("/boom")).await.unwrap();
+        assert_eq!(r.status(), 500);
+        let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["type"], "server_error", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("boom in a handler")),
+            "{v}"
+        );
+        let r = app.oneshot(get("/ok")).await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
 }

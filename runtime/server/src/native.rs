@@ -2,6 +2,7 @@
 
 use super::dispatch::{self, Job, Running, SampleResult, Timing};
 use super::error::{parse_json, ApiError};
+use super::rids::RidClaim;
 use super::sse;
 use super::validate::{self, OneOrMany, RawSamplingParams};
 use super::AppState;
@@ -171,19 +172,26 @@ pub async fn generate(
     let rids: Vec<Option<String>> = (0..batch)
         .map(|i| pick(&raw.rid, i, "rid", batch))
         .collect::<Result<_, _>>()?;
-    let mut running = Vec::with_capacity(batch);
-    for job in jobs {
-        running.push(dispatch::submit(&state, job).await?);
-    }
-    let rid_of = |i: usize, id: u64| rids[i].clone().unwrap_or_else(|| format!("{id:032x}"));
-    register(&state, &rids, &running);
+    // Held until the request ends, however it ends (dropped with this handler or the
+    // stream's task).
+    let claim = state.rids.claim(&rids)?;
+    let running = dispatch::submit_all(&state, jobs).await?;
+    claim.bind(
+        &state.sched,
+        &running.iter().map(|r| r.id).collect::<Vec<_>>(),
+    )?;
+    let rid_of = |i: usize, id: u64| {
+        claim
+            .rid(i)
+            .map_or_else(|| format!("{id:032x}"), str::to_string)
+    };
     let n = running.first().map_or(1, |r| r.n);
     let many = is_batch || n > 1;
     if raw.stream.unwrap_or(false) {
         return Ok(stream(
             state,
             running,
-            rids,
+            claim,
             want_lp,
             return_text,
             start,
@@ -192,7 +200,6 @@ pub async fn generate(
     }
     let ids: Vec<u64> = running.iter().map(|r| r.id).collect();
     let results = dispatch::collect_all(&state, running, start).await;
-    unregister(&state, &rids);
     let e2e = start.elapsed().as_secs_f64();
     let mut out = Vec::new();
     for (i, samples) in results.iter().enumerate() {
@@ -211,24 +218,6 @@ pub async fn generate(
         Ok(Json(Value::Array(out)).into_response())
     } else {
         Ok(Json(out.into_iter().next().unwrap_or(Value::Null)).into_response())
-    }
-}
-
-fn register(state: &AppState, rids: &[Option<String>], running: &[Running]) {
-    if let Ok(mut m) = state.rids.lock() {
-        for (rid, r) in rids.iter().zip(running) {
-            if let Some(rid) = rid {
-                m.insert(rid.clone(), r.id);
-            }
-        }
-    }
-}
-
-fn unregister(state: &AppState, rids: &[Option<String>]) {
-    if let Ok(mut m) = state.rids.lock() {
-        for rid in rids.iter().flatten() {
-            m.remove(rid);
-        }
     }
 }
 
@@ -334,7 +323,7 @@ fn sample_json(
 fn stream(
     state: Arc<AppState>,
     running: Vec<Running>,
-    rids: Vec<Option<String>>,
+    claim: RidClaim,
     want_lp: Vec<bool>,
     return_text: bool,
     start: Instant,
@@ -346,15 +335,18 @@ fn stream(
         for (i, mut job) in running.into_iter().enumerate() {
             let tx = tx.clone();
             let state = state.clone();
-            let rid = rids[i]
-                .clone()
-                .unwrap_or_else(|| format!("{:032x}", job.id));
+            let rid = claim
+                .rid(i)
+                .map_or_else(|| format!("{:032x}", job.id), str::to_string);
             let want = want_lp[i];
             tasks.push(tokio::spawn(async move {
                 let mut results = vec![SampleResult::default(); job.n];
                 let mut timing = Timing::new(start);
                 while results.iter().any(|r| r.finish.is_none()) {
-                    let Some(ev) = job.rx.recv().await else { break };
+                    let Ok(ev) = sse::recv(&mut job.rx, &tx).await else {
+                        return; // client gone: dropping `job.rx` aborts the request
+                    };
+                    let Some(ev) = ev else { break };
                     let has_tokens =
                         matches!(&ev, SchedEvent::Delta { tokens, .. } if !tokens.is_empty());
                     let finished = matches!(&ev, SchedEvent::Finished { .. });
@@ -388,7 +380,7 @@ fn stream(
         for t in tasks {
             let _ = t.await;
         }
-        unregister(&state, &rids);
+        drop(claim);
         let _ = tx.send("[DONE]".to_string()).await;
     });
     resp

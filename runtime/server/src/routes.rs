@@ -14,9 +14,14 @@ use sglrs_scheduler::FinishReason;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// `GET /health`.
-pub async fn health() -> &'static str {
-    ""
+/// `GET /health`: 200 while the scheduler thread runs, 503 once it has stopped (so that a
+/// supervisor replaces the process instead of sending it work that cannot run).
+pub async fn health(State(state): State<Arc<AppState>>) -> Result<&'static str, ApiError> {
+    if state.sched.is_alive() {
+        Ok("")
+    } else {
+        Err(ApiError::Unavailable("the scheduler has stopped".into()))
+    }
 }
 
 /// `GET /health_generate`: runs one token through the model.
@@ -83,6 +88,8 @@ pub async fn server_info(State(state): State<Arc<AppState>>) -> Json<Value> {
             json!([{
                 "num_running_reqs": s.running,
                 "num_waiting_reqs": s.waiting,
+                "queued_requests": state.sched.queued(),
+                "rids_in_flight": state.rids.len(),
                 "cache": s.cache,
                 "prompt_tokens": s.core.prompt_tokens,
                 "cached_tokens": s.core.cached_tokens,
@@ -127,24 +134,16 @@ pub async fn abort_request(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let b: AbortBody = parse_json(&body)?;
-    let ids: Vec<u64> = {
-        let rids = state
-            .rids
-            .lock()
-            .map_err(|_| ApiError::Internal("rid table poisoned".into()))?;
-        if b.abort_all {
-            rids.values().copied().collect()
-        } else {
-            let rid = b
-                .rid
-                .ok_or_else(|| ApiError::bad("rid", "missing (or set abort_all)"))?;
-            rids.get(&rid).copied().into_iter().collect()
-        }
+    let rid = if b.abort_all {
+        None
+    } else {
+        Some(
+            b.rid
+                .ok_or_else(|| ApiError::bad("rid", "missing (or set abort_all)"))?,
+        )
     };
-    for id in &ids {
-        state.sched.abort(*id)?;
-    }
-    Ok(Json(json!({"aborted": ids.len()})))
+    let n = state.rids.abort(&state.sched, rid.as_deref())?;
+    Ok(Json(json!({"aborted": n})))
 }
 
 /// `GET /metrics` (Prometheus text).

@@ -363,9 +363,30 @@ pub fn namespace(extra_key: Option<&str>) -> Namespace {
     Namespace::from_name(extra_key.unwrap_or(""))
 }
 
+/// The cache namespace of the OpenAI routes' `cache_salt` (vLLM's field): requests with
+/// different salts never share cached pages, and a salted request never matches pages of
+/// unsalted ones. The same string names the same namespace as SGLang's `extra_key`. An
+/// empty salt is refused (it would silently mean "no salt").
+pub fn cache_salt(salt: Option<&str>) -> Result<Namespace, ApiError> {
+    match salt {
+        Some("") => Err(ApiError::bad("cache_salt", "must be a non-empty string")),
+        s => Ok(namespace(s)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_salts_name_distinct_namespaces() {
+        let a = cache_salt(Some("tenant-a")).unwrap();
+        assert_ne!(a, cache_salt(Some("tenant-b")).unwrap());
+        assert_ne!(a, cache_salt(None).unwrap());
+        assert_eq!(cache_salt(None).unwrap(), Namespace::DEFAULT);
+        assert_eq!(a, namespace(Some("tenant-a")));
+        assert!(cache_salt(Some("")).is_err());
+    }
 
     const L: Limits = Limits {
         max_context: 100,

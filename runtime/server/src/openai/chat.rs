@@ -77,6 +77,8 @@ struct RawChat {
     tool_choice: Option<Value>,
     parallel_tool_calls: Option<bool>,
     user: Option<String>,
+    /// Cache namespace (vLLM's `cache_salt`).
+    cache_salt: Option<String>,
     #[serde(flatten)]
     sampling: SamplingFields,
     #[serde(flatten)]
@@ -463,7 +465,7 @@ fn chat_job(
         params,
         logprobs,
         priority: 0,
-        namespace: validate::namespace(None),
+        namespace: validate::cache_salt(raw.cache_salt.as_deref())?,
     })
 }
 
@@ -543,7 +545,10 @@ fn stream_chat(
         let mut results = vec![SampleResult::default(); job.n];
         let mut timing = Timing::new(start);
         while results.iter().any(|r| r.finish.is_none()) {
-            let Some(ev) = job.rx.recv().await else { break };
+            let Ok(ev) = sse::recv(&mut job.rx, &tx).await else {
+                return; // client gone: dropping `job.rx` aborts the request
+            };
+            let Some(ev) = ev else { break };
             let msg = match &ev {
                 SchedEvent::Delta {
                     sample,

@@ -118,6 +118,8 @@ struct RawCompletion {
     echo: Option<bool>,
     user: Option<String>,
     json_schema: Option<String>,
+    /// Cache namespace (vLLM's `cache_salt`).
+    cache_salt: Option<String>,
     #[serde(flatten)]
     sampling: SamplingFields,
     #[serde(flatten)]
@@ -274,6 +276,7 @@ pub async fn completions(
         Some(v) if (0..=5).contains(&v) => Some(v),
         Some(v) => return Err(ApiError::bad("logprobs", format!("{v} is outside 0..=5"))),
     };
+    let namespace = validate::cache_salt(raw.cache_salt.as_deref())?;
     let mut jobs = Vec::new();
     let mut prompt_texts = Vec::new();
     for ids in prompts {
@@ -301,7 +304,7 @@ pub async fn completions(
             params,
             logprobs,
             priority: 0,
-            namespace: validate::namespace(None),
+            namespace,
         });
     }
     for j in &jobs {
@@ -309,10 +312,7 @@ pub async fn completions(
             state.grammars.get(g).await?;
         }
     }
-    let mut running = Vec::new();
-    for job in jobs {
-        running.push(dispatch::submit(&state, job).await?);
-    }
+    let running = dispatch::submit_all(&state, jobs).await?;
     let id = format!("cmpl-{:016x}", running.first().map_or(0, |r| r.id));
     let model = state.info.served_model_name.clone();
     let created = now_secs();
@@ -342,7 +342,10 @@ pub async fn completions(
                     }
                 }
                 while results.iter().any(|r| r.finish.is_none()) {
-                    let Some(ev) = job.rx.recv().await else { break };
+                    let Ok(ev) = sse::recv(&mut job.rx, &tx).await else {
+                        return; // client gone: dropping `job.rx` aborts the request
+                    };
+                    let Some(ev) = ev else { break };
                     let (text, finished) = match &ev {
                         SchedEvent::Delta { text, tokens, .. } => {
                             if !tokens.is_empty() {
