@@ -34,7 +34,10 @@ fn serve_help_lists_the_engine_settings() {
         "--admission-hold-ms",
         "--api-key",
     ] {
-        assert!(help.contains(flag), "`sglrs serve --help` lacks {flag}:\n{help}");
+        assert!(
+            help.contains(flag),
+            "`sglrs serve --help` lacks {flag}:\n{help}"
+        );
     }
 }
 
@@ -47,7 +50,10 @@ fn unknown_and_bad_flags_are_refused_by_name() {
     let out = sglrs(&["serve", "--kv-cache-dtype", "f8"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("f8") && err.contains("--kv-cache-dtype"), "{err}");
+    assert!(
+        err.contains("f8") && err.contains("--kv-cache-dtype"),
+        "{err}"
+    );
 }
 
 #[test]
