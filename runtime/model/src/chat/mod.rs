@@ -30,7 +30,15 @@ pub enum ChatError {
     /// Rendering failed (including the template's own `raise_exception`).
     #[error("rendering failed: {0}")]
     Render(String),
+    /// Rendering ran past its instruction budget ([`TEMPLATE_FUEL`]).
+    #[error("the chat template ran past its limit of {0} instructions")]
+    OutOfFuel(u64),
 }
+
+/// Instructions one render of a chat template may run. A real conversation's render takes a
+/// few hundred per message; the bound stops a template loop (or a request with an absurd
+/// number of messages) long before it holds a worker for more than a fraction of a second.
+pub const TEMPLATE_FUEL: u64 = 5_000_000;
 
 /// One chat message (the usual shape; any serializable value works with
 /// [`ChatTemplate::render`]).
@@ -133,6 +141,7 @@ impl ChatTemplate {
             .build()
             .map_err(|e| ChatError::Compile(e.to_string()))?;
         env.set_syntax(syntax);
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
@@ -179,7 +188,10 @@ impl ChatTemplate {
             ctx.insert("tools".into(), tools.clone());
         }
         tmpl.render(Value::from(minijinja::value::Serde(&ctx)))
-            .map_err(|e| ChatError::Render(render_error_text(&e)))
+            .map_err(|e| match e.kind() {
+                ErrorKind::OutOfFuel => ChatError::OutOfFuel(TEMPLATE_FUEL),
+                _ => ChatError::Render(render_error_text(&e)),
+            })
     }
 }
 
@@ -279,6 +291,41 @@ fn strftime(format: &str, unix: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runaway_template_stops_at_its_fuel_and_real_ones_do_not() {
+        let looping = "{% for i in range(100000) %}{% for j in range(100000) %}{{ j }}{% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(looping, None, None).unwrap();
+        let start = std::time::Instant::now();
+        let err = t.render(&[Message::new("user", "hi")][..], &RenderOptions::default());
+        assert!(
+            matches!(err, Err(ChatError::OutOfFuel(TEMPLATE_FUEL))),
+            "{err:?}"
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+
+        // A ChatML template over 5,000 messages renders well inside the budget.
+        let chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+        let t = ChatTemplate::new(chatml, None, None).unwrap();
+        let msgs: Vec<Message> = (0..5_000)
+            .map(|i| {
+                Message::new(
+                    if i % 2 == 0 { "user" } else { "assistant" },
+                    format!("turn {i}"),
+                )
+            })
+            .collect();
+        let out = t
+            .render(
+                &msgs[..],
+                &RenderOptions {
+                    add_generation_prompt: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert!(out.contains("turn 4999") && out.ends_with("<|im_start|>assistant\n"));
+    }
 
     #[test]
     fn strftime_formats_known_dates() {
