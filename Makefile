@@ -20,7 +20,7 @@ test: deps model
 	python3 scripts/check-module-cycles.py
 	scripts/check-deps.sh
 	SGLRS_BIN=$(SGLRS) cargo test --release --workspace   # builds the sglrs binary (runtime/tests) the e2e tests start
-	python3 -m pip install --quiet --disable-pip-version-check openai jsonschema pytest maturin
+	python3 -m pip install --quiet --disable-pip-version-check openai jsonschema pytest maturin sglang-router==0.3.2
 	python3 -m pip install --quiet --disable-pip-version-check ./python-frontend
 	SGLRS_BIN=$(SGLRS) python3 -m pytest -q tests/python python-frontend/tests
 	@echo "make test: all suites passed"

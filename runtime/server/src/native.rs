@@ -44,6 +44,50 @@ struct RawGenerate {
     bootstrap_port: Option<Value>,
     bootstrap_room: Option<Value>,
     image_data: Option<Value>,
+    /// The model, as sglang-router adds it (`null`, or a name this server serves).
+    model: Option<String>,
+    /// SGLang's per-request metrics switch; this server counts every request, so only
+    /// `true` is accepted.
+    log_metrics: Option<bool>,
+    /// SGLang's switch against logging the request; sglrs never logs request content, so
+    /// both values are honoured.
+    no_logs: Option<bool>,
+    /// Not supported: only `false` is accepted.
+    return_hidden_states: Option<bool>,
+    /// Not supported: only `false` is accepted.
+    background: Option<bool>,
+    /// Not supported: only `false` is accepted.
+    return_bytes: Option<bool>,
+    /// Not supported: only `false` is accepted.
+    return_entropy: Option<bool>,
+}
+
+impl RawGenerate {
+    /// The fields sglang-router and SGLang clients send that this server has no use for:
+    /// accepted at their defaults, refused by name when they ask for something.
+    fn check_extensions(&self, state: &AppState) -> Result<(), ApiError> {
+        if let Some(m) = &self.model {
+            crate::openai::check_model(state, Some(m))?;
+        }
+        let _ = self.no_logs;
+        if self.log_metrics == Some(false) {
+            return Err(ApiError::bad(
+                "log_metrics",
+                "every request is counted in the metrics; false is not supported",
+            ));
+        }
+        for (name, v) in [
+            ("return_hidden_states", self.return_hidden_states),
+            ("background", self.background),
+            ("return_bytes", self.return_bytes),
+            ("return_entropy", self.return_entropy),
+        ] {
+            if v == Some(true) {
+                return Err(ApiError::bad(name, "is not supported by this server"));
+            }
+        }
+        Ok(())
+    }
 }
 
 fn pick<T: Clone>(
@@ -97,6 +141,7 @@ pub async fn generate(
         .requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let raw: RawGenerate = parse_json(&body)?;
+    raw.check_extensions(&state)?;
     for (name, v) in [
         ("bootstrap_host", &raw.bootstrap_host),
         ("bootstrap_port", &raw.bootstrap_port),

@@ -79,6 +79,15 @@ struct RawChat {
     user: Option<String>,
     /// Cache namespace (vLLM's `cache_salt`).
     cache_salt: Option<String>,
+    /// SGLang's extension: continue the last (assistant) message instead of opening a new
+    /// turn. Not supported: only `false` is accepted.
+    continue_final_message: Option<bool>,
+    /// SGLang's reasoning extensions (sglang-router sends them on every request). sglrs has
+    /// no reasoning parser, so there is never reasoning text to separate or stream apart:
+    /// either value gives the same answer, as SGLang's does without `--reasoning-parser`.
+    separate_reasoning: Option<bool>,
+    /// See `separate_reasoning`.
+    stream_reasoning: Option<bool>,
     #[serde(flatten)]
     sampling: SamplingFields,
     #[serde(flatten)]
@@ -243,6 +252,14 @@ pub async fn chat_completions(
     let raw: RawChat = parse_body(&body)?;
     check_model(&state, raw.model.as_deref())?;
     let _ = (&raw.user, raw.parallel_tool_calls);
+    let _ = (raw.separate_reasoning, raw.stream_reasoning);
+    raw.sampling.check_unsupported()?;
+    if raw.continue_final_message == Some(true) {
+        return Err(ApiError::bad(
+            "continue_final_message",
+            "continuing the final message is not supported",
+        ));
+    }
     if raw.messages.is_empty() {
         return Err(ApiError::bad("messages", "is empty"));
     }

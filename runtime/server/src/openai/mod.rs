@@ -59,9 +59,26 @@ struct SamplingFields {
     stop_regex: Option<OneOrMany<String>>,
     regex: Option<String>,
     ebnf: Option<String>,
+    /// SGLang's extension (sglang-router sends it on every request).
+    no_stop_trim: Option<bool>,
+    /// vLLM's and SGLang's extension (sglang-router sends it on every request).
+    skip_special_tokens: Option<bool>,
+    /// SGLang's extension; sglrs returns no hidden states, so only `false` is accepted.
+    return_hidden_states: Option<bool>,
 }
 
 impl SamplingFields {
+    /// Fields this server cannot honour, refused by name when they ask for something.
+    fn check_unsupported(&self) -> Result<(), ApiError> {
+        if self.return_hidden_states == Some(true) {
+            return Err(ApiError::bad(
+                "return_hidden_states",
+                "hidden states are not returned by this server",
+            ));
+        }
+        Ok(())
+    }
+
     /// The native sampling parameters these fields stand for.
     fn to_raw(&self, max_new_tokens: Option<i64>) -> RawSamplingParams {
         RawSamplingParams {
@@ -83,6 +100,8 @@ impl SamplingFields {
             ebnf: self.ebnf.clone(),
             logit_bias: self.logit_bias.clone(),
             sampling_seed: self.seed,
+            no_stop_trim: self.no_stop_trim,
+            skip_special_tokens: self.skip_special_tokens,
             ..Default::default()
         }
     }
@@ -138,7 +157,7 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn check_model(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
+pub(crate) fn check_model(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
     match model {
         None => Ok(()),
         Some(m)
@@ -268,6 +287,7 @@ pub async fn completions(
     if prompts.is_empty() {
         return Err(ApiError::bad("prompt", "is empty"));
     }
+    raw.sampling.check_unsupported()?;
     let mut sp = raw.sampling.to_raw(Some(raw.max_tokens.unwrap_or(16)));
     sp.json_schema = raw.json_schema.clone();
     let echo = raw.echo.unwrap_or(false);
