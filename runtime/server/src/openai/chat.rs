@@ -455,7 +455,7 @@ fn chat_job(
     };
     let sp = raw
         .sampling
-        .to_raw(raw.max_completion_tokens.or(raw.max_tokens));
+        .to_raw(raw.max_completion_tokens.or(raw.max_tokens))?;
     let mut params = validate::check_params(&sp, input_ids.len(), state.limits(), max_name)?;
     if let Some(g) = grammar {
         if params.grammar.is_some() {

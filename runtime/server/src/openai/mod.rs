@@ -65,6 +65,59 @@ struct SamplingFields {
     skip_special_tokens: Option<bool>,
     /// SGLang's extension; sglrs returns no hidden states, so only `false` is accepted.
     return_hidden_states: Option<bool>,
+    /// vLLM's guided decoding: a JSON Schema (object or JSON text).
+    guided_json: Option<Value>,
+    /// vLLM's guided decoding: a regex.
+    guided_regex: Option<String>,
+    /// vLLM's guided decoding: the output is exactly one of these strings.
+    guided_choice: Option<Vec<String>>,
+    /// vLLM's guided decoding: a grammar (GBNF, as xgrammar reads it).
+    guided_grammar: Option<String>,
+    /// llama.cpp's name for `repetition_penalty`.
+    repeat_penalty: Option<f64>,
+    /// llama.cpp's name for the token budget.
+    n_predict: Option<i64>,
+    /// llama.cpp's GBNF grammar.
+    grammar: Option<String>,
+    /// A JSON Schema, as an object (llama.cpp's `json_schema`) or as JSON text (sglrs'
+    /// extension on `/v1/completions`).
+    json_schema: Option<Value>,
+    /// llama.cpp's prompt-cache switch: prefix reuse is always on here, so only `true` is
+    /// accepted.
+    cache_prompt: Option<bool>,
+}
+
+/// A JSON Schema given as an object or as JSON text, as text.
+fn schema_text(name: &str, v: &Value) -> Result<String, ApiError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Object(_) | Value::Bool(_) => Ok(v.to_string()),
+        _ => Err(ApiError::bad(
+            name,
+            "must be a JSON Schema object or its JSON text",
+        )),
+    }
+}
+
+/// A regex matching exactly one of `choices` (vLLM's `guided_choice`).
+fn choice_regex(choices: &[String]) -> Result<String, ApiError> {
+    if choices.is_empty() {
+        return Err(ApiError::bad("guided_choice", "is empty"));
+    }
+    let alts: Vec<String> = choices.iter().map(|c| regex_escape(c)).collect();
+    Ok(format!("(?:{})", alts.join("|")))
+}
+
+/// `s` with every regex metacharacter escaped.
+fn regex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 impl SamplingFields {
@@ -79,9 +132,71 @@ impl SamplingFields {
         Ok(())
     }
 
-    /// The native sampling parameters these fields stand for.
-    fn to_raw(&self, max_new_tokens: Option<i64>) -> RawSamplingParams {
-        RawSamplingParams {
+    /// The native sampling parameters these fields stand for; other engines' names for the
+    /// same things (vLLM's `guided_*`, llama.cpp's `repeat_penalty`, `n_predict`, `grammar`,
+    /// `json_schema`) are mapped here, and two names given for one thing are a 400.
+    fn to_raw(&self, max_new_tokens: Option<i64>) -> Result<RawSamplingParams, ApiError> {
+        if self.cache_prompt == Some(false) {
+            return Err(ApiError::bad(
+                "cache_prompt",
+                "prefix caching cannot be turned off per request here (use cache_salt to keep a request's prefix apart)",
+            ));
+        }
+        let max_new_tokens = match (max_new_tokens, self.n_predict) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(ApiError::bad("n_predict", "conflicts with max_tokens"))
+            }
+            (a, b) => a.or(b),
+        };
+        let repetition_penalty = match (self.repetition_penalty, self.repeat_penalty) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(ApiError::bad(
+                    "repeat_penalty",
+                    "conflicts with repetition_penalty",
+                ))
+            }
+            (a, b) => a.or(b),
+        };
+        let mut regex = None;
+        let mut ebnf = None;
+        let mut json_schema = None;
+        let mut given: Vec<&str> = Vec::new();
+        for (name, v) in [("regex", &self.regex), ("guided_regex", &self.guided_regex)] {
+            if let Some(r) = v {
+                given.push(name);
+                regex = Some(r.clone());
+            }
+        }
+        if let Some(c) = &self.guided_choice {
+            given.push("guided_choice");
+            regex = Some(choice_regex(c)?);
+        }
+        for (name, v) in [
+            ("ebnf", &self.ebnf),
+            ("guided_grammar", &self.guided_grammar),
+            ("grammar", &self.grammar),
+        ] {
+            if let Some(g) = v {
+                given.push(name);
+                ebnf = Some(g.clone());
+            }
+        }
+        for (name, v) in [
+            ("guided_json", &self.guided_json),
+            ("json_schema", &self.json_schema),
+        ] {
+            if let Some(j) = v {
+                given.push(name);
+                json_schema = Some(schema_text(name, j)?);
+            }
+        }
+        if given.len() > 1 {
+            return Err(ApiError::invalid(format!(
+                "give only one grammar: {} were given",
+                given.join(", ")
+            )));
+        }
+        Ok(RawSamplingParams {
             max_new_tokens,
             min_new_tokens: self.min_tokens,
             temperature: self.temperature,
@@ -90,20 +205,21 @@ impl SamplingFields {
             min_p: self.min_p,
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
-            repetition_penalty: self.repetition_penalty,
+            repetition_penalty,
             stop: self.stop.clone(),
             stop_token_ids: self.stop_token_ids.clone(),
             stop_regex: self.stop_regex.clone(),
             ignore_eos: self.ignore_eos,
             n: self.n,
-            regex: self.regex.clone(),
-            ebnf: self.ebnf.clone(),
+            regex,
+            ebnf,
+            json_schema,
             logit_bias: self.logit_bias.clone(),
             sampling_seed: self.seed,
             no_stop_trim: self.no_stop_trim,
             skip_special_tokens: self.skip_special_tokens,
             ..Default::default()
-        }
+        })
     }
 }
 
@@ -136,7 +252,6 @@ struct RawCompletion {
     logprobs: Option<i64>,
     echo: Option<bool>,
     user: Option<String>,
-    json_schema: Option<String>,
     /// Cache namespace (vLLM's `cache_salt`).
     cache_salt: Option<String>,
     #[serde(flatten)]
@@ -288,8 +403,13 @@ pub async fn completions(
         return Err(ApiError::bad("prompt", "is empty"));
     }
     raw.sampling.check_unsupported()?;
-    let mut sp = raw.sampling.to_raw(Some(raw.max_tokens.unwrap_or(16)));
-    sp.json_schema = raw.json_schema.clone();
+    // OpenAI's default of 16 tokens, unless llama.cpp's n_predict names the budget.
+    let max = raw.max_tokens.or(if raw.sampling.n_predict.is_some() {
+        None
+    } else {
+        Some(16)
+    });
+    let sp = raw.sampling.to_raw(max)?;
     let echo = raw.echo.unwrap_or(false);
     let top = match raw.logprobs {
         None => None,
