@@ -35,15 +35,20 @@ class Server:
         )
         self.proc = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", str(port), *flags])
         self.base = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 300
+        self.wait_until_up("sglrs serve", 300)
+
+    def wait_until_up(self, what, timeout):
+        """Waits until `/health` answers; stops the process and raises if it exits or the
+        timeout passes first."""
+        deadline = time.time() + timeout
         while True:
             try:
                 urllib.request.urlopen(self.base + "/health", timeout=2)
-                break
+                return
             except Exception:
                 if self.proc.poll() is not None or time.time() > deadline:
                     self.stop()
-                    raise RuntimeError("sglrs serve did not come up")
+                    raise RuntimeError(f"{what} did not come up")
                 time.sleep(0.3)
 
     def client(self, **kw):

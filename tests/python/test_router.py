@@ -9,11 +9,9 @@ Run:  pip install sglang-router==0.3.2 openai
 """
 
 import json
-import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -31,8 +29,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-class Router:
-    """`python -m sglang_router.launch_router` in regular mode over the given workers."""
+class Router(Server):
+    """`python -m sglang_router.launch_router` in regular mode over the given workers
+    (stopped like a server)."""
 
     def __init__(self, *workers, policy="cache_aware"):
         port, metrics = free_port(), free_port()
@@ -43,31 +42,7 @@ class Router:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         self.base = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(self.base + "/health", timeout=2)
-                break
-            except Exception:
-                if self.proc.poll() is not None or time.time() > deadline:
-                    self.stop()
-                    raise RuntimeError("sglang-router did not come up")
-                time.sleep(0.3)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
+        self.wait_until_up("sglang-router", 120)
 
 
 def post(base, path, body):
