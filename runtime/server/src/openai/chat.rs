@@ -253,7 +253,6 @@ pub async fn chat_completions(
     check_model(&state, raw.model.as_deref())?;
     let _ = (&raw.user, raw.parallel_tool_calls);
     let _ = (raw.separate_reasoning, raw.stream_reasoning);
-    raw.sampling.check_unsupported()?;
     if raw.continue_final_message == Some(true) {
         return Err(ApiError::bad(
             "continue_final_message",

@@ -121,21 +121,16 @@ fn regex_escape(s: &str) -> String {
 }
 
 impl SamplingFields {
-    /// Fields this server cannot honour, refused by name when they ask for something.
-    fn check_unsupported(&self) -> Result<(), ApiError> {
+    /// The native sampling parameters these fields stand for; other engines' names for the
+    /// same things (vLLM's `guided_*`, llama.cpp's `repeat_penalty`, `n_predict`, `grammar`,
+    /// `json_schema`) are mapped here, and two names given for one thing are a 400.
+    fn to_raw(&self, max_new_tokens: Option<i64>) -> Result<RawSamplingParams, ApiError> {
         if self.return_hidden_states == Some(true) {
             return Err(ApiError::bad(
                 "return_hidden_states",
                 "hidden states are not returned by this server",
             ));
         }
-        Ok(())
-    }
-
-    /// The native sampling parameters these fields stand for; other engines' names for the
-    /// same things (vLLM's `guided_*`, llama.cpp's `repeat_penalty`, `n_predict`, `grammar`,
-    /// `json_schema`) are mapped here, and two names given for one thing are a 400.
-    fn to_raw(&self, max_new_tokens: Option<i64>) -> Result<RawSamplingParams, ApiError> {
         if self.cache_prompt == Some(false) {
             return Err(ApiError::bad(
                 "cache_prompt",
@@ -402,7 +397,6 @@ pub async fn completions(
     if prompts.is_empty() {
         return Err(ApiError::bad("prompt", "is empty"));
     }
-    raw.sampling.check_unsupported()?;
     // OpenAI's default of 16 tokens, unless llama.cpp's n_predict names the budget.
     let max = raw.max_tokens.or(if raw.sampling.n_predict.is_some() {
         None
