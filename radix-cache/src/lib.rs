@@ -89,6 +89,7 @@
 
 mod cache;
 mod check;
+pub mod checksum;
 mod events;
 mod evict;
 pub mod hash;
@@ -98,6 +99,7 @@ mod node;
 mod pages;
 pub mod pool;
 pub(crate) mod prefetch;
+pub mod store;
 pub mod tier;
 mod tokens;
 mod types;

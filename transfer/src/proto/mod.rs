@@ -19,7 +19,6 @@
 //! [`Config::heartbeat_interval`], and fails the connection with
 //! [`TransferError::PeerTimeout`] when it heard nothing for [`Config::idle_timeout`].
 
-mod checksum;
 mod page;
 mod receiver;
 mod sender;
@@ -134,8 +133,8 @@ pub enum TransferError {
     ConnectionLost(String),
 }
 
-pub use checksum::{page_checksum, PageHasher};
 pub use page::Page;
+pub use sglrs_radix_cache::checksum::{page_checksum, PageHasher};
 
 /// Checksum of a room, as carried by `Done`: xxh3-64 over the little-endian page checksums
 /// in page order.

@@ -2,7 +2,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::checksum::{page_checksum, PageHasher};
+use super::{page_checksum, PageHasher};
 
 /// One KV page's bytes. A page built by the application (or decoded from one received
 /// buffer) is one [`Bytes`]; a page received over QUIC is the list of pieces quinn

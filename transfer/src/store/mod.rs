@@ -1,13 +1,13 @@
 //! The shared KV store (the remote tier of HiCache): a QUIC server in front of a
 //! [`PageStore`]. Start it with [`serve`]; reach it with [`crate::quic::RemoteStore`].
 
-mod pages;
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-pub use pages::{segment_path, DiskConfig, PageStore, PageStoreConfig, StoreStats};
+pub use sglrs_radix_cache::store::{
+    segment_path, DiskConfig, PageStore, PageStoreConfig, StoreStats,
+};
 
 use crate::proto::{StoreOp, StoreReply, StoreServer, StoreServerEvent};
 use crate::quic::{drive, QuicConfig, QuicError, Security, Shared, ALPN_STORE};

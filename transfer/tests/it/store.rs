@@ -24,6 +24,7 @@ fn pages_cfg(dir: &Path) -> PageStoreConfig {
             max_bytes: 1 << 34,
             segment_bytes: 1 << 20,
         }),
+        disk_write_through: false,
     }
 }
 
@@ -129,6 +130,7 @@ fn disk_budget_drops_the_oldest_segments() {
             max_bytes: 4 << 20,
             segment_bytes: 1 << 20,
         }),
+        disk_write_through: false,
     };
     let store = PageStore::open(cfg).unwrap();
     for i in 0..N {

@@ -1,5 +1,11 @@
-//! Pages by hash: an LRU-bounded RAM tier over an on-disk spill of memory-mapped segment
-//! files that survives restarts.
+//! Pages by hash: an LRU-bounded RAM tier (the hierarchical cache's host tier) over an
+//! on-disk tier of memory-mapped segment files that survives restarts. The same store backs
+//! `sglrs serve`'s host and disk tiers and the shared KV store server (`sglrs-transfer`).
+//!
+//! With [`PageStoreConfig::disk_write_through`] a page is written to disk as soon as it is
+//! put (a `kill -9` then loses nothing already put); without it pages reach the disk only
+//! when they leave RAM (spilled by the LRU, by [`PageStore::clear_ram`] or by
+//! [`PageStore::flush`]).
 //!
 //! Disk format: segment files `seg-NNNNNNNN.kv`, each preallocated to the segment size and
 //! filled with records `[b"SGKV"][u32 len][16-byte hash][u64 xxh3-64 of data][data]`
@@ -9,6 +15,11 @@
 //! checksum is skipped and counted. Reads verify again, so a page corrupted later is
 //! reported as a miss, never served. When the disk budget is exceeded the oldest segment is
 //! deleted whole.
+//!
+//! A segment truncated under its mapping would raise SIGBUS on access: every read first checks
+//! the file's current length (`fstat`) and drops a segment that has shrunk, so a truncation
+//! noticed before the read is a miss. (A truncation racing the copy itself, between that check
+//! and the last byte read, is not covered: nothing but this store should write its files.)
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -16,11 +27,11 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::tier::{KvStore, PageHash, StoreError};
 use bytes::Bytes;
 use memmap2::Mmap;
-use sglrs_radix_cache::{KvStore, PageHash, StoreError};
 
-use crate::proto::page_checksum;
+use crate::checksum::page_checksum;
 
 const MAGIC: &[u8; 4] = b"SGKV";
 const HEADER: usize = 32;
@@ -44,6 +55,9 @@ pub struct PageStoreConfig {
     pub ram_bytes: usize,
     /// The disk spill, if any.
     pub disk: Option<DiskConfig>,
+    /// Write every page put to disk at once too (as well as to RAM), instead of only when
+    /// it leaves RAM.
+    pub disk_write_through: bool,
 }
 
 /// Counters of a [`PageStore`].
@@ -59,6 +73,26 @@ pub struct StoreStats {
     pub disk_bytes: u64,
     /// Pages found corrupted (on open or on read) and dropped.
     pub corrupted: u64,
+    /// Page writes to disk that failed (a full or failing filesystem); the page then lives
+    /// only in RAM, or nowhere.
+    pub write_failures: u64,
+    /// Segments dropped because their file shrank under the store.
+    pub truncated_segments: u64,
+    /// Pages served from RAM.
+    pub ram_hits: u64,
+    /// Pages served from disk.
+    pub disk_hits: u64,
+    /// Page bytes written to disk.
+    pub disk_written_bytes: u64,
+}
+
+/// Which tier of a [`PageStore`] served a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The RAM tier.
+    Ram,
+    /// The disk tier.
+    Disk,
 }
 
 struct MapSlice {
@@ -120,6 +154,8 @@ struct Disk {
     segments: BTreeMap<u32, Segment>,
     index: HashMap<PageHash, Loc>,
     bytes: u64,
+    written: u64,
+    truncated: u64,
 }
 
 impl Disk {
@@ -142,6 +178,8 @@ impl Disk {
             segments: BTreeMap::new(),
             index: HashMap::new(),
             bytes: 0,
+            written: 0,
+            truncated: 0,
         };
         for id in ids {
             let path = disk.cfg.dir.join(format!("seg-{id:08}.kv"));
@@ -222,6 +260,7 @@ impl Disk {
             checksum,
         };
         seg.end += need;
+        self.written += data.len() as u64;
         self.index.insert(hash, loc);
         Ok(())
     }
@@ -241,11 +280,40 @@ impl Disk {
         Ok(())
     }
 
-    /// The page, verified; `Err(())` when it is on disk but corrupted.
-    fn read(&self, hash: &PageHash) -> Option<Result<Bytes, ()>> {
-        let loc = self.index.get(hash)?;
+    /// Drops segment `id` (its file shrank): its pages are misses from now on.
+    fn drop_segment(&mut self, id: u32) {
+        if let Some(seg) = self.segments.remove(&id) {
+            self.bytes -= seg.cap;
+            self.index.retain(|_, l| l.seg != id);
+            self.truncated += 1;
+        }
+    }
+
+    /// Deletes every segment file (the disk tier is emptied on request).
+    fn clear(&mut self) -> std::io::Result<()> {
+        let ids: Vec<u32> = self.segments.keys().copied().collect();
+        for id in ids {
+            if let Some(seg) = self.segments.remove(&id) {
+                self.bytes -= seg.cap;
+                std::fs::remove_file(&seg.path)?;
+            }
+        }
+        self.index.clear();
+        Ok(())
+    }
+
+    /// The page, verified; `Err(())` when it is on disk but corrupted or its segment shrank.
+    fn read(&mut self, hash: &PageHash) -> Option<Result<Bytes, ()>> {
+        let loc = *self.index.get(hash)?;
         let seg = self.segments.get(&loc.seg)?;
         let (start, end) = (loc.offset as usize, loc.offset as usize + loc.len as usize);
+        // Touching a mapped page past the end of the file raises SIGBUS: check the file's
+        // length first.
+        let len = seg.file.metadata().map(|m| m.len()).unwrap_or(0);
+        if len < seg.cap {
+            self.drop_segment(loc.seg);
+            return Some(Err(()));
+        }
         if end > seg.map.len() || page_checksum(&seg.map[start..end]) != loc.checksum {
             return Some(Err(()));
         }
@@ -271,7 +339,11 @@ struct Inner {
     tick: u64,
     ram_bytes: usize,
     disk: Option<Disk>,
+    disk_write_through: bool,
     corrupted: u64,
+    write_failures: u64,
+    ram_hits: u64,
+    disk_hits: u64,
 }
 
 impl Inner {
@@ -303,13 +375,19 @@ impl Inner {
                 continue;
             };
             self.ram_bytes -= data.len();
-            if let Some(d) = &mut self.disk {
-                if !d.index.contains_key(&hash) {
-                    d.append(hash, &data)?;
-                }
-            }
+            self.write_to_disk(hash, &data);
         }
         Ok(())
+    }
+
+    /// Appends the page to the disk tier unless it is there; a failed write is counted and
+    /// the page stays wherever else it is.
+    fn write_to_disk(&mut self, hash: PageHash, data: &[u8]) {
+        if let Some(d) = &mut self.disk {
+            if !d.index.contains_key(&hash) && d.append(hash, data).is_err() {
+                self.write_failures += 1;
+            }
+        }
     }
 }
 
@@ -334,7 +412,11 @@ impl PageStore {
                 tick: 0,
                 ram_bytes: 0,
                 disk,
+                disk_write_through: cfg.disk_write_through,
                 corrupted,
+                write_failures: 0,
+                ram_hits: 0,
+                disk_hits: 0,
             }),
         })
     }
@@ -349,20 +431,48 @@ impl PageStore {
         hashes.iter().take_while(|h| inner.contains(h)).count()
     }
 
+    /// Whether each of `hashes` is stored.
+    pub fn contains_each(&self, hashes: &[PageHash]) -> Vec<bool> {
+        let inner = self.lock();
+        hashes.iter().map(|h| inner.contains(h)).collect()
+    }
+
+    /// Every page hash stored (RAM and disk), in no particular order.
+    pub fn stored_hashes(&self) -> Vec<PageHash> {
+        let inner = self.lock();
+        let mut out: Vec<PageHash> = inner.ram.keys().copied().collect();
+        if let Some(d) = &inner.disk {
+            out.extend(d.index.keys().filter(|h| !inner.ram.contains_key(h)));
+        }
+        out
+    }
+
     /// The pages, `None` for a miss or for a page whose bytes fail their checksum.
     pub fn get(&self, hashes: &[PageHash]) -> Vec<Option<Bytes>> {
+        self.get_tiered(hashes)
+            .into_iter()
+            .map(|p| p.map(|(b, _)| b))
+            .collect()
+    }
+
+    /// [`get`](Self::get), saying which tier served each page.
+    pub fn get_tiered(&self, hashes: &[PageHash]) -> Vec<Option<(Bytes, Source)>> {
         let mut inner = self.lock();
         let mut out = Vec::with_capacity(hashes.len());
         for h in hashes {
             if let Some((data, _)) = inner.ram.get(h) {
                 let data = data.clone();
                 inner.touch(*h);
-                out.push(Some(data));
+                inner.ram_hits += 1;
+                out.push(Some((data, Source::Ram)));
                 continue;
             }
-            let read = inner.disk.as_ref().and_then(|d| d.read(h));
+            let read = inner.disk.as_mut().and_then(|d| d.read(h));
             out.push(match read {
-                Some(Ok(b)) => Some(b),
+                Some(Ok(b)) => {
+                    inner.disk_hits += 1;
+                    Some((b, Source::Disk))
+                }
                 Some(Err(())) => {
                     inner.corrupted += 1;
                     if let Some(d) = &mut inner.disk {
@@ -384,6 +494,12 @@ impl PageStore {
         for (h, data) in pages {
             if inner.contains(&h) {
                 continue;
+            }
+            if inner.disk_write_through || inner.ram_budget == 0 {
+                inner.write_to_disk(h, &data);
+                if inner.ram_budget == 0 {
+                    continue;
+                }
             }
             inner.tick += 1;
             let t = inner.tick;
@@ -410,6 +526,26 @@ impl PageStore {
         }
     }
 
+    /// Empties the RAM tier. Pages not yet on disk are written there first (so a restart
+    /// still finds them); without a disk they are dropped.
+    pub fn clear_ram(&self) -> std::io::Result<()> {
+        let mut inner = self.lock();
+        inner.spill(0)
+    }
+
+    /// Deletes every page on disk (the segment files); RAM pages stay.
+    pub fn clear_disk(&self) -> std::io::Result<()> {
+        match &mut self.lock().disk {
+            Some(d) => d.clear(),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the store has a disk tier.
+    pub fn has_disk(&self) -> bool {
+        self.lock().disk.is_some()
+    }
+
     /// Current counters.
     pub fn stats(&self) -> StoreStats {
         let inner = self.lock();
@@ -419,6 +555,11 @@ impl PageStore {
             disk_pages: inner.disk.as_ref().map_or(0, |d| d.index.len()),
             disk_bytes: inner.disk.as_ref().map_or(0, |d| d.bytes),
             corrupted: inner.corrupted,
+            write_failures: inner.write_failures,
+            truncated_segments: inner.disk.as_ref().map_or(0, |d| d.truncated),
+            ram_hits: inner.ram_hits,
+            disk_hits: inner.disk_hits,
+            disk_written_bytes: inner.disk.as_ref().map_or(0, |d| d.written),
         }
     }
 
@@ -451,4 +592,136 @@ impl KvStore for PageStore {
 /// Path of segment `id` under `dir` (for tests and tools).
 pub fn segment_path(dir: &Path, id: u32) -> PathBuf {
     dir.join(format!("seg-{id:08}.kv"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(dir: &Path, ram_bytes: usize, write_through: bool) -> PageStoreConfig {
+        PageStoreConfig {
+            ram_bytes,
+            disk: Some(DiskConfig {
+                dir: dir.to_path_buf(),
+                max_bytes: 1 << 30,
+                segment_bytes: 1 << 16,
+            }),
+            disk_write_through: write_through,
+        }
+    }
+
+    fn page(i: u64) -> Bytes {
+        (0..4096u64)
+            .map(|j| (i * 31 + j) as u8)
+            .collect::<Vec<u8>>()
+            .into()
+    }
+
+    fn put_n(store: &PageStore, n: u64) {
+        let pages = (0..n)
+            .map(|i| (PageHash(u128::from(i) + 1), page(i)))
+            .collect();
+        store.put(pages).unwrap();
+    }
+
+    fn hashes(n: u64) -> Vec<PageHash> {
+        (0..n).map(|i| PageHash(u128::from(i) + 1)).collect()
+    }
+
+    #[test]
+    fn write_through_pages_survive_without_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PageStore::open(cfg(dir.path(), 1 << 30, true)).unwrap();
+        put_n(&store, 40);
+        // A kill -9: no flush, no drop.
+        std::mem::forget(store);
+        let store = PageStore::open(cfg(dir.path(), 1 << 30, true)).unwrap();
+        let got = store.get_tiered(&hashes(40));
+        for (i, p) in got.into_iter().enumerate() {
+            let (b, src) = p.expect("page survives");
+            assert_eq!(b, page(i as u64));
+            assert_eq!(src, Source::Disk);
+        }
+    }
+
+    #[test]
+    fn ram_hits_and_disk_hits_are_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        // RAM for 10 of the 40 pages: the oldest 30 spill to disk.
+        let store = PageStore::open(cfg(dir.path(), 10 * 4096, false)).unwrap();
+        put_n(&store, 40);
+        let got = store.get_tiered(&hashes(40));
+        let disk = got
+            .iter()
+            .filter(|p| p.as_ref().unwrap().1 == Source::Disk)
+            .count();
+        assert_eq!(disk, 30);
+        let s = store.stats();
+        assert_eq!((s.ram_hits, s.disk_hits), (10, 30));
+    }
+
+    #[test]
+    fn clear_ram_keeps_pages_on_disk_and_clear_disk_removes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PageStore::open(cfg(dir.path(), 1 << 30, false)).unwrap();
+        put_n(&store, 20);
+        assert_eq!(store.stats().disk_pages, 0);
+        store.clear_ram().unwrap();
+        let s = store.stats();
+        assert_eq!((s.ram_pages, s.disk_pages), (0, 20));
+        assert_eq!(store.exists(&hashes(20)), 20);
+        store.clear_disk().unwrap();
+        assert_eq!(store.exists(&hashes(20)), 0);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        // Still usable afterwards.
+        put_n(&store, 3);
+        assert_eq!(store.exists(&hashes(3)), 3);
+    }
+
+    #[test]
+    fn a_segment_truncated_under_the_store_is_a_miss_not_a_sigbus() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PageStore::open(cfg(dir.path(), 0, true)).unwrap();
+        put_n(&store, 40); // 40 pages of 4 KiB over 64 KiB segments: several segments
+        let first = segment_path(dir.path(), 0);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&first)
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        let got = store.get(&hashes(40));
+        let misses = got.iter().filter(|p| p.is_none()).count();
+        assert!(misses > 0 && misses < 40, "{misses} misses");
+        for (i, p) in got.iter().enumerate() {
+            if let Some(b) = p {
+                assert_eq!(*b, page(i as u64));
+            }
+        }
+        assert_eq!(store.stats().truncated_segments, 1);
+        // Reopening skips the torn segment's records.
+        drop(store);
+        let store = PageStore::open(cfg(dir.path(), 0, true)).unwrap();
+        let again = store.get(&hashes(40));
+        assert_eq!(again.iter().filter(|p| p.is_none()).count(), misses);
+    }
+
+    #[test]
+    fn failed_disk_writes_are_counted_and_the_store_keeps_working() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PageStore::open(cfg(dir.path(), 1 << 30, true)).unwrap();
+        put_n(&store, 2);
+        // Pull the directory away: new segments cannot be created.
+        let seg_dir = dir.path().to_path_buf();
+        std::fs::remove_dir_all(&seg_dir).unwrap();
+        let pages = (100..140u64)
+            .map(|i| (PageHash(u128::from(i)), page(i)))
+            .collect();
+        store.put(pages).unwrap();
+        let s = store.stats();
+        assert!(s.write_failures > 0, "{s:?}");
+        // RAM still has them.
+        let hs: Vec<PageHash> = (100..140u64).map(|i| PageHash(u128::from(i))).collect();
+        assert_eq!(store.exists(&hs), 40);
+    }
 }
