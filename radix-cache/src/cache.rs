@@ -43,6 +43,10 @@ pub struct CacheConfig {
     /// page the caller does not hold) is an error instead of corruption. Default: on in
     /// debug builds, off in release builds, where it costs a byte write per page moved.
     pub track_pages: bool,
+    /// The parent hash of every sequence's first page: the model's fingerprint (weights,
+    /// quantization, KV layout and dtype), so that two models sharing a disk tier or a store
+    /// never read each other's pages. `None`: 16 zero bytes, as in the bare format.
+    pub root_hash: Option<PageHash>,
 }
 
 impl CacheConfig {
@@ -54,7 +58,15 @@ impl CacheConfig {
             policy: EvictionPolicy::Lru,
             events: false,
             track_pages: cfg!(debug_assertions),
+            root_hash: None,
         }
+    }
+
+    /// The same config with the first page of every sequence chained on `root` (see
+    /// [`CacheConfig::root_hash`]).
+    pub fn with_root_hash(mut self, root: PageHash) -> CacheConfig {
+        self.root_hash = Some(root);
+        self
     }
 
     /// The same config with another eviction policy.
@@ -732,6 +744,7 @@ impl RadixCache {
         if self.cfg.events {
             self.ensure_hashes(id);
             let n = &self.nodes[id.idx()];
+            // Routers see `None` at the start of a sequence, whatever the root hash.
             let parent_hash = self.nodes[parent.idx()].hashes.last().copied();
             self.events.push(KvEvent::Stored {
                 namespace: ns,
@@ -742,6 +755,17 @@ impl RadixCache {
             });
         }
         id
+    }
+
+    /// The hash a child of `parent` chains its first page on: the parent's last page, or at
+    /// a root the configured [`CacheConfig::root_hash`].
+    pub(crate) fn parent_hash(&self, parent: NodeId) -> Option<PageHash> {
+        let p = &self.nodes[parent.idx()];
+        if p.is_root {
+            self.cfg.root_hash
+        } else {
+            p.hashes.last().copied()
+        }
     }
 
     /// Computes missing page hashes on the path from the root to `id`.
@@ -761,7 +785,7 @@ impl RadixCache {
         for i in (keep..todo.len()).rev() {
             let id = todo[i];
             let parent = self.nodes[id.idx()].parent;
-            let mut prev = self.nodes[parent.idx()].hashes.last().copied();
+            let mut prev = self.parent_hash(parent);
             let mut hashes = Vec::with_capacity(self.nodes[id.idx()].pages.len());
             let n = &self.nodes[id.idx()];
             let mut page = Vec::with_capacity(ps);

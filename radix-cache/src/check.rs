@@ -87,7 +87,11 @@ impl RadixCache {
                         n.hashes.len() == n.pages.len(),
                         "node {i} has partial hashes"
                     );
-                    let mut prev = p.hashes.last().copied();
+                    let mut prev = if p.is_root {
+                        self.cfg.root_hash
+                    } else {
+                        p.hashes.last().copied()
+                    };
                     ensure!(
                         p.is_root || prev.is_some(),
                         "node {i} hashed below an unhashed parent"

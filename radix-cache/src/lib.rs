@@ -66,8 +66,10 @@
 //!
 //! ```text
 //! bytes_i = 0x01                          // format version (PAGE_HASH_VERSION), 1 byte
-//!         ‖ parent_i                      // hash of page i-1 as 16 bytes little endian,
-//!                                         // or 16 zero bytes for page 0
+//!         ‖ parent_i                      // hash of page i-1 as 16 bytes little endian;
+//!                                         // for page 0 the cache's root hash (the model
+//!                                         // fingerprint, CacheConfig::root_hash), or 16
+//!                                         // zero bytes without one
 //!         ‖ ns                            // Namespace as u64 little endian, 8 bytes
 //!         ‖ token_0 ‖ … ‖ token_{P-1}     // the page's P = page_size token ids, u32 LE each
 //! hash_i  = xxh3_128_with_seed(bytes_i, seed = 0x31762d73726c6773)

@@ -440,3 +440,35 @@ fn a_stale_node_id_names_nothing_after_its_slot_is_reused() {
     );
     c.check_invariants().unwrap();
 }
+
+#[test]
+fn the_root_hash_renames_every_page_and_nothing_else() {
+    let tokens: Vec<u32> = (0..12).collect();
+    let names = |cfg: CacheConfig| {
+        let mut c = RadixCache::new(cfg).unwrap();
+        let mut pages = Vec::new();
+        c.alloc(3, &mut pages).unwrap();
+        let mut back = Vec::new();
+        c.insert(Namespace::DEFAULT, &tokens, &pages, &mut back)
+            .unwrap();
+        let mut got = Vec::new();
+        let m = c.match_prefix(Namespace::DEFAULT, &tokens, &mut got);
+        let mut hashes = Vec::new();
+        c.page_hashes(m.position, &mut hashes).unwrap();
+        c.check_invariants().unwrap();
+        hashes
+    };
+    let bare = names(CacheConfig::new(8, 4));
+    let a = names(CacheConfig::new(8, 4).with_root_hash(PageHash(1)));
+    let b = names(CacheConfig::new(8, 4).with_root_hash(PageHash(2)));
+    assert_eq!(bare[0], page_hash(None, Namespace::DEFAULT, &tokens[..4]));
+    assert_eq!(
+        a[0],
+        page_hash(Some(PageHash(1)), Namespace::DEFAULT, &tokens[..4])
+    );
+    assert_eq!(
+        a[1],
+        page_hash(Some(a[0]), Namespace::DEFAULT, &tokens[4..8])
+    );
+    assert!(a.iter().all(|h| !b.contains(h) && !bare.contains(h)));
+}

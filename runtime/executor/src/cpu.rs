@@ -498,4 +498,8 @@ impl Executor for CpuExecutor {
     fn write_pages(&mut self, pages: &[u32], data: &[u8]) -> Result<(), ExecError> {
         self.kv.write_pages(pages, data)
     }
+
+    fn page_io(&self) -> Option<crate::kv::PageIo> {
+        Some(self.kv.page_io())
+    }
 }

@@ -9,14 +9,50 @@
 use super::{ExecError, KvDtype, KvLayout};
 use crate::kernels::attention::PagedKv;
 use half::{bf16, f16};
+use std::sync::Arc;
+
+/// The pool's memory, shared by the pool and its [`PageIo`] handles: `u64`s so every element
+/// type is aligned. Pages are read and written through raw pointers under the page-ownership
+/// rule (see [`PageIo`]).
+#[derive(Debug)]
+struct PoolBuf {
+    ptr: *mut u64,
+    words: usize,
+}
+
+// SAFETY: the buffer is plain memory; who may touch which page is the callers' contract
+// (`KvPool` methods through `&`/`&mut`, `PageIo`'s unsafe methods).
+unsafe impl Send for PoolBuf {}
+// SAFETY: as above.
+unsafe impl Sync for PoolBuf {}
+
+impl PoolBuf {
+    fn zeroed(words: usize) -> PoolBuf {
+        let b: Box<[u64]> = vec![0u64; words].into_boxed_slice();
+        PoolBuf {
+            ptr: Box::into_raw(b) as *mut u64,
+            words,
+        }
+    }
+}
+
+impl Drop for PoolBuf {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `Box::into_raw` of a slice of `words` u64s, freed only here.
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.ptr, self.words,
+            )))
+        };
+    }
+}
 
 /// KV pages of every layer.
 #[derive(Debug)]
 pub struct KvPool {
     layout: KvLayout,
     num_pages: usize,
-    /// Backing store, `u64` so every element type is aligned.
-    data: Vec<u64>,
+    buf: Arc<PoolBuf>,
     bytes: usize,
 }
 
@@ -27,19 +63,25 @@ impl KvPool {
         KvPool {
             layout,
             num_pages,
-            data: vec![0u64; bytes.div_ceil(8)],
+            buf: Arc::new(PoolBuf::zeroed(bytes.div_ceil(8))),
             bytes,
         }
     }
 
     fn raw(&self) -> &[u8] {
-        // SAFETY: `data` holds at least `bytes` initialized bytes.
-        unsafe { std::slice::from_raw_parts(self.data.as_ptr() as *const u8, self.bytes) }
+        // SAFETY: the buffer holds at least `bytes` initialized bytes and lives as long as
+        // `self`. Pages a `PageIo` writes at the same time belong to no batch, so nothing
+        // reads them through this slice meanwhile.
+        unsafe { std::slice::from_raw_parts(self.buf.ptr as *const u8, self.bytes) }
     }
 
-    fn raw_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `raw`, uniquely borrowed.
-        unsafe { std::slice::from_raw_parts_mut(self.data.as_mut_ptr() as *mut u8, self.bytes) }
+    /// A handle that copies pages in and out of this pool from another thread (the cache
+    /// I/O thread of the hierarchical cache).
+    pub fn page_io(&self) -> PageIo {
+        PageIo {
+            geom: Geometry::of(self),
+            buf: self.buf.clone(),
+        }
     }
 
     /// Shape of a page.
@@ -53,17 +95,12 @@ impl KvPool {
     }
 
     fn row_elems(&self) -> usize {
-        self.layout.num_kv_heads * self.layout.head_dim
-    }
-
-    /// Bytes of one layer's K (or V) within a page.
-    fn part_bytes(&self) -> usize {
-        self.layout.page_size * self.row_elems() * self.layout.dtype.size()
+        Geometry::of(self).row_elems()
     }
 
     /// Byte offset, within a page, of layer `layer`'s K (`v = false`) or V part.
     fn part_offset(&self, layer: usize, v: bool) -> usize {
-        (layer * 2 + v as usize) * self.part_bytes()
+        Geometry::of(self).part_offset(layer, v)
     }
 
     /// Stores one token's K and V (`num_kv_heads * head_dim` each) at `slot` of `page`.
@@ -76,7 +113,7 @@ impl KvPool {
     pub fn writer(&mut self) -> KvWriter<'_> {
         KvWriter {
             layout: self.layout,
-            ptr: self.data.as_mut_ptr() as *mut u8,
+            ptr: self.buf.ptr as *mut u8,
             bytes: self.bytes,
             _pool: std::marker::PhantomData,
         }
@@ -100,6 +137,51 @@ impl KvPool {
         }
     }
 
+    /// Copies pages out, `page_bytes` each, in order.
+    pub fn read_pages(&self, pages: &[u32], out: &mut [u8]) -> Result<(), ExecError> {
+        // SAFETY: `&self`: the executor is not running a forward pass, so nothing writes.
+        unsafe { self.page_io().read_pages(pages, out) }
+    }
+
+    /// Copies pages in, `page_bytes` each, in order.
+    pub fn write_pages(&mut self, pages: &[u32], data: &[u8]) -> Result<(), ExecError> {
+        // SAFETY: `&mut self`: nothing else reads or writes the pool's pages meanwhile
+        // (a `PageIo` only touches pages its caller owns, which are in no batch).
+        unsafe { self.page_io().write_pages(pages, data) }
+    }
+}
+
+/// What a page copy needs to know about the pool.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    layout: KvLayout,
+    num_pages: usize,
+    bytes: usize,
+}
+
+impl Geometry {
+    fn of(pool: &KvPool) -> Geometry {
+        Geometry {
+            layout: pool.layout,
+            num_pages: pool.num_pages,
+            bytes: pool.bytes,
+        }
+    }
+
+    fn row_elems(&self) -> usize {
+        self.layout.num_kv_heads * self.layout.head_dim
+    }
+
+    /// Bytes of one layer's K (or V) within a page.
+    fn part_bytes(&self) -> usize {
+        self.layout.page_size * self.row_elems() * self.layout.dtype.size()
+    }
+
+    /// Byte offset, within a page, of layer `layer`'s K (`v = false`) or V part.
+    fn part_offset(&self, layer: usize, v: bool) -> usize {
+        (layer * 2 + v as usize) * self.part_bytes()
+    }
+
     /// Converts one page between the wire order (K `[slot][head][d]`) and the pool's (K
     /// `[head][d][slot]`); V parts are copied as they are.
     fn convert_page(&self, src: &[u8], dst: &mut [u8], to_wire: bool) {
@@ -108,13 +190,11 @@ impl KvPool {
         let part = self.part_bytes();
         for layer in 0..l.num_layers {
             let k = self.part_offset(layer, false);
-            for slot in 0..ps {
-                for e in 0..re {
-                    let wire = k + (slot * re + e) * es;
-                    let pool = k + (e * ps + slot) * es;
-                    let (from, to) = if to_wire { (pool, wire) } else { (wire, pool) };
-                    dst[to..to + es].copy_from_slice(&src[from..from + es]);
-                }
+            let (ks, kd) = (&src[k..k + part], &mut dst[k..k + part]);
+            // Element sizes are 2 (f16, bf16) or 4 (f32).
+            match es {
+                2 => transpose::<2>(ks, kd, ps, re, to_wire),
+                _ => transpose::<4>(ks, kd, ps, re, to_wire),
             }
             let v = self.part_offset(layer, true);
             dst[v..v + part].copy_from_slice(&src[v..v + part]);
@@ -132,31 +212,77 @@ impl KvPool {
         if let Some(&bad) = pages.iter().find(|&&p| p as usize >= self.num_pages) {
             return Err(ExecError::BadPage(bad));
         }
+        debug_assert!(self.num_pages * pb <= self.bytes);
         Ok(pb)
+    }
+}
+
+/// Transposes one layer's K part of a page: wire `[slot][e]` ↔ pool `[e][slot]`, elements of
+/// `ES` bytes, `ps` slots, `re` elements per slot.
+#[inline]
+fn transpose<const ES: usize>(src: &[u8], dst: &mut [u8], ps: usize, re: usize, to_wire: bool) {
+    for slot in 0..ps {
+        for e in 0..re {
+            let wire = (slot * re + e) * ES;
+            let pool = (e * ps + slot) * ES;
+            let (from, to) = if to_wire { (pool, wire) } else { (wire, pool) };
+            dst[to..to + ES].copy_from_slice(&src[from..from + ES]);
+        }
+    }
+}
+
+/// Copies whole pages in and out of a [`KvPool`] from any thread, in the [`KvLayout`] byte
+/// order (the layout of the wire and of the cache tiers), while the executor runs forward
+/// passes over other pages.
+///
+/// The page-ownership rule makes this sound: a page is written only by its owner (a running
+/// sequence, through the forward pass, or a sequence loading it from a lower tier, through
+/// this handle while it is in no batch), and a page in the radix tree is full and never
+/// written again. Callers of the unsafe methods uphold that rule.
+#[derive(Clone, Debug)]
+pub struct PageIo {
+    geom: Geometry,
+    buf: Arc<PoolBuf>,
+}
+
+impl PageIo {
+    /// Shape of a page.
+    pub fn layout(&self) -> KvLayout {
+        self.geom.layout
+    }
+
+    fn page(&self, p: u32) -> *mut u8 {
+        let pb = self.geom.layout.page_bytes();
+        // In bounds: `check_pages` checked `p < num_pages`.
+        (self.buf.ptr as *mut u8).wrapping_add(p as usize * pb)
     }
 
     /// Copies pages out, `page_bytes` each, in order.
-    pub fn read_pages(&self, pages: &[u32], out: &mut [u8]) -> Result<(), ExecError> {
-        let pb = self.check_pages(pages, out.len())?;
+    ///
+    /// # Safety
+    /// Nothing writes `pages` during the call (e.g. they are locked in the radix tree).
+    pub unsafe fn read_pages(&self, pages: &[u32], out: &mut [u8]) -> Result<(), ExecError> {
+        let pb = self.geom.check_pages(pages, out.len())?;
         for (i, &p) in pages.iter().enumerate() {
-            let p = p as usize;
-            self.convert_page(
-                &self.raw()[p * pb..(p + 1) * pb],
-                &mut out[i * pb..(i + 1) * pb],
-                true,
-            );
+            let src = std::slice::from_raw_parts(self.page(p) as *const u8, pb);
+            self.geom
+                .convert_page(src, &mut out[i * pb..(i + 1) * pb], true);
         }
         Ok(())
     }
 
-    /// Copies pages in, `page_bytes` each, in order.
-    pub fn write_pages(&mut self, pages: &[u32], data: &[u8]) -> Result<(), ExecError> {
-        let pb = self.check_pages(pages, data.len())?;
-        let mut page = vec![0u8; pb];
+    /// Copies pages in, `page_bytes` each, in order. A page listed twice ends with the last
+    /// copy.
+    ///
+    /// # Safety
+    /// Nothing else reads or writes `pages` during the call: the caller owns them (allocated
+    /// for this copy and in no forward pass).
+    pub unsafe fn write_pages(&self, pages: &[u32], data: &[u8]) -> Result<(), ExecError> {
+        let pb = self.geom.check_pages(pages, data.len())?;
         for (i, &p) in pages.iter().enumerate() {
-            let p = p as usize;
-            self.convert_page(&data[i * pb..(i + 1) * pb], &mut page, false);
-            self.raw_mut()[p * pb..(p + 1) * pb].copy_from_slice(&page);
+            let dst = std::slice::from_raw_parts_mut(self.page(p), pb);
+            self.geom
+                .convert_page(&data[i * pb..(i + 1) * pb], dst, false);
         }
         Ok(())
     }
@@ -294,6 +420,39 @@ mod tests {
             assert!(matches!(
                 pool.read_pages(&[2], &mut vec![0u8; pb + 1]),
                 Err(ExecError::BadBuffer { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn page_io_copies_pages_from_another_thread_as_the_pool_does() {
+        for dtype in [KvDtype::F16, KvDtype::F32] {
+            let layout = KvLayout {
+                num_layers: 2,
+                num_kv_heads: 2,
+                head_dim: 4,
+                page_size: 16,
+                dtype,
+            };
+            let mut pool = KvPool::new(layout, 6);
+            let pb = layout.page_bytes();
+            let wire: Vec<u8> = (0..2 * pb).map(|i| (i * 7 + 3) as u8).collect();
+            pool.write_pages(&[1, 4], &wire).unwrap();
+            let io = pool.page_io();
+            let io2 = io.clone();
+            let copy = wire.clone();
+            // Another thread loads pages 2 and 3 (owned by it) while this one reads 1 and 4.
+            let t = std::thread::spawn(move || unsafe { io2.write_pages(&[3, 2], &copy) });
+            let mut out = vec![0u8; 2 * pb];
+            pool.read_pages(&[1, 4], &mut out).unwrap();
+            t.join().unwrap().unwrap();
+            assert_eq!(out, wire);
+            let mut back = vec![0u8; 2 * pb];
+            unsafe { io.read_pages(&[3, 2], &mut back) }.unwrap();
+            assert_eq!(back, wire);
+            assert!(matches!(
+                unsafe { io.read_pages(&[6], &mut vec![0u8; pb]) },
+                Err(ExecError::BadPage(6))
             ));
         }
     }

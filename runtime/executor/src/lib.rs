@@ -155,6 +155,12 @@ pub trait Executor: Send {
     fn read_pages(&self, pages: &[u32], out: &mut [u8]) -> Result<(), ExecError>;
     /// Copies pages into the pool (from a transfer or a lower cache tier).
     fn write_pages(&mut self, pages: &[u32], data: &[u8]) -> Result<(), ExecError>;
+    /// A handle that copies pages in and out of the pool from another thread while forward
+    /// passes run (the hierarchical cache's I/O thread); `None` when the executor has none,
+    /// and lower tiers are then off.
+    fn page_io(&self) -> Option<kv::PageIo> {
+        None
+    }
 }
 
 pub mod cpu;
