@@ -6,7 +6,9 @@
 //! rather than panicking the scheduler thread.
 
 use super::SchedError;
-use sglrs_radix_cache::{CacheConfig, LockHandle, Namespace, PageId, RadixCache};
+use sglrs_radix_cache::{
+    page_hash, CacheConfig, LockHandle, Namespace, PageHash, PageId, RadixCache,
+};
 
 /// A lock on a cache node; give it back with [`PageCache::unlock`].
 pub type Lock = LockHandle;
@@ -58,9 +60,18 @@ fn page_ids(pages: &[u32]) -> Vec<PageId> {
 }
 
 impl PageCache {
-    pub fn new(num_pages: usize, page_size: usize) -> Result<Self, SchedError> {
-        let tree = RadixCache::new(CacheConfig::new(num_pages, page_size))
-            .map_err(|e| SchedError::Config(e.to_string()))?;
+    /// A cache over `num_pages` pages; `root` chains every sequence's first page hash on
+    /// the model fingerprint (the lower tiers' page names).
+    pub fn new(
+        num_pages: usize,
+        page_size: usize,
+        root: Option<PageHash>,
+    ) -> Result<Self, SchedError> {
+        let mut cfg = CacheConfig::new(num_pages, page_size);
+        if let Some(root) = root {
+            cfg = cfg.with_root_hash(root);
+        }
+        let tree = RadixCache::new(cfg).map_err(|e| SchedError::Config(e.to_string()))?;
         Ok(Self {
             tree,
             scratch: Vec::new(),
@@ -114,6 +125,47 @@ impl PageCache {
                 }
             }
         }
+    }
+
+    /// The tokens of `tokens`' longest cached prefix on the device, and the names of the
+    /// full pages of `tokens` after it (where a lower tier may continue the match).
+    pub fn lower_candidates(&mut self, ns: Namespace, tokens: &[u32]) -> (usize, Vec<PageHash>) {
+        self.scratch.clear();
+        let m = self.tree.match_prefix(ns, tokens, &mut self.scratch);
+        let mut hashes = Vec::new();
+        let r = self.tree.page_hashes(m.position, &mut hashes);
+        if self.note(r).is_none() {
+            return (m.len, Vec::new());
+        }
+        let ps = self.tree.page_size();
+        let mut prev = hashes.last().copied().or(self.tree.config().root_hash);
+        let out = tokens[m.len..]
+            .chunks_exact(ps)
+            .map(|page| {
+                let h = page_hash(prev, ns, page);
+                prev = Some(h);
+                h
+            })
+            .collect();
+        (m.len, out)
+    }
+
+    /// Locks the cached path of `tokens` (all of it must be cached) and returns the lock,
+    /// the path's page ids and their hashes.
+    pub fn pin(
+        &mut self,
+        ns: Namespace,
+        tokens: &[u32],
+    ) -> Option<(Lock, Vec<u32>, Vec<PageHash>)> {
+        self.scratch.clear();
+        let m = self.tree.match_prefix(ns, tokens, &mut self.scratch);
+        let pages = ids(&self.scratch);
+        let mut hashes = Vec::new();
+        let r = self.tree.page_hashes(m.position, &mut hashes);
+        self.note(r)?;
+        let lock = self.tree.lock(m.position.node);
+        let lock = self.note(lock)?;
+        Some((lock, pages, hashes))
     }
 
     /// Releases a lock.
@@ -197,6 +249,14 @@ impl PageCache {
                 (old, canonical)
             }
         }
+    }
+
+    /// Panics when the tree breaks one of its invariants (tests).
+    #[cfg(test)]
+    pub fn check_invariants(&self) {
+        self.tree
+            .check_invariants()
+            .expect("radix cache invariants");
     }
 
     /// Drops every cached page (only called with no locks held).

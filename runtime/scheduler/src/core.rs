@@ -7,12 +7,13 @@
 
 mod admit;
 mod hold;
+mod tier;
 
 use super::cache::{CacheStats, PageCache};
 use super::constrain;
 use super::policy::SchedulePolicy;
 use super::request::{
-    AbortReason, FinishReason, RequestId, SchedEvent, SchedRequest, TokenLogprob,
+    AbortReason, CachedTokens, FinishReason, RequestId, SchedEvent, SchedRequest, TokenLogprob,
 };
 use super::seq::{Phase, Seq, Shared};
 use super::{SchedError, Tokenizer};
@@ -56,6 +57,8 @@ pub struct SchedulerConfig {
     /// driver's handle refuses more with [`SchedError::Overloaded`] instead of queueing
     /// them. Must be positive.
     pub max_queued: usize,
+    /// The hierarchical cache's lower tiers (host RAM, disk); `None`: the device tier only.
+    pub hicache: Option<crate::hicache::HiCacheConfig>,
 }
 
 /// One sequence's share of a planned forward pass.
@@ -110,8 +113,12 @@ impl PlannedBatch {
 pub struct CoreStats {
     /// Prompt tokens admitted (first admission only).
     pub prompt_tokens: u64,
-    /// Of those, served from the cache.
+    /// Of those, served from the cache (every tier).
     pub cached_tokens: u64,
+    /// Of those, loaded from the host tier.
+    pub cached_host_tokens: u64,
+    /// Of those, loaded from the disk tier.
+    pub cached_disk_tokens: u64,
     /// Output tokens produced.
     pub generated_tokens: u64,
     /// Sequences retracted under memory pressure.
@@ -143,6 +150,8 @@ pub struct SchedulerCore {
     finished_in_step: usize,
     /// The last step in which requests finished (admission hold).
     burst: Option<hold::FinishBurst>,
+    /// The lower cache tiers and their pending copies.
+    tiers: Option<tier::Tiers>,
 }
 
 const ARRIVAL_BASE: u64 = 1 << 40;
@@ -169,7 +178,9 @@ impl SchedulerCore {
                 cfg.max_context.min(4096)
             )));
         }
-        let cache = PageCache::new(cfg.num_pages, cfg.page_size)?;
+        let root = cfg.hicache.as_ref().map(|h| h.root_hash);
+        let cache = PageCache::new(cfg.num_pages, cfg.page_size, root)?;
+        let tiers = cfg.hicache.clone().map(tier::Tiers::new);
         Ok(Self {
             mask: vec![0; cfg.vocab_size.div_ceil(32)],
             cfg,
@@ -187,6 +198,7 @@ impl SchedulerCore {
             scratch: Vec::new(),
             finished_in_step: 0,
             burst: None,
+            tiers,
         })
     }
 
@@ -230,8 +242,9 @@ impl SchedulerCore {
     }
 
     /// Queues a validated request.
-    pub fn handle_request(&mut self, req: SchedRequest, _now: Instant) {
+    pub fn handle_request(&mut self, req: SchedRequest, now: Instant) {
         self.note_arrival();
+        self.prefetch_on_arrival(req.id, req.namespace, &req.input_ids, now);
         let prompt_len = req.input_ids.len();
         let shared = Arc::new(Shared {
             namespace: req.namespace,
@@ -256,6 +269,8 @@ impl SchedulerCore {
                 tree_pages: 0,
                 lock: None,
                 cached_tokens: None,
+                cached: CachedTokens::default(),
+                offloaded: 0,
                 phase: Phase::Waiting,
                 order: self.next_order,
                 admitted_at: 0,
@@ -290,9 +305,11 @@ impl SchedulerCore {
         }
     }
 
-    /// Drops every cached page if nothing is running or waiting; returns whether it did.
+    /// Drops every cached page of the device tier if nothing is running or waiting and no
+    /// cache copy is in flight; returns whether it did. (The driver empties the host tier
+    /// next; the disk tier is cleared only on request.)
     pub fn handle_flush(&mut self) -> bool {
-        if !self.seqs.is_empty() {
+        if !self.seqs.is_empty() || self.io_pending() {
             return false;
         }
         self.cache.flush();
@@ -342,11 +359,13 @@ impl SchedulerCore {
             && self.running.len() < self.cfg.max_running
             && !self.waiting.is_empty()
         {
-            self.admit(&mut budget, &mut items);
+            self.admit(&mut budget, &mut items, now);
         }
         if items.is_empty() {
-            if hold {
-                return None; // admission waits (bounded; see `core/hold.rs`)
+            if hold || self.loading() {
+                // Admission waits (bounded; see `core/hold.rs`), or a load from a lower
+                // tier is in flight and its sequence runs once it is done.
+                return None;
             }
             // Nothing fits: a lone sequence larger than the pool. Fail it rather than spin.
             if let Some(&key) = self.running.first() {
@@ -355,6 +374,13 @@ impl SchedulerCore {
             return None;
         }
         Some(PlannedBatch { items })
+    }
+
+    /// True while a sequence waits for its pages from a lower tier.
+    fn loading(&self) -> bool {
+        self.running
+            .iter()
+            .any(|k| self.seqs[k].phase == Phase::Loading)
     }
 
     /// Plans the next chunk of a running sequence, allocating its pages. Other running
@@ -391,6 +417,8 @@ impl SchedulerCore {
                     .iter()
                     .copied()
                     .filter(|k| *k != key && !items.iter().any(|it| it.key == *k))
+                    // A loading sequence's pages are being written by the I/O thread.
+                    .filter(|k| self.seqs[k].phase == Phase::Running)
                     .max_by_key(|k| self.seqs[k].admitted_at);
                 match victim {
                     Some(v) => self.retract(v),
@@ -471,9 +499,10 @@ impl SchedulerCore {
             s.tree_pages,
             lock,
         );
-        self.cache.unlock(lock);
         self.cache.free(&pages[full..]);
         s.tree_pages = 0;
+        self.offload_inserted(key, full);
+        self.cache.unlock(lock);
     }
 
     /// Inserts the computed full pages of the prompt into the cache while the sequence keeps
@@ -496,8 +525,10 @@ impl SchedulerCore {
                 s.pages[..full].copy_from_slice(&canonical);
                 s.tree_pages = full;
                 s.lock = Some(lock);
+                self.offload_inserted(key, full);
             }
         }
+        let s = &self.seqs[&key];
         if s.in_prompt() || s.sample != 0 {
             return;
         }
@@ -633,7 +664,7 @@ impl SchedulerCore {
                     reason,
                     prompt_tokens: 0,
                     completion_tokens: 0,
-                    cached_tokens: 0,
+                    cached: CachedTokens::default(),
                 });
                 if let Some(n) = self.alive.get_mut(&key.0) {
                     *n -= 1;
@@ -800,7 +831,12 @@ impl SchedulerCore {
         }
         let tok = self.tokenizer.clone();
         let aborted = matches!(reason, FinishReason::Abort(_));
-        self.release_pages(key);
+        if self.seqs[&key].phase == Phase::Loading {
+            // The I/O thread is writing its pages: they are freed when it is done.
+            self.orphan_loading(key);
+        } else {
+            self.release_pages(key);
+        }
         let mut s = self.seqs.remove(&key).expect("checked above");
         self.running.retain(|k| *k != key);
         self.waiting.retain(|k| *k != key);
@@ -831,12 +867,13 @@ impl SchedulerCore {
             reason,
             prompt_tokens: s.shared.prompt_len,
             completion_tokens: s.output_len(),
-            cached_tokens: s.cached_tokens.unwrap_or(0),
+            cached: s.cached,
         });
         if let Some(n) = self.alive.get_mut(&key.0) {
             *n -= 1;
             if *n == 0 {
                 self.alive.remove(&key.0);
+                self.forget_prefetch(key.0);
                 self.stats.finished_requests += 1;
                 if !aborted {
                     self.finished_in_step += 1;

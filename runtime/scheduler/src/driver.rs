@@ -3,12 +3,14 @@
 
 use super::cache::CacheStats;
 use super::core::{CoreStats, SchedulerCore};
+use super::hicache::{IoChannels, IoJob, TierStats};
 use super::request::{
-    panic_message, AbortReason, FinishReason, RequestId, SchedEvent, SchedRequest,
+    panic_message, AbortReason, CachedTokens, FinishReason, RequestId, SchedEvent, SchedRequest,
 };
 use super::SchedError;
 use crossbeam::channel::{Receiver, Sender};
 use sglrs_executor::Executor;
+use sglrs_radix_cache::store::{PageStore, StoreStats};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,9 +29,19 @@ pub enum Command {
     SubmitGroup(Vec<(Box<SchedRequest>, mpsc::UnboundedSender<SchedEvent>)>),
     /// Abort a request.
     Abort(RequestId),
-    /// Drop the cache if idle; answers whether it did.
+    /// Drop the cache (device and host tiers) if idle; answers whether it did.
     Flush(oneshot::Sender<bool>),
+    /// Finish every cache copy in flight and write the host tier's pages to disk (a clean
+    /// shutdown); answers with the error if the flush failed.
+    Drain(oneshot::Sender<Result<(), String>>),
+    /// Delete the disk tier's pages (`/clear_hicache_storage_backend`); answers whether
+    /// there was a disk tier to clear, or the error.
+    ClearStorage(oneshot::Sender<Result<bool, String>>),
 }
+
+/// Longest wait for cache copies in flight before a flush or shutdown goes ahead without
+/// them.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A snapshot of the scheduler for `/metrics` and `/get_server_info`, refreshed every step.
 #[derive(Clone, Debug, Default)]
@@ -48,6 +60,10 @@ pub struct DriverStats {
     pub forward_tokens: u64,
     /// Seconds spent in forward passes.
     pub forward_seconds: f64,
+    /// Lower cache tiers: the scheduler's counters.
+    pub tiers: Option<TierStats>,
+    /// Lower cache tiers: the store's counters and occupancy.
+    pub store: Option<StoreStats>,
 }
 
 /// The bounded waiting queue as the handle sees it: requests submitted and not yet admitted.
@@ -159,6 +175,29 @@ impl SchedulerHandle {
         rx.await.map_err(|_| SchedError::Shutdown)
     }
 
+    /// Finishes the cache copies in flight and writes the host tier to disk (call before
+    /// exiting, so a restart finds every page).
+    pub async fn drain(&self) -> Result<(), SchedError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Drain(tx))
+            .map_err(|_| SchedError::Shutdown)?;
+        rx.await
+            .map_err(|_| SchedError::Shutdown)?
+            .map_err(SchedError::Config)
+    }
+
+    /// Deletes the disk tier's pages; `Ok(false)` without a disk tier.
+    pub async fn clear_storage(&self) -> Result<bool, SchedError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Command::ClearStorage(tx))
+            .map_err(|_| SchedError::Shutdown)?;
+        rx.await
+            .map_err(|_| SchedError::Shutdown)?
+            .map_err(SchedError::Config)
+    }
+
     /// False once the scheduler thread has stopped (after a panic outside one request's
     /// sampling step, or when every handle is gone): submits then fail with
     /// [`SchedError::Shutdown`].
@@ -190,6 +229,21 @@ pub fn spawn(
     let q = queue.clone();
     let alive = Arc::new(AtomicBool::new(true));
     let dead_on_exit = Stopped(alive.clone());
+    let (io, store) = match core.hicache() {
+        None => (None, None),
+        Some(h) => {
+            let page_io = exec.page_io().ok_or_else(|| {
+                SchedError::Config(
+                    "this executor cannot copy pages off its thread, so it has no lower cache tiers"
+                        .into(),
+                )
+            })?;
+            let io = super::hicache::spawn_io(page_io, h.store.clone()).map_err(|e| {
+                SchedError::Config(format!("cannot start the cache I/O thread: {e}"))
+            })?;
+            (Some(io), Some(h.store.clone()))
+        }
+    };
     let join = std::thread::Builder::new()
         .name("sglrs-scheduler".into())
         .spawn(move || {
@@ -204,6 +258,8 @@ pub fn spawn(
                 stats: st,
                 totals: Totals::default(),
                 trace: std::env::var_os("SGLRS_TRACE_STEPS").map(|_| Instant::now()),
+                io,
+                store,
             }
             .run()
         })
@@ -249,6 +305,10 @@ struct Driver {
     /// With `SGLRS_TRACE_STEPS` set: when the thread started; every submit and forward
     /// pass is then printed to stderr with its time since then.
     trace: Option<Instant>,
+    /// The cache I/O thread's channels (with lower cache tiers).
+    io: Option<IoChannels>,
+    /// The lower tiers' store.
+    store: Option<Arc<PageStore>>,
 }
 
 impl Driver {
@@ -295,7 +355,7 @@ impl Driver {
                     reason: FinishReason::Abort(reason.clone()),
                     prompt_tokens: 0,
                     completion_tokens: 0,
-                    cached_tokens: 0,
+                    cached: CachedTokens::default(),
                 });
             }
         }
@@ -303,12 +363,17 @@ impl Driver {
 
     fn serve(&mut self) {
         loop {
+            self.pump_io();
             if self.core.is_idle() {
                 self.settle_queue();
                 self.publish();
-                match self.rx.recv() {
-                    Ok(cmd) => self.command(cmd),
-                    Err(_) => return,
+                match self.wait(None) {
+                    Ok(Some(cmd)) => self.command(cmd),
+                    Ok(None) => continue,
+                    Err(()) => {
+                        self.shutdown_tiers();
+                        return;
+                    }
                 }
             }
             loop {
@@ -317,6 +382,7 @@ impl Driver {
                     Err(crossbeam::channel::TryRecvError::Empty) => break,
                     Err(crossbeam::channel::TryRecvError::Disconnected) => {
                         if self.core.is_idle() {
+                            self.shutdown_tiers();
                             return;
                         }
                         break;
@@ -324,8 +390,10 @@ impl Driver {
                 }
             }
             self.reap_disconnected();
+            self.pump_io();
             let now = Instant::now();
             let planned = self.core.poll_batch(now);
+            self.pump_io();
             // Admission happened in `poll_batch`: free those places before the pass runs.
             self.settle_queue();
             match planned {
@@ -342,16 +410,17 @@ impl Driver {
                     }
                 }
                 None => {
-                    // Waiting requests that cannot be admitted yet (memory, or admission
-                    // waiting for more arrivals until a deadline); do not spin.
-                    if !self.core.is_idle() && self.core.num_running() == 0 {
+                    // Waiting requests that cannot be admitted yet (memory, loads from a
+                    // lower tier, or admission waiting for more arrivals until a
+                    // deadline); do not spin.
+                    if !self.core.is_idle() {
                         let now = Instant::now();
                         let wait = self
                             .core
                             .admission_deadline(now)
                             .map_or(IDLE_POLL, |d| d.saturating_duration_since(now))
                             .min(IDLE_POLL);
-                        if let Ok(cmd) = self.rx.recv_timeout(wait) {
+                        if let Ok(Some(cmd)) = self.wait(Some(wait)) {
                             self.command(cmd);
                         }
                     }
@@ -360,6 +429,79 @@ impl Driver {
             self.route_events();
             self.settle_queue();
             self.publish();
+        }
+    }
+
+    /// Waits for a command, handling cache copies that finish meanwhile: `Ok(Some)` a
+    /// command, `Ok(None)` a copy finished or the wait timed out, `Err` every handle is gone.
+    fn wait(&mut self, timeout: Option<Duration>) -> Result<Option<Command>, ()> {
+        let Some(io) = &self.io else {
+            return match timeout {
+                None => self.rx.recv().map(Some).map_err(|_| ()),
+                Some(t) => match self.rx.recv_timeout(t) {
+                    Ok(c) => Ok(Some(c)),
+                    Err(crossbeam::channel::RecvTimeoutError::Timeout) => Ok(None),
+                    Err(crossbeam::channel::RecvTimeoutError::Disconnected) => Err(()),
+                },
+            };
+        };
+        let done = io.done.clone();
+        let never = crossbeam::channel::never();
+        let deadline = timeout.map_or(never, crossbeam::channel::after);
+        crossbeam::select! {
+            recv(self.rx) -> c => c.map(Some).map_err(|_| ()),
+            recv(done) -> d => {
+                if let Ok(d) = d {
+                    self.core.handle_io_done(d);
+                }
+                self.pump_io();
+                Ok(None)
+            }
+            recv(deadline) -> _ => Ok(None),
+        }
+    }
+
+    /// Hands finished copies to the core and its new copy jobs to the I/O thread.
+    fn pump_io(&mut self) {
+        let Some(io) = &self.io else {
+            return;
+        };
+        while let Ok(d) = io.done.try_recv() {
+            self.core.handle_io_done(d);
+        }
+        while let Some(job) = self.core.poll_io() {
+            let tx = match job {
+                IoJob::Load { .. } => &io.loads,
+                _ => &io.background,
+            };
+            // The I/O thread ends only when these senders are dropped.
+            let _ = tx.send(job);
+        }
+    }
+
+    /// Lets every cache copy in flight finish (at most [`DRAIN_TIMEOUT`]).
+    fn drain_io(&mut self) {
+        let deadline = Instant::now() + DRAIN_TIMEOUT;
+        self.pump_io();
+        while self.core.io_pending() {
+            let Some(io) = &self.io else { return };
+            let left = deadline.saturating_duration_since(Instant::now());
+            match io.done.recv_timeout(left) {
+                Ok(d) => self.core.handle_io_done(d),
+                Err(_) => return,
+            }
+            self.pump_io();
+        }
+    }
+
+    /// Before the thread ends: finish copies, write the host tier down to disk.
+    fn shutdown_tiers(&mut self) {
+        if self.store.is_none() {
+            return;
+        }
+        self.drain_io();
+        if let Some(store) = &self.store {
+            let _ = store.flush();
         }
     }
 
@@ -399,7 +541,36 @@ impl Driver {
                 self.route_events();
             }
             Command::Flush(reply) => {
-                let _ = reply.send(self.core.handle_flush());
+                if self.core.is_idle() {
+                    self.drain_io();
+                }
+                let flushed = self.core.handle_flush();
+                if flushed {
+                    if let Some(store) = &self.store {
+                        // Host pages not on disk yet go there first: a flush keeps what a
+                        // restart would serve.
+                        let _ = store.clear_ram();
+                    }
+                }
+                let _ = reply.send(flushed);
+            }
+            Command::Drain(reply) => {
+                self.drain_io();
+                let r = match &self.store {
+                    Some(store) => store.flush().map_err(|e| format!("cache flush: {e}")),
+                    None => Ok(()),
+                };
+                let _ = reply.send(r);
+            }
+            Command::ClearStorage(reply) => {
+                let r = match &self.store {
+                    Some(store) if store.has_disk() => store
+                        .clear_disk()
+                        .map(|()| true)
+                        .map_err(|e| format!("clearing the disk tier: {e}")),
+                    _ => Ok(false),
+                };
+                let _ = reply.send(r);
             }
         }
     }
@@ -455,6 +626,8 @@ impl Driver {
             steps: self.totals.steps,
             forward_tokens: self.totals.tokens,
             forward_seconds: self.totals.seconds,
+            tiers: self.core.tier_stats(),
+            store: self.store.as_ref().map(|s| s.stats()),
         };
         if let Ok(mut s) = self.stats.lock() {
             *s = snap;

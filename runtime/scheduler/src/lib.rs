@@ -44,6 +44,7 @@
 //!     jump_forward: true,
 //!     admission_hold: Duration::from_millis(15),
 //!     max_queued: 256,
+//!     hicache: None,
 //! };
 //! let core = SchedulerCore::new(cfg, Arc::new(model.tokenizer))?;
 //! let (handle, _thread) = spawn(core, Box::new(exec))?;
@@ -59,6 +60,7 @@ mod constrain;
 mod core;
 pub mod detok;
 mod driver;
+pub mod hicache;
 mod policy;
 mod request;
 pub mod sampler;
@@ -71,8 +73,8 @@ pub use self::core::{CoreStats, PlanItem, PlannedBatch, SchedulerConfig, Schedul
 pub use driver::{spawn, Command, DriverStats, SchedulerHandle};
 pub use policy::{order as policy_order, SchedulePolicy, WaitingInfo};
 pub use request::{
-    panic_message, AbortReason, FinishReason, LogprobConfig, RequestId, SchedEvent, SchedRequest,
-    StopConfig, TokenLogprob,
+    panic_message, AbortReason, CachedTokens, FinishReason, LogprobConfig, RequestId, SchedEvent,
+    SchedRequest, StopConfig, TokenLogprob,
 };
 
 use detok::TokenDecoder;

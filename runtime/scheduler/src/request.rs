@@ -176,9 +176,30 @@ pub enum SchedEvent {
         prompt_tokens: usize,
         /// Output tokens.
         completion_tokens: usize,
-        /// Prompt tokens served from the cache.
-        cached_tokens: usize,
+        /// Prompt tokens served from the cache, by tier.
+        cached: CachedTokens,
     },
+}
+
+/// Prompt tokens served from the cache, by the tier they came from (SGLang's
+/// `cached_tokens_details`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CachedTokens {
+    /// From the device KV pool (the radix tree).
+    pub device: usize,
+    /// From the host RAM tier.
+    pub host: usize,
+    /// From the disk tier.
+    pub disk: usize,
+    /// From a remote KV store.
+    pub remote: usize,
+}
+
+impl CachedTokens {
+    /// All cached prompt tokens.
+    pub fn total(&self) -> usize {
+        self.device + self.host + self.disk + self.remote
+    }
 }
 
 impl SchedEvent {

@@ -1,7 +1,7 @@
 //! One sample of a request as the scheduler tracks it.
 
 use super::cache::Lock;
-use super::request::{LogprobConfig, StopConfig, TokenLogprob};
+use super::request::{CachedTokens, LogprobConfig, StopConfig, TokenLogprob};
 use crate::detok::DetokStream;
 use crate::sampler::{SamplerState, SamplingConfig};
 use sglrs_radix_cache::Namespace;
@@ -25,6 +25,9 @@ pub(crate) enum Phase {
     Waiting,
     /// Admitted: holds pages and runs each step.
     Running,
+    /// Admitted: holds pages while the cache I/O thread copies part of its prefix in from a
+    /// lower tier; joins forward passes once that is done.
+    Loading,
 }
 
 /// One sample: its tokens, its pages, its sampler and detokenizer.
@@ -41,6 +44,10 @@ pub(crate) struct Seq {
     pub lock: Option<Lock>,
     /// Prompt tokens served from the cache at first admission.
     pub cached_tokens: Option<usize>,
+    /// Of those, per tier.
+    pub cached: CachedTokens,
+    /// Leading pages of `pages` already written to (or known to be in) the lower tiers.
+    pub offloaded: usize,
     pub phase: Phase,
     /// Queue order (arrival; retracted sequences get a low number so they return first).
     pub order: u64,

@@ -219,6 +219,8 @@ pub struct SampleResult {
     pub completion_tokens: usize,
     /// Prompt tokens from the cache.
     pub cached_tokens: usize,
+    /// Of those, per tier.
+    pub cached: sglrs_scheduler::CachedTokens,
 }
 
 /// Latency bookkeeping of one request (TTFT and inter-token metrics).
@@ -282,14 +284,15 @@ pub fn apply(results: &mut [SampleResult], ev: SchedEvent) -> Option<usize> {
             reason,
             prompt_tokens,
             completion_tokens,
-            cached_tokens,
+            cached,
             ..
         } => {
             let r = results.get_mut(sample)?;
             r.finish = Some(reason);
             r.prompt_tokens = prompt_tokens;
             r.completion_tokens = completion_tokens;
-            r.cached_tokens = cached_tokens;
+            r.cached_tokens = cached.total();
+            r.cached = cached;
             Some(sample)
         }
     }

@@ -107,6 +107,9 @@ pub struct EngineConfig {
     /// trusted network. Off by default: the metrics show the server's load and traffic.
     #[arg(long)]
     pub metrics_open: bool,
+    /// Lower tiers of the KV cache (host RAM, disk).
+    #[command(flatten)]
+    pub hicache: crate::hicache::HiCacheArgs,
     /// Where the server listens (`host:port`), as `/get_server_info` reports it; `None` for
     /// an in-process engine. Set by the caller, not a flag.
     #[arg(skip)]
@@ -198,6 +201,11 @@ impl Engine {
                 eos.push(e);
             }
         }
+        let layout = exec.kv_layout();
+        let device_bytes = exec.num_pages() * layout.page_bytes();
+        let quantize = cfg.quantize.map(|q| format!("{q:?}")).unwrap_or_default();
+        let hicache = cfg.hicache.build(&path, &quantize, layout, device_bytes)?;
+        let hicache_info = crate::hicache::info_json(&cfg.hicache, hicache.as_ref(), device_bytes);
         let sched_cfg = SchedulerConfig {
             page_size: cfg.page_size,
             num_pages: exec.num_pages(),
@@ -211,6 +219,7 @@ impl Engine {
             jump_forward: !cfg.disable_jump_forward,
             admission_hold: Duration::from_millis(cfg.admission_hold_ms),
             max_queued: cfg.max_queued_requests,
+            hicache,
         };
         let num_pages = sched_cfg.num_pages;
         let core = SchedulerCore::new(sched_cfg, tokenizer.clone())?;
@@ -228,7 +237,11 @@ impl Engine {
             }),
             max_context,
             vocab_size,
-            args: server_args(cfg, num_pages, threads),
+            args: {
+                let mut a = server_args(cfg, num_pages, threads);
+                a["hicache"] = hicache_info;
+                a
+            },
         };
         let chat_template = loaded.chat_template.map(Arc::new);
         let auth = Auth::new(

@@ -49,6 +49,7 @@ pub mod auth;
 mod dispatch;
 pub mod engine;
 pub mod error;
+pub mod hicache;
 pub mod metrics;
 mod native;
 mod openai;
@@ -259,6 +260,16 @@ fn routes() -> Vec<(RouteInfo, MethodRouter<Arc<AppState>>)> {
         at(Get, "/get_model_info", routes::model_info),
         at(Get, "/get_server_info", routes::server_info),
         at(Post, "/flush_cache", routes::flush_cache),
+        at(
+            Post,
+            "/clear_hicache_storage_backend",
+            routes::clear_hicache_storage,
+        ),
+        at(
+            Get,
+            "/clear_hicache_storage_backend",
+            routes::clear_hicache_storage,
+        ),
         at(Get, "/flush_cache", routes::flush_cache),
         at(Post, "/abort_request", routes::abort_request),
         at(Get, "/metrics", routes::metrics),
@@ -284,13 +295,33 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Serves until the listener fails or ctrl-c.
+/// Serves until the listener fails, ctrl-c or SIGTERM; then finishes the cache copies in
+/// flight and writes the host tier down to disk, so a restart on the same
+/// `--hicache-storage-dir` serves every page.
 pub async fn serve(state: Arc<AppState>, listener: tokio::net::TcpListener) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
+    let served = axum::serve(listener, router(state.clone()))
+        .with_graceful_shutdown(shutdown_signal())
+        .await;
+    if let Err(e) = state.sched.drain().await {
+        eprintln!("sglrs: flushing the cache tiers at shutdown: {e}");
+    }
+    served
+}
+
+/// Resolves on ctrl-c or SIGTERM (what `kill`, systemd and Kubernetes send).
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
 }
 
 #[cfg(test)]

@@ -186,6 +186,90 @@ impl Metrics {
             "Prompt tokens served from the cache.",
             s.core.cached_tokens as f64,
         );
+        let by_source = [
+            (
+                "device",
+                s.core.cached_tokens - s.core.cached_host_tokens - s.core.cached_disk_tokens,
+            ),
+            ("host", s.core.cached_host_tokens),
+            ("disk", s.core.cached_disk_tokens),
+            ("remote", 0),
+        ];
+        let _ = writeln!(
+            out,
+            "# HELP sglrs_cached_tokens_by_source_total Prompt tokens served from each cache tier.\n# TYPE sglrs_cached_tokens_by_source_total counter"
+        );
+        for (src, v) in by_source {
+            let _ = writeln!(
+                out,
+                "sglrs_cached_tokens_by_source_total{{source=\"{src}\"}} {v}"
+            );
+        }
+        if let Some(st) = &s.store {
+            gauge(
+                &mut out,
+                "sglrs_hicache_host_pages",
+                "Pages in the host tier.",
+                st.ram_pages as f64,
+            );
+            gauge(
+                &mut out,
+                "sglrs_hicache_host_bytes",
+                "Bytes of pages in the host tier.",
+                st.ram_bytes as f64,
+            );
+            gauge(
+                &mut out,
+                "sglrs_hicache_disk_pages",
+                "Pages in the disk tier.",
+                st.disk_pages as f64,
+            );
+            gauge(
+                &mut out,
+                "sglrs_hicache_disk_bytes",
+                "Bytes of disk tier segment files.",
+                st.disk_bytes as f64,
+            );
+            counter(
+                &mut out,
+                "sglrs_hicache_corrupted_pages_total",
+                "Lower-tier pages that failed their checksum (served as misses).",
+                st.corrupted as f64,
+            );
+            counter(
+                &mut out,
+                "sglrs_hicache_failed_writes_total",
+                "Page writes to the disk tier that failed.",
+                st.write_failures as f64,
+            );
+        }
+        if let Some(t) = &s.tiers {
+            counter(
+                &mut out,
+                "sglrs_hicache_loaded_bytes_total",
+                "Bytes loaded from lower tiers into the device pool.",
+                t.loaded_bytes as f64,
+            );
+            counter(
+                &mut out,
+                "sglrs_hicache_written_bytes_total",
+                "Bytes copied from the device pool into lower tiers.",
+                t.written_bytes as f64,
+            );
+            let name = "sglrs_hicache_load_seconds";
+            let _ = writeln!(out, "# HELP {name} Time to load a request's pages from lower tiers.\n# TYPE {name} histogram");
+            let mut cum = 0u64;
+            for (i, b) in sglrs_scheduler::hicache::LOAD_BUCKETS.iter().enumerate() {
+                cum += t.load_seconds_counts.get(i).copied().unwrap_or(0);
+                let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cum}");
+            }
+            cum += t.load_seconds_counts.last().copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"+Inf\"}} {cum}\n{name}_sum {}\n{name}_count {cum}",
+                t.load_seconds_sum
+            );
+        }
         counter(
             &mut out,
             "sglrs_generation_tokens_total",

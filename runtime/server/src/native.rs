@@ -347,6 +347,7 @@ fn sample_json(
         "prompt_tokens": r.prompt_tokens,
         "completion_tokens": r.completion_tokens,
         "cached_tokens": r.cached_tokens,
+        "cached_tokens_details": r.cached,
         "e2e_latency": e2e,
     });
     if want_lp {

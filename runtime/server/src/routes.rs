@@ -100,10 +100,47 @@ pub async fn server_info(State(state): State<Arc<AppState>>) -> Json<Value> {
                 "forward_tokens": s.forward_tokens,
                 "forward_seconds": s.forward_seconds,
                 "grammar_compiles": state.grammars.compiles(),
+                "cached_tokens_by_source": {
+                    "device": s.core.cached_tokens - s.core.cached_host_tokens - s.core.cached_disk_tokens,
+                    "host": s.core.cached_host_tokens,
+                    "disk": s.core.cached_disk_tokens,
+                    "remote": 0,
+                },
+                "hicache": s.tiers,
+                "hicache_store": s.store.map(|st| json!({
+                    "host_pages": st.ram_pages,
+                    "host_bytes": st.ram_bytes,
+                    "disk_pages": st.disk_pages,
+                    "disk_bytes": st.disk_bytes,
+                    "corrupted_pages": st.corrupted,
+                    "failed_writes": st.write_failures,
+                    "truncated_segments": st.truncated_segments,
+                    "host_hits": st.ram_hits,
+                    "disk_hits": st.disk_hits,
+                    "disk_written_bytes": st.disk_written_bytes,
+                })),
             }]),
         );
     }
     Json(v)
+}
+
+/// `POST /clear_hicache_storage_backend`: deletes the disk tier's pages (a `/flush_cache`
+/// keeps them, so that a restart still serves them).
+pub async fn clear_hicache_storage(
+    State(state): State<Arc<AppState>>,
+) -> Result<impl IntoResponse, ApiError> {
+    if state.sched.clear_storage().await? {
+        Ok((
+            axum::http::StatusCode::OK,
+            "Hierarchical cache storage backend cleared.\n",
+        ))
+    } else {
+        Ok((
+            axum::http::StatusCode::BAD_REQUEST,
+            "No hierarchical cache storage backend is configured.\n",
+        ))
+    }
 }
 
 /// `POST /flush_cache`: drops every cached page when idle.

@@ -15,18 +15,29 @@
 use super::super::policy::{self, WaitingInfo};
 use super::{PlanItem, SchedulerCore, SeqKey};
 use crate::seq::Phase;
+use std::time::Instant;
 
 /// Shortest shared, uncached prefix worth waiting for, in pages (32 tokens with the default
 /// page size of 16, SGLang's in-batch prefix threshold).
 const SHARE_MIN_PAGES: usize = 2;
 
+/// What admitting one candidate did.
+enum Admitted {
+    /// It runs in the next pass: its first chunk.
+    Planned(PlanItem),
+    /// It holds its pages and waits for a load from a lower tier.
+    Loading,
+    /// Memory is short: it stays waiting.
+    Short,
+}
+
 impl SchedulerCore {
-    pub(super) fn admit(&mut self, budget: &mut usize, items: &mut Vec<PlanItem>) {
+    pub(super) fn admit(&mut self, budget: &mut usize, items: &mut Vec<PlanItem>, now: Instant) {
         let candidates: Vec<SeqKey> = self
             .waiting
             .iter()
             .copied()
-            .filter(|k| !self.seqs[k].blocked_on_prefill)
+            .filter(|k| !self.seqs[k].blocked_on_prefill && !self.prefetch_holds(k.0, now))
             .take(256)
             .collect();
         let infos: Vec<WaitingInfo> = candidates
@@ -55,18 +66,19 @@ impl SchedulerCore {
                 continue;
             }
             match self.try_admit(key, *budget, items) {
-                Some(item) => {
+                Admitted::Planned(item) => {
                     *budget -= item.tokens.len();
                     items.push(item);
                 }
-                None => break, // memory is short: keep the order, try again next step
+                Admitted::Loading => {}
+                Admitted::Short => break, // keep the order, try again next step
             }
         }
     }
 
     /// Matches the prefix, checks memory for the whole pending prompt and plans the first
-    /// chunk. `None` when memory is short (the sequence stays waiting).
-    fn try_admit(&mut self, key: SeqKey, budget: usize, items: &[PlanItem]) -> Option<PlanItem> {
+    /// chunk, or starts loading the part of the prefix found in a lower tier.
+    fn try_admit(&mut self, key: SeqKey, budget: usize, items: &[PlanItem]) -> Admitted {
         let ps = self.cfg.page_size;
         let (ns, match_limit) = {
             let s = &self.seqs[&key];
@@ -85,7 +97,23 @@ impl SchedulerCore {
         let need = total_pages.saturating_sub(m.pages.len()) + self.running.len();
         if self.cache.available() < need && !self.running.is_empty() {
             self.cache.unlock(m.lock);
-            return None;
+            return Admitted::Short;
+        }
+        let lower = self.lower_hit(ns, &tokens[..match_limit], m.len);
+        let load_pages = if lower.is_empty() {
+            Vec::new()
+        } else {
+            match self.cache.alloc(lower.len()) {
+                Some(p) => p,
+                None => {
+                    self.cache.unlock(m.lock);
+                    return Admitted::Short;
+                }
+            }
+        };
+        let first = self.seqs[&key].cached_tokens.is_none();
+        if first && m.len > 0 {
+            self.offload_hit(ns, &tokens[..m.len]);
         }
         let s = self.seqs.get_mut(&key).expect("waiting key present");
         s.computed = m.len;
@@ -95,19 +123,27 @@ impl SchedulerCore {
         if s.cached_tokens.is_none() {
             let cached = m.len.min(s.shared.prompt_len);
             s.cached_tokens = Some(cached);
+            s.cached.device = cached;
             self.stats.prompt_tokens += s.shared.prompt_len as u64;
             self.stats.cached_tokens += cached as u64;
         }
-        s.phase = Phase::Running;
+        s.offloaded = s.tree_pages;
         s.admitted_at = self.next_admit;
         self.next_admit += 1;
         self.waiting.retain(|k| *k != key);
         self.running.push(key);
-        let item = self.plan_seq(key, budget, items);
-        if item.is_none() {
-            self.retract(key);
+        if !lower.is_empty() {
+            self.start_load(key, load_pages, lower, first);
+            return Admitted::Loading;
         }
-        item
+        self.seqs.get_mut(&key).expect("admitted").phase = Phase::Running;
+        match self.plan_seq(key, budget, items) {
+            Some(item) => Admitted::Planned(item),
+            None => {
+                self.retract(key);
+                Admitted::Short
+            }
+        }
     }
 
     /// True when a running sequence is still prefilling a prefix of `key`'s prompt that is at

@@ -305,12 +305,13 @@ fn matched_stop(r: Option<&FinishReason>) -> Value {
 fn usage(results: &[SampleResult]) -> Value {
     let prompt = results.first().map_or(0, |r| r.prompt_tokens);
     let cached = results.first().map_or(0, |r| r.cached_tokens);
+    let details = results.first().map(|r| r.cached).unwrap_or_default();
     let completion: usize = results.iter().map(|r| r.completion_tokens).sum();
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
+        "prompt_tokens_details": {"cached_tokens": cached, "cached_tokens_details": details},
     })
 }
 

@@ -1,0 +1,399 @@
+//! The hierarchical cache's lower tiers (host RAM, disk) and the cache I/O thread.
+//!
+//! The radix tree indexes the device pages (the executor's KV pool). Below it, pages live
+//! in a [`PageStore`] by [`PageHash`] (chained over the model fingerprint, the namespace and
+//! the tokens): its RAM part is the host tier, its segment files the disk tier. The core
+//! asks for copies ([`IoJob`]) and the I/O thread ([`spawn_io`]) runs them with the
+//! executor's [`PageIo`], never on the scheduler thread:
+//!
+//! - **write** (write-through): pages a sequence has just put into the tree are copied out
+//!   of the pool into the store, while a lock keeps them from being evicted;
+//! - **load**: a request whose prompt continues below the device tier holds fresh device
+//!   pages and waits (phase `Loading`) while its pages are copied in; other sequences keep
+//!   running. The first page that is missing or fails its checksum ends the hit there: the
+//!   rest is recomputed;
+//! - **prefetch**: while a request is still queued, its lower-tier pages are read (from disk
+//!   into memory, checksums verified) so that its load is a memory copy.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use crossbeam::channel::{Receiver, Sender};
+use sglrs_executor::kv::PageIo;
+use sglrs_radix_cache::store::{PageStore, Source};
+use sglrs_radix_cache::PageHash;
+
+use crate::core::SeqKey;
+use crate::request::RequestId;
+
+/// When pages are copied from the device tier into the lower tiers (SGLang's
+/// `--hicache-write-policy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WritePolicy {
+    /// Every full page, as soon as it is in the tree.
+    #[default]
+    WriteThrough,
+    /// Only pages that were hit at least once on the device (reused prefixes).
+    WriteThroughSelective,
+}
+
+impl WritePolicy {
+    /// The policy's flag name.
+    pub fn name(self) -> &'static str {
+        match self {
+            WritePolicy::WriteThrough => "write_through",
+            WritePolicy::WriteThroughSelective => "write_through_selective",
+        }
+    }
+}
+
+/// How long admission waits for a queued request's prefetch (SGLang's
+/// `--hicache-storage-prefetch-policy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PrefetchPolicy {
+    /// Never wait: a request whose prefetch is unfinished is admitted when its turn comes
+    /// and its load reads the rest itself.
+    BestEffort,
+    /// Admit a request only once its prefetch has finished.
+    #[default]
+    WaitComplete,
+    /// Wait for the prefetch at most [`HiCacheConfig::prefetch_timeout`] after arrival.
+    Timeout,
+}
+
+impl PrefetchPolicy {
+    /// The policy's flag name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PrefetchPolicy::BestEffort => "best_effort",
+            PrefetchPolicy::WaitComplete => "wait_complete",
+            PrefetchPolicy::Timeout => "timeout",
+        }
+    }
+}
+
+/// The lower tiers of the cache and how the scheduler uses them.
+#[derive(Clone)]
+pub struct HiCacheConfig {
+    /// Host RAM tier and disk tier.
+    pub store: Arc<PageStore>,
+    /// When pages are written down.
+    pub write_policy: WritePolicy,
+    /// How long admission waits for prefetches.
+    pub prefetch_policy: PrefetchPolicy,
+    /// The `timeout` policy's bound.
+    pub prefetch_timeout: Duration,
+    /// The model fingerprint: the parent hash of every sequence's first page.
+    pub root_hash: PageHash,
+    /// Bytes of one page in the executor's layout (for the byte counters).
+    pub page_bytes: usize,
+}
+
+impl std::fmt::Debug for HiCacheConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HiCacheConfig")
+            .field("write_policy", &self.write_policy)
+            .field("prefetch_policy", &self.prefetch_policy)
+            .field("prefetch_timeout", &self.prefetch_timeout)
+            .field("root_hash", &format_args!("{:032x}", self.root_hash.0))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A copy the core asks the I/O thread for.
+#[derive(Debug)]
+pub enum IoJob {
+    /// Copy `pages` (fresh device pages the sequence owns) in from the pages named `hashes`.
+    Load {
+        /// The loading sequence.
+        key: SeqKey,
+        /// Destination device pages, one per hash.
+        pages: Vec<u32>,
+        /// Names of the pages to load, in sequence order.
+        hashes: Vec<PageHash>,
+    },
+    /// Copy tree pages (locked by pin `pin`) out into the store, skipping those it holds.
+    Write {
+        /// The core's lock on the pages.
+        pin: u64,
+        /// Device pages, one per hash.
+        pages: Vec<u32>,
+        /// Their names.
+        hashes: Vec<PageHash>,
+    },
+    /// Read a queued request's lower-tier pages into memory ahead of its load.
+    Prefetch {
+        /// The request.
+        id: RequestId,
+        /// Names of its lower-tier pages.
+        hashes: Vec<PageHash>,
+    },
+}
+
+/// A finished [`IoJob`].
+#[derive(Debug)]
+pub enum IoDone {
+    /// A load ended: the first `loaded` pages are in place.
+    Loaded {
+        /// The sequence.
+        key: SeqKey,
+        /// Leading pages copied in (a miss or bad checksum ends the hit).
+        loaded: usize,
+        /// Of those, served from the host tier.
+        host: usize,
+        /// Of those, served from the disk tier.
+        disk: usize,
+        /// How long the load took, from the job's start.
+        seconds: f64,
+    },
+    /// A write ended.
+    Written {
+        /// The pin to release.
+        pin: u64,
+        /// Pages copied into the store.
+        written: usize,
+    },
+    /// A prefetch ended.
+    Prefetched {
+        /// The request.
+        id: RequestId,
+    },
+}
+
+/// Counters of the lower tiers, for `/metrics` and `/get_server_info`.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct TierStats {
+    /// Loads run.
+    pub loads: u64,
+    /// Pages loaded from the host tier.
+    pub loaded_host_pages: u64,
+    /// Pages loaded from the disk tier.
+    pub loaded_disk_pages: u64,
+    /// Loads that ended short of their lookup (a page missing or corrupted meanwhile).
+    pub short_loads: u64,
+    /// Pages written into the store.
+    pub written_pages: u64,
+    /// Bytes loaded into the device pool.
+    pub loaded_bytes: u64,
+    /// Bytes written out of it.
+    pub written_bytes: u64,
+    /// Load latency histogram: counts per bucket of [`LOAD_BUCKETS`] (cumulative in the
+    /// Prometheus sense is left to the exporter), then the overflow count.
+    pub load_seconds_counts: Vec<u64>,
+    /// Sum of load latencies, seconds.
+    pub load_seconds_sum: f64,
+    /// Prefetches run.
+    pub prefetches: u64,
+}
+
+/// Upper bounds (seconds) of the load latency histogram's buckets.
+pub const LOAD_BUCKETS: [f64; 10] = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0];
+
+impl TierStats {
+    pub(crate) fn observe_load(&mut self, seconds: f64) {
+        if self.load_seconds_counts.len() != LOAD_BUCKETS.len() + 1 {
+            self.load_seconds_counts = vec![0; LOAD_BUCKETS.len() + 1];
+        }
+        let i = LOAD_BUCKETS
+            .iter()
+            .position(|&b| seconds <= b)
+            .unwrap_or(LOAD_BUCKETS.len());
+        self.load_seconds_counts[i] += 1;
+        self.load_seconds_sum += seconds;
+    }
+}
+
+/// Most bytes of prefetched pages kept for loads not yet started; the oldest go first.
+const STASH_BYTES: usize = 512 << 20;
+
+/// Pages read ahead by prefetches, waiting for their loads.
+#[derive(Default)]
+struct Stash {
+    pages: HashMap<PageHash, (Bytes, Source)>,
+    order: VecDeque<PageHash>,
+    bytes: usize,
+}
+
+impl Stash {
+    fn put(&mut self, h: PageHash, page: (Bytes, Source)) {
+        if self.pages.contains_key(&h) {
+            return;
+        }
+        self.bytes += page.0.len();
+        self.pages.insert(h, page);
+        self.order.push_back(h);
+        while self.bytes > STASH_BYTES {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some((b, _)) = self.pages.remove(&old) {
+                self.bytes -= b.len();
+            }
+        }
+    }
+
+    fn take(&mut self, h: &PageHash) -> Option<(Bytes, Source)> {
+        let p = self.pages.remove(h)?;
+        self.bytes -= p.0.len();
+        // `order` keeps a stale entry; `put`'s loop skips it.
+        Some(p)
+    }
+}
+
+/// The I/O thread's ends of its channels.
+pub struct IoChannels {
+    /// Jobs to run (loads are taken before writes and prefetches).
+    pub loads: Sender<IoJob>,
+    /// Writes and prefetches.
+    pub background: Sender<IoJob>,
+    /// Finished jobs.
+    pub done: Receiver<IoDone>,
+}
+
+/// Starts the cache I/O thread over the executor's pool (`io`) and the store. It ends when
+/// both job senders are dropped.
+pub fn spawn_io(io: PageIo, store: Arc<PageStore>) -> std::io::Result<IoChannels> {
+    let (loads, load_rx) = crossbeam::channel::unbounded();
+    let (background, bg_rx) = crossbeam::channel::unbounded();
+    let (done_tx, done) = crossbeam::channel::unbounded();
+    std::thread::Builder::new()
+        .name("sglrs-cache-io".into())
+        .spawn(move || IoThread::new(io, store, done_tx).run(load_rx, bg_rx))?;
+    Ok(IoChannels {
+        loads,
+        background,
+        done,
+    })
+}
+
+struct IoThread {
+    io: PageIo,
+    store: Arc<PageStore>,
+    done: Sender<IoDone>,
+    stash: Stash,
+    page_bytes: usize,
+}
+
+impl IoThread {
+    fn new(io: PageIo, store: Arc<PageStore>, done: Sender<IoDone>) -> IoThread {
+        let page_bytes = io.layout().page_bytes();
+        IoThread {
+            io,
+            store,
+            done,
+            stash: Stash::default(),
+            page_bytes,
+        }
+    }
+
+    fn run(mut self, loads: Receiver<IoJob>, background: Receiver<IoJob>) {
+        let (mut loads_open, mut bg_open) = (true, true);
+        while loads_open || bg_open {
+            // Loads first: a request waits on each of them.
+            let job = match loads.try_recv() {
+                Ok(j) => Some(j),
+                Err(_) => {
+                    let mut sel = crossbeam::channel::Select::new();
+                    let l = loads_open.then(|| sel.recv(&loads));
+                    let b = bg_open.then(|| sel.recv(&background));
+                    let op = sel.select();
+                    let i = op.index();
+                    if Some(i) == l {
+                        op.recv(&loads).map_err(|_| loads_open = false).ok()
+                    } else if Some(i) == b {
+                        op.recv(&background).map_err(|_| bg_open = false).ok()
+                    } else {
+                        None
+                    }
+                }
+            };
+            let Some(job) = job else { continue };
+            let out = match job {
+                IoJob::Load { key, pages, hashes } => self.load(key, &pages, &hashes),
+                IoJob::Write { pin, pages, hashes } => self.write(pin, &pages, &hashes),
+                IoJob::Prefetch { id, hashes } => self.prefetch(id, &hashes),
+            };
+            if self.done.send(out).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn load(&mut self, key: SeqKey, pages: &[u32], hashes: &[PageHash]) -> IoDone {
+        let t = Instant::now();
+        let (mut loaded, mut host, mut disk) = (0, 0, 0);
+        // Pages not read ahead by a prefetch are read now, all in one store call.
+        let missing: Vec<PageHash> = hashes
+            .iter()
+            .filter(|h| !self.stash.pages.contains_key(h))
+            .copied()
+            .collect();
+        let mut fetched: HashMap<PageHash, (Bytes, Source)> = missing
+            .iter()
+            .copied()
+            .zip(self.store.get_tiered(&missing))
+            .filter_map(|(h, p)| Some((h, p?)))
+            .collect();
+        for (&page, h) in pages.iter().zip(hashes) {
+            let Some((data, src)) = self.stash.take(h).or_else(|| fetched.remove(h)) else {
+                break;
+            };
+            if data.len() != self.page_bytes {
+                break;
+            }
+            // SAFETY: `pages` were allocated for this load by the core and belong to no
+            // forward pass until the core hears back (`IoDone::Loaded`).
+            if unsafe { self.io.write_pages(&[page], &data) }.is_err() {
+                break;
+            }
+            loaded += 1;
+            match src {
+                Source::Ram => host += 1,
+                Source::Disk => disk += 1,
+            }
+        }
+        IoDone::Loaded {
+            key,
+            loaded,
+            host,
+            disk,
+            seconds: t.elapsed().as_secs_f64(),
+        }
+    }
+
+    fn write(&mut self, pin: u64, pages: &[u32], hashes: &[PageHash]) -> IoDone {
+        let have = self.store.contains_each(hashes);
+        let mut out = Vec::new();
+        for ((&page, &h), have) in pages.iter().zip(hashes).zip(have) {
+            if have {
+                continue;
+            }
+            let mut buf = vec![0u8; self.page_bytes];
+            // SAFETY: the pages are in the radix tree (full, never written again) and the
+            // core's pin keeps them from being evicted until it hears back.
+            if unsafe { self.io.read_pages(&[page], &mut buf) }.is_ok() {
+                out.push((h, Bytes::from(buf)));
+            }
+        }
+        let written = out.len();
+        // A failed disk write is counted by the store; the page then simply is not stored.
+        let _ = self.store.put(out);
+        IoDone::Written { pin, written }
+    }
+
+    fn prefetch(&mut self, id: RequestId, hashes: &[PageHash]) -> IoDone {
+        let want: Vec<PageHash> = hashes
+            .iter()
+            .filter(|h| !self.stash.pages.contains_key(h))
+            .copied()
+            .collect();
+        for (h, p) in want.iter().zip(self.store.get_tiered(&want)) {
+            let Some((data, src)) = p else { break };
+            // Touching the bytes now (the checksum did for disk pages) is the point.
+            self.stash.put(*h, (data, src));
+        }
+        IoDone::Prefetched { id }
+    }
+}
