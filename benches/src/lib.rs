@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod grammar;
+pub mod hicache;
 pub mod radix;
 pub mod serving;
 pub mod transfer;

@@ -45,6 +45,9 @@ enum BenchCommand {
     Transfer(JsonBench<sglrs_benches::transfer::TransferArgs>),
     /// Serving workloads against any OpenAI-compatible server (sglrs or a peer).
     Serving(JsonBench<sglrs_benches::serving::ServingArgs>),
+    /// Hierarchical KV cache: multi-turn off/host/disk/host+disk, a restart from disk, and
+    /// the disk tier's read rate against dd; starts its own servers.
+    Hicache(JsonBench<sglrs_benches::hicache::HicacheArgs>),
 }
 
 /// A workload from `sglrs-benches` plus `--json`.
@@ -77,5 +80,6 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Grammar(b)) => b.run(sglrs_benches::grammar::run),
         Command::Bench(BenchCommand::Transfer(b)) => b.run(sglrs_benches::transfer::run),
         Command::Bench(BenchCommand::Serving(b)) => b.run(sglrs_benches::serving::run),
+        Command::Bench(BenchCommand::Hicache(b)) => b.run(sglrs_benches::hicache::run),
     }
 }
