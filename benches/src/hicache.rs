@@ -56,10 +56,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use sglrs_radix_cache::PageHash;
-// merge: this is `sglrs_radix_cache::store::{…}` after the store's move; drop `StoredHashes`
-// (below) once `PageStore::stored_hashes` exists there.
-use sglrs_transfer::store::{DiskConfig, PageStore, PageStoreConfig};
+use sglrs_radix_cache::store::{DiskConfig, PageStore, PageStoreConfig};
 
 /// Arguments of `sglrs bench hicache`.
 #[derive(clap::Args, Debug, Clone)]
@@ -893,38 +890,6 @@ fn restart(args: &HicacheArgs, run_dir: &RunDir) -> anyhow::Result<(Value, PathB
     Ok((v, dir))
 }
 
-/// `PageStore::stored_hashes` for a store that lacks it: the hashes of the records of every
-/// segment, from their headers (`[b"SGKV"][u32 len][16-byte hash][u64 checksum][data]`).
-trait StoredHashes {
-    fn stored_hashes(&self) -> Vec<PageHash>;
-}
-
-impl StoredHashes for PageStore {
-    fn stored_hashes(&self) -> Vec<PageHash> {
-        use std::os::unix::fs::FileExt;
-        let Some(dir) = self.disk_dir() else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for seg in segments(&dir).unwrap_or_default() {
-            let Ok(f) = std::fs::File::open(&seg) else {
-                continue;
-            };
-            let len = f.metadata().map_or(0, |m| m.len());
-            let mut off = 0u64;
-            let mut h = [0u8; 32];
-            while off + 32 <= len && f.read_exact_at(&mut h, off).is_ok() && &h[..4] == b"SGKV" {
-                let n = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as u64;
-                let mut hash = [0u8; 16];
-                hash.copy_from_slice(&h[8..24]);
-                out.push(PageHash::from_bytes(hash));
-                off += 32 + n;
-            }
-        }
-        out
-    }
-}
-
 /// The segment files `seg-*.kv` of `dir`, sorted.
 fn segments(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -1005,6 +970,7 @@ fn disk_read(dir: &Path) -> anyhow::Result<Value> {
             max_bytes: u64::MAX,
             segment_bytes: 64 << 20,
         }),
+        disk_write_through: false,
     })
     .with_context(|| format!("opening the page store in {}", dir.display()))?;
     let hashes = store.stored_hashes();
@@ -1307,6 +1273,7 @@ mod tests {
                 max_bytes: u64::MAX,
                 segment_bytes: 1 << 20,
             }),
+            disk_write_through: false,
         };
         let pages: Vec<(PageHash, bytes::Bytes)> = (0..40u8)
             .map(|i| (PageHash(u128::from(i) << 64 | 7), vec![i; 64 << 10].into()))

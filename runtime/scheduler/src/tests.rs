@@ -291,7 +291,10 @@ fn a_request_aborted_while_loading_frees_its_pages_when_the_load_ends() {
     let Some(hicache::IoJob::Prefetch { id, .. }) = c.poll_io() else {
         panic!("a prefetch on arrival")
     };
-    assert!(c.poll_batch(now).is_none(), "admission waits for the prefetch");
+    assert!(
+        c.poll_batch(now).is_none(),
+        "admission waits for the prefetch"
+    );
     c.handle_io_done(hicache::IoDone::Prefetched { id });
     assert!(c.poll_batch(now).is_none(), "it waits for its load");
     let load = std::iter::from_fn(|| c.poll_io())

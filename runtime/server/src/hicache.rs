@@ -328,8 +328,7 @@ mod tests {
         ])
         .contains("--hicache-storage-dir"));
         assert!(
-            err(&["--enable-hierarchical-cache", "--hicache-ratio", "-1"])
-                .contains("--hicache-ratio")
+            err(&["--enable-hierarchical-cache", "--hicache-ratio=-1"]).contains("--hicache-ratio")
         );
         assert!(args(&["--enable-hierarchical-cache"])
             .unwrap()
