@@ -208,12 +208,12 @@ fn damaged_segments_are_misses_and_the_output_stays_right() {
         std::fs::write(seg, b).unwrap();
     }
     let s = start(&refs(&flags));
+    let r = ask(&s, &prose(0, 600));
     let st = internal(&s);
     assert!(
         st["hicache_store"]["corrupted_pages"].as_u64().unwrap() > 0,
-        "the scan found the flipped records: {st}"
+        "reads verified the flipped records: {st}"
     );
-    let r = ask(&s, &prose(0, 600));
     let (_, _, disk) = details(&r);
     assert!(
         disk < 592,
