@@ -223,7 +223,9 @@ fn toy_io(core: &mut SchedulerCore, exec: &mut ToyExec) {
     }
 }
 
-fn tiered_core(num_pages: usize, page_size: usize, policy: hicache::WritePolicy) -> SchedulerCore {
+/// Lower tiers for a test core: a RAM-only page store, `policy`, pages of `page_size` toy
+/// slots.
+fn tier_config(policy: hicache::WritePolicy, page_size: usize) -> hicache::HiCacheConfig {
     let store =
         sglrs_radix_cache::store::PageStore::open(sglrs_radix_cache::store::PageStoreConfig {
             ram_bytes: 1 << 30,
@@ -231,15 +233,19 @@ fn tiered_core(num_pages: usize, page_size: usize, policy: hicache::WritePolicy)
             disk_write_through: false,
         })
         .unwrap();
-    let mut cfg = config(num_pages, page_size);
-    cfg.hicache = Some(hicache::HiCacheConfig {
+    hicache::HiCacheConfig {
         store: Arc::new(store),
         write_policy: policy,
         prefetch_policy: hicache::PrefetchPolicy::WaitComplete,
         prefetch_timeout: std::time::Duration::from_millis(100),
         root_hash: sglrs_radix_cache::PageHash(0x5eed),
         page_bytes: 4 * page_size,
-    });
+    }
+}
+
+fn tiered_core(num_pages: usize, page_size: usize, policy: hicache::WritePolicy) -> SchedulerCore {
+    let mut cfg = config(num_pages, page_size);
+    cfg.hicache = Some(tier_config(policy, page_size));
     SchedulerCore::new(cfg, Arc::new(ToyTok)).unwrap()
 }
 
@@ -634,6 +640,7 @@ proptest! {
         reqs in prop::collection::vec((0usize..3, prop::collection::vec(1u32..39, 1..12), 0usize..12, 0usize..24), 1..10),
         aborts in prop::collection::vec((0usize..30, 0u64..10), 0..3),
         hold_ms in 0u64..4,
+        tiers in 0u8..3,
     ) {
         let prefixes: [Vec<u32>; 3] = [(1..9).collect(), (20..38).collect(), vec![]];
         let max_len = reqs.iter().map(|(p, s, m, _)| prefixes[*p].len() + s.len() + m).max().unwrap_or(1);
@@ -647,6 +654,13 @@ proptest! {
         // A pool that cannot hold a max_context sequence is refused by the core; size the
         // check by this test's real longest sequence instead.
         cfg.num_pages = num_pages.max((cfg.max_context.min(4096) + page_size).div_ceil(page_size));
+        // Lower tiers off, write-through or selective: pages evicted from the small pool come
+        // back from the host tier (copied by `toy_io`), and the outputs must not change.
+        cfg.hicache = match tiers {
+            0 => None,
+            1 => Some(tier_config(hicache::WritePolicy::WriteThrough, page_size)),
+            _ => Some(tier_config(hicache::WritePolicy::WriteThroughSelective, page_size)),
+        };
         let mut c = SchedulerCore::new(cfg.clone(), Arc::new(ToyTok)).unwrap();
         let mut e = ToyExec::new(cfg.num_pages, page_size);
         let mut prompts = Vec::new();
