@@ -362,9 +362,10 @@ impl SchedulerCore {
             self.admit(&mut budget, &mut items, now);
         }
         if items.is_empty() {
-            if hold || self.loading() {
-                // Admission waits (bounded; see `core/hold.rs`), or a load from a lower
-                // tier is in flight and its sequence runs once it is done.
+            if hold || self.loading() || self.io_pending() {
+                // Admission waits (bounded; see `core/hold.rs`), or a copy to or from a
+                // lower tier is in flight: a load's sequence runs once it is done, and a
+                // write's pinned pages become evictable.
                 return None;
             }
             // Nothing fits: a lone sequence larger than the pool. Fail it rather than spin.
@@ -471,7 +472,9 @@ impl SchedulerCore {
     /// Returns a running sequence to the front of the waiting queue, keeping its computed
     /// full pages in the cache (so re-admission finds them) and freeing the rest.
     fn retract(&mut self, key: SeqKey) {
-        self.release_pages(key);
+        // Not written down now: a pin would keep the pages from being evicted, and room is
+        // what the retraction is for.
+        self.release_pages(key, false);
         let order = self.next_retract_order;
         self.next_retract_order -= 1;
         let s = self.seqs.get_mut(&key).expect("retract of a live key");
@@ -483,8 +486,9 @@ impl SchedulerCore {
         self.stats.retractions += 1;
     }
 
-    /// Inserts the sequence's computed full pages into the cache, frees the rest, unlocks.
-    fn release_pages(&mut self, key: SeqKey) {
+    /// Inserts the sequence's computed full pages into the cache, frees the rest, unlocks;
+    /// with `offload`, the new tree pages are written down to the lower tiers.
+    fn release_pages(&mut self, key: SeqKey, offload: bool) {
         let ps = self.cfg.page_size;
         let s = self.seqs.get_mut(&key).expect("release of a live key");
         let Some(lock) = s.lock.take() else {
@@ -501,7 +505,9 @@ impl SchedulerCore {
         );
         self.cache.free(&pages[full..]);
         s.tree_pages = 0;
-        self.offload_inserted(key, full);
+        if offload {
+            self.offload_inserted(key, full);
+        }
         self.cache.unlock(lock);
     }
 
@@ -835,7 +841,7 @@ impl SchedulerCore {
             // The I/O thread is writing its pages: they are freed when it is done.
             self.orphan_loading(key);
         } else {
-            self.release_pages(key);
+            self.release_pages(key, true);
         }
         let mut s = self.seqs.remove(&key).expect("checked above");
         self.running.retain(|k| *k != key);
