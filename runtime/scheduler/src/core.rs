@@ -24,8 +24,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Key of one sequence: (request, sample index).
-pub type SeqKey = (RequestId, usize);
+pub use super::request::SeqKey;
 
 /// Limits and choices of the scheduler.
 #[derive(Clone, Debug)]

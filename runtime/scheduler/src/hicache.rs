@@ -25,8 +25,7 @@ use sglrs_executor::kv::PageIo;
 use sglrs_radix_cache::store::{PageStore, Source};
 use sglrs_radix_cache::PageHash;
 
-use crate::core::SeqKey;
-use crate::request::RequestId;
+use crate::request::{RequestId, SeqKey};
 
 /// When pages are copied from the device tier into the lower tiers (SGLang's
 /// `--hicache-write-policy`).

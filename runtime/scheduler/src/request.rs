@@ -139,6 +139,9 @@ pub struct TokenLogprob {
     pub chosen: Vec<(u32, f32)>,
 }
 
+/// Key of one sequence: (request, sample index).
+pub type SeqKey = (RequestId, usize);
+
 /// An update from the scheduler about one request.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SchedEvent {

@@ -204,7 +204,10 @@ impl Engine {
         let layout = exec.kv_layout();
         let device_bytes = exec.num_pages() * layout.page_bytes();
         let quantize = cfg.quantize.map(|q| format!("{q:?}")).unwrap_or_default();
-        let hicache = cfg.hicache.build(&path, &quantize, layout, device_bytes)?;
+        let hicache = cfg
+            .hicache
+            .build(&path, &quantize, layout, device_bytes)
+            .map_err(EngineError::Config)?;
         let hicache_info = crate::hicache::info_json(&cfg.hicache, hicache.as_ref(), device_bytes);
         let sched_cfg = SchedulerConfig {
             page_size: cfg.page_size,

@@ -10,7 +10,6 @@ use sglrs_radix_cache::store::{DiskConfig, PageStore, PageStoreConfig};
 use sglrs_radix_cache::{KvLayout, PageHash};
 use sglrs_scheduler::hicache::{HiCacheConfig, PrefetchPolicy, WritePolicy};
 
-use crate::engine::EngineError;
 
 /// Write policy names as `--hicache-write-policy` takes them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -77,15 +76,15 @@ const SEGMENT_BYTES: u64 = 64 << 20;
 
 const GB: f64 = (1u64 << 30) as f64;
 
-fn config_err(msg: impl Into<String>) -> EngineError {
-    EngineError::Config(msg.into())
+fn config_err(msg: impl Into<String>) -> String {
+    msg.into()
 }
 
 impl HiCacheArgs {
     /// Checks the flags against each other: flags of the hierarchical cache without
     /// `--enable-hierarchical-cache`, or a configuration without any lower tier, are
     /// refused by name.
-    fn validate(&self) -> Result<(), EngineError> {
+    fn validate(&self) -> Result<(), String> {
         if !self.enable_hierarchical_cache {
             let set = [
                 (
@@ -155,7 +154,7 @@ impl HiCacheArgs {
         fingerprint_extra: &str,
         layout: KvLayout,
         device_bytes: usize,
-    ) -> Result<Option<HiCacheConfig>, EngineError> {
+    ) -> Result<Option<HiCacheConfig>, String> {
         self.validate()?;
         if !self.enable_hierarchical_cache {
             return Ok(None);
