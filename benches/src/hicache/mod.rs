@@ -7,7 +7,7 @@
 //! SIGTERM (SIGKILL if it has not exited after two minutes).
 //!
 //! - Multi-turn workload, in the manner of SGLang's `benchmark/hicache/bench_multiturn.py`:
-//!   `--clients` conversations (16) of `--rounds` turns (6). Each turn appends
+//!   `--clients` conversations (16) of `--rounds` turns (8). Each turn appends
 //!   ~`--turn-tokens` (300) tokens of seeded pseudo-random lowercase words, different for
 //!   every client and round, to the conversation so far (`User: …\nAssistant:`, the previous
 //!   answers included) and asks for `--output-tokens` (8) tokens at temperature 0 through the
@@ -86,7 +86,7 @@ pub struct HicacheArgs {
     #[arg(long, default_value_t = 16)]
     pub clients: usize,
     /// Turns per conversation.
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 8)]
     pub rounds: usize,
     /// New user tokens per turn (approximate: words are generated, ~1.09 tokens each).
     #[arg(long, default_value_t = 300)]

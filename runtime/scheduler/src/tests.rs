@@ -898,4 +898,3 @@ fn a_panic_in_the_driver_ends_every_request_with_an_error_and_later_submits_fail
         Some(SchedError::Shutdown)
     );
 }
-

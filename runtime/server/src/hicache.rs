@@ -10,7 +10,6 @@ use sglrs_radix_cache::store::{DiskConfig, PageStore, PageStoreConfig};
 use sglrs_radix_cache::{KvLayout, PageHash};
 use sglrs_scheduler::hicache::{HiCacheConfig, PrefetchPolicy, WritePolicy};
 
-
 /// Write policy names as `--hicache-write-policy` takes them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 #[value(rename_all = "snake_case")]
