@@ -8,12 +8,14 @@ use crate::tier::PageHash;
 use crate::tokens::Tokens;
 use crate::types::{Namespace, NodeId};
 
-/// Where a node's pages live in the hierarchical cache.
+/// Where a node's pages live in the hierarchical cache, as a caller records it
+/// ([`crate::RadixCache::set_tiers`]).
 ///
-/// Today only [`TierSet::DEVICE`] is set by the tree (pages in the executor's KV pool). The
-/// HiCache work adds host copies and lower-tier copies: evicting a node that also has a host
-/// copy then keeps it as a host-only node instead of removing it, and a match may return a
-/// position whose pages must be loaded back first.
+/// The tree itself sets only [`TierSet::DEVICE`] (a node in the tree has its pages in the
+/// executor's KV pool). The runtime's lower tiers (host RAM, disk) are indexed by
+/// [`crate::PageHash`] in a [`crate::store::PageStore`], not by tree nodes: a node evicted from
+/// the device leaves the tree while its lower copies stay, and a match is continued by hash
+/// below the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct TierSet(pub u8);
 
