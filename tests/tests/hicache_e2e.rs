@@ -200,7 +200,7 @@ fn damaged_segments_are_misses_and_the_output_stays_right() {
         let mut off = 0usize;
         while off + 32 <= b.len() && &b[off..off + 4] == b"SGKV" {
             let len = u32::from_le_bytes(b[off + 4..off + 8].try_into().unwrap()) as usize;
-            if (off / 32) % 3 == 0 {
+            if (off / 32).is_multiple_of(3) {
                 b[off + 32 + len / 2] ^= 0x5a;
             }
             off += 32 + len;
