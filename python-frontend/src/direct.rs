@@ -162,6 +162,7 @@ impl Pending {
                         "prompt_tokens": s.prompt_tokens,
                         "completion_tokens": s.completion_tokens,
                         "cached_tokens": s.cached_tokens,
+                        "cached_tokens_details": s.cached,
                         "e2e_latency": e2e,
                     },
                 })

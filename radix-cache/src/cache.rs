@@ -47,6 +47,9 @@ pub struct CacheConfig {
     /// quantization, KV layout and dtype), so that two models sharing a disk tier or a store
     /// never read each other's pages. `None`: 16 zero bytes, as in the bare format.
     pub root_hash: Option<PageHash>,
+    /// Record every evicted page with its hash ([`RadixCache::drain_demoted`]), so that a
+    /// write-back cache tier can copy it down before the page is reused.
+    pub demote: bool,
 }
 
 impl CacheConfig {
@@ -59,7 +62,15 @@ impl CacheConfig {
             events: false,
             track_pages: cfg!(debug_assertions),
             root_hash: None,
+            demote: false,
         }
+    }
+
+    /// The same config with evicted pages recorded for a write-back tier (see
+    /// [`CacheConfig::demote`]).
+    pub fn with_demote(mut self, demote: bool) -> CacheConfig {
+        self.demote = demote;
+        self
     }
 
     /// The same config with the first page of every sequence chained on `root` (see
@@ -196,6 +207,8 @@ pub struct RadixCache {
     pub(crate) held_locks: usize,
     pub(crate) tick: u64,
     pub(crate) events: Vec<KvEvent>,
+    /// Pages evicted since the last [`RadixCache::drain_demoted`] (with `demote` on).
+    pub(crate) demoted: Vec<(PageHash, PageId)>,
     pub(crate) stats: CacheStats,
     pub(crate) id: u32,
     /// The root that positions of namespaces without a tree point at (no tokens, no
@@ -308,6 +321,7 @@ impl RadixCache {
             held_locks: 0,
             tick: 0,
             events: Vec::new(),
+            demoted: Vec::new(),
             stats: CacheStats::default(),
             id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
             void: None,
@@ -360,6 +374,14 @@ impl RadixCache {
             caller_pages: self.pool.caller_pages(),
             ..self.stats.clone()
         }
+    }
+
+    /// Takes the pages evicted since the last call, each with its hash (none unless
+    /// [`CacheConfig::demote`] is on). Their bytes are intact until someone writes them: the
+    /// caller of the `alloc` that evicted them (which may have received some of them) must
+    /// copy them down before it runs anything over those pages.
+    pub fn drain_demoted(&mut self) -> Vec<(PageHash, PageId)> {
+        std::mem::take(&mut self.demoted)
     }
 
     /// Takes the KV events recorded since the last call (none unless

@@ -30,6 +30,16 @@ impl RadixCache {
                 continue;
             }
             let want = n_pages - freed;
+            if self.cfg.demote {
+                self.ensure_hashes(id);
+                let n = &self.nodes[id.idx()];
+                let keep = n.pages.len().saturating_sub(want);
+                let gone = n.hashes[keep..]
+                    .iter()
+                    .copied()
+                    .zip(n.pages.iter().skip(keep));
+                self.demoted.extend(gone);
+            }
             let n = &mut self.nodes[id.idx()];
             if n.pages.len() > want {
                 // Trim the leaf's tail: it stays the least valuable leaf, now shorter.

@@ -472,3 +472,32 @@ fn the_root_hash_renames_every_page_and_nothing_else() {
     );
     assert!(a.iter().all(|h| !b.contains(h) && !bare.contains(h)));
 }
+
+#[test]
+fn demoted_pages_come_with_the_hashes_they_had_in_the_tree() {
+    let mut c = RadixCache::new(CacheConfig::new(4, 2).with_demote(true)).unwrap();
+    let tokens: Vec<u32> = (0..6).collect();
+    let mut pages = Vec::new();
+    c.alloc(3, &mut pages).unwrap();
+    let mut back = Vec::new();
+    c.insert(Namespace::DEFAULT, &tokens, &pages, &mut back)
+        .unwrap();
+    let mut got = Vec::new();
+    let m = c.match_prefix(Namespace::DEFAULT, &tokens, &mut got);
+    let mut hashes = Vec::new();
+    c.page_hashes(m.position, &mut hashes).unwrap();
+    // Two more pages than are free: the leaf's last two pages go, tail first.
+    let mut more = Vec::new();
+    c.alloc(3, &mut more).unwrap();
+    let mut demoted = c.drain_demoted();
+    demoted.sort_by_key(|(_, p)| p.0);
+    let mut want: Vec<(PageHash, PageId)> = hashes[1..]
+        .iter()
+        .copied()
+        .zip(pages[1..].iter().copied())
+        .collect();
+    want.sort_by_key(|(_, p)| p.0);
+    assert_eq!(demoted, want);
+    assert!(c.drain_demoted().is_empty());
+    c.check_invariants().unwrap();
+}

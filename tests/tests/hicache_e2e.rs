@@ -319,3 +319,18 @@ fn flush_cache_returns_pages_and_locks_to_baseline_and_keeps_the_disk_tier() {
     drop(s);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn write_back_stores_evicted_pages_and_serves_them_with_the_same_answer() {
+    let _g = lock();
+    let dir = tempdir("write-back");
+    let mut flags = disk_flags(&dir);
+    flags.extend(["--hicache-write-policy".into(), "write_back".into()]);
+    let s = start(&refs(&flags));
+    let (first, again) = evict_and_return(&s);
+    let (_, _, disk) = details(&again);
+    assert!(disk > 0, "{}", again["meta_info"]);
+    assert_eq!(answer(&again), answer(&first));
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -49,6 +49,8 @@ pub(crate) struct PageCache {
     tree: RadixCache,
     scratch: Vec<PageId>,
     errors: u64,
+    /// Pages evicted (with `demote`), for a write-back tier to copy down.
+    demoted: Vec<(PageHash, u32)>,
 }
 
 fn ids(pages: &[PageId]) -> Vec<u32> {
@@ -62,12 +64,14 @@ fn page_ids(pages: &[u32]) -> Vec<PageId> {
 impl PageCache {
     /// A cache over `num_pages` pages; `root` chains every sequence's first page hash on
     /// the model fingerprint (the lower tiers' page names).
+    /// With `demote`, evicted pages are kept for [`PageCache::take_demoted`].
     pub fn new(
         num_pages: usize,
         page_size: usize,
         root: Option<PageHash>,
+        demote: bool,
     ) -> Result<Self, SchedError> {
-        let mut cfg = CacheConfig::new(num_pages, page_size);
+        let mut cfg = CacheConfig::new(num_pages, page_size).with_demote(demote);
         if let Some(root) = root {
             cfg = cfg.with_root_hash(root);
         }
@@ -76,6 +80,7 @@ impl PageCache {
             tree,
             scratch: Vec::new(),
             errors: 0,
+            demoted: Vec::new(),
         })
     }
 
@@ -183,8 +188,16 @@ impl PageCache {
     /// `n` pages for a running sequence, evicting unlocked cache pages if needed.
     pub fn alloc(&mut self, n: usize) -> Option<Vec<u32>> {
         let mut out = Vec::with_capacity(n);
-        self.tree.alloc(n, &mut out).ok()?;
+        let r = self.tree.alloc(n, &mut out);
+        self.demoted
+            .extend(self.tree.drain_demoted().into_iter().map(|(h, p)| (h, p.0)));
+        r.ok()?;
         Some(ids(&out))
+    }
+
+    /// Pages evicted since the last call, with their names (write-back).
+    pub fn take_demoted(&mut self) -> Vec<(PageHash, u32)> {
+        std::mem::take(&mut self.demoted)
     }
 
     /// Returns a sequence's own pages to the pool.

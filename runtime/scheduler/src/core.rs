@@ -178,7 +178,11 @@ impl SchedulerCore {
             )));
         }
         let root = cfg.hicache.as_ref().map(|h| h.root_hash);
-        let cache = PageCache::new(cfg.num_pages, cfg.page_size, root)?;
+        let write_back = cfg
+            .hicache
+            .as_ref()
+            .is_some_and(|h| h.write_policy == crate::hicache::WritePolicy::WriteBack);
+        let cache = PageCache::new(cfg.num_pages, cfg.page_size, root, write_back)?;
         let tiers = cfg.hicache.clone().map(tier::Tiers::new);
         Ok(Self {
             mask: vec![0; cfg.vocab_size.div_ceil(32)],

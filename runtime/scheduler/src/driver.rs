@@ -393,6 +393,7 @@ impl Driver {
             self.pump_io();
             let now = Instant::now();
             let planned = self.core.poll_batch(now);
+            self.write_back_evicted();
             self.pump_io();
             // Admission happened in `poll_batch`: free those places before the pass runs.
             self.settle_queue();
@@ -477,6 +478,31 @@ impl Driver {
             // The I/O thread ends only when these senders are dropped.
             let _ = tx.send(job);
         }
+    }
+
+    /// Write-back: copies the pages the last planning evicted out of the pool (before the
+    /// pass that may reuse them runs), skipping those the store holds; the I/O thread stores
+    /// the copies. This copy is on the scheduler thread: the pass must wait for it.
+    fn write_back_evicted(&mut self) {
+        let evicted = self.core.take_demoted();
+        if evicted.is_empty() {
+            return;
+        }
+        let Some(store) = &self.store else { return };
+        let hashes: Vec<_> = evicted.iter().map(|(h, _)| *h).collect();
+        let have = store.contains_each(&hashes);
+        let page_bytes = self.exec.kv_layout().page_bytes();
+        let mut copies = Vec::new();
+        for ((h, page), have) in evicted.into_iter().zip(have) {
+            if have {
+                continue;
+            }
+            let mut buf = vec![0u8; page_bytes];
+            if self.exec.read_pages(&[page], &mut buf).is_ok() {
+                copies.push((h, bytes::Bytes::from(buf)));
+            }
+        }
+        self.core.store_copies(copies);
     }
 
     /// Lets every cache copy in flight finish (at most [`DRAIN_TIMEOUT`]).

@@ -36,6 +36,9 @@ pub enum WritePolicy {
     WriteThrough,
     /// Only pages that were hit at least once on the device (reused prefixes).
     WriteThroughSelective,
+    /// Pages are copied down only when evicted from the device: the scheduler thread copies
+    /// them out of the pool before the pass that may reuse them, the I/O thread stores them.
+    WriteBack,
 }
 
 impl WritePolicy {
@@ -44,6 +47,7 @@ impl WritePolicy {
         match self {
             WritePolicy::WriteThrough => "write_through",
             WritePolicy::WriteThroughSelective => "write_through_selective",
+            WritePolicy::WriteBack => "write_back",
         }
     }
 }
@@ -122,6 +126,11 @@ pub enum IoJob {
         /// Their names.
         hashes: Vec<PageHash>,
     },
+    /// Store pages already copied out of the pool (write-back of evicted pages).
+    Store {
+        /// The pages and their names.
+        pages: Vec<(PageHash, Bytes)>,
+    },
     /// Read a queued request's lower-tier pages into memory ahead of its load.
     Prefetch {
         /// The request.
@@ -152,6 +161,11 @@ pub enum IoDone {
         /// The pin to release.
         pin: u64,
         /// Pages copied into the store.
+        written: usize,
+    },
+    /// A store of copied pages ended.
+    Stored {
+        /// Pages stored.
         written: usize,
     },
     /// A prefetch ended.
@@ -313,6 +327,12 @@ impl IoThread {
                 IoJob::Load { key, pages, hashes } => self.load(key, &pages, &hashes),
                 IoJob::Write { pin, pages, hashes } => self.write(pin, &pages, &hashes),
                 IoJob::Prefetch { id, hashes } => self.prefetch(id, &hashes),
+                IoJob::Store { pages } => {
+                    let written = pages.len();
+                    // A failed disk write is counted by the store.
+                    let _ = self.store.put(pages);
+                    IoDone::Stored { written }
+                }
             };
             if self.done.send(out).is_err() {
                 return;

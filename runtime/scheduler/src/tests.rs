@@ -181,19 +181,24 @@ fn toy_io(core: &mut SchedulerCore, exec: &mut ToyExec) {
         return;
     };
     let ps = exec.page_size;
+    let slots = |exec: &ToyExec, p: u32| -> bytes::Bytes {
+        exec.kv[p as usize * ps..(p as usize + 1) * ps]
+            .iter()
+            .flat_map(|t| t.map_or(0, |t| t + 1).to_le_bytes())
+            .collect::<Vec<u8>>()
+            .into()
+    };
+    // Write-back: copy what the planning evicted before the pass overwrites it.
+    let evicted = core.take_demoted();
+    let copies = evicted.iter().map(|&(h, p)| (h, slots(exec, p))).collect();
+    core.store_copies(copies);
     while let Some(job) = core.poll_io() {
         let done = match job {
             hicache::IoJob::Write { pin, pages, hashes } => {
                 let out: Vec<_> = pages
                     .iter()
                     .zip(&hashes)
-                    .map(|(&p, &h)| {
-                        let bytes: Vec<u8> = exec.kv[p as usize * ps..(p as usize + 1) * ps]
-                            .iter()
-                            .flat_map(|t| t.map_or(0, |t| t + 1).to_le_bytes())
-                            .collect();
-                        (h, bytes::Bytes::from(bytes))
-                    })
+                    .map(|(&p, &h)| (h, slots(exec, p)))
                     .collect();
                 let written = out.len();
                 store.put(out).unwrap();
@@ -218,6 +223,11 @@ fn toy_io(core: &mut SchedulerCore, exec: &mut ToyExec) {
                 }
             }
             hicache::IoJob::Prefetch { id, .. } => hicache::IoDone::Prefetched { id },
+            hicache::IoJob::Store { pages } => {
+                let written = pages.len();
+                store.put(pages).unwrap();
+                hicache::IoDone::Stored { written }
+            }
         };
         core.handle_io_done(done);
     }
@@ -319,6 +329,35 @@ fn a_request_aborted_while_loading_frees_its_pages_when_the_load_ends() {
     });
     while c.poll_event().is_some() {}
     assert!(!c.io_pending());
+    assert_no_leaks(&c);
+}
+
+#[test]
+fn write_back_stores_pages_only_when_they_are_evicted_and_serves_them_back() {
+    let mut c = tiered_core(40, 4, hicache::WritePolicy::WriteBack);
+    let mut e = ToyExec::new(40, 4);
+    let store = c.hicache().unwrap().store.clone();
+    let prompts: Vec<Vec<u32>> = (0..6).map(|i| distinct_prompt(i, 41)).collect();
+    c.handle_request(request(0, prompts[0].clone(), 4), Instant::now());
+    run(&mut c, &mut e, &[]);
+    assert_eq!(
+        store.stats().ram_pages,
+        0,
+        "nothing evicted yet: nothing written"
+    );
+    for (i, p) in prompts.iter().enumerate().skip(1) {
+        c.handle_request(request(i as u64, p.clone(), 4), Instant::now());
+        run(&mut c, &mut e, &[]);
+    }
+    assert!(
+        store.stats().ram_pages > 0,
+        "evicted pages were written back"
+    );
+    c.handle_request(request(10, prompts[0].clone(), 4), Instant::now());
+    let outs = run(&mut c, &mut e, &[]);
+    let o = &outs[&(10, 0)];
+    assert_eq!(o.tokens, reference(&prompts[0], 4));
+    assert!(o.details.host > 0, "{:?}", o.details);
     assert_no_leaks(&c);
 }
 
@@ -640,7 +679,7 @@ proptest! {
         reqs in prop::collection::vec((0usize..3, prop::collection::vec(1u32..39, 1..12), 0usize..12, 0usize..24), 1..10),
         aborts in prop::collection::vec((0usize..30, 0u64..10), 0..3),
         hold_ms in 0u64..4,
-        tiers in 0u8..3,
+        tiers in 0u8..4,
     ) {
         let prefixes: [Vec<u32>; 3] = [(1..9).collect(), (20..38).collect(), vec![]];
         let max_len = reqs.iter().map(|(p, s, m, _)| prefixes[*p].len() + s.len() + m).max().unwrap_or(1);
@@ -654,12 +693,13 @@ proptest! {
         // A pool that cannot hold a max_context sequence is refused by the core; size the
         // check by this test's real longest sequence instead.
         cfg.num_pages = num_pages.max((cfg.max_context.min(4096) + page_size).div_ceil(page_size));
-        // Lower tiers off, write-through or selective: pages evicted from the small pool come
+        // Lower tiers off, write-through, selective or write-back: pages evicted from the small pool come
         // back from the host tier (copied by `toy_io`), and the outputs must not change.
         cfg.hicache = match tiers {
             0 => None,
             1 => Some(tier_config(hicache::WritePolicy::WriteThrough, page_size)),
-            _ => Some(tier_config(hicache::WritePolicy::WriteThroughSelective, page_size)),
+            2 => Some(tier_config(hicache::WritePolicy::WriteThroughSelective, page_size)),
+            _ => Some(tier_config(hicache::WritePolicy::WriteBack, page_size)),
         };
         let mut c = SchedulerCore::new(cfg.clone(), Arc::new(ToyTok)).unwrap();
         let mut e = ToyExec::new(cfg.num_pages, page_size);

@@ -18,7 +18,8 @@ pub enum WritePolicyArg {
     WriteThrough,
     /// Only prefixes hit at least once on the device are written down.
     WriteThroughSelective,
-    /// SGLang's write-back (copy on eviction); refused with a message: not built yet.
+    /// Pages are copied down only when evicted from the device (on the scheduler thread,
+    /// before the pages are reused).
     WriteBack,
 }
 
@@ -100,13 +101,6 @@ impl HiCacheArgs {
             }
             return Ok(());
         }
-        if self.hicache_write_policy == WritePolicyArg::WriteBack {
-            return Err(config_err(
-                "--hicache-write-policy write_back is not supported: pages are copied down \
-                 by the cache I/O thread while they are locked in the tree, which needs them \
-                 written before eviction; use write_through or write_through_selective",
-            ));
-        }
         for (name, v) in [
             ("--hicache-ratio", self.hicache_ratio),
             ("--hicache-size", self.hicache_size),
@@ -182,8 +176,9 @@ impl HiCacheArgs {
         Ok(Some(HiCacheConfig {
             store: Arc::new(store),
             write_policy: match self.hicache_write_policy {
+                WritePolicyArg::WriteThrough => WritePolicy::WriteThrough,
                 WritePolicyArg::WriteThroughSelective => WritePolicy::WriteThroughSelective,
-                _ => WritePolicy::WriteThrough,
+                WritePolicyArg::WriteBack => WritePolicy::WriteBack,
             },
             prefetch_policy: match self.hicache_storage_prefetch_policy {
                 PrefetchPolicyArg::BestEffort => PrefetchPolicy::BestEffort,
@@ -307,12 +302,6 @@ mod tests {
     fn flags_that_cannot_work_are_refused_by_name() {
         let err = |a: &[&str]| args(a).unwrap().validate().unwrap_err().to_string();
         assert!(err(&["--hicache-storage-dir", "/tmp/x"]).contains("--enable-hierarchical-cache"));
-        assert!(err(&[
-            "--enable-hierarchical-cache",
-            "--hicache-write-policy",
-            "write_back"
-        ])
-        .contains("write_back"));
         assert!(err(&[
             "--enable-hierarchical-cache",
             "--hicache-storage-backend",

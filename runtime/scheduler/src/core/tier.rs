@@ -31,6 +31,8 @@ pub(crate) struct Tiers {
     orphans: HashMap<SeqKey, (Vec<u32>, Option<Lock>)>,
     /// Prefetches in flight, with the request's arrival.
     prefetching: HashMap<RequestId, Instant>,
+    /// Write-back stores in flight.
+    stores: usize,
     stats: TierStats,
 }
 
@@ -44,6 +46,7 @@ impl Tiers {
             loading: HashMap::new(),
             orphans: HashMap::new(),
             prefetching: HashMap::new(),
+            stores: 0,
             stats: TierStats::default(),
         }
     }
@@ -62,7 +65,29 @@ impl SchedulerCore {
                 || !t.pins.is_empty()
                 || !t.loading.is_empty()
                 || !t.prefetching.is_empty()
+                || t.stores > 0
         })
+    }
+
+    /// Write-back: the pages evicted since the last call, with their names. The caller copies
+    /// them out of the pool before the next forward pass (which may write them) and hands
+    /// the copies to [`SchedulerCore::store_copies`].
+    pub fn take_demoted(&mut self) -> Vec<(PageHash, u32)> {
+        if self.tiers.is_none() {
+            return Vec::new();
+        }
+        self.cache.take_demoted()
+    }
+
+    /// Write-back: queues the store of pages copied out of the pool.
+    pub fn store_copies(&mut self, pages: Vec<(PageHash, bytes::Bytes)>) {
+        if pages.is_empty() {
+            return;
+        }
+        if let Some(t) = self.tiers.as_mut() {
+            t.stores += 1;
+            t.jobs.push_back(IoJob::Store { pages });
+        }
     }
 
     /// The lower tiers' configuration, if there are lower tiers.
@@ -94,6 +119,11 @@ impl SchedulerCore {
                 if let Some(lock) = t.pins.remove(&pin) {
                     self.cache.unlock(lock);
                 }
+            }
+            IoDone::Stored { written } => {
+                t.stores = t.stores.saturating_sub(1);
+                t.stats.written_pages += written as u64;
+                t.stats.written_bytes += (written * t.cfg.page_bytes) as u64;
             }
             IoDone::Prefetched { id } => {
                 t.stats.prefetches += 1;
