@@ -441,23 +441,28 @@ fn a_stale_node_id_names_nothing_after_its_slot_is_reused() {
     c.check_invariants().unwrap();
 }
 
+/// A cache built from `cfg` holding `tokens` (all full pages) as one edge: the cache, its
+/// pages and the pages' hashes.
+fn cached_edge(cfg: CacheConfig, tokens: &[u32]) -> (RadixCache, Vec<PageId>, Vec<PageHash>) {
+    let mut c = RadixCache::new(cfg).unwrap();
+    let n = tokens.len() / c.page_size();
+    let mut pages = Vec::new();
+    c.alloc(n, &mut pages).unwrap();
+    let mut back = Vec::new();
+    c.insert(Namespace::DEFAULT, tokens, &pages, &mut back)
+        .unwrap();
+    let mut got = Vec::new();
+    let m = c.match_prefix(Namespace::DEFAULT, tokens, &mut got);
+    let mut hashes = Vec::new();
+    c.page_hashes(m.position, &mut hashes).unwrap();
+    c.check_invariants().unwrap();
+    (c, pages, hashes)
+}
+
 #[test]
 fn the_root_hash_renames_every_page_and_nothing_else() {
     let tokens: Vec<u32> = (0..12).collect();
-    let names = |cfg: CacheConfig| {
-        let mut c = RadixCache::new(cfg).unwrap();
-        let mut pages = Vec::new();
-        c.alloc(3, &mut pages).unwrap();
-        let mut back = Vec::new();
-        c.insert(Namespace::DEFAULT, &tokens, &pages, &mut back)
-            .unwrap();
-        let mut got = Vec::new();
-        let m = c.match_prefix(Namespace::DEFAULT, &tokens, &mut got);
-        let mut hashes = Vec::new();
-        c.page_hashes(m.position, &mut hashes).unwrap();
-        c.check_invariants().unwrap();
-        hashes
-    };
+    let names = |cfg: CacheConfig| cached_edge(cfg, &tokens).2;
     let bare = names(CacheConfig::new(8, 4));
     let a = names(CacheConfig::new(8, 4).with_root_hash(PageHash(1)));
     let b = names(CacheConfig::new(8, 4).with_root_hash(PageHash(2)));
@@ -475,17 +480,8 @@ fn the_root_hash_renames_every_page_and_nothing_else() {
 
 #[test]
 fn demoted_pages_come_with_the_hashes_they_had_in_the_tree() {
-    let mut c = RadixCache::new(CacheConfig::new(4, 2).with_demote(true)).unwrap();
     let tokens: Vec<u32> = (0..6).collect();
-    let mut pages = Vec::new();
-    c.alloc(3, &mut pages).unwrap();
-    let mut back = Vec::new();
-    c.insert(Namespace::DEFAULT, &tokens, &pages, &mut back)
-        .unwrap();
-    let mut got = Vec::new();
-    let m = c.match_prefix(Namespace::DEFAULT, &tokens, &mut got);
-    let mut hashes = Vec::new();
-    c.page_hashes(m.position, &mut hashes).unwrap();
+    let (mut c, pages, hashes) = cached_edge(CacheConfig::new(4, 2).with_demote(true), &tokens);
     // Two more pages than are free: the leaf's last two pages go, tail first.
     let mut more = Vec::new();
     c.alloc(3, &mut more).unwrap();

@@ -97,6 +97,8 @@ impl Queue {
 pub struct SchedulerHandle {
     tx: Sender<Command>,
     stats: Arc<Mutex<DriverStats>>,
+    /// The lower tiers' store, read live by [`SchedulerHandle::stats`].
+    store: Option<Arc<PageStore>>,
     queue: Arc<Queue>,
     alive: Arc<AtomicBool>,
 }
@@ -205,12 +207,16 @@ impl SchedulerHandle {
         self.alive.load(Ordering::Acquire)
     }
 
-    /// The latest snapshot.
+    /// The latest snapshot (the lower tiers' store counters as they are now).
     pub fn stats(&self) -> DriverStats {
-        match self.stats.lock() {
+        let mut s = match self.stats.lock() {
             Ok(s) => s.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        if let Some(store) = &self.store {
+            s.store = Some(store.stats());
         }
+        s
     }
 }
 
@@ -244,6 +250,7 @@ pub fn spawn(
             (Some(io), Some(h.store.clone()))
         }
     };
+    let live_store = store.clone();
     let join = std::thread::Builder::new()
         .name("sglrs-scheduler".into())
         .spawn(move || {
@@ -268,6 +275,7 @@ pub fn spawn(
         SchedulerHandle {
             tx,
             stats,
+            store: live_store,
             queue,
             alive,
         },
@@ -578,6 +586,8 @@ impl Driver {
                         let _ = store.clear_ram();
                     }
                 }
+                // The snapshot shows the flush before the caller hears of it.
+                self.publish();
                 let _ = reply.send(flushed);
             }
             Command::Drain(reply) => {
@@ -596,6 +606,7 @@ impl Driver {
                         .map_err(|e| format!("clearing the disk tier: {e}")),
                     _ => Ok(false),
                 };
+                self.publish();
                 let _ = reply.send(r);
             }
         }

@@ -10,7 +10,7 @@ use sglrs_scheduler::{
     AbortReason, FinishReason, LogprobConfig, RequestId, SchedEvent, SchedRequest, TokenLogprob,
 };
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -33,11 +33,26 @@ pub struct GrammarCompiler {
     cache: Mutex<HashMap<GrammarSpec, Arc<CompiledGrammar>>>,
     failures: Mutex<HashMap<GrammarSpec, (ApiError, Instant)>>,
     compiles: AtomicU64,
+    /// Compiles running on the blocking pool now, and the most allowed at once.
+    running: Arc<AtomicUsize>,
+    max_running: usize,
+}
+
+/// Gives back a compile's place when the compile ends (it runs on in the blocking pool even
+/// if its request is gone, so the place follows the compile, not the request).
+struct CompileSlot(Arc<AtomicUsize>);
+
+impl Drop for CompileSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl GrammarCompiler {
-    /// A compiler for this vocabulary.
-    pub fn new(vocab: Arc<TokenVocab>) -> Self {
+    /// A compiler for this vocabulary running at most `max_running` compiles at once; more
+    /// are refused with 503 and `Retry-After` (a compile holds a blocking-pool thread for up to
+    /// its deadline).
+    pub fn new(vocab: Arc<TokenVocab>, max_running: usize) -> Self {
         Self {
             vocab,
             // Only declared properties: stricter than the schema, never looser, and what a
@@ -49,6 +64,8 @@ impl GrammarCompiler {
             cache: Mutex::new(HashMap::new()),
             failures: Mutex::new(HashMap::new()),
             compiles: AtomicU64::new(0),
+            running: Arc::new(AtomicUsize::new(0)),
+            max_running: max_running.max(1),
         }
     }
 
@@ -68,12 +85,32 @@ impl GrammarCompiler {
         if let Some(e) = self.remembered_failure(spec) {
             return Err(e);
         }
+        let limit = self.max_running;
+        if self
+            .running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                (r < limit).then_some(r + 1)
+            })
+            .is_err()
+        {
+            return Err(ApiError::Overloaded {
+                message: format!(
+                    "{limit} grammar compiles are running (--max-concurrent-grammar-compiles); \
+                     retry later"
+                ),
+                retry_after_s: crate::error::RETRY_AFTER_S,
+            });
+        }
+        let slot = CompileSlot(self.running.clone());
         let this = self.clone();
         let s = spec.clone();
         self.compiles.fetch_add(1, Ordering::Relaxed);
-        let compiled = tokio::task::spawn_blocking(move || this.compile(&s))
-            .await
-            .map_err(|e| ApiError::Internal(format!("grammar compilation panicked: {e}")))?;
+        let compiled = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            this.compile(&s)
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("grammar compilation panicked: {e}")))?;
         let compiled = match compiled {
             Ok(g) => g,
             Err(e) => {
@@ -326,4 +363,41 @@ pub async fn collect_all(
         out.push(results);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compiler(limit: usize) -> Arc<GrammarCompiler> {
+        let toks = ["a", "b", "ab", "</s>"]
+            .iter()
+            .map(|t| t.as_bytes().to_vec())
+            .collect();
+        let vocab = TokenVocab::new(toks, &[], &[3]).unwrap();
+        Arc::new(GrammarCompiler::new(Arc::new(vocab), limit))
+    }
+
+    #[test]
+    fn compiles_beyond_the_limit_are_refused_with_retry_after_and_places_come_back() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let c = compiler(1);
+        // One compile running (its place taken), as a slow grammar would hold it.
+        c.running.fetch_add(1, Ordering::AcqRel);
+        let busy = rt.block_on(c.get(&GrammarSpec::Regex("a+".into())));
+        match busy {
+            Err(ApiError::Overloaded { retry_after_s, .. }) => assert!(retry_after_s > 0),
+            Err(e) => panic!("expected a 503, got {e}"),
+            Ok(_) => panic!("expected a 503, got a grammar"),
+        }
+        assert_eq!(c.compiles(), 0, "a refused compile does not run");
+        c.running.fetch_sub(1, Ordering::AcqRel);
+        assert!(rt.block_on(c.get(&GrammarSpec::Regex("a+".into()))).is_ok());
+        assert_eq!(c.running.load(Ordering::Acquire), 0, "the place came back");
+        // A cached grammar needs no place.
+        c.running.fetch_add(1, Ordering::AcqRel);
+        assert!(rt.block_on(c.get(&GrammarSpec::Regex("a+".into()))).is_ok());
+    }
 }

@@ -75,6 +75,11 @@ pub struct EngineConfig {
     /// Must be at least 1.
     #[arg(long, default_value_t = 256)]
     pub max_queued_requests: usize,
+    /// Most grammar compiles (`json_schema`, `regex`, `ebnf`, tools) running at once; more
+    /// are answered 503 with `Retry-After` instead of queueing for blocking-pool threads.
+    /// Compiled grammars are cached, so this bounds only new ones.
+    #[arg(long, default_value_t = 8)]
+    pub max_concurrent_grammar_compiles: usize,
     /// Kernel threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -229,7 +234,10 @@ impl Engine {
         let (handle, _join) = sglrs_scheduler::spawn(core, Box::new(exec))?;
         let vocab = sglrs_grammar::TokenVocab::from_tokenizer(tokenizer.inner(), &eos)
             .map_err(|e| EngineError::Vocab(e.to_string()))?;
-        let grammars = Arc::new(GrammarCompiler::new(Arc::new(vocab)));
+        let grammars = Arc::new(GrammarCompiler::new(
+            Arc::new(vocab),
+            cfg.max_concurrent_grammar_compiles,
+        ));
         let info = ServerInfo {
             model_path: path.display().to_string(),
             served_model_name: cfg.served_model_name.clone().unwrap_or_else(|| {
@@ -296,6 +304,7 @@ fn server_args(cfg: &EngineConfig, num_pages: usize, threads: usize) -> serde_js
         "max_batch_tokens": cfg.max_batch_tokens,
         "max_running_requests": cfg.max_running_requests,
         "max_queued_requests": cfg.max_queued_requests,
+        "max_concurrent_grammar_compiles": cfg.max_concurrent_grammar_compiles,
         "threads": threads,
         "api_key_required": !in_process && cfg.api_key.is_some(),
         "metrics_open": !in_process && cfg.api_key.is_some() && cfg.metrics_open,

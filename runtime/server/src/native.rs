@@ -161,6 +161,22 @@ pub async fn generate(
         ));
     }
     let limits = state.limits();
+    // A batch is queued all or nothing: one larger than the queue could never be.
+    let batch_len = match (&raw.text, &raw.input_ids) {
+        (Some(OneOrMany::Many(ts)), _) => Some(("text", ts.len())),
+        (_, Some(InputIds::Batch(b))) => Some(("input_ids", b.len())),
+        _ => None,
+    };
+    if let Some((name, n)) = batch_len.filter(|(_, n)| *n > state.sched.max_queued()) {
+        return Err(ApiError::bad(
+            name,
+            format!(
+                "a batch of {n} prompts is larger than the waiting queue \
+                 (--max-queued-requests {}); split it",
+                state.sched.max_queued()
+            ),
+        ));
+    }
     // Prompts as token ids, and whether the request was a batch.
     let (prompts, is_batch): (Vec<Vec<u32>>, bool) = match (&raw.text, &raw.input_ids) {
         (Some(_), Some(_)) => {
