@@ -127,21 +127,3 @@ fn compiles(s: &Server) -> u64 {
         .as_u64()
         .expect("grammar_compiles in /get_server_info")
 }
-
-#[test]
-fn a_batch_larger_than_the_queue_is_a_400_naming_the_limit() {
-    let s = Server::start(&["--max-queued-requests", "4"]);
-    let texts: Vec<String> = (0..5).map(|i| format!("Prompt {i}")).collect();
-    let (status, body) = s.post(
-        "/generate",
-        &json!({"text": texts, "sampling_params": {"max_new_tokens": 1}}),
-    );
-    assert_eq!(status, 400, "{body}");
-    let msg = body["error"]["message"].as_str().unwrap_or_default();
-    assert!(msg.contains("--max-queued-requests"), "{msg}");
-    let (status, body) = s.post(
-        "/generate",
-        &json!({"text": &texts[..4], "sampling_params": {"max_new_tokens": 1}}),
-    );
-    assert_eq!(status, 200, "a batch the queue holds is served: {body}");
-}

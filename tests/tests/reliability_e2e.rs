@@ -108,12 +108,19 @@ fn overload_is_refused_at_once_with_retry_after_and_the_accepted_requests_comple
     assert_eq!(st["num_waiting_reqs"], 0, "{st}");
     let r = s.request("POST", "/generate", &[], Some(&long_request(4).to_string()));
     assert_eq!(r.status, 200, "{}", r.body);
-    // A batch larger than the queue is refused whole (nothing of it runs).
+    // A batch larger than the whole queue could never be queued: a 400 naming the flag,
+    // and nothing of it runs.
     let batch = json!({"text": ["a", "b", "c"], "sampling_params": {"max_new_tokens": 2}});
     let before = internal(s)["prompt_tokens"].as_u64().unwrap();
     let r = s.request("POST", "/generate", &[], Some(&batch.to_string()));
-    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(r.status, 400, "{}", r.body);
+    let msg = r.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("--max-queued-requests 2"), "{msg}");
     assert_eq!(internal(s)["prompt_tokens"].as_u64().unwrap(), before);
+    // One that fits the queue is served.
+    let two = json!({"text": ["a", "b"], "sampling_params": {"max_new_tokens": 2}});
+    let r = s.request("POST", "/generate", &[], Some(&two.to_string()));
+    assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(s.server_info()["max_queued_requests"], 2);
 }
 
