@@ -6,6 +6,7 @@
 //! allowed, fixed property order, no `\u` escapes in pattern strings), or refused with
 //! [`CompileError::Unsupported`] naming the keyword and its JSON pointer.
 
+mod any_order;
 mod check;
 mod formats;
 mod keys;

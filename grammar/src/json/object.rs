@@ -1,9 +1,7 @@
 //! The object emitter: declared properties in schema order, `required`, `additionalProperties`,
 //! `patternProperties`, `propertyNames`, `minProperties` / `maxProperties`, and the automaton
-//! for keys no declared name or pattern takes ("any other key").
-
-use std::collections::HashMap;
-
+//! for keys no declared name or pattern takes ("any other key"). Objects whose keys may come
+//! in any order are built by `any_order.rs`.
 use serde_json::{Map, Value};
 
 use super::types::f;
@@ -23,14 +21,6 @@ const MAX_PROPERTY_COUNT: usize = 128;
 /// Most `__has_other` conditions (complements of `additionalProperties`/`propertyNames`)
 /// on one object.
 const MAX_CONDS: usize = 4;
-/// Most declared properties an object may have for the any-order automaton.
-const MAX_ANY_ORDER_KEYS: usize = 16;
-/// Most (written set, count) states of one any-order object.
-const MAX_ANY_ORDER_STATES: usize = 4096;
-/// Most NFA states (estimated) one any-order object may add.
-const MAX_ANY_ORDER_COST: usize = 60_000;
-/// Most NFA states (estimated) all any-order objects of one schema may add.
-const MAX_ANY_ORDER_TOTAL: usize = 200_000;
 
 /// A declared property: key, value schema, required.
 type Item = (String, Value, bool);
@@ -853,130 +843,6 @@ impl JsonCompiler<'_> {
         }
         Ok(new)
     }
-
-    /// Declared properties in any order: one state per (set of declared keys written so
-    /// far, property count), a key trie from each to the keys not yet written, each value a
-    /// call to its schema's rule, undeclared properties (`extra`) in every gap. Exact JSON
-    /// Schema semantics (no key twice, every required key before `}`), so an instance that
-    /// orders its keys differently from the schema is accepted. `None` (nothing built) when
-    /// the object is too large for the state budget: the caller then falls back to schema
-    /// order. `counts` = (cap, exact, min, all witness bits) as in [`Counts`].
-    fn any_order(
-        &mut self,
-        open: StateId,
-        items: &[(String, Value, bool)],
-        item_bits: &[u8],
-        extras: &[(u8, RuleId)],
-        counts: (usize, bool, usize, u8),
-        ptr: &str,
-    ) -> Result<Option<StateId>, CompileError> {
-        let (cap, exact, min_count, full_w) = counts;
-        let n = items.len();
-        if !self.opts.any_property_order || !(2..=MAX_ANY_ORDER_KEYS).contains(&n) {
-            return Ok(None);
-        }
-        let bump = |c: usize| bump_count(c, cap, exact);
-        let keys = items
-            .iter()
-            .map(|i| serde_json::to_string(&i.0))
-            .collect::<Result<Vec<String>, _>>()
-            .map_err(|e| CompileError::Json(e.to_string()))?;
-        // Plan the reachable (written set, count) states and the NFA states they need.
-        let mut index: HashMap<(u32, usize, u8), usize> = HashMap::new();
-        let mut order: Vec<(u32, usize, u8)> = vec![(0, 0, 0)];
-        index.insert((0, 0, 0), 0);
-        let mut cost = 0usize;
-        let mut i = 0;
-        while i < order.len() {
-            let (m, c, w) = order[i];
-            i += 1;
-            let Some(c2) = bump(c) else { continue };
-            cost += 4;
-            let mut next = Vec::new();
-            for (k, key) in keys.iter().enumerate() {
-                if m >> k & 1 == 0 {
-                    cost += key.len() + 3;
-                    next.push((m | 1 << k, w | item_bits[k]));
-                }
-            }
-            for &(b, _) in extras {
-                cost += 2;
-                next.push((m, w | b));
-            }
-            for (m2, w2) in next {
-                if let std::collections::hash_map::Entry::Vacant(v) = index.entry((m2, c2, w2)) {
-                    v.insert(order.len());
-                    order.push((m2, c2, w2));
-                }
-            }
-            if order.len() > MAX_ANY_ORDER_STATES || cost > MAX_ANY_ORDER_COST {
-                return Ok(None);
-            }
-        }
-        if self.any_order_cost + cost > MAX_ANY_ORDER_TOTAL {
-            return Ok(None);
-        }
-        self.any_order_cost += cost;
-        let mut rules = Vec::with_capacity(n);
-        for (k, v, _) in items {
-            let vptr = format!(
-                "{ptr}/properties/{}",
-                k.replace('~', "~0").replace('/', "~1")
-            );
-            rules.push(self.schema_rule(v, &vptr)?);
-        }
-        let req: u32 = items
-            .iter()
-            .enumerate()
-            .filter(|(_, it)| it.2)
-            .fold(0, |acc, (k, _)| acc | 1 << k);
-        let mut states = Vec::with_capacity(order.len());
-        for _ in &order {
-            states.push(self.b.state()?);
-        }
-        self.b.eps(open, states[0]);
-        let close = self.b.state()?;
-        let mut trie: HashMap<(StateId, u8), StateId> = HashMap::new();
-        for (idx, &(m, c, w)) in order.iter().enumerate() {
-            if idx % 64 == 63 {
-                self.b.check_deadline()?;
-            }
-            let s = states[idx];
-            if m & req == req && c >= min_count && w == full_w {
-                self.b.eps(s, close);
-            }
-            let Some(c2) = bump(c) else { continue };
-            let s1 = if c > 0 { self.punct(s, b',')? } else { s };
-            for &(b, r) in extras {
-                let e = self.b.call(s1, r)?;
-                self.b.eps(e, states[index[&(m, c2, w | b)]]);
-            }
-            // A trie of the keys not yet written, so the configuration stays one thread.
-            trie.clear();
-            for (k, key) in keys.iter().enumerate() {
-                if m >> k & 1 == 1 {
-                    continue;
-                }
-                let mut at = s1;
-                for &byte in key.as_bytes() {
-                    at = match trie.get(&(at, byte)) {
-                        Some(&x) => x,
-                        None => {
-                            let x = self.b.state()?;
-                            self.b.range(at, byte, byte, x);
-                            trie.insert((at, byte), x);
-                            x
-                        }
-                    };
-                }
-                let col = self.punct(at, b':')?;
-                let e = self.b.call(col, rules[k])?;
-                self.b
-                    .eps(e, states[index[&(m | 1 << k, c2, w | item_bits[k])]]);
-            }
-        }
-        Ok(Some(close))
-    }
 }
 
 /// A pattern matching exactly `name` (metacharacters escaped the same way in ECMA and
@@ -1049,7 +915,7 @@ fn has_other_conditions(s: &Map<String, Value>) -> Vec<KeyCond> {
 
 /// The property count after one more property: `c + 1` up to `cap`, then `cap` again when
 /// counts past `cap` are all alike, or `None` when `exact` counting cannot go past `cap`.
-fn bump_count(c: usize, cap: usize, exact: bool) -> Option<usize> {
+pub(super) fn bump_count(c: usize, cap: usize, exact: bool) -> Option<usize> {
     if c < cap {
         Some(c + 1)
     } else if exact {
