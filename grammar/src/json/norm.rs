@@ -338,26 +338,26 @@ impl JsonCompiler<'_> {
             // A new key matching one of x's patterns gets that pattern's schema in the
             // merged object too (patterns apply to declared keys): nothing to add. The
             // others are additional to x.
-            let new_keys: Vec<&String> =
-                match x.get("patternProperties").and_then(|p| p.as_object()) {
-                    Some(xpp) => {
-                        let mut res = Vec::new();
-                        for p in xpp.keys() {
-                            res.push(super::object::full_match_regex(p).map_err(|e| {
-                                CompileError::Unsupported {
-                                    keyword: "patternProperties".into(),
-                                    pointer: ptr.into(),
-                                    reason: format!("{:?}: {e}", crate::excerpt(p)),
-                                }
-                            })?);
-                        }
-                        new_keys
-                            .into_iter()
-                            .filter(|k| !res.iter().any(|re| re.is_match(k.as_str())))
-                            .collect()
+            let new_keys: Vec<&String> = match x
+                .get("patternProperties")
+                .and_then(|p| p.as_object())
+            {
+                Some(xpp) => {
+                    let mut res = Vec::new();
+                    for p in xpp.keys() {
+                        res.push(full_match_regex(p).map_err(|e| CompileError::Unsupported {
+                            keyword: "patternProperties".into(),
+                            pointer: ptr.into(),
+                            reason: format!("{:?}: {e}", crate::excerpt(p)),
+                        })?);
                     }
-                    None => new_keys,
-                };
+                    new_keys
+                        .into_iter()
+                        .filter(|k| !res.iter().any(|re| re.is_match(k.as_str())))
+                        .collect()
+                }
+                None => new_keys,
+            };
             if let Some(add) = x.get("additionalProperties") {
                 let props = out
                     .get_mut("properties")
@@ -396,12 +396,11 @@ impl JsonCompiler<'_> {
                 if xpp.is_some_and(|m| m.contains_key(p)) {
                     continue;
                 }
-                let re =
-                    super::object::full_match_regex(p).map_err(|e| CompileError::Unsupported {
-                        keyword: "patternProperties".into(),
-                        pointer: ptr.into(),
-                        reason: format!("{:?}: {e}", crate::excerpt(p)),
-                    })?;
+                let re = full_match_regex(p).map_err(|e| CompileError::Unsupported {
+                    keyword: "patternProperties".into(),
+                    pointer: ptr.into(),
+                    reason: format!("{:?}: {e}", crate::excerpt(p)),
+                })?;
                 if xprops.iter().any(|k| re.is_match(k)) {
                     return Err(CompileError::Unsupported {
                         keyword: "allOf".into(),
@@ -835,4 +834,17 @@ fn push_all(m: &mut Map<String, Value>, key: &str, vals: &[Value]) {
         }
     }
     m.insert(key.into(), Value::Array(list));
+}
+
+/// A full-match regex for a JSON Schema pattern (search semantics included).
+pub(super) fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, String> {
+    let hir = crate::regex::parse(p, crate::regex::Flavor::EcmaSearch)?;
+    let full = regex_syntax::hir::Hir::concat(vec![
+        regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),
+        hir,
+        regex_syntax::hir::Hir::look(regex_syntax::hir::Look::End),
+    ]);
+    regex_automata::meta::Regex::builder()
+        .build_from_hir(&full)
+        .map_err(|e| e.to_string())
 }

@@ -7,7 +7,6 @@ use serde_json::{Map, Value};
 use super::types::f;
 use super::JsonCompiler;
 use crate::nfa::{RuleId, StateId};
-use crate::regex::{parse, Flavor};
 use crate::CompileError;
 
 /// Most `patternProperties` on one object (the key automaton tracks which ones a key
@@ -267,7 +266,7 @@ impl JsonCompiler<'_> {
         }
         let mut matchers = Vec::new();
         for (p, _) in &patterns {
-            match full_match_regex(p) {
+            match super::norm::full_match_regex(p) {
                 Ok(re) => matchers.push(re),
                 Err(e) => {
                     return Err(CompileError::Unsupported {
@@ -305,10 +304,12 @@ impl JsonCompiler<'_> {
         for (keys, pats, _, _) in &conds {
             let mut res = Vec::new();
             for p in pats {
-                res.push(full_match_regex(p).map_err(|e| CompileError::Unsupported {
-                    keyword: "additionalProperties".into(),
-                    pointer: ptr.into(),
-                    reason: format!("{:?}: {e}", crate::excerpt(p)),
+                res.push(super::norm::full_match_regex(p).map_err(|e| {
+                    CompileError::Unsupported {
+                        keyword: "additionalProperties".into(),
+                        pointer: ptr.into(),
+                        reason: format!("{:?}: {e}", crate::excerpt(p)),
+                    }
                 })?);
             }
             cond_res.push(res);
@@ -860,19 +861,6 @@ fn literal_pattern(name: &str) -> String {
         }
     }
     out
-}
-
-/// A full-match regex for a JSON Schema pattern (search semantics included).
-pub(super) fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, String> {
-    let hir = parse(p, Flavor::EcmaSearch)?;
-    let full = regex_syntax::hir::Hir::concat(vec![
-        regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),
-        hir,
-        regex_syntax::hir::Hir::look(regex_syntax::hir::Look::End),
-    ]);
-    regex_automata::meta::Regex::builder()
-        .build_from_hir(&full)
-        .map_err(|e| e.to_string())
 }
 
 /// One `__has_other` condition: (names, patterns, positive, value schema). With a value
