@@ -141,6 +141,7 @@ impl SchedulerCore {
                 t.stats.loaded_host_pages += host as u64;
                 t.stats.loaded_disk_pages += disk as u64;
                 t.stats.observe_load(seconds);
+                t.stats.loaded_bytes += (loaded * t.cfg.page_bytes) as u64;
                 if let Some((pages, lock)) = t.orphans.remove(&key) {
                     self.cache.free(&pages);
                     if let Some(lock) = lock {
@@ -148,13 +149,11 @@ impl SchedulerCore {
                     }
                     return;
                 }
-                let pb = self.page_bytes_hint();
                 let Some(s) = self.seqs.get_mut(&key) else {
                     return;
                 };
-                if let Some(t) = self.tiers.as_mut() {
-                    t.stats.loaded_bytes += (loaded * pb) as u64;
-                    if loaded < s.pages.len() - s.tree_pages {
+                if loaded < s.pages.len() - s.tree_pages {
+                    if let Some(t) = self.tiers.as_mut() {
                         t.stats.short_loads += 1;
                     }
                 }
@@ -173,11 +172,6 @@ impl SchedulerCore {
                 }
             }
         }
-    }
-
-    /// Bytes of one page in the executor's layout, for the byte counters.
-    fn page_bytes_hint(&self) -> usize {
-        self.tiers.as_ref().map_or(0, |t| t.cfg.page_bytes)
     }
 
     /// The names of the full pages of `tokens` after its `device_len` tokens cached on the
