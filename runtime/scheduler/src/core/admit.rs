@@ -99,7 +99,10 @@ impl SchedulerCore {
             self.cache.unlock(m.lock);
             return Admitted::Short;
         }
-        let lower = self.lower_hit(ns, &tokens[..match_limit], m.len);
+        let (device_len, mut lower) = self.lower_hit(ns, &tokens[..match_limit]);
+        if device_len != m.len {
+            lower.clear(); // cannot happen: the tree did not change since the match
+        }
         let load_pages = if lower.is_empty() {
             Vec::new()
         } else {

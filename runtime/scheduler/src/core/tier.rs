@@ -174,26 +174,18 @@ impl SchedulerCore {
         }
     }
 
-    /// The names of the full pages of `tokens` after its `device_len` tokens cached on the
-    /// device that the lower tiers hold, from the first (the lower-tier hit). Empty without
-    /// lower tiers.
-    pub(super) fn lower_hit(
-        &mut self,
-        ns: Namespace,
-        tokens: &[u32],
-        device_len: usize,
-    ) -> Vec<PageHash> {
+    /// The tokens of `tokens` cached on the device, and the names of the full pages after
+    /// them that the lower tiers hold, from the first (the lower-tier hit); one walk of the
+    /// tree. Nothing without lower tiers.
+    pub(super) fn lower_hit(&mut self, ns: Namespace, tokens: &[u32]) -> (usize, Vec<PageHash>) {
         let Some(t) = &self.tiers else {
-            return Vec::new();
+            return (0, Vec::new());
         };
         let store = t.cfg.store.clone();
-        let (len, mut hashes) = self.cache.lower_candidates(ns, tokens);
-        if len != device_len {
-            return Vec::new();
-        }
+        let (device_len, mut hashes) = self.cache.lower_candidates(ns, tokens);
         let n = store.exists(&hashes);
         hashes.truncate(n);
-        hashes
+        (device_len, hashes)
     }
 
     /// On arrival: the pages the lower tiers hold beyond the device match are read into
@@ -209,8 +201,7 @@ impl SchedulerCore {
             return;
         }
         let limit = prompt.len() - 1;
-        let (device_len, _) = self.cache.peek(ns, &prompt[..limit]);
-        let hashes = self.lower_hit(ns, &prompt[..limit], device_len);
+        let (_, hashes) = self.lower_hit(ns, &prompt[..limit]);
         if hashes.is_empty() {
             return;
         }
