@@ -282,7 +282,7 @@ impl Engine {
         crate::router(self.state.clone())
     }
 
-    /// Serves on `listener` until it fails or ctrl-c.
+    /// Serves on `listener` until it fails, ctrl-c or SIGTERM, then flushes the cache tiers.
     pub async fn serve(&self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
         crate::serve(self.state.clone(), listener).await
     }

@@ -17,7 +17,8 @@ pub struct ServeArgs {
     pub engine: EngineConfig,
 }
 
-/// `sglrs serve`: [`Engine::start`], then the HTTP server on `--host`:`--port` until ctrl-c.
+/// `sglrs serve`: [`Engine::start`], then the HTTP server on `--host`:`--port` until ctrl-c or
+/// SIGTERM (then the cache tiers are flushed).
 pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let mut cfg = args.engine.clone();
     cfg.listen = Some((args.host.clone(), args.port));
