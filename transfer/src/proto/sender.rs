@@ -218,6 +218,11 @@ impl TransferSender {
         self.rooms.len()
     }
 
+    /// Pages the decode host registered for `room` (`None`: not registered here).
+    pub fn registered_pages(&self, room: RoomId) -> Option<u32> {
+        self.rooms.get(&room).map(|r| r.num_pages)
+    }
+
     /// Hands over the pages (in the executor's page layout, one `Bytes` per page), the aux
     /// data of a registered room and starts sending them.
     pub fn submit(

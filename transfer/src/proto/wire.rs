@@ -12,7 +12,7 @@ use super::Page;
 use sglrs_radix_cache::{KvDtype, KvLayout};
 
 /// Version of the wire protocol carried in [`Hello`]; peers with another version are refused.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Largest frame accepted from a peer (256 MiB), so a hostile length cannot exhaust memory.
 pub const MAX_FRAME: usize = 256 << 20;
@@ -48,7 +48,13 @@ pub struct AuxData {
     pub first_logprob: f32,
     /// Top log-probabilities at the first position, `(token, logprob)`.
     pub top_logprobs: Vec<(u32, f32)>,
+    /// Whatever else the application sends along (the runtime: the sampler's position and
+    /// the prompt's logprobs, as JSON); at most [`MAX_AUX_EXTRA`] bytes.
+    pub extra: Bytes,
 }
+
+/// Largest [`AuxData::extra`] accepted (16 MiB: the logprobs of a long prompt with top-k).
+pub const MAX_AUX_EXTRA: usize = 16 << 20;
 
 /// One page in a store request or answer, with its integrity checksum.
 #[derive(Clone, Debug, PartialEq)]
@@ -397,6 +403,8 @@ pub fn encode(msg: &Message) -> Vec<Bytes> {
                 b.put_u32_le(*t);
                 b.put_f32_le(*lp);
             }
+            b.put_u32_le(aux.extra.len() as u32);
+            b.extend_from_slice(&aux.extra);
         }
         Message::Done {
             room,
@@ -709,12 +717,20 @@ pub fn decode(frame: Bytes) -> Result<Message, WireError> {
             let top_logprobs = (0..n)
                 .map(|_| Ok((r.u32()?, r.f32()?)))
                 .collect::<Result<_, _>>()?;
+            let len = r.u32()? as usize;
+            if len > MAX_AUX_EXTRA {
+                return Err(WireError::BadField(
+                    "aux extra data larger than MAX_AUX_EXTRA",
+                ));
+            }
+            let extra = r.bytes(len)?;
             Message::Aux {
                 room,
                 aux: AuxData {
                     first_token,
                     first_logprob,
                     top_logprobs,
+                    extra,
                 },
             }
         }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use receiver::{KvReceiver, ReceivedRoom, RoomEvent, RoomStream};
-pub use sender::KvSender;
+pub use sender::{KvSender, SendReport};
 pub use store_client::RemoteStore;
 pub use tls::{ClusterIdentity, TlsError, CLUSTER_NAME};
 

@@ -33,6 +33,18 @@ struct Inner {
     rendezvous: Mutex<Rendezvous<ConnId, Payload>>,
     conns: Mutex<HashMap<ConnId, Arc<Shared<TransferSender>>>>,
     waiters: Mutex<HashMap<RoomId, Waiter>>,
+    /// Leading pages of each room in flight that its decode host did not ask for.
+    skipped: Mutex<HashMap<RoomId, usize>>,
+}
+
+/// What [`KvSender::send`] moved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendReport {
+    /// Pages sent.
+    pub sent: usize,
+    /// Leading pages not sent: the decode host had them already (its own prefix cache) and
+    /// registered only the rest.
+    pub skipped: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -47,7 +59,16 @@ impl Inner {
         }
     }
 
-    fn submit(&self, shared: &Shared<TransferSender>, room: RoomId, p: Payload) {
+    /// Submits a room's payload on the connection its decode host registered it on. A
+    /// decode host that already holds a prefix of the prompt's pages registers fewer pages
+    /// than the prompt has: it gets the trailing ones.
+    fn submit(&self, shared: &Shared<TransferSender>, room: RoomId, mut p: Payload) {
+        let want = shared.lock().registered_pages(room).map(|n| n as usize);
+        if let Some(want) = want.filter(|&w| w < p.pages.len()) {
+            let skip = p.pages.len() - want;
+            p.pages.drain(..skip);
+            lock(&self.skipped).insert(room, skip);
+        }
         if let Err(e) = shared.with(|c, now| c.submit(room, p.pages, p.aux, now)) {
             let reason = AbortReason::Cancelled(format!("submit refused: {e}"));
             shared.with(|c, now| c.cancel(room, &e.to_string(), now));
@@ -95,6 +116,7 @@ impl KvSender {
             rendezvous: Mutex::new(Rendezvous::default()),
             conns: Mutex::new(HashMap::new()),
             waiters: Mutex::new(HashMap::new()),
+            skipped: Mutex::new(HashMap::new()),
         });
         let accept = tokio::spawn(accept_loop(endpoint.clone(), inner.clone()));
         Ok(Self {
@@ -114,7 +136,26 @@ impl KvSender {
     /// acknowledged them. Fails when no decode host registers the room, the decode host
     /// aborts or dies, or the room does not finish within the room timeout; in every case
     /// the pages are released before this returns.
+    ///
+    /// A decode host may register fewer pages than `pages` holds (it has the leading ones
+    /// in its own cache): only the trailing ones are sent, and the report says how many
+    /// were skipped.
     pub async fn send(
+        &self,
+        room: RoomId,
+        pages: Vec<Bytes>,
+        aux: AuxData,
+    ) -> Result<SendReport, QuicError> {
+        let total = pages.len();
+        let r = self.send_inner(room, pages, aux).await;
+        let skipped = lock(&self.inner.skipped).remove(&room).unwrap_or(0);
+        r.map(|()| SendReport {
+            sent: total - skipped,
+            skipped,
+        })
+    }
+
+    async fn send_inner(
         &self,
         room: RoomId,
         pages: Vec<Bytes>,
@@ -176,6 +217,11 @@ impl KvSender {
             .sum();
         let conns: Vec<_> = lock(&self.inner.conns).values().cloned().collect();
         waiting + conns.iter().map(|c| c.lock().held_pages()).sum::<usize>()
+    }
+
+    /// Rooms waiting for their registration or in transfer.
+    pub fn open_rooms(&self) -> usize {
+        lock(&self.inner.waiters).len()
     }
 
     /// Decode hosts connected now.

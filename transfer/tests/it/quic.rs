@@ -31,7 +31,7 @@ async fn move_pages(n: u64) {
     let aux = AuxData {
         first_token: 9,
         first_logprob: -0.1,
-        top_logprobs: vec![],
+        ..AuxData::default()
     };
     let send = tokio::spawn(async move {
         let r = sender.send(room, pages, aux).await;
@@ -293,4 +293,42 @@ async fn a_room_nobody_registers_times_out_and_is_released() {
         .unwrap_err();
     assert!(matches!(err, QuicError::NotRegistered(3, _)), "{err:?}");
     assert_eq!(sender.held_pages(), 0);
+}
+
+/// A decode host that holds the first pages of a prompt in its own cache registers only
+/// the rest: it gets the trailing pages (and the aux data's extra bytes), and the sender
+/// reports how many it skipped; a host that holds every page registers none and still
+/// gets the aux data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decode_host_registers_only_the_pages_it_lacks() {
+    let layout = KvLayout::smollm2_135m();
+    let sec = security(b"suffix");
+    let sender = KvSender::bind(any_port(), layout, &sec, QuicConfig::loopback()).unwrap();
+    let receiver = KvReceiver::bind(any_port(), layout, &sec, QuicConfig::loopback()).unwrap();
+    let addr = sender.local_addr().unwrap();
+    let pages: Vec<Bytes> = (0..5)
+        .map(|i| Bytes::from(page_bytes(layout.page_bytes(), i)))
+        .collect();
+    for (room, want) in [(RoomId(11), 3usize), (RoomId(12), 0)] {
+        let dst: Vec<u32> = (0..want as u32).map(|i| 100 + i).collect();
+        let stream = receiver.register(addr, room, dst).await.unwrap();
+        let aux = AuxData {
+            first_token: 4,
+            extra: Bytes::from_static(b"{\"k\":1}"),
+            ..AuxData::default()
+        };
+        let (sent, got) = tokio::join!(sender.send(room, pages.clone(), aux), stream.collect());
+        let report = sent.unwrap();
+        assert_eq!((report.sent, report.skipped), (want, 5 - want));
+        let got = got.unwrap();
+        assert_eq!(got.pages.len(), want);
+        for (dst, page) in &got.pages {
+            let i = (*dst - 100) as usize + (5 - want);
+            assert!(page.to_bytes()[..] == pages[i][..], "page {i} differs");
+        }
+        let aux = got.aux.expect("aux data");
+        assert_eq!((aux.first_token, &aux.extra[..]), (4, &b"{\"k\":1}"[..]));
+    }
+    assert_eq!(sender.held_pages(), 0);
+    assert_eq!(sender.open_rooms(), 0);
 }

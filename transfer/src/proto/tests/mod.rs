@@ -322,6 +322,7 @@ impl Pair {
             first_token: 42,
             first_logprob: -0.25,
             top_logprobs: vec![(42, -0.25), (7, -3.0)],
+            extra: bytes::Bytes::from_static(b"x"),
         };
         self.sender
             .submit(room, pages.clone(), aux, self.now)

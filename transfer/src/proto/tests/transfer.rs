@@ -294,7 +294,7 @@ fn version_mismatch_is_refused() {
         Some(Message::Abort {
             room: None,
             reason: AbortReason::VersionMismatch {
-                ours: 1,
+                ours: PROTOCOL_VERSION,
                 theirs: 99
             }
         })

@@ -92,6 +92,7 @@ fn every_message_roundtrips() {
                 first_token: 5,
                 first_logprob: -0.5,
                 top_logprobs: vec![(5, -0.5), (6, -2.0)],
+                extra: Bytes::from_static(b"{\"rng\":7}"),
             },
         },
         Message::Done {
