@@ -6,8 +6,11 @@
 //! and [`SchedulerCore::poll_event`]. No threads, clocks or channels: time is passed in.
 
 mod admit;
+mod disagg;
 mod hold;
 mod tier;
+
+pub use disagg::{DisaggStats, ExportJob, ImportJob};
 
 use super::cache::{CacheStats, PageCache};
 use super::constrain;
@@ -151,6 +154,8 @@ pub struct SchedulerCore {
     burst: Option<hold::FinishBurst>,
     /// The lower cache tiers and their pending copies.
     tiers: Option<tier::Tiers>,
+    /// Prefill/decode disaggregation: imports and exports in flight.
+    disagg: disagg::DisaggState,
 }
 
 const ARRIVAL_BASE: u64 = 1 << 40;
@@ -202,6 +207,7 @@ impl SchedulerCore {
             finished_in_step: 0,
             burst: None,
             tiers,
+            disagg: disagg::DisaggState::default(),
         })
     }
 
@@ -256,6 +262,7 @@ impl SchedulerCore {
             logprobs: req.logprobs.clone(),
             priority: req.priority,
             prompt_len,
+            disagg: req.disagg,
         });
         let n = req.n.max(1);
         for sample in 0..n {
@@ -291,6 +298,7 @@ impl SchedulerCore {
                 matcher,
                 input_logprobs: Vec::new(),
                 input_logprobs_sent: false,
+                awaiting_kv: req.disagg == Some(crate::request::Disagg::Import),
             };
             self.next_order += 1;
             self.seqs.insert((req.id, sample), seq);
@@ -312,7 +320,7 @@ impl SchedulerCore {
     /// cache copy is in flight; returns whether it did. (The driver empties the host tier
     /// next; the disk tier is cleared only on request.)
     pub fn handle_flush(&mut self) -> bool {
-        if !self.seqs.is_empty() || self.io_pending() {
+        if !self.seqs.is_empty() || self.io_pending() || self.receiving() {
             return false;
         }
         self.cache.flush();
@@ -365,7 +373,7 @@ impl SchedulerCore {
             self.admit(&mut budget, &mut items, now);
         }
         if items.is_empty() {
-            if hold || self.loading() || self.io_pending() {
+            if hold || self.loading() || self.io_pending() || self.receiving() {
                 // Admission waits (bounded; see `core/hold.rs`), or a copy to or from a
                 // lower tier is in flight: a load's sequence runs once it is done, and a
                 // write's pinned pages become evictable.
@@ -809,6 +817,12 @@ impl SchedulerCore {
                 break;
             }
         }
+        // A prefill host samples the first token only: the decode host goes on from it
+        // (jump-forward included).
+        let export = s.shared.disagg == Some(crate::request::Disagg::Export);
+        if finish.is_none() && export {
+            finish = Some(FinishReason::Length(s.output_len()));
+        }
         let forced =
             if finish.is_none() && jump && self.cfg.jump_forward && s.shared.logprobs.is_none() {
                 // Leave one token of the budget for the model (or the grammar's end).
@@ -840,7 +854,9 @@ impl SchedulerCore {
         }
         let tok = self.tokenizer.clone();
         let aborted = matches!(reason, FinishReason::Abort(_));
-        if self.seqs[&key].phase == Phase::Loading {
+        if self.finish_disagg(key, aborted) {
+            // Receiving: the server may still be writing its pages (`core/disagg.rs`).
+        } else if self.seqs[&key].phase == Phase::Loading {
             // The I/O thread is writing its pages: they are freed when it is done.
             self.orphan_loading(key);
         } else {

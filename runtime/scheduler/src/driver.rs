@@ -2,10 +2,11 @@
 //! crossbeam channel and sends each request's events to its own tokio channel.
 
 use super::cache::CacheStats;
-use super::core::{CoreStats, SchedulerCore};
+use super::core::{CoreStats, DisaggStats, ImportJob, SchedulerCore};
 use super::hicache::{IoChannels, IoJob, TierStats};
 use super::request::{
-    panic_message, AbortReason, CachedTokens, FinishReason, RequestId, SchedEvent, SchedRequest,
+    panic_message, AbortReason, CachedTokens, FinishReason, KvImport, RequestId, SchedEvent,
+    SchedRequest,
 };
 use super::SchedError;
 use crossbeam::channel::{Receiver, Sender};
@@ -37,6 +38,19 @@ pub enum Command {
     /// Delete the disk tier's pages (`/clear_hicache_storage_backend`); answers whether
     /// there was a disk tier to clear, or the error.
     ClearStorage(oneshot::Sender<Result<bool, String>>),
+    /// Decode host: an import's pages are written (`Ok`, with the prefill host's data) or
+    /// it failed (`Err`, the reason).
+    KvImported(RequestId, Result<KvImport, String>),
+}
+
+/// Decode host: starts filling an [`ImportJob`]'s pages with the prompt's KV from the
+/// prefill host (the server's transfer endpoint). Called on the scheduler thread: it must
+/// not block. Whatever happens, it must end with exactly one
+/// [`SchedulerHandle::kv_imported`] for the job's request, after its last write into the
+/// job's pages (the pages stay reserved until then).
+pub trait KvImporter: Send + Sync {
+    /// Starts the import.
+    fn start(&self, job: ImportJob);
 }
 
 /// Longest wait for cache copies in flight before a flush or shutdown goes ahead without
@@ -64,6 +78,8 @@ pub struct DriverStats {
     pub tiers: Option<TierStats>,
     /// Lower cache tiers: the store's counters and occupancy.
     pub store: Option<StoreStats>,
+    /// Prefill/decode disaggregation counters.
+    pub disagg: DisaggStats,
 }
 
 /// The bounded waiting queue as the handle sees it: requests submitted and not yet admitted.
@@ -200,6 +216,12 @@ impl SchedulerHandle {
             .map_err(SchedError::Config)
     }
 
+    /// Decode host: reports an import's end (see [`KvImporter`]).
+    pub fn kv_imported(&self, id: RequestId, result: Result<KvImport, String>) {
+        // A stopped scheduler has nothing left to release.
+        let _ = self.tx.send(Command::KvImported(id, result));
+    }
+
     /// False once the scheduler thread has stopped (after a panic outside one request's
     /// sampling step, or when every handle is gone): submits then fail with
     /// [`SchedError::Shutdown`].
@@ -224,6 +246,16 @@ impl SchedulerHandle {
 pub fn spawn(
     core: SchedulerCore,
     exec: Box<dyn Executor>,
+) -> Result<(SchedulerHandle, std::thread::JoinHandle<()>), SchedError> {
+    spawn_with(core, exec, None)
+}
+
+/// Starts the scheduler thread with a decode host's [`KvImporter`] (without one, requests
+/// marked [`crate::Disagg::Import`] fail at admission).
+pub fn spawn_with(
+    core: SchedulerCore,
+    exec: Box<dyn Executor>,
+    importer: Option<Arc<dyn KvImporter>>,
 ) -> Result<(SchedulerHandle, std::thread::JoinHandle<()>), SchedError> {
     let (tx, rx) = crossbeam::channel::unbounded();
     let stats = Arc::new(Mutex::new(DriverStats::default()));
@@ -267,6 +299,7 @@ pub fn spawn(
                 trace: std::env::var_os("SGLRS_TRACE_STEPS").map(|_| Instant::now()),
                 io,
                 store,
+                importer,
             }
             .run()
         })
@@ -317,6 +350,8 @@ struct Driver {
     io: Option<IoChannels>,
     /// The lower tiers' store.
     store: Option<Arc<PageStore>>,
+    /// Decode host: fills imported pages.
+    importer: Option<Arc<dyn KvImporter>>,
 }
 
 impl Driver {
@@ -401,6 +436,7 @@ impl Driver {
             self.pump_io();
             let now = Instant::now();
             let planned = self.core.poll_batch(now);
+            self.start_imports();
             self.write_back_evicted();
             self.pump_io();
             // Admission happened in `poll_batch`: free those places before the pass runs.
@@ -598,6 +634,10 @@ impl Driver {
                 };
                 let _ = reply.send(r);
             }
+            Command::KvImported(id, result) => {
+                self.core.handle_kv_imported(id, result);
+                self.route_events();
+            }
             Command::ClearStorage(reply) => {
                 let r = match &self.store {
                     Some(store) if store.has_disk() => store
@@ -628,7 +668,47 @@ impl Driver {
         }
     }
 
+    /// Decode host: hands the imports admission started to the importer.
+    fn start_imports(&mut self) {
+        while let Some(job) = self.core.poll_import() {
+            match &self.importer {
+                Some(imp) => imp.start(job),
+                None => self.core.handle_kv_imported(
+                    job.id,
+                    Err("this server has no KV transfer endpoint (not a decode server)".into()),
+                ),
+            }
+        }
+    }
+
+    /// Prefill host: copies the prompt pages of the prefills that just ended out of the pool
+    /// (before the next pass may reuse a freed page) and sends them to their requests.
+    fn export_pages(&mut self) {
+        for job in self.core.take_exports() {
+            let pb = self.exec.kv_layout().page_bytes();
+            let mut buf = vec![0u8; pb * job.pages.len()];
+            let pages = self
+                .exec
+                .read_pages(&job.pages, &mut buf)
+                .map(|()| {
+                    let all = bytes::Bytes::from(buf);
+                    (0..job.pages.len())
+                        .map(|i| all.slice(i * pb..(i + 1) * pb))
+                        .collect()
+                })
+                .map_err(|e| format!("reading the prompt's pages: {e}"));
+            if let Some((tx, _)) = self.senders.get(&job.id) {
+                let _ = tx.send(SchedEvent::KvExport {
+                    id: job.id,
+                    pages,
+                    rng_position: job.rng_position,
+                });
+            }
+        }
+    }
+
     fn route_events(&mut self) {
+        self.export_pages();
         while let Some(ev) = self.core.poll_event() {
             let id = ev.id();
             let finished = match &ev {
@@ -665,6 +745,7 @@ impl Driver {
             forward_seconds: self.totals.seconds,
             tiers: self.core.tier_stats(),
             store: self.store.as_ref().map(|s| s.stats()),
+            disagg: self.core.disagg_stats().clone(),
         };
         if let Ok(mut s) = self.stats.lock() {
             *s = snap;

@@ -69,12 +69,15 @@ mod seq;
 mod tests;
 
 pub use self::cache::CacheStats;
-pub use self::core::{CoreStats, PlanItem, PlannedBatch, SchedulerConfig, SchedulerCore, SeqKey};
-pub use driver::{spawn, Command, DriverStats, SchedulerHandle};
+pub use self::core::{
+    CoreStats, DisaggStats, ExportJob, ImportJob, PlanItem, PlannedBatch, SchedulerConfig,
+    SchedulerCore, SeqKey,
+};
+pub use driver::{spawn, spawn_with, Command, DriverStats, KvImporter, SchedulerHandle};
 pub use policy::{order as policy_order, SchedulePolicy, WaitingInfo};
 pub use request::{
-    panic_message, AbortReason, CachedTokens, FinishReason, LogprobConfig, RequestId, SchedEvent,
-    SchedRequest, StopConfig, TokenLogprob,
+    panic_message, AbortReason, CachedTokens, Disagg, FinishReason, KvImport, LogprobConfig,
+    RequestId, SchedEvent, SchedRequest, StopConfig, TokenLogprob,
 };
 
 use detok::TokenDecoder;

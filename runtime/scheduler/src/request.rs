@@ -62,6 +62,35 @@ pub struct SchedRequest {
     pub logprobs: Option<LogprobConfig>,
     /// Larger runs first.
     pub priority: i64,
+    /// Its part in prefill/decode disaggregation (`None`: the whole request runs here).
+    pub disagg: Option<Disagg>,
+}
+
+/// A request's part in prefill/decode disaggregation (`docs/pd.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disagg {
+    /// Prefill host: compute the prompt, sample the first token (no jump-forward), hand the
+    /// prompt's pages out ([`SchedEvent::KvExport`], before `Finished`) and end there.
+    Export,
+    /// Decode host: the prompt's KV and first token come from a prefill host. At admission
+    /// the prompt is matched against the local cache, pages are allocated for the rest and
+    /// a [`crate::ImportJob`] is handed to the driver's [`crate::KvImporter`]; the request
+    /// continues once [`crate::SchedulerHandle::kv_imported`] reports the pages written.
+    Import,
+}
+
+/// What a prefill host sends with a request's pages, as the decode host's scheduler takes it.
+#[derive(Clone, Debug, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct KvImport {
+    /// The first output token, sampled by the prefill host.
+    pub first_token: u32,
+    /// Its logprob entry, when logprobs were asked for.
+    pub first_logprob: Option<TokenLogprob>,
+    /// The prompt's logprobs, when asked for (the decode host computes none).
+    pub input_logprobs: Vec<TokenLogprob>,
+    /// The sampler's random stream position after the first token, so seeded sampling
+    /// continues exactly where the prefill host left off.
+    pub rng_position: u128,
 }
 
 /// Why a sample ended.
@@ -110,6 +139,10 @@ pub enum AbortReason {
     /// The scheduler stopped before the request finished.
     #[error("the scheduler stopped")]
     Shutdown,
+    /// Prefill/decode disaggregation: the prompt's KV did not arrive (the reason names the
+    /// prefill host and the cause).
+    #[error("KV transfer failed: {0}")]
+    Transfer(String),
     /// A bug: the scheduler panicked while serving this request (the panic's message). A
     /// panic in one request's sampling step ends only that request; one anywhere else
     /// ends every request in flight and stops the scheduler.
@@ -127,7 +160,7 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// One position's log-probability data.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TokenLogprob {
     /// The token at this position.
     pub token: u32,
@@ -166,6 +199,17 @@ pub enum SchedEvent {
         sample: usize,
         /// One entry per prompt position from `input_start`.
         logprobs: Vec<TokenLogprob>,
+    },
+    /// Prefill host ([`Disagg::Export`]): the prompt's pages, copied out of the pool in the
+    /// page layout, one `Bytes` per page (the last may be partly filled), or why they could
+    /// not be read; sent before `Finished`.
+    KvExport {
+        /// Request id.
+        id: RequestId,
+        /// The pages, or the error.
+        pages: Result<Vec<bytes::Bytes>, String>,
+        /// The sampler's random stream position after the first token.
+        rng_position: u128,
     },
     /// Sample `sample` finished.
     Finished {
@@ -211,6 +255,7 @@ impl SchedEvent {
         match self {
             SchedEvent::Delta { id, .. }
             | SchedEvent::InputLogprobs { id, .. }
+            | SchedEvent::KvExport { id, .. }
             | SchedEvent::Finished { id, .. } => *id,
         }
     }

@@ -16,6 +16,7 @@ pub(crate) struct Shared {
     pub logprobs: Option<LogprobConfig>,
     pub priority: i64,
     pub prompt_len: usize,
+    pub disagg: Option<crate::request::Disagg>,
 }
 
 /// Where a sequence is.
@@ -28,6 +29,9 @@ pub(crate) enum Phase {
     /// Admitted: holds pages while the cache I/O thread copies part of its prefix in from a
     /// lower tier; joins forward passes once that is done.
     Loading,
+    /// Admitted (decode host): holds pages while the prompt's KV arrives from a prefill
+    /// host; runs once the import is reported.
+    Receiving,
 }
 
 /// One sample: its tokens, its pages, its sampler and detokenizer.
@@ -61,6 +65,9 @@ pub(crate) struct Seq {
     /// Input logprobs still to send (filled while the prompt is prefilled).
     pub input_logprobs: Vec<TokenLogprob>,
     pub input_logprobs_sent: bool,
+    /// Decode host: the prompt's KV is still to come from a prefill host (cleared when it
+    /// arrived; a retracted sequence then recomputes like any other).
+    pub awaiting_kv: bool,
 }
 
 impl Seq {

@@ -6,6 +6,7 @@
 
 use super::*;
 
+mod disagg;
 mod tiers;
 use crate::detok::{DetokError, TokenDecoder};
 use crate::sampler::SamplingConfig;
@@ -165,6 +166,7 @@ fn request(id: u64, prompt: Vec<u32>, max_new: usize) -> SchedRequest {
         grammar: None,
         logprobs: None,
         priority: 0,
+        disagg: None,
     }
 }
 
@@ -241,7 +243,7 @@ fn run_with(
                     o.cached = cached.total();
                     o.details = cached;
                 }
-                SchedEvent::InputLogprobs { .. } => {}
+                SchedEvent::InputLogprobs { .. } | SchedEvent::KvExport { .. } => {}
             }
         }
         step += 1;

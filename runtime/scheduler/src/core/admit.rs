@@ -79,6 +79,14 @@ impl SchedulerCore {
     /// Matches the prefix, checks memory for the whole pending prompt and plans the first
     /// chunk, or starts loading the part of the prefix found in a lower tier.
     fn try_admit(&mut self, key: SeqKey, budget: usize, items: &[PlanItem]) -> Admitted {
+        if self.seqs[&key].awaiting_kv {
+            // Decode host: the prompt's KV comes from the prefill host (`core/disagg.rs`).
+            return if self.admit_import(key) {
+                Admitted::Loading
+            } else {
+                Admitted::Short
+            };
+        }
         let ps = self.cfg.page_size;
         let (ns, match_limit) = {
             let s = &self.seqs[&key];

@@ -117,6 +117,17 @@ impl SamplerState {
     pub fn observe(&mut self, token: u32) {
         *self.output_counts.entry(token).or_insert(0) += 1;
     }
+
+    /// Where the random stream is (words drawn so far): a decode host continuing a request
+    /// sampled by a prefill host sets it with [`SamplerState::set_rng_position`].
+    pub fn rng_position(&self) -> u128 {
+        self.rng.get_word_pos()
+    }
+
+    /// Moves the random stream to `pos` (see [`SamplerState::rng_position`]).
+    pub fn set_rng_position(&mut self, pos: u128) {
+        self.rng.set_word_pos(pos);
+    }
 }
 
 /// The outcome of one sampling step.
