@@ -21,6 +21,8 @@ type ConnId = u64;
 struct Payload {
     pages: Vec<Bytes>,
     aux: AuxData,
+    /// The prefill failed: the room is refused with this reason when it registers.
+    failed: Option<String>,
 }
 
 type Waiter = oneshot::Sender<Result<(), TransferError>>;
@@ -63,6 +65,14 @@ impl Inner {
     /// decode host that already holds a prefix of the prompt's pages registers fewer pages
     /// than the prompt has: it gets the trailing ones.
     fn submit(&self, shared: &Shared<TransferSender>, room: RoomId, mut p: Payload) {
+        if let Some(reason) = p.failed.take() {
+            shared.with(|c, now| c.cancel(room, &reason, now));
+            self.finish(
+                room,
+                Err(TransferError::Local(AbortReason::Cancelled(reason))),
+            );
+            return;
+        }
         let want = shared.lock().registered_pages(room).map(|n| n as usize);
         if let Some(want) = want.filter(|&w| w < p.pages.len()) {
             let skip = p.pages.len() - want;
@@ -171,8 +181,17 @@ impl KvSender {
         }
         let timeout = self.inner.cfg.proto.room_timeout;
         let deadline = tokio::time::Instant::now() + timeout;
-        let offer =
-            lock(&self.inner.rendezvous).offer(room, Payload { pages, aux }, deadline.into_std());
+        let payload = Payload {
+            pages,
+            aux,
+            failed: None,
+        };
+        let offer = {
+            let mut r = lock(&self.inner.rendezvous);
+            // Failures offered by `fail` whose room never registered.
+            r.expire(std::time::Instant::now());
+            r.offer(room, payload, deadline.into_std())
+        };
         match offer {
             Offer::Ready(conn, p) => {
                 let shared = lock(&self.inner.conns).get(&conn).cloned();
@@ -217,6 +236,30 @@ impl KvSender {
             .sum();
         let conns: Vec<_> = lock(&self.inner.conns).values().cloned().collect();
         waiting + conns.iter().map(|c| c.lock().held_pages()).sum::<usize>()
+    }
+
+    /// The prefill of `room` failed: its decode host is told why (at once if it registered
+    /// the room, else when it does, within the room timeout), so it fails the request
+    /// instead of waiting for pages that will not come.
+    pub fn fail(&self, room: RoomId, reason: &str) {
+        let timeout = self.inner.cfg.proto.room_timeout;
+        let now = std::time::Instant::now();
+        let payload = Payload {
+            pages: Vec::new(),
+            aux: AuxData::default(),
+            failed: Some(reason.to_string()),
+        };
+        let offer = {
+            let mut r = lock(&self.inner.rendezvous);
+            r.expire(now);
+            r.offer(room, payload, now + timeout)
+        };
+        if let Offer::Ready(conn, p) = offer {
+            let shared = lock(&self.inner.conns).get(&conn).cloned();
+            if let Some(s) = shared {
+                self.inner.submit(&s, room, p);
+            }
+        }
     }
 
     /// Rooms waiting for their registration or in transfer.

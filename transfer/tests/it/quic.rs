@@ -332,3 +332,34 @@ async fn decode_host_registers_only_the_pages_it_lacks() {
     assert_eq!(sender.held_pages(), 0);
     assert_eq!(sender.open_rooms(), 0);
 }
+
+/// A prefill that failed tells its decode host why, whether the room was registered before
+/// or after the failure, well within the room timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_prefill_fails_its_room_on_the_decode_host_with_the_reason() {
+    let layout = KvLayout::smollm2_135m();
+    let sec = security(b"fail");
+    let sender = KvSender::bind(any_port(), layout, &sec, QuicConfig::loopback()).unwrap();
+    let receiver = KvReceiver::bind(any_port(), layout, &sec, QuicConfig::loopback()).unwrap();
+    let addr = sender.local_addr().unwrap();
+    let t0 = Instant::now();
+    // Registered first, failed next.
+    let stream = receiver
+        .register(addr, RoomId(21), vec![1, 2])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    sender.fail(RoomId(21), "prompt too long for prefill");
+    let err = stream.collect().await.unwrap_err();
+    assert!(
+        err.to_string().contains("prompt too long for prefill"),
+        "{err}"
+    );
+    // Failed first, registered next.
+    sender.fail(RoomId(22), "grammar rejected");
+    let stream = receiver.register(addr, RoomId(22), vec![1]).await.unwrap();
+    let err = stream.collect().await.unwrap_err();
+    assert!(err.to_string().contains("grammar rejected"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(sender.held_pages(), 0);
+}
