@@ -28,6 +28,9 @@ enum Command {
     Serve(cli::serve::ServeArgs),
     /// Write an HF folder (bf16 safetensors, config, tokenizer, chat template) from a GGUF.
     ExportHf(cli::export_hf::ExportHfArgs),
+    /// Write a cluster identity (certificate, key, shared secret) for prefill/decode
+    /// disaggregation and the KV store: give the same folder to every host.
+    ClusterIdentity(ClusterIdentityArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -48,6 +51,13 @@ enum BenchCommand {
     /// Hierarchical KV cache: multi-turn off/host/disk/host+disk, a restart from disk, and
     /// the disk tier's read rate against dd; starts its own servers.
     Hicache(JsonBench<sglrs_benches::hicache::HicacheArgs>),
+}
+
+#[derive(clap::Args)]
+struct ClusterIdentityArgs {
+    /// Folder to write `cert.pem`, `key.pem` and `secret` into (created if missing).
+    #[arg(long)]
+    out: std::path::PathBuf,
 }
 
 /// A workload from `sglrs-benches` plus `--json`.
@@ -75,6 +85,11 @@ fn main() -> anyhow::Result<()> {
         Command::Generate(a) => cli::generate::run(&a),
         Command::Serve(a) => cli::serve::run(&a),
         Command::ExportHf(a) => cli::export_hf::run(&a),
+        Command::ClusterIdentity(a) => {
+            sglrs_server::pd::write_identity(&a.out).map_err(anyhow::Error::msg)?;
+            println!("cluster identity written to {}", a.out.display());
+            Ok(())
+        }
         Command::Bench(BenchCommand::Executor(a)) => cli::bench_executor::run(&a),
         Command::Bench(BenchCommand::Radix(b)) => b.run(sglrs_benches::radix::run),
         Command::Bench(BenchCommand::Grammar(b)) => b.run(sglrs_benches::grammar::run),

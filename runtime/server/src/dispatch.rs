@@ -183,6 +183,9 @@ pub struct Job {
     pub priority: i64,
     /// Cache namespace.
     pub namespace: Namespace,
+    /// Prefill/decode disaggregation: where the KV goes to or comes from (`None`: the
+    /// request runs whole here).
+    pub bootstrap: Option<crate::pd::Bootstrap>,
 }
 
 /// A submitted job: its id and event stream.
@@ -206,13 +209,38 @@ pub async fn submit(state: &AppState, job: Job) -> Result<Running, ApiError> {
 /// nothing, so a full queue refuses a batch whole instead of running part of it.
 pub async fn submit_all(state: &AppState, jobs: Vec<Job>) -> Result<Vec<Running>, ApiError> {
     let mut reqs = Vec::with_capacity(jobs.len());
+    let mut rooms = Vec::with_capacity(jobs.len());
     for job in jobs {
         let grammar = match &job.params.grammar {
             Some(spec) => Some(state.grammars.get(spec).await?),
             None => None,
         };
+        let id = state.next_id();
+        let disagg = match (&job.bootstrap, &state.pd) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(ApiError::bad(
+                    "bootstrap_room",
+                    "this server is not in disaggregation mode",
+                ))
+            }
+            (Some(b), Some(pd)) => match pd.mode() {
+                crate::pd::DisaggMode::Prefill => Some(sglrs_scheduler::Disagg::Export),
+                crate::pd::DisaggMode::Decode => {
+                    pd.expect(id, b);
+                    Some(sglrs_scheduler::Disagg::Import)
+                }
+                crate::pd::DisaggMode::Null => None,
+            },
+        };
+        rooms.push(
+            job.bootstrap
+                .as_ref()
+                .filter(|_| disagg == Some(sglrs_scheduler::Disagg::Export))
+                .map(|b| b.room),
+        );
         reqs.push(SchedRequest {
-            id: state.next_id(),
+            id,
             input_ids: job.input_ids,
             namespace: job.namespace,
             sampling: job.params.sampling,
@@ -221,19 +249,42 @@ pub async fn submit_all(state: &AppState, jobs: Vec<Job>) -> Result<Vec<Running>
             grammar,
             logprobs: job.logprobs,
             priority: job.priority,
+            disagg,
         });
     }
+    let forget = |ids: &[RequestId]| {
+        if let Some(pd) = &state.pd {
+            for &id in ids {
+                pd.forget(id);
+            }
+        }
+    };
     let heads: Vec<(RequestId, usize)> = reqs.iter().map(|r| (r.id, r.n)).collect();
+    let ids: Vec<RequestId> = reqs.iter().map(|r| r.id).collect();
     let rxs = if reqs.len() == 1 {
         let req = reqs.pop().expect("one request");
-        vec![state.sched.submit(req)?]
+        state.sched.submit(req).map(|rx| vec![rx])
     } else {
-        state.sched.submit_group(reqs)?
+        state.sched.submit_group(reqs)
+    };
+    let rxs = match rxs {
+        Ok(r) => r,
+        Err(e) => {
+            forget(&ids);
+            return Err(e.into());
+        }
     };
     Ok(heads
         .into_iter()
         .zip(rxs)
-        .map(|((id, n), rx)| Running { id, rx, n })
+        .zip(rooms)
+        .map(|(((id, n), rx), room)| {
+            let rx = match (room, &state.pd) {
+                (Some(room), Some(pd)) => pd.export(room, rx),
+                _ => rx,
+            };
+            Running { id, rx, n }
+        })
         .collect())
 }
 
@@ -332,6 +383,8 @@ pub fn apply(results: &mut [SampleResult], ev: SchedEvent) -> Option<usize> {
             r.cached = cached;
             Some(sample)
         }
+        // Taken by the prefill host's transfer task before the routes see the events.
+        SchedEvent::KvExport { .. } => None,
     }
 }
 

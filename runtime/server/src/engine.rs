@@ -115,6 +115,9 @@ pub struct EngineConfig {
     /// Lower tiers of the KV cache (host RAM, disk).
     #[command(flatten)]
     pub hicache: crate::hicache::HiCacheArgs,
+    /// Prefill/decode disaggregation.
+    #[command(flatten)]
+    pub disagg: crate::pd::DisaggArgs,
     /// Where the server listens (`host:port`), as `/get_server_info` reports it; `None` for
     /// an in-process engine. Set by the caller, not a flag.
     #[arg(skip)]
@@ -231,7 +234,26 @@ impl Engine {
         };
         let num_pages = sched_cfg.num_pages;
         let core = SchedulerCore::new(sched_cfg, tokenizer.clone())?;
-        let (handle, _join) = sglrs_scheduler::spawn(core, Box::new(exec))?;
+        let pd = crate::pd::Pd::start(
+            &cfg.disagg,
+            cfg.listen.as_ref().map(|l| l.0.as_str()),
+            layout,
+            exec.page_io(),
+        )
+        .map_err(EngineError::Config)?;
+        #[cfg(feature = "pd")]
+        let importer = pd
+            .as_ref()
+            .filter(|p| p.mode() == crate::pd::DisaggMode::Decode)
+            .map(|p| {
+                Arc::new(crate::pd::Importer(p.clone())) as Arc<dyn sglrs_scheduler::KvImporter>
+            });
+        #[cfg(not(feature = "pd"))]
+        let importer = None;
+        let (handle, _join) = sglrs_scheduler::spawn_with(core, Box::new(exec), importer)?;
+        if let Some(p) = &pd {
+            p.set_scheduler(handle.clone());
+        }
         let vocab = sglrs_grammar::TokenVocab::from_tokenizer(tokenizer.inner(), &eos)
             .map_err(|e| EngineError::Vocab(e.to_string()))?;
         let grammars = Arc::new(GrammarCompiler::new(
@@ -259,14 +281,19 @@ impl Engine {
             cfg.listen.as_ref().and(cfg.api_key.clone()),
             cfg.metrics_open,
         );
-        let state = Arc::new(AppState::new(
+        let mut state = AppState::new(
             handle,
             tokenizer,
             chat_template.clone(),
             grammars,
             info,
             auth,
-        ));
+        );
+        state.info.args["disaggregation_mode"] = cfg.disagg.disaggregation_mode.as_str().into();
+        state.info.args["disaggregation_bootstrap_port"] =
+            cfg.disagg.disaggregation_bootstrap_port.into();
+        state.pd = pd;
+        let state = Arc::new(state);
         Ok(Self {
             state,
             chat_template,

@@ -53,6 +53,7 @@ pub mod hicache;
 pub mod metrics;
 mod native;
 mod openai;
+pub mod pd;
 pub mod rids;
 mod routes;
 mod sse;
@@ -113,6 +114,8 @@ pub struct AppState {
     /// Client-chosen `rid`s of requests in flight (for `/abort_request`), one live request
     /// per rid.
     pub rids: Arc<RidTable>,
+    /// Prefill/decode disaggregation (`None`: unified).
+    pub pd: Option<Arc<crate::pd::Pd>>,
     next_id: AtomicU64,
 }
 
@@ -135,6 +138,7 @@ impl AppState {
             info,
             auth,
             rids: Arc::new(RidTable::default()),
+            pd: None,
             next_id: AtomicU64::new(1),
         }
     }

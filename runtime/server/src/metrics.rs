@@ -22,7 +22,8 @@ pub struct Histogram {
 }
 
 impl Histogram {
-    fn new(buckets: &'static [f64]) -> Self {
+    /// An empty histogram over these bucket bounds (seconds).
+    pub fn new(buckets: &'static [f64]) -> Self {
         Self {
             buckets,
             counts: buckets.iter().map(|_| AtomicU64::new(0)).collect(),
@@ -46,7 +47,8 @@ impl Histogram {
         self.count.load(Ordering::Relaxed)
     }
 
-    fn render(&self, out: &mut String, name: &str, help: &str) {
+    /// Appends the histogram in the Prometheus text format.
+    pub fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         let mut cum = 0;
         for (b, c) in self.buckets.iter().zip(&self.counts) {

@@ -142,18 +142,6 @@ pub async fn generate(
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let raw: RawGenerate = parse_json(&body)?;
     raw.check_extensions(&state)?;
-    for (name, v) in [
-        ("bootstrap_host", &raw.bootstrap_host),
-        ("bootstrap_port", &raw.bootstrap_port),
-        ("bootstrap_room", &raw.bootstrap_room),
-    ] {
-        if v.as_ref().is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::bad(
-                name,
-                "disaggregated prefill/decode is not served by this process",
-            ));
-        }
-    }
     if raw.image_data.as_ref().is_some_and(|v| !v.is_null()) {
         return Err(ApiError::bad(
             "image_data",
@@ -202,6 +190,7 @@ pub async fn generate(
         return Err(ApiError::bad("text", "the batch is empty"));
     }
     let batch = prompts.len();
+    let role = state.pd.as_ref().map(|p| (p.mode(), p.bootstrap_port()));
     let mut jobs = Vec::with_capacity(batch);
     for (i, input_ids) in prompts.into_iter().enumerate() {
         let sp = sampling_params(raw.sampling_params.as_ref(), i, batch)?;
@@ -214,15 +203,29 @@ pub async fn generate(
             input_ids.len(),
             limits,
         )?;
+        let bootstrap = crate::pd::bootstrap(
+            role,
+            raw.bootstrap_host.as_ref(),
+            raw.bootstrap_port.as_ref(),
+            raw.bootstrap_room.as_ref(),
+            if is_batch { batch } else { 1 },
+            params.n,
+        )?;
         jobs.push(Job {
             input_ids,
             params,
             logprobs,
             priority: raw.priority.unwrap_or(0),
             namespace: validate::namespace(raw.extra_key.as_deref()),
+            bootstrap,
         });
     }
     let return_text = raw.return_text_in_logprobs.unwrap_or(false);
+    // A prefill host answers in one JSON object even for a streamed request: its answer
+    // carries no output for the client (the decode host's does), and SGLang's router reads
+    // it as JSON (for the prompt's logprobs).
+    let exporting = role.is_some_and(|(m, _)| m == crate::pd::DisaggMode::Prefill)
+        && jobs.iter().any(|j| j.bootstrap.is_some());
     let want_lp: Vec<bool> = jobs.iter().map(|j| j.logprobs.is_some()).collect();
     // Compile every grammar before submitting anything, so a bad one rejects the whole batch.
     for j in &jobs {
@@ -248,7 +251,7 @@ pub async fn generate(
     };
     let n = running.first().map_or(1, |r| r.n);
     let many = is_batch || n > 1;
-    if raw.stream.unwrap_or(false) {
+    if raw.stream.unwrap_or(false) && !exporting {
         return Ok(stream(
             state,
             running,
@@ -260,7 +263,12 @@ pub async fn generate(
         ));
     }
     let ids: Vec<u64> = running.iter().map(|r| r.id).collect();
-    let results = dispatch::collect_all(&state, running, start).await;
+    let mut results = dispatch::collect_all(&state, running, start).await;
+    if exporting {
+        for r in &mut results {
+            crate::pd::strip_input_logprobs(r);
+        }
+    }
     let e2e = start.elapsed().as_secs_f64();
     let mut out = Vec::new();
     for (i, samples) in results.iter().enumerate() {

@@ -39,6 +39,7 @@ pub async fn health_generate(State(state): State<Arc<AppState>>) -> Result<&'sta
         logprobs: None,
         priority: i64::MAX,
         namespace: validate::namespace(None),
+        bootstrap: None,
     };
     let running = dispatch::submit(&state, job).await?;
     let results = dispatch::collect_all(&state, vec![running], Instant::now()).await;
@@ -119,6 +120,18 @@ pub async fn server_info(State(state): State<Arc<AppState>>) -> Json<Value> {
                     "disk_hits": st.disk_hits,
                     "disk_written_bytes": st.disk_written_bytes,
                 })),
+                "disaggregation": state.pd.as_ref().map(|pd| {
+                    let mut d = pd.info_json();
+                    d["scheduler"] = json!({
+                        "exported_requests": s.disagg.exported_requests,
+                        "imports_started": s.disagg.import_started,
+                        "imported_requests": s.disagg.imported_requests,
+                        "import_failures": s.disagg.import_failures,
+                        "imported_pages": s.disagg.imported_pages,
+                        "local_pages": s.disagg.local_pages,
+                    });
+                    d
+                }),
             }]),
         );
     }
@@ -185,7 +198,10 @@ pub async fn abort_request(
 
 /// `GET /metrics` (Prometheus text).
 pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let text = state.metrics.render(&state.sched.stats());
+    let mut text = state.metrics.render(&state.sched.stats());
+    if let Some(pd) = &state.pd {
+        pd.stats().render(&mut text, pd.mode());
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 

@@ -482,6 +482,7 @@ fn chat_job(
         logprobs,
         priority: 0,
         namespace: validate::cache_salt(raw.cache_salt.as_deref())?,
+        bootstrap: raw.sampling.bootstrap(state, 1)?,
     })
 }
 
@@ -601,7 +602,7 @@ fn stream_chat(
                     };
                     Some(chunk(*sample, json!({}), f, Value::Null))
                 }
-                SchedEvent::InputLogprobs { .. } => None,
+                SchedEvent::InputLogprobs { .. } | SchedEvent::KvExport { .. } => None,
             };
             dispatch::apply(&mut results, ev);
             if let Some(m) = msg {

@@ -85,6 +85,30 @@ struct SamplingFields {
     /// llama.cpp's prompt-cache switch: prefix reuse is always on here, so only `true` is
     /// accepted.
     cache_prompt: Option<bool>,
+    /// Prefill/decode disaggregation (SGLang's router adds these; `docs/pd.md`).
+    bootstrap_host: Option<Value>,
+    /// See `bootstrap_host`.
+    bootstrap_port: Option<Value>,
+    /// See `bootstrap_host`.
+    bootstrap_room: Option<Value>,
+}
+
+impl SamplingFields {
+    /// The request's bootstrap fields, checked against this server's role.
+    fn bootstrap(
+        &self,
+        state: &AppState,
+        batch: usize,
+    ) -> Result<Option<crate::pd::Bootstrap>, ApiError> {
+        crate::pd::bootstrap(
+            state.pd.as_ref().map(|p| (p.mode(), p.bootstrap_port())),
+            self.bootstrap_host.as_ref(),
+            self.bootstrap_port.as_ref(),
+            self.bootstrap_room.as_ref(),
+            batch,
+            self.n.map_or(1, |n| n.max(1) as usize),
+        )
+    }
 }
 
 /// A JSON Schema given as an object or as JSON text, as text.
@@ -412,6 +436,7 @@ pub async fn completions(
         Some(v) => return Err(ApiError::bad("logprobs", format!("{v} is outside 0..=5"))),
     };
     let namespace = validate::cache_salt(raw.cache_salt.as_deref())?;
+    let bootstrap = raw.sampling.bootstrap(&state, prompts.len())?;
     let mut jobs = Vec::new();
     let mut prompt_texts = Vec::new();
     for ids in prompts {
@@ -440,6 +465,7 @@ pub async fn completions(
             logprobs,
             priority: 0,
             namespace,
+            bootstrap: bootstrap.clone(),
         });
     }
     for j in &jobs {
@@ -489,7 +515,7 @@ pub async fn completions(
                             (text.clone(), false)
                         }
                         SchedEvent::Finished { .. } => (String::new(), true),
-                        SchedEvent::InputLogprobs { .. } => continue,
+                        SchedEvent::InputLogprobs { .. } | SchedEvent::KvExport { .. } => continue,
                     };
                     let Some(s) = dispatch::apply(&mut results, ev) else {
                         continue;

@@ -1,0 +1,456 @@
+//! The transfer endpoints of both roles (QUIC, `sglrs-transfer`).
+
+use super::{Bootstrap, DisaggArgs, DisaggMode, PdStats};
+use sglrs_executor::kv::PageIo;
+use sglrs_scheduler::{
+    AbortReason, FinishReason, ImportJob, KvImport, KvImporter, RequestId, SchedEvent,
+    SchedulerHandle,
+};
+use sglrs_transfer::bootstrap::BootstrapInfo;
+use sglrs_transfer::proto::{AuxData, RoomId};
+use sglrs_transfer::quic::{ClusterIdentity, KvReceiver, KvSender, QuicConfig, Security};
+use sglrs_transfer::KvLayout;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Files of a cluster identity folder.
+const CERT_FILE: &str = "cert.pem";
+const KEY_FILE: &str = "key.pem";
+const SECRET_FILE: &str = "secret";
+
+/// Writes a fresh cluster identity into `dir` (created if missing): a self-signed
+/// certificate and key, and a random 32-byte shared secret, readable by the owner only.
+pub fn write_identity(dir: &Path) -> Result<(), String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let id = ClusterIdentity::generate().map_err(|e| e.to_string())?;
+    let (cert, key) = id.to_pem();
+    let mut secret = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut secret))
+        .map_err(|e| format!("reading /dev/urandom: {e}"))?;
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    for (name, text, mode) in [
+        (CERT_FILE, cert, 0o644),
+        (KEY_FILE, key, 0o600),
+        (SECRET_FILE, hex + "\n", 0o600),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("setting the mode of {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Reads a cluster identity folder.
+pub fn read_identity(dir: &Path) -> Result<Security, String> {
+    let identity = ClusterIdentity::from_pem_files(&dir.join(CERT_FILE), &dir.join(KEY_FILE))
+        .map_err(|e| format!("cluster identity {}: {e}", dir.display()))?;
+    let path = dir.join(SECRET_FILE);
+    let secret = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cluster identity: reading {}: {e}", path.display()))?
+        .trim()
+        .as_bytes()
+        .to_vec();
+    if secret.len() < 16 {
+        return Err(format!(
+            "cluster identity: {} holds fewer than 16 bytes",
+            path.display()
+        ));
+    }
+    Ok(Security { identity, secret })
+}
+
+/// The server's disaggregation state (absent in unified mode).
+pub struct Pd {
+    mode: DisaggMode,
+    bootstrap_port: u16,
+    /// Prefill: the transfer endpoint decode hosts dial.
+    sender: Option<Arc<KvSender>>,
+    /// Decode: the dialing endpoint.
+    receiver: Option<Arc<KvReceiver>>,
+    /// Decode: where each submitted request's KV comes from, until its import starts.
+    pending: Mutex<HashMap<RequestId, BootstrapInfo>>,
+    /// Decode: the pool's page copier.
+    page_io: Option<PageIo>,
+    /// Decode: the scheduler, set once it runs.
+    sched: OnceLock<SchedulerHandle>,
+    timeout: Duration,
+    runtime: tokio::runtime::Handle,
+    stats: PdStats,
+}
+
+impl Pd {
+    /// Binds the role's transfer endpoint (inside a tokio runtime). `host` is the address
+    /// the server listens on: loopback gets the loopback transport settings.
+    pub fn start(
+        args: &DisaggArgs,
+        host: Option<&str>,
+        layout: KvLayout,
+        page_io: Option<PageIo>,
+    ) -> Result<Option<Arc<Pd>>, String> {
+        if args.disaggregation_mode == DisaggMode::Null {
+            return Ok(None);
+        }
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            "--disaggregation-mode needs the server's runtime (it is not available in process)"
+                .to_string()
+        })?;
+        let dir = args
+            .cluster_identity
+            .clone()
+            .or_else(|| std::env::var_os("SGLRS_CLUSTER_IDENTITY").map(PathBuf::from))
+            .ok_or_else(|| {
+                "--disaggregation-mode needs --cluster-identity DIR (or SGLRS_CLUSTER_IDENTITY); \
+                 make one with `sglrs cluster-identity --out DIR` and give every host the same"
+                    .to_string()
+            })?;
+        let security = read_identity(&dir)?;
+        let host = host.unwrap_or("0.0.0.0");
+        let ip: std::net::IpAddr = host
+            .parse()
+            .map_err(|_| format!("--host {host:?} is not an IP address (the KV endpoint binds it)"))?;
+        let mut quic = if ip.is_loopback() {
+            QuicConfig::loopback()
+        } else {
+            QuicConfig::default()
+        };
+        let timeout = Duration::from_secs(args.disaggregation_timeout.max(1));
+        quic.proto.room_timeout = timeout;
+        let _guard = runtime.enter();
+        let (sender, receiver) = match args.disaggregation_mode {
+            DisaggMode::Prefill => {
+                let addr = SocketAddr::new(ip, args.disaggregation_bootstrap_port);
+                let s = KvSender::bind(addr, layout, &security, quic)
+                    .map_err(|e| format!("binding the KV transfer endpoint on UDP {addr}: {e}"))?;
+                (Some(Arc::new(s)), None)
+            }
+            DisaggMode::Decode => {
+                let any = SocketAddr::new(
+                    if ip.is_ipv6() {
+                        std::net::Ipv6Addr::UNSPECIFIED.into()
+                    } else {
+                        std::net::Ipv4Addr::UNSPECIFIED.into()
+                    },
+                    0,
+                );
+                let r = KvReceiver::bind(any, layout, &security, quic)
+                    .map_err(|e| format!("binding the KV transfer endpoint: {e}"))?;
+                if page_io.is_none() {
+                    return Err("this executor cannot write pages from another thread".into());
+                }
+                (None, Some(Arc::new(r)))
+            }
+            DisaggMode::Null => unreachable!("returned above"),
+        };
+        Ok(Some(Arc::new(Pd {
+            mode: args.disaggregation_mode,
+            bootstrap_port: args.disaggregation_bootstrap_port,
+            sender,
+            receiver,
+            pending: Mutex::new(HashMap::new()),
+            page_io,
+            sched: OnceLock::new(),
+            timeout,
+            runtime,
+            stats: PdStats::default(),
+        })))
+    }
+
+    /// The role.
+    pub fn mode(&self) -> DisaggMode {
+        self.mode
+    }
+
+    /// The prefill role's transfer port.
+    pub fn bootstrap_port(&self) -> u16 {
+        self.bootstrap_port
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &PdStats {
+        &self.stats
+    }
+
+    /// Decode: the scheduler the importer reports to.
+    pub fn set_scheduler(&self, sched: SchedulerHandle) {
+        let _ = self.sched.set(sched);
+    }
+
+    /// The KV transfer endpoint's address (prefill).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.sender.as_ref().and_then(|s| s.local_addr().ok())
+    }
+
+    /// Pages held for rooms not yet acknowledged (prefill).
+    pub fn held_pages(&self) -> usize {
+        self.sender.as_ref().map_or(0, |s| s.held_pages())
+    }
+
+    /// Decode: remembers where request `id`'s KV comes from (before it is submitted).
+    pub fn expect(&self, id: RequestId, from: &Bootstrap) {
+        let info = BootstrapInfo {
+            host: from.host.clone(),
+            port: from.port,
+            room: RoomId(from.room),
+        };
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(id, info);
+        }
+    }
+
+    /// Decode: forgets a request that was not submitted after all.
+    pub fn forget(&self, id: RequestId) {
+        if let Ok(mut p) = self.pending.lock() {
+            p.remove(&id);
+        }
+    }
+
+    /// The state as `/get_server_info` shows it.
+    pub fn info_json(&self) -> serde_json::Value {
+        let mut v = self.stats.json();
+        v["mode"] = self.mode.as_str().into();
+        v["bootstrap_port"] = self.bootstrap_port.into();
+        v["held_pages"] = self.held_pages().into();
+        v["awaiting_import"] = self.pending.lock().map_or(0, |p| p.len()).into();
+        v
+    }
+
+    /// Prefill: wraps a request's event stream. The prompt's pages (`KvExport`) are sent to
+    /// the room's decode host once the request ends; its `Finished` is held back until the
+    /// transfer did (or failed: then it becomes an abort naming the cause). The transfer
+    /// goes on when the client is gone.
+    pub fn export(
+        self: &Arc<Self>,
+        room: u64,
+        mut rx: mpsc::UnboundedReceiver<SchedEvent>,
+    ) -> mpsc::UnboundedReceiver<SchedEvent> {
+        let room = RoomId(room);
+        let (tx, out) = mpsc::unbounded_channel();
+        let pd = self.clone();
+        self.runtime.spawn(async move {
+            let mut pages = None;
+            let mut imp = KvImport::default();
+            let mut first = None;
+            while let Some(ev) = rx.recv().await {
+                match ev {
+                    SchedEvent::KvExport {
+                        pages: p,
+                        rng_position,
+                        ..
+                    } => {
+                        pages = Some(p);
+                        imp.rng_position = rng_position;
+                        continue;
+                    }
+                    SchedEvent::Delta {
+                        ref tokens,
+                        ref logprobs,
+                        ..
+                    } => {
+                        if first.is_none() && !tokens.is_empty() {
+                            first = Some(tokens[0]);
+                            imp.first_logprob = logprobs.first().cloned();
+                        }
+                    }
+                    SchedEvent::InputLogprobs { ref logprobs, .. } => {
+                        imp.input_logprobs = logprobs.clone();
+                    }
+                    SchedEvent::Finished {
+                        id,
+                        sample,
+                        reason,
+                        prompt_tokens,
+                        completion_tokens,
+                        cached,
+                    } => {
+                        let sent = pd.send(room, pages.take(), first, std::mem::take(&mut imp));
+                        let reason = match (sent.await, reason) {
+                            (Ok(()), r) => r,
+                            (Err(_), r @ FinishReason::Abort(_)) => r,
+                            (Err(e), _) => FinishReason::Abort(AbortReason::Transfer(e)),
+                        };
+                        let _ = tx.send(SchedEvent::Finished {
+                            id,
+                            sample,
+                            reason,
+                            prompt_tokens,
+                            completion_tokens,
+                            cached,
+                        });
+                        return;
+                    }
+                }
+                let _ = tx.send(ev);
+            }
+            // The scheduler stopped without ending the request.
+            if let Some(s) = &pd.sender {
+                s.fail(room, "prefill failed: the prefill server's scheduler stopped");
+            }
+        });
+        out
+    }
+
+    /// Prefill: sends one room's pages, or tells the decode host why there are none.
+    async fn send(
+        &self,
+        room: RoomId,
+        pages: Option<Result<Vec<bytes::Bytes>, String>>,
+        first: Option<u32>,
+        mut imp: KvImport,
+    ) -> Result<(), String> {
+        let Some(sender) = &self.sender else {
+            return Err("not a prefill server".into());
+        };
+        let (pages, first) = match (pages, first) {
+            (Some(Ok(p)), Some(f)) => (p, f),
+            (Some(Err(e)), _) => {
+                let msg = format!("prefill failed: {e}");
+                sender.fail(room, &msg);
+                self.stats.fail(&msg);
+                return Err(msg);
+            }
+            _ => {
+                let msg = "prefill failed: the request ended before its first token".to_string();
+                sender.fail(room, &msg);
+                return Err(msg);
+            }
+        };
+        imp.first_token = first;
+        let aux = AuxData {
+            first_token: first,
+            first_logprob: imp
+                .first_logprob
+                .as_ref()
+                .and_then(|l| l.logprob)
+                .unwrap_or(0.0),
+            top_logprobs: imp
+                .first_logprob
+                .as_ref()
+                .map(|l| l.top.clone())
+                .unwrap_or_default(),
+            extra: serde_json::to_vec(&imp).unwrap_or_default().into(),
+        };
+        let t = Instant::now();
+        self.stats.rooms_open.fetch_add(1, Ordering::Relaxed);
+        let r = sender.send(room, pages, aux).await;
+        self.stats.rooms_open.fetch_sub(1, Ordering::Relaxed);
+        match r {
+            Ok(rep) => {
+                self.stats.latency.observe(t.elapsed().as_secs_f64());
+                self.stats.transfers.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .pages_sent
+                    .fetch_add(rep.sent as u64, Ordering::Relaxed);
+                self.stats
+                    .pages_skipped
+                    .fetch_add(rep.skipped as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                let msg = format!("sending the KV of {room}: {e}");
+                self.stats.fail(&msg);
+                Err(msg)
+            }
+        }
+    }
+
+    /// Decode: receives one import's pages into the pool.
+    async fn import(&self, job: &ImportJob, from: BootstrapInfo) -> Result<KvImport, String> {
+        let receiver = self.receiver.as_ref().ok_or("not a decode server")?;
+        let io = self.page_io.as_ref().ok_or("no page writer")?;
+        let addr = from
+            .resolve()
+            .await
+            .map_err(|e| format!("prefill host {from}: {e}"))?;
+        let t = Instant::now();
+        let mut stream = receiver
+            .register(addr, RoomId(from.room.0), job.dst_pages.clone())
+            .await
+            .map_err(|e| format!("prefill host {addr}: {e}"))?;
+        let mut aux = None;
+        let mut written = 0u64;
+        loop {
+            match stream.next().await {
+                Some(sglrs_transfer::quic::RoomEvent::Pages { dst_pages, pages }) => {
+                    for (dst, page) in dst_pages.iter().zip(&pages) {
+                        if !job.dst_pages.contains(dst) {
+                            return Err(format!("prefill host {addr} sent page {dst} unasked"));
+                        }
+                        let bytes = page.to_bytes();
+                        // SAFETY: the destination pages belong to this import's sequence,
+                        // which is in no forward pass and keeps them until this task
+                        // reports back (`Phase::Receiving`, the scheduler's invariant).
+                        unsafe { io.write_pages(&[*dst], &bytes) }
+                            .map_err(|e| format!("writing page {dst}: {e}"))?;
+                        written += 1;
+                    }
+                }
+                Some(sglrs_transfer::quic::RoomEvent::Aux(a)) => aux = Some(a),
+                Some(sglrs_transfer::quic::RoomEvent::Done) => break,
+                Some(sglrs_transfer::quic::RoomEvent::Failed(e)) => {
+                    return Err(format!("from prefill host {addr}: {e}"))
+                }
+                None => return Err(format!("prefill host {addr}: the transfer endpoint closed")),
+            }
+        }
+        self.stats.latency.observe(t.elapsed().as_secs_f64());
+        self.stats.transfers.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .pages_received
+            .fetch_add(written, Ordering::Relaxed);
+        self.stats
+            .pages_skipped
+            .fetch_add(job.skip_pages as u64, Ordering::Relaxed);
+        let aux = aux.ok_or_else(|| format!("prefill host {addr} sent no first token"))?;
+        let mut imp: KvImport = serde_json::from_slice(&aux.extra)
+            .map_err(|e| format!("prefill host {addr}: bad aux data: {e}"))?;
+        imp.first_token = aux.first_token;
+        Ok(imp)
+    }
+}
+
+/// The decode host's [`KvImporter`]: one task per import, bounded by the timeout, always
+/// reporting back once.
+pub struct Importer(pub Arc<Pd>);
+
+impl KvImporter for Importer {
+    fn start(&self, job: ImportJob) {
+        let pd = self.0.clone();
+        let from = pd.pending.lock().ok().and_then(|mut p| p.remove(&job.id));
+        self.0.runtime.spawn(async move {
+            pd.stats.rooms_open.fetch_add(1, Ordering::Relaxed);
+            let result = match from {
+                None => Err("no bootstrap_host/bootstrap_room known for this request".into()),
+                Some(from) => {
+                    let shown = from.to_string();
+                    // Dropping the import on time-out stops its writes (they happen inside
+                    // it) and cancels the room.
+                    match tokio::time::timeout(pd.timeout, pd.import(&job, from)).await {
+                        Ok(r) => r,
+                        Err(_) => Err(format!(
+                            "the KV from {shown} did not arrive within {:?} \
+                             (--disaggregation-timeout)",
+                            pd.timeout
+                        )),
+                    }
+                }
+            };
+            pd.stats.rooms_open.fetch_sub(1, Ordering::Relaxed);
+            if let Err(e) = &result {
+                pd.stats.fail(e);
+            }
+            if let Some(s) = pd.sched.get() {
+                s.kv_imported(job.id, result);
+            }
+        });
+    }
+}
+
