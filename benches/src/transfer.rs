@@ -280,7 +280,10 @@ impl QuicPair {
                 }
             }
         };
-        let (s, r): (anyhow::Result<sglrs_transfer::quic::SendReport>, anyhow::Result<()>) = tokio::join!(send, recv);
+        let (s, r): (
+            anyhow::Result<sglrs_transfer::quic::SendReport>,
+            anyhow::Result<()>,
+        ) = tokio::join!(send, recv);
         s?;
         r
     }

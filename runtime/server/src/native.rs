@@ -265,8 +265,10 @@ pub async fn generate(
     let ids: Vec<u64> = running.iter().map(|r| r.id).collect();
     let mut results = dispatch::collect_all(&state, running, start).await;
     if exporting {
-        for r in &mut results {
-            crate::pd::strip_input_logprobs(r);
+        // The decode server's answer carries the prompt's logprobs, and SGLang's router
+        // puts the prefill's in front of them: the prefill's are left out.
+        for r in results.iter_mut().flatten() {
+            r.input_logprobs.clear();
         }
     }
     let e2e = start.elapsed().as_secs_f64();

@@ -27,12 +27,16 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
             .ok()
             .filter(|k| !k.is_empty());
     }
-    let engine = Engine::start(&cfg)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting tokio")?;
+    // Inside the runtime: a prefill/decode role binds its KV transfer endpoint on it.
+    let engine = {
+        let _rt = rt.enter();
+        Engine::start(&cfg)?
+    };
     rt.block_on(async {
         let addr = format!("{}:{}", args.host, args.port);
         let listener = tokio::net::TcpListener::bind(&addr)

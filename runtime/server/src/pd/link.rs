@@ -114,9 +114,9 @@ impl Pd {
             })?;
         let security = read_identity(&dir)?;
         let host = host.unwrap_or("0.0.0.0");
-        let ip: std::net::IpAddr = host
-            .parse()
-            .map_err(|_| format!("--host {host:?} is not an IP address (the KV endpoint binds it)"))?;
+        let ip: std::net::IpAddr = host.parse().map_err(|_| {
+            format!("--host {host:?} is not an IP address (the KV endpoint binds it)")
+        })?;
         let mut quic = if ip.is_loopback() {
             QuicConfig::loopback()
         } else {
@@ -292,7 +292,10 @@ impl Pd {
             }
             // The scheduler stopped without ending the request.
             if let Some(s) = &pd.sender {
-                s.fail(room, "prefill failed: the prefill server's scheduler stopped");
+                s.fail(
+                    room,
+                    "prefill failed: the prefill server's scheduler stopped",
+                );
             }
         });
         out
@@ -453,4 +456,3 @@ impl KvImporter for Importer {
         });
     }
 }
-

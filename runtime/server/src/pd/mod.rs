@@ -28,7 +28,6 @@ mod off;
 #[cfg(not(feature = "pd"))]
 pub use off::Pd;
 
-use crate::dispatch::SampleResult;
 use crate::metrics::Histogram;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -169,10 +168,26 @@ impl PdStats {
             self.rooms_open.load(Ordering::Relaxed)
         );
         for (name, help, v) in [
-            ("sglrs_pd_transfers_total", "KV transfers completed.", &self.transfers),
-            ("sglrs_pd_pages_sent_total", "KV pages sent to decode hosts.", &self.pages_sent),
-            ("sglrs_pd_pages_received_total", "KV pages received from prefill hosts.", &self.pages_received),
-            ("sglrs_pd_pages_skipped_total", "KV pages not moved: the decode host had them cached.", &self.pages_skipped),
+            (
+                "sglrs_pd_transfers_total",
+                "KV transfers completed.",
+                &self.transfers,
+            ),
+            (
+                "sglrs_pd_pages_sent_total",
+                "KV pages sent to decode hosts.",
+                &self.pages_sent,
+            ),
+            (
+                "sglrs_pd_pages_received_total",
+                "KV pages received from prefill hosts.",
+                &self.pages_received,
+            ),
+            (
+                "sglrs_pd_pages_skipped_total",
+                "KV pages not moved: the decode host had them cached.",
+                &self.pages_skipped,
+            ),
         ] {
             let _ = writeln!(
                 out,
@@ -241,10 +256,14 @@ pub fn bootstrap(
         return Ok(None);
     }
     let Some((mode, default_port)) = role else {
-        let name = [("bootstrap_host", host), ("bootstrap_port", port), ("bootstrap_room", room)]
-            .into_iter()
-            .find(|(_, v)| given(*v))
-            .map_or("bootstrap_room", |(n, _)| n);
+        let name = [
+            ("bootstrap_host", host),
+            ("bootstrap_port", port),
+            ("bootstrap_room", room),
+        ]
+        .into_iter()
+        .find(|(_, v)| given(*v))
+        .map_or("bootstrap_room", |(n, _)| n);
         return Err(ApiError::bad(
             name,
             "this server is not in disaggregation mode (start it with \
@@ -280,7 +299,12 @@ pub fn bootstrap(
     let host = match h {
         Some(Value::String(s)) if !s.is_empty() => s,
         None if mode == DisaggMode::Prefill => String::new(),
-        _ => return Err(ApiError::bad("bootstrap_host", "must be the prefill host's name")),
+        _ => {
+            return Err(ApiError::bad(
+                "bootstrap_host",
+                "must be the prefill host's name",
+            ))
+        }
     };
     let port = match p {
         None => default_port.max(1),
@@ -291,13 +315,4 @@ pub fn bootstrap(
             .ok_or_else(|| ApiError::bad("bootstrap_port", "must be a UDP port number"))?,
     };
     Ok(Some(Bootstrap { host, port, room }))
-}
-
-/// Prefill: the answer's `input_token_logprobs` are empty, since the decode server's
-/// answer carries the prompt's logprobs and SGLang's router puts the prefill's in front of
-/// them.
-pub fn strip_input_logprobs(results: &mut [SampleResult]) {
-    for r in results {
-        r.input_logprobs.clear();
-    }
 }
