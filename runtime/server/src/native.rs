@@ -274,15 +274,13 @@ pub async fn generate(
     let e2e = start.elapsed().as_secs_f64();
     let mut out = Vec::new();
     for (i, samples) in results.iter().enumerate() {
+        let report = state.pd.as_ref().and_then(|pd| pd.take_report(ids[i]));
         for r in samples {
-            out.push(sample_json(
-                &state,
-                r,
-                &rid_of(i, ids[i]),
-                e2e,
-                want_lp[i],
-                return_text,
-            ));
+            let mut v = sample_json(&state, r, &rid_of(i, ids[i]), e2e, want_lp[i], return_text);
+            if let Some(rep) = &report {
+                v["meta_info"]["disaggregation"] = rep.clone();
+            }
+            out.push(v);
         }
     }
     if many {
@@ -441,6 +439,11 @@ fn stream(
                     );
                     if many {
                         v["index"] = json!(i * job.n + s);
+                    }
+                    if finished {
+                        if let Some(rep) = state.pd.as_ref().and_then(|pd| pd.take_report(job.id)) {
+                            v["meta_info"]["disaggregation"] = rep;
+                        }
                     }
                     if tx.send(v.to_string()).await.is_err() {
                         return; // client gone: dropping `job.rx` aborts the request

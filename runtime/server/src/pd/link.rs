@@ -18,6 +18,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+/// Most transfer reports kept for answers that have not taken theirs (a client gone
+/// before its answer leaves its report behind; the oldest are dropped past this).
+const REPORTS: usize = 4096;
+
 /// Files of a cluster identity folder.
 const CERT_FILE: &str = "cert.pem";
 const KEY_FILE: &str = "key.pem";
@@ -84,6 +88,9 @@ pub struct Pd {
     sched: OnceLock<SchedulerHandle>,
     timeout: Duration,
     runtime: tokio::runtime::Handle,
+    /// Each recent request's transfer, until its answer takes it
+    /// (`meta_info.disaggregation`); bounded by [`REPORTS`].
+    reports: Mutex<HashMap<RequestId, serde_json::Value>>,
     stats: PdStats,
 }
 
@@ -160,6 +167,7 @@ impl Pd {
             sched: OnceLock::new(),
             timeout,
             runtime,
+            reports: Mutex::new(HashMap::new()),
             stats: PdStats::default(),
         })))
     }
@@ -210,6 +218,22 @@ impl Pd {
     pub fn forget(&self, id: RequestId) {
         if let Ok(mut p) = self.pending.lock() {
             p.remove(&id);
+        }
+    }
+
+    /// Request `id`'s transfer (`meta_info.disaggregation`): role, room, pages moved and
+    /// skipped, seconds; `None` when it had none here.
+    pub fn take_report(&self, id: RequestId) -> Option<serde_json::Value> {
+        self.reports.lock().ok()?.remove(&id)
+    }
+
+    fn report(&self, id: RequestId, v: serde_json::Value) {
+        if let Ok(mut r) = self.reports.lock() {
+            if r.len() >= REPORTS {
+                let oldest = *r.keys().min().expect("not empty");
+                r.remove(&oldest);
+            }
+            r.insert(id, v);
         }
     }
 
@@ -271,9 +295,22 @@ impl Pd {
                         completion_tokens,
                         cached,
                     } => {
+                        let t = Instant::now();
                         let sent = pd.send(room, pages.take(), first, std::mem::take(&mut imp));
                         let reason = match (sent.await, reason) {
-                            (Ok(()), r) => r,
+                            (Ok(rep), r) => {
+                                pd.report(
+                                    id,
+                                    serde_json::json!({
+                                        "role": "prefill",
+                                        "bootstrap_room": room.0,
+                                        "pages_sent": rep.sent,
+                                        "pages_skipped": rep.skipped,
+                                        "transfer_ms": t.elapsed().as_secs_f64() * 1e3,
+                                    }),
+                                );
+                                r
+                            }
                             (Err(_), r @ FinishReason::Abort(_)) => r,
                             (Err(e), _) => FinishReason::Abort(AbortReason::Transfer(e)),
                         };
@@ -308,7 +345,7 @@ impl Pd {
         pages: Option<Result<Vec<bytes::Bytes>, String>>,
         first: Option<u32>,
         mut imp: KvImport,
-    ) -> Result<(), String> {
+    ) -> Result<sglrs_transfer::quic::SendReport, String> {
         let Some(sender) = &self.sender else {
             return Err("not a prefill server".into());
         };
@@ -355,7 +392,7 @@ impl Pd {
                 self.stats
                     .pages_skipped
                     .fetch_add(rep.skipped as u64, Ordering::Relaxed);
-                Ok(())
+                Ok(rep)
             }
             Err(e) => {
                 let msg = format!("sending the KV of {room}: {e}");
@@ -380,8 +417,11 @@ impl Pd {
             .map_err(|e| format!("prefill host {addr}: {e}"))?;
         let mut aux = None;
         let mut written = 0u64;
+        let mut first_byte = None;
         loop {
-            match stream.next().await {
+            let ev = stream.next().await;
+            first_byte.get_or_insert_with(Instant::now);
+            match ev {
                 Some(sglrs_transfer::quic::RoomEvent::Pages { dst_pages, pages }) => {
                     for (dst, page) in dst_pages.iter().zip(&pages) {
                         if !job.dst_pages.contains(dst) {
@@ -404,11 +444,27 @@ impl Pd {
                 None => return Err(format!("prefill host {addr}: the transfer endpoint closed")),
             }
         }
-        self.stats.latency.observe(t.elapsed().as_secs_f64());
+        // Transfer time: from the first message of the room to the last page written (the
+        // wait before it is the prefill computing the prompt).
+        let first_byte = first_byte.unwrap_or(t);
+        let secs = first_byte.elapsed().as_secs_f64();
+        let wait = first_byte.duration_since(t).as_secs_f64();
+        self.stats.latency.observe(secs);
         self.stats.transfers.fetch_add(1, Ordering::Relaxed);
         self.stats
             .pages_received
             .fetch_add(written, Ordering::Relaxed);
+        self.report(
+            job.id,
+            serde_json::json!({
+                "role": "decode",
+                "bootstrap_room": from.room.0,
+                "pages_received": written,
+                "pages_skipped": job.skip_pages,
+                "transfer_ms": secs * 1e3,
+                "wait_ms": wait * 1e3,
+            }),
+        );
         self.stats
             .pages_skipped
             .fetch_add(job.skip_pages as u64, Ordering::Relaxed);

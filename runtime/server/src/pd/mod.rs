@@ -115,7 +115,7 @@ pub struct PdStats {
     /// Failed transfers by cause.
     pub failures: Mutex<HashMap<&'static str, u64>>,
     /// Transfer time: prefill from handing the pages over to the acknowledgement; decode
-    /// from registering the room to the last page written.
+    /// from the room's first message to its last page written.
     pub latency: Histogram,
 }
 
@@ -214,7 +214,7 @@ impl PdStats {
             out,
             "sglrs_pd_transfer_seconds",
             "KV transfer time per request (prefill: pages handed over to acknowledged; decode: \
-             registered to last page written).",
+             first message to last page written).",
         );
     }
 }

@@ -49,6 +49,10 @@ impl Pd {
         match *self {}
     }
     /// See the transfer build.
+    pub fn take_report(&self, _: RequestId) -> Option<serde_json::Value> {
+        match *self {}
+    }
+    /// See the transfer build.
     pub fn info_json(&self) -> serde_json::Value {
         match *self {}
     }
