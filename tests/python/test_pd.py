@@ -358,6 +358,14 @@ def test_bootstrap_fields_a_server_cannot_honour_are_refused_by_name(cluster, un
     assert status == 400 and "n > 1" in json.dumps(err), err
     status, err = post(cluster.decode.base, "/generate", {**body, "bootstrap_room": -1})
     assert status == 400 and "bootstrap_room" in json.dumps(err), err
+    # What the router polls answers on both roles.
+    for s in (cluster.prefill, cluster.decode):
+        for path in ("/health", "/health_generate", "/get_server_info", "/server_info",
+                     "/get_model_info", "/model_info", "/get_load"):
+            with urllib.request.urlopen(s.base + path, timeout=60) as r:
+                assert r.status == 200, (s.base, path)
+    with urllib.request.urlopen(cluster.decode.base + "/get_load", timeout=10) as r:
+        assert json.loads(r.read())["load"] == 0
 
 
 LONG = "".join(f"Line {i}: a quiet sentence about nothing in particular. " for i in range(150))

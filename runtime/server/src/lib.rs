@@ -263,6 +263,8 @@ fn routes() -> Vec<(RouteInfo, MethodRouter<Arc<AppState>>)> {
         at(Get, "/model_info", routes::model_info),
         at(Get, "/get_model_info", routes::model_info),
         at(Get, "/get_server_info", routes::server_info),
+        at(Get, "/server_info", routes::server_info),
+        at(Get, "/get_load", routes::get_load),
         at(Post, "/flush_cache", routes::flush_cache),
         at(
             Post,

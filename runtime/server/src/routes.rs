@@ -24,6 +24,17 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Result<&'static str, 
     }
 }
 
+/// `GET /get_load`: requests running and waiting, as SGLang's router reads it (`load`)
+/// for its `power_of_two` policy.
+pub async fn get_load(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let s = state.sched.stats();
+    Json(json!({
+        "load": s.running + s.waiting,
+        "num_reqs": s.running,
+        "num_waiting_reqs": s.waiting,
+    }))
+}
+
 /// `GET /health_generate`: runs one token through the model.
 pub async fn health_generate(State(state): State<Arc<AppState>>) -> Result<&'static str, ApiError> {
     let raw = RawSamplingParams {
