@@ -66,7 +66,7 @@ class Network:
 
     made = 0
 
-    def __init__(self):
+    def __init__(self, kv_mtu=None):
         self.netns = os.geteuid() == 0 and shutil.which("ip") is not None
         Network.made += 1
         self.created = []
@@ -98,6 +98,9 @@ class Network:
                     sh(*pre, "link", "set", dev, "up")
                 if a_ns is None:
                     self.created.append(("link", a))
+            if kv_mtu:
+                sh("ip", "-n", self.p_ns, "link", "set", f"kvp{tag}", "mtu", str(kv_mtu))
+                sh("ip", "-n", self.d_ns, "link", "set", self.kv_dev, "mtu", str(kv_mtu))
             self.p_host, self.d_host = f"10.{net}.1.2", f"10.{net}.2.2"
             # KV datagrams from D to the prefill's address take the P-D link.
             sh("ip", "-n", self.d_ns, "route", "add", f"{self.p_host}/32", "via", f"10.{net}.3.1")
@@ -153,8 +156,8 @@ class Router(Server):
 class Cluster:
     """A prefill and a decode server behind the router (torn down by `close`)."""
 
-    def __init__(self, identity, decode_identity=None, timeout="10"):
-        self.net = Network()
+    def __init__(self, identity, decode_identity=None, timeout="10", kv_mtu=None):
+        self.net = Network(kv_mtu)
         self.boot = free_udp_port()
         self.identity = identity
         try:
@@ -484,3 +487,21 @@ def test_a_host_with_another_identity_is_refused_at_the_handshake(identity):
             c.close()
     finally:
         shutil.rmtree(other, ignore_errors=True)
+
+
+def test_a_small_mtu_kv_link_still_carries_the_pages(identity, unified):
+    """The KV link carries 1,280-byte packets only (a tunnel, say): the handshake starts at
+    1,200 bytes and path MTU discovery stays below the link's size."""
+    if not (os.geteuid() == 0 and shutil.which("ip")):
+        pytest.skip("needs root for network namespaces: the KV link is loopback here")
+    c = Cluster(identity, timeout="15", kv_mtu=1280)
+    try:
+        body = {"text": LONG[:3000], "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
+        rs, routed = post(c.router.base, "/generate", body)
+        us, direct = post(unified.base, "/generate", body)
+        assert rs == 200 and us == 200, routed
+        assert routed["output_ids"] == direct["output_ids"]
+        assert routed["meta_info"]["disaggregation"]["pages_received"] > 10
+        c.assert_idle()
+    finally:
+        c.close()

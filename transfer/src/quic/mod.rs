@@ -53,10 +53,16 @@ const LOOPBACK_SEND_WINDOW: u64 = 2 << 20;
 pub struct QuicConfig {
     /// Protocol timers and limits.
     pub proto: proto::Config,
-    /// UDP payload size used after the handshake (no path MTU discovery). 1200 is safe on
-    /// any IP path; loopback and jumbo-frame LANs take far more (see [`QuicConfig::loopback`]).
-    /// GSO batches are capped to fit one 65,507-byte send whatever the size.
+    /// UDP payload size: with [`QuicConfig::mtu_discovery`] the most path MTU discovery
+    /// goes up to, else the size used after the handshake. 1200 is safe on any IP path;
+    /// loopback and jumbo-frame LANs take far more (see [`QuicConfig::loopback`]). GSO
+    /// batches are capped to fit one 65,507-byte send whatever the size.
     pub mtu: u16,
+    /// Start at 1,200 bytes (what every IPv4/IPv6 path carries: a tunnel or a small-MTU
+    /// link must not stall the handshake) and probe up to [`QuicConfig::mtu`]; quinn also
+    /// falls back when the path shrinks. Off: every packet after the handshake is `mtu`
+    /// bytes (loopback, where the size is known).
+    pub mtu_discovery: bool,
     /// Flow-control window of one stream, bytes.
     pub stream_window: u64,
     /// Flow-control window of one connection, bytes.
@@ -108,6 +114,7 @@ impl Default for QuicConfig {
                 ..proto::Config::default()
             },
             mtu: 1452,
+            mtu_discovery: true,
             stream_window: 16 << 20,
             connection_window: 256 << 20,
             send_window: 256 << 20,
@@ -128,6 +135,7 @@ impl QuicConfig {
     pub fn loopback() -> Self {
         Self {
             mtu: 60_000,
+            mtu_discovery: false,
             send_window: LOOPBACK_SEND_WINDOW,
             congestion: Congestion::Cubic {
                 initial_window: 4 << 20,
@@ -144,10 +152,20 @@ impl QuicConfig {
         // `min_mtu` is also the size the first Initial packet is padded to, and a long-header
         // packet's length field holds at most 16,383 bytes (quinn-proto asserts it), so it
         // stays below that; `initial_mtu` is what every packet after the handshake uses.
-        t.initial_mtu(self.mtu.max(1200))
-            .min_mtu(self.mtu.clamp(1200, MAX_MIN_MTU))
-            .mtu_discovery_config(None)
-            .stream_receive_window(var(self.stream_window)?)
+        // With discovery both are 1,200: a path that carries less than `mtu` (a tunnel, a
+        // small-MTU link) must not drop the padded handshake packets.
+        if self.mtu_discovery {
+            let mut d = quinn::MtuDiscoveryConfig::default();
+            d.upper_bound(self.mtu.max(1200));
+            t.initial_mtu(1200)
+                .min_mtu(1200)
+                .mtu_discovery_config(Some(d));
+        } else {
+            t.initial_mtu(self.mtu.max(1200))
+                .min_mtu(self.mtu.clamp(1200, MAX_MIN_MTU))
+                .mtu_discovery_config(None);
+        }
+        t.stream_receive_window(var(self.stream_window)?)
             .receive_window(var(self.connection_window)?)
             .send_window(self.send_window)
             .max_concurrent_uni_streams(var(self.data_streams as u64 * 4 + 16)?)
