@@ -10,6 +10,7 @@
 
 pub mod grammar;
 pub mod hicache;
+pub mod pd;
 pub mod radix;
 pub mod serving;
 pub mod transfer;

@@ -51,6 +51,10 @@ enum BenchCommand {
     /// Hierarchical KV cache: multi-turn off/host/disk/host+disk, a restart from disk, and
     /// the disk tier's read rate against dd; starts its own servers.
     Hicache(JsonBench<sglrs_benches::hicache::HicacheArgs>),
+    /// Prefill/decode disaggregation: decode streams' inter-token latency while long prompts
+    /// arrive, unified vs prefill and decode servers behind sglang-router, with each
+    /// prompt's KV transfer time; starts its own servers and router.
+    Pd(JsonBench<sglrs_benches::pd::PdArgs>),
 }
 
 #[derive(clap::Args)]
@@ -96,5 +100,6 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Transfer(b)) => b.run(sglrs_benches::transfer::run),
         Command::Bench(BenchCommand::Serving(b)) => b.run(sglrs_benches::serving::run),
         Command::Bench(BenchCommand::Hicache(b)) => b.run(sglrs_benches::hicache::run),
+        Command::Bench(BenchCommand::Pd(b)) => b.run(sglrs_benches::pd::run),
     }
 }

@@ -61,7 +61,7 @@ use std::path::{Path, PathBuf};
 
 mod disk;
 mod report;
-mod server;
+pub(crate) mod server;
 mod workload;
 
 use report::{

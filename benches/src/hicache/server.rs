@@ -62,19 +62,19 @@ pub(super) struct Reply {
 
 /// How every server starts: the binary, the model and the kernel threads.
 #[derive(Clone, Debug)]
-pub(super) struct ServeCommand {
+pub(crate) struct ServeCommand {
     /// The `sglrs` binary (`None`: this one).
-    pub(super) bin: Option<PathBuf>,
+    pub(crate) bin: Option<PathBuf>,
     /// `--model` of serve.
-    pub(super) model: PathBuf,
+    pub(crate) model: PathBuf,
     /// `--threads` of serve (`None`: the server's default).
-    pub(super) threads: Option<usize>,
+    pub(crate) threads: Option<usize>,
 }
 
 /// A `sglrs serve` child on 127.0.0.1; killed on drop if still running.
-pub(super) struct Server {
+pub(crate) struct Server {
     child: Child,
-    base: String,
+    pub(crate) base: String,
     log: PathBuf,
     agent: ureq::Agent,
 }
@@ -82,7 +82,7 @@ pub(super) struct Server {
 impl Server {
     /// Starts `serve` of `how` with `flags`, its output to `log`, and waits until `/health`
     /// answers 200.
-    pub(super) fn start(
+    pub(crate) fn start(
         how: &ServeCommand,
         flags: &[String],
         log: PathBuf,
@@ -158,7 +158,7 @@ impl Server {
     }
 
     /// Why a request may have failed: the server's state and its last output.
-    pub(super) fn failure_context(&mut self) -> String {
+    pub(crate) fn failure_context(&mut self) -> String {
         match self.child.try_wait() {
             Ok(Some(st)) => format!("the server exited ({st}){}", self.log_tail()),
             _ => format!("the server is still running{}", self.log_tail()),
@@ -166,7 +166,7 @@ impl Server {
     }
 
     /// `GET /get_server_info`, if it answers with JSON.
-    pub(super) fn info(&self) -> Option<Value> {
+    pub(crate) fn info(&self) -> Option<Value> {
         self.agent
             .get(&format!("{}/get_server_info", self.base))
             .call()
@@ -241,7 +241,7 @@ impl Server {
 
     /// SIGTERM, then waits (SIGKILL after [`STOP_TIMEOUT`]). Whether the exit was a clean
     /// shutdown (status 0), the only kind that flushes the disk tier; warns when not.
-    pub(super) fn stop(mut self) -> anyhow::Result<bool> {
+    pub(crate) fn stop(mut self) -> anyhow::Result<bool> {
         let pid = libc::pid_t::try_from(self.child.id()).context("server pid")?;
         // SAFETY: `pid` is our own child, not yet reaped (it is reaped below), so the id
         // names that process; kill(2) takes no pointers.
