@@ -60,6 +60,7 @@ use std::path::PathBuf;
 
 mod cluster;
 mod report;
+mod server_itl;
 mod workload;
 
 use crate::hicache::server::ServeCommand;
@@ -155,6 +156,17 @@ fn warm_up(agent: &ureq::Agent, base: &str) -> anyhow::Result<()> {
         .context("the warm-up request")
 }
 
+/// Adds the measured server's own ITL (`server_itl_p50_ms`, `server_itl_p99_ms`; for PD the
+/// decode server's) between the readings taken around the load.
+fn add_server_itl(v: &mut Value, itl: Option<&(server_itl::Buckets, server_itl::Buckets)>) {
+    let ms = |p: f64| {
+        itl.and_then(|(b, a)| server_itl::percentile(b, a, p))
+            .map_or(Value::Null, |s| json!(s * 1e3))
+    };
+    v["server_itl_p50_ms"] = ms(50.0);
+    v["server_itl_p99_ms"] = ms(99.0);
+}
+
 /// A unified phase: one server on `cpus` with as many threads, the load, stop.
 fn unified(
     args: &PdArgs,
@@ -169,14 +181,20 @@ fn unified(
     let mut server = start_pinned(&how, &[], log, cpus)
         .with_context(|| format!("starting the {name} server"))?;
     let client = agent();
-    let run = warm_up(&client, &server.base)
-        .and_then(|()| run_load(&client, &server.base, &load(args, streams_only)));
+    let mut itl = None;
+    let run = warm_up(&client, &server.base).and_then(|()| {
+        let before = server_itl::read(&client, &server.base)?;
+        let run = run_load(&client, &server.base, &load(args, streams_only))?;
+        itl = Some((before, server_itl::read(&client, &server.base)?));
+        Ok(run)
+    });
     let run = run.map_err(|e| {
         let why = server.failure_context();
         e.context(format!("{name} phase; {why}"))
     })?;
     server.stop()?;
     let mut v = phase_json(&run);
+    add_server_itl(&mut v, itl.as_ref());
     v["threads"] = json!(cpus.len());
     v["cpus"] = json!(cpus);
     print_phase(&v);
@@ -227,8 +245,11 @@ fn pd(args: &PdArgs, run_dir: &RunDir, cpus: &[usize]) -> anyhow::Result<Value> 
         run_dir.0.join("router.log"),
     )?;
     let client = agent();
+    let mut itl = None;
     let measured = warm_up(&client, &router.base).and_then(|()| {
+        let before = server_itl::read(&client, &decode.base)?;
         let run = run_load(&client, &router.base, &load(args, false))?;
+        itl = Some((before, server_itl::read(&client, &decode.base)?));
         let turn1 = prompt(&words_text(args.seed ^ (2 << 20), args.follow_up_tokens));
         let t1 = generate(
             &client,
@@ -263,6 +284,7 @@ fn pd(args: &PdArgs, run_dir: &RunDir, cpus: &[usize]) -> anyhow::Result<Value> 
     decode.stop()?;
     prefill.stop()?;
     let mut v = phase_json(&run);
+    add_server_itl(&mut v, itl.as_ref());
     v["threads"] = json!(1);
     v["cpus"] = json!({"prefill": cpus[0], "decode": cpus[1]});
     add_transfers(&mut v, &run);

@@ -285,6 +285,11 @@ fn transpose_u16(src: &[u8], dst: &mut [u8], ps: usize, re: usize, to_wire: bool
 /// Edge of a transpose tile, in elements.
 const TILE: usize = 16;
 
+/// Version of the pool's own page arrangement (K transposed per KV head,
+/// `[kv_head][dim][slot]`; V in slot order), which [`PageIo::read_pages_raw`] and
+/// [`PageIo::raw_page_mut`] expose. Two hosts exchange raw pages only when theirs agree.
+pub const POOL_PAGE_FORMAT: u32 = 1;
+
 /// Copies whole pages in and out of a [`KvPool`] from any thread, in the [`KvLayout`] byte
 /// order (the layout of the wire and of the cache tiers), while the executor runs forward
 /// passes over other pages.
@@ -323,6 +328,34 @@ impl PageIo {
                 .convert_page(src, &mut out[i * pb..(i + 1) * pb], true);
         }
         Ok(())
+    }
+
+    /// Copies pages out as the pool holds them ([`POOL_PAGE_FORMAT`], no transpose), for a
+    /// peer with the same arrangement (prefill to decode): a plain copy.
+    ///
+    /// # Safety
+    /// Nothing writes `pages` during the call.
+    pub unsafe fn read_pages_raw(&self, pages: &[u32], out: &mut [u8]) -> Result<(), ExecError> {
+        let pb = self.geom.check_pages(pages, out.len())?;
+        for (i, &p) in pages.iter().enumerate() {
+            let src = std::slice::from_raw_parts(self.page(p) as *const u8, pb);
+            out[i * pb..(i + 1) * pb].copy_from_slice(src);
+        }
+        Ok(())
+    }
+
+    /// Page `page`'s bytes as the pool holds them ([`POOL_PAGE_FORMAT`]), to fill with a
+    /// page from [`PageIo::read_pages_raw`] of a peer.
+    ///
+    /// # Safety
+    /// The caller owns the page (allocated for this copy and in no forward pass) and holds
+    /// no other reference to it while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn raw_page_mut(&self, page: u32) -> Result<&mut [u8], ExecError> {
+        let pb = self
+            .geom
+            .check_pages(&[page], self.geom.layout.page_bytes())?;
+        Ok(std::slice::from_raw_parts_mut(self.page(page), pb))
     }
 
     /// Copies pages in, `page_bytes` each, in order. A page listed twice ends with the last
@@ -476,6 +509,36 @@ mod tests {
                 Err(ExecError::BadBuffer { .. })
             ));
         }
+    }
+
+    #[test]
+    fn raw_pages_move_between_pools_unchanged() {
+        let layout = KvLayout {
+            num_layers: 2,
+            num_kv_heads: 3,
+            head_dim: 4,
+            page_size: 16,
+            dtype: KvDtype::F16,
+        };
+        let pb = layout.page_bytes();
+        let wire: Vec<u8> = (0..2 * pb).map(|i| (i * 7 + 3) as u8).collect();
+        let mut a = KvPool::new(layout, 4);
+        a.write_pages(&[3, 1], &wire).unwrap();
+        let (ai, b) = (a.page_io(), KvPool::new(layout, 4));
+        let bi = b.page_io();
+        let mut raw = vec![0u8; 2 * pb];
+        // SAFETY: single-threaded test; nothing else touches the pools.
+        unsafe {
+            ai.read_pages_raw(&[3, 1], &mut raw).unwrap();
+            // The pool's own arrangement differs from the wire's (K is transposed).
+            assert_ne!(raw, wire);
+            bi.raw_page_mut(0).unwrap().copy_from_slice(&raw[..pb]);
+            bi.raw_page_mut(2).unwrap().copy_from_slice(&raw[pb..]);
+            assert!(bi.raw_page_mut(4).is_err());
+        }
+        let mut back = vec![0u8; 2 * pb];
+        b.read_pages(&[0, 2], &mut back).unwrap();
+        assert_eq!(back, wire);
     }
 
     #[test]

@@ -682,14 +682,22 @@ impl Driver {
     }
 
     /// Prefill host: copies the prompt pages of the prefills that just ended out of the pool
-    /// (before the next pass may reuse a freed page) and sends them to their requests.
+    /// (before the next pass may reuse a freed page) and sends them to their requests. The
+    /// copies keep the pool's own arrangement (`POOL_PAGE_FORMAT`: no transpose on either
+    /// host; the decode host checks the format).
     fn export_pages(&mut self) {
         for job in self.core.take_exports() {
             let pb = self.exec.kv_layout().page_bytes();
             let mut buf = vec![0u8; pb * job.pages.len()];
-            let pages = self
-                .exec
-                .read_pages(&job.pages, &mut buf)
+            let read = match self.exec.page_io() {
+                // SAFETY: on the scheduler thread between forward passes: nothing writes
+                // the pool now.
+                Some(io) => {
+                    unsafe { io.read_pages_raw(&job.pages, &mut buf) }.map_err(|e| e.to_string())
+                }
+                None => Err("this executor cannot copy its pages out raw".to_string()),
+            };
+            let pages = read
                 .map(|()| {
                     let all = bytes::Bytes::from(buf);
                     (0..job.pages.len())

@@ -91,6 +91,10 @@ pub struct KvImport {
     /// The sampler's random stream position after the first token, so seeded sampling
     /// continues exactly where the prefill host left off.
     pub rng_position: u128,
+    /// The arrangement of the pages sent (`sglrs_executor::kv::POOL_PAGE_FORMAT` of the
+    /// prefill host's executor): the decode host refuses pages in another.
+    #[serde(default)]
+    pub page_format: u32,
 }
 
 /// Why a sample ended.

@@ -12,6 +12,13 @@ const LATENCY_BUCKETS: &[f64] = &[
     10.0, 20.0, 40.0,
 ];
 
+/// Inter-token latency buckets: finer where decode steps are (milliseconds), so a p99 can
+/// be read off them.
+const ITL_BUCKETS: &[f64] = &[
+    0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.0175, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1,
+    0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0,
+];
+
 /// A fixed-bucket histogram with lock-free updates.
 #[derive(Debug)]
 pub struct Histogram {
@@ -86,7 +93,7 @@ impl Default for Metrics {
     fn default() -> Self {
         Self {
             ttft: Histogram::new(LATENCY_BUCKETS),
-            itl: Histogram::new(LATENCY_BUCKETS),
+            itl: Histogram::new(ITL_BUCKETS),
             e2e: Histogram::new(LATENCY_BUCKETS),
             requests: AtomicU64::new(0),
             rejected: AtomicU64::new(0),

@@ -364,6 +364,7 @@ impl Pd {
             }
         };
         imp.first_token = first;
+        imp.page_format = sglrs_executor::kv::POOL_PAGE_FORMAT;
         let aux = AuxData {
             first_token: first,
             first_logprob: imp
@@ -427,12 +428,22 @@ impl Pd {
                         if !job.dst_pages.contains(dst) {
                             return Err(format!("prefill host {addr} sent page {dst} unasked"));
                         }
-                        let bytes = page.to_bytes();
                         // SAFETY: the destination pages belong to this import's sequence,
                         // which is in no forward pass and keeps them until this task
-                        // reports back (`Phase::Receiving`, the scheduler's invariant).
-                        unsafe { io.write_pages(&[*dst], &bytes) }
+                        // reports back (`Phase::Receiving`, the scheduler's invariant); the
+                        // slice ends with this statement.
+                        let slot = unsafe { io.raw_page_mut(*dst) }
                             .map_err(|e| format!("writing page {dst}: {e}"))?;
+                        if page.len() != slot.len() {
+                            return Err(format!(
+                                "prefill host {addr} sent a page of {} bytes, not {}",
+                                page.len(),
+                                slot.len()
+                            ));
+                        }
+                        // One copy, from the transport's buffers straight into the pool
+                        // (the pages travel in the pool's own arrangement).
+                        page.copy_to(slot);
                         written += 1;
                     }
                 }
@@ -471,6 +482,14 @@ impl Pd {
         let aux = aux.ok_or_else(|| format!("prefill host {addr} sent no first token"))?;
         let mut imp: KvImport = serde_json::from_slice(&aux.extra)
             .map_err(|e| format!("prefill host {addr}: bad aux data: {e}"))?;
+        if imp.page_format != sglrs_executor::kv::POOL_PAGE_FORMAT {
+            return Err(format!(
+                "prefill host {addr} sends KV pages in format {}, this host keeps format {}: \
+                 run the same sglrs version on both",
+                imp.page_format,
+                sglrs_executor::kv::POOL_PAGE_FORMAT
+            ));
+        }
         imp.first_token = aux.first_token;
         Ok(imp)
     }
