@@ -326,8 +326,18 @@ def test_router_answers_equal_unified_mode(cluster, unified):
                                                    for t in r.choices[0].logprobs.content])
 
     assert both(lambda p: chat(via, p), PROMPTS) == both(lambda p: chat(ref, p), PROMPTS)
+
+    def completion(c, p, stream):
+        kw = dict(model="default", prompt=p, max_tokens=12, temperature=0)
+        if stream:
+            return "".join(x.choices[0].text for x in c.completions.create(stream=True, **kw))
+        return c.completions.create(**kw).choices[0].text
+
+    for stream_it in (False, True):
+        assert both(lambda p: completion(via, p, stream_it), PROMPTS[:8]) == \
+            both(lambda p: completion(ref, p, stream_it), PROMPTS[:8])
     states = cluster.assert_idle()
-    assert states[0]["disaggregation"]["transfers"] >= 4 * len(PROMPTS)
+    assert states[0]["disaggregation"]["transfers"] >= 5 * len(PROMPTS)
     assert states[1]["disaggregation"]["failures"] == {}
 
 
