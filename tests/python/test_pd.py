@@ -79,34 +79,42 @@ class Network:
         self.p_ns, self.d_ns = f"sglrs-p{tag}", f"sglrs-d{tag}"
         self.kv_dev = f"kvd{tag}"  # the decode side of the KV link, in D
         try:
-            for ns in (self.p_ns, self.d_ns):
-                sh("ip", "netns", "add", ns)
-                self.created.append(ns)
-                sh("ip", "-n", ns, "link", "set", "lo", "up")
-            links = [
-                (f"rp{tag}", None, f"10.{net}.1.1/24", f"pr{tag}", self.p_ns, f"10.{net}.1.2/24"),
-                (f"rd{tag}", None, f"10.{net}.2.1/24", f"dr{tag}", self.d_ns, f"10.{net}.2.2/24"),
-                (f"kvp{tag}", self.p_ns, f"10.{net}.3.1/24", self.kv_dev, self.d_ns, f"10.{net}.3.2/24"),
-            ]
-            for a, a_ns, a_ip, b, b_ns, b_ip in links:
-                sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
-                for dev, ns, ip in ((a, a_ns, a_ip), (b, b_ns, b_ip)):
-                    if ns:
-                        sh("ip", "link", "set", dev, "netns", ns)
-                    pre = ["ip", "-n", ns] if ns else ["ip"]
-                    sh(*pre, "addr", "add", ip, "dev", dev)
-                    sh(*pre, "link", "set", dev, "up")
-                if a_ns is None:
-                    self.created.append(("link", a))
-            if kv_mtu:
-                sh("ip", "-n", self.p_ns, "link", "set", f"kvp{tag}", "mtu", str(kv_mtu))
-                sh("ip", "-n", self.d_ns, "link", "set", self.kv_dev, "mtu", str(kv_mtu))
-            self.p_host, self.d_host = f"10.{net}.1.2", f"10.{net}.2.2"
-            # KV datagrams from D to the prefill's address take the P-D link.
-            sh("ip", "-n", self.d_ns, "route", "add", f"{self.p_host}/32", "via", f"10.{net}.3.1")
-        except Exception:
+            self._make(tag, net, kv_mtu)
+        except subprocess.CalledProcessError as e:
+            # A container without the rights for namespaces or veths: loopback it is.
             self.close()
-            raise
+            print(f"test_pd: network namespaces unavailable ({e.stderr.strip()}); using loopback",
+                  file=sys.stderr)
+            self.netns = False
+            self.p_host = self.d_host = "127.0.0.1"
+            self.p_ns = self.d_ns = None
+
+    def _make(self, tag, net, kv_mtu):
+        """Namespaces, veths, addresses and the route; raises if the system refuses one."""
+        for ns in (self.p_ns, self.d_ns):
+            sh("ip", "netns", "add", ns)
+            self.created.append(ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        links = [
+            (f"rp{tag}", None, f"10.{net}.1.1/24", f"pr{tag}", self.p_ns, f"10.{net}.1.2/24"),
+            (f"rd{tag}", None, f"10.{net}.2.1/24", f"dr{tag}", self.d_ns, f"10.{net}.2.2/24"),
+            (f"kvp{tag}", self.p_ns, f"10.{net}.3.1/24", self.kv_dev, self.d_ns, f"10.{net}.3.2/24"),
+        ]
+        for a, a_ns, a_ip, b, b_ns, b_ip in links:
+            sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+            self.created.append(("link", a))  # gone with its namespace, if it moves into one
+            for dev, ns, ip in ((a, a_ns, a_ip), (b, b_ns, b_ip)):
+                if ns:
+                    sh("ip", "link", "set", dev, "netns", ns)
+                pre = ["ip", "-n", ns] if ns else ["ip"]
+                sh(*pre, "addr", "add", ip, "dev", dev)
+                sh(*pre, "link", "set", dev, "up")
+        if kv_mtu:
+            sh("ip", "-n", self.p_ns, "link", "set", f"kvp{tag}", "mtu", str(kv_mtu))
+            sh("ip", "-n", self.d_ns, "link", "set", self.kv_dev, "mtu", str(kv_mtu))
+        self.p_host, self.d_host = f"10.{net}.1.2", f"10.{net}.2.2"
+        # KV datagrams from D to the prefill's address take the P-D link.
+        sh("ip", "-n", self.d_ns, "route", "add", f"{self.p_host}/32", "via", f"10.{net}.3.1")
 
     def prefix(self, ns):
         return ["ip", "netns", "exec", ns] if ns else []
@@ -456,6 +464,9 @@ def test_datagram_loss_on_the_kv_link_leaves_answers_unchanged(identity, unified
     if shutil.which("nft") is None:
         pytest.skip("nftables (nft) is not installed and could not be installed")
     c = Cluster(identity)
+    if not c.net.netns:
+        c.close()
+        pytest.skip("network namespaces are unavailable here: the KV link is loopback")
     try:
         # Drop 5% of the UDP datagrams arriving on the decode side of the KV link.
         rules = (f"table inet sglrs_loss {{\n chain in {{\n  type filter hook input priority 0;\n"
@@ -505,6 +516,9 @@ def test_a_small_mtu_kv_link_still_carries_the_pages(identity, unified):
     if not (os.geteuid() == 0 and shutil.which("ip")):
         pytest.skip("needs root for network namespaces: the KV link is loopback here")
     c = Cluster(identity, timeout="15", kv_mtu=1280)
+    if not c.net.netns:
+        c.close()
+        pytest.skip("network namespaces are unavailable here: the KV link is loopback")
     try:
         body = {"text": LONG[:3000], "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
         rs, routed = post(c.router.base, "/generate", body)
