@@ -319,6 +319,35 @@ fn openai_routes_answer() {
     ] {
         assert!(metrics.contains(name), "missing {name}");
     }
+    // SGLang's names too (what llm-d and SGLang dashboards read), with its labels; the
+    // requests above counted.
+    let sglang = |name: &str| -> f64 {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{model_name=")))
+            .unwrap_or_else(|| panic!("missing {name}"));
+        assert!(line.contains("engine_type=\"unified\""), "{line}");
+        line.rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("a value")
+    };
+    assert!(sglang("sglang:prompt_tokens_total") > 0.0);
+    assert!(sglang("sglang:generation_tokens_total") > 0.0);
+    assert!(sglang("sglang:max_total_num_tokens") > 0.0);
+    let usage = sglang("sglang:token_usage");
+    assert!((0.0..=1.0).contains(&usage), "{usage}");
+    for name in [
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:cache_hit_rate",
+        "sglang:time_to_first_token_seconds_bucket",
+        "sglang:inter_token_latency_seconds_bucket",
+        "sglang:e2e_request_latency_seconds_count",
+        "sglang:cached_tokens_total",
+    ] {
+        assert!(metrics.contains(name), "missing {name}");
+    }
     let (status, _) = s.get("/health_generate");
     assert_eq!(status, 200);
 }

@@ -56,6 +56,7 @@ mod openai;
 pub mod pd;
 pub mod rids;
 mod routes;
+mod sglang_metrics;
 mod sse;
 pub mod validate;
 

@@ -56,20 +56,31 @@ impl Histogram {
 
     /// Appends the histogram in the Prometheus text format.
     pub fn render(&self, out: &mut String, name: &str, help: &str) {
+        self.render_labeled(out, name, help, "");
+    }
+
+    /// [`Histogram::render`] with `labels` (`k="v",…`, may be empty) on every sample.
+    pub fn render_labeled(&self, out: &mut String, name: &str, help: &str, labels: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let sep = if labels.is_empty() { "" } else { "," };
+        let braced = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
         let mut cum = 0;
         for (b, c) in self.buckets.iter().zip(&self.counts) {
             cum += c.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cum}");
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cum}");
         }
         let count = self.count();
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
         let _ = writeln!(
             out,
-            "{name}_sum {}",
+            "{name}_sum{braced} {}",
             self.sum_us.load(Ordering::Relaxed) as f64 / 1e6
         );
-        let _ = writeln!(out, "{name}_count {count}");
+        let _ = writeln!(out, "{name}_count{braced} {count}");
     }
 }
 
@@ -87,6 +98,8 @@ pub struct Metrics {
     /// Requests rejected with 4xx.
     pub rejected: AtomicU64,
     last_scrape: Mutex<(Instant, u64)>,
+    /// The output rate computed at the last scrape (f64 bits), for the SGLang-named copy.
+    last_tps: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -98,6 +111,7 @@ impl Default for Metrics {
             requests: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             last_scrape: Mutex::new((Instant::now(), 0)),
+            last_tps: AtomicU64::new(0),
         }
     }
 }
@@ -153,6 +167,7 @@ impl Metrics {
             }
             Err(_) => 0.0,
         };
+        self.last_tps.store(tps.to_bits(), Ordering::Relaxed);
         gauge(
             &mut out,
             "sglrs_gen_throughput",
@@ -331,6 +346,13 @@ impl Metrics {
             "Request latency.",
         );
         out
+    }
+}
+
+impl Metrics {
+    /// The output rate the last [`Metrics::render`] computed, tokens per second.
+    pub fn last_gen_throughput(&self) -> f64 {
+        f64::from_bits(self.last_tps.load(Ordering::Relaxed))
     }
 }
 

@@ -209,10 +209,27 @@ pub async fn abort_request(
 
 /// `GET /metrics` (Prometheus text).
 pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let mut text = state.metrics.render(&state.sched.stats());
+    let stats = state.sched.stats();
+    let mut text = state.metrics.render(&stats);
     if let Some(pd) = &state.pd {
         pd.stats().render(&mut text, pd.mode());
     }
+    let engine_type = match state.pd.as_ref().map(|p| p.mode()) {
+        Some(crate::pd::DisaggMode::Prefill) => "prefill",
+        Some(crate::pd::DisaggMode::Decode) => "decode",
+        _ => "unified",
+    };
+    let page_size = state.info.args["page_size"].as_u64().unwrap_or(1) as usize;
+    crate::sglang_metrics::render(
+        &mut text,
+        &state.metrics,
+        &stats,
+        &crate::sglang_metrics::Context {
+            model_name: &state.info.served_model_name,
+            engine_type,
+            page_size,
+        },
+    );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
