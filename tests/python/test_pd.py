@@ -301,6 +301,22 @@ def test_router_answers_equal_unified_mode(cluster, unified):
         assert routed["output_ids"] == direct["output_ids"], p
         assert routed["text"] == direct["text"]
         assert routed["meta_info"]["disaggregation"]["role"] == "decode"
+    # Seeded sampling (the decode host continues the prefill's random stream), penalties,
+    # stop strings and grammars (the decode host's matcher takes the prefill's first token).
+    schema = json.dumps({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+                         "required": ["name", "age"]})
+    varied = [
+        {"temperature": 0.8, "sampling_seed": 7, "max_new_tokens": 16},
+        {"temperature": 0.9, "top_p": 0.9, "sampling_seed": 42, "frequency_penalty": 0.5, "max_new_tokens": 12},
+        {"temperature": 1.0, "sampling_seed": 3, "stop": ["."], "max_new_tokens": 24},
+        {"temperature": 0, "json_schema": schema, "max_new_tokens": 40},
+        {"temperature": 0, "regex": "(red|green|blue)", "max_new_tokens": 8},
+    ]
+    for sp in varied:
+        body = {"text": "Give me a person as JSON, a colour, or a story:", "sampling_params": sp}
+        (rs, routed), (us, direct) = post(cluster.router.base, "/generate", body), post(unified.base, "/generate", body)
+        assert rs == 200 and us == 200, (routed, direct)
+        assert routed["output_ids"] == direct["output_ids"], sp
     # Streamed: the chunks carry the same growing text and ids.
     for p, r, d in zip(PROMPTS, both(lambda p: stream(cluster.router.base, gen(p)), PROMPTS),
                        both(lambda p: stream(unified.base, gen(p)), PROMPTS)):
