@@ -31,6 +31,8 @@ enum Command {
     /// Write a cluster identity (certificate, key, shared secret) for prefill/decode
     /// disaggregation and the KV store: give the same folder to every host.
     ClusterIdentity(ClusterIdentityArgs),
+    /// Serve the shared KV store (pages by hash in RAM and on disk, over QUIC).
+    KvStore(cli::kv_store::KvStoreArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -89,6 +91,7 @@ fn main() -> anyhow::Result<()> {
         Command::Generate(a) => cli::generate::run(&a),
         Command::Serve(a) => cli::serve::run(&a),
         Command::ExportHf(a) => cli::export_hf::run(&a),
+        Command::KvStore(a) => cli::kv_store::run(&a),
         Command::ClusterIdentity(a) => {
             sglrs_server::pd::write_identity(&a.out).map_err(anyhow::Error::msg)?;
             println!("cluster identity written to {}", a.out.display());

@@ -3,4 +3,5 @@
 pub mod bench_executor;
 pub mod export_hf;
 pub mod generate;
+pub mod kv_store;
 pub mod serve;
