@@ -160,9 +160,11 @@ mod tests {
     fn sglang_names_carry_the_labels_and_the_token_usage() {
         let m = Metrics::default();
         m.ttft.observe(0.2);
-        let mut s = DriverStats::default();
-        s.running = 2;
-        s.waiting = 3;
+        let mut s = DriverStats {
+            running: 2,
+            waiting: 3,
+            ..Default::default()
+        };
         s.cache.total_pages = 10;
         s.cache.free_pages = 4;
         s.cache.evictable_tokens = 16;
