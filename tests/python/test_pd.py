@@ -545,3 +545,39 @@ def test_a_small_mtu_kv_link_still_carries_the_pages(identity, unified):
         c.assert_idle()
     finally:
         c.close()
+
+
+def test_a_decode_request_dropped_while_queued_leaves_no_entry_behind(identity):
+    """A decode request whose client leaves before it is admitted (so before its import
+    starts) is aborted while queued, and its bootstrap entry goes with it."""
+    net = Network.__new__(Network)  # loopback: no namespaces needed here
+    net.netns, net.created, net.p_ns, net.d_ns = False, [], None, None
+    d = Proc(net, None, "127.0.0.1", "--disaggregation-mode", "decode", "--cluster-identity", identity,
+             "--max-running-requests", "1")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            # Occupies the only running place (no bootstrap fields: it runs whole here).
+            busy = pool.submit(post, d.base, "/generate", {
+                "text": "Tell me a long story.", "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}})
+            time.sleep(0.5)
+            body = json.dumps({"text": "Hello", "sampling_params": {"max_new_tokens": 4},
+                               "bootstrap_host": "127.0.0.1", "bootstrap_port": 9, "bootstrap_room": 5}).encode()
+            host, port = d.base.rsplit("/", 1)[1].split(":")
+            with socket.create_connection((host, int(port))) as conn:
+                conn.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+                time.sleep(0.5)
+                assert info(d.base)["disaggregation"]["awaiting_import"] == 1
+            # The client is gone while its request waits for the running place.
+            deadline = time.time() + 10
+            while True:
+                s = info(d.base)
+                if s["disaggregation"]["awaiting_import"] == 0 and s["num_waiting_reqs"] == 0:
+                    break
+                assert time.time() < deadline, s
+                time.sleep(0.2)
+            assert busy.result(timeout=120)[0] == 200
+        s = info(d.base)
+        assert s["disaggregation"]["scheduler"]["imports_started"] == 0, s["disaggregation"]
+    finally:
+        d.stop()

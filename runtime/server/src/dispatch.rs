@@ -233,12 +233,11 @@ pub async fn submit_all(state: &AppState, jobs: Vec<Job>) -> Result<Vec<Running>
                 crate::pd::DisaggMode::Null => None,
             },
         };
-        rooms.push(
-            job.bootstrap
-                .as_ref()
-                .filter(|_| disagg == Some(sglrs_scheduler::Disagg::Export))
-                .map(|b| b.room),
-        );
+        rooms.push(match (&job.bootstrap, disagg) {
+            (Some(b), Some(sglrs_scheduler::Disagg::Export)) => Some(Ok(b.room)),
+            (Some(_), Some(sglrs_scheduler::Disagg::Import)) => Some(Err(id)),
+            _ => None,
+        });
         reqs.push(SchedRequest {
             id,
             input_ids: job.input_ids,
@@ -280,7 +279,8 @@ pub async fn submit_all(state: &AppState, jobs: Vec<Job>) -> Result<Vec<Running>
         .zip(rooms)
         .map(|(((id, n), rx), room)| {
             let rx = match (room, &state.pd) {
-                (Some(room), Some(pd)) => pd.export(room, rx),
+                (Some(Ok(room)), Some(pd)) => pd.export(room, rx),
+                (Some(Err(id)), Some(pd)) => pd.track_import(id, rx),
                 _ => rx,
             };
             Running { id, rx, n }

@@ -247,6 +247,34 @@ impl Pd {
         v
     }
 
+    /// Decode: wraps a request's event stream so that its bootstrap entry goes when the
+    /// request ends, also when it ends before its import started (aborted while queued).
+    pub fn track_import(
+        self: &Arc<Self>,
+        id: RequestId,
+        mut rx: mpsc::UnboundedReceiver<SchedEvent>,
+    ) -> mpsc::UnboundedReceiver<SchedEvent> {
+        let (tx, out) = mpsc::unbounded_channel();
+        let pd = self.clone();
+        self.runtime.spawn(async move {
+            loop {
+                let ev = tokio::select! {
+                    ev = rx.recv() => ev,
+                    // The client is gone (also while the request is queued): dropping `rx`
+                    // aborts the request at the scheduler's next step.
+                    () = tx.closed() => None,
+                };
+                let Some(ev) = ev else { break };
+                let last = matches!(ev, SchedEvent::Finished { .. });
+                if tx.send(ev).is_err() || last {
+                    break;
+                }
+            }
+            pd.forget(id);
+        });
+        out
+    }
+
     /// Prefill: wraps a request's event stream. The prompt's pages (`KvExport`) are sent to
     /// the room's decode host once the request ends; its `Finished` is held back until the
     /// transfer did (or failed: then it becomes an abort naming the cause). The transfer

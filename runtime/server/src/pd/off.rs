@@ -57,6 +57,14 @@ impl Pd {
         match *self {}
     }
     /// See the transfer build.
+    pub fn track_import(
+        self: &Arc<Self>,
+        _: RequestId,
+        _: mpsc::UnboundedReceiver<SchedEvent>,
+    ) -> mpsc::UnboundedReceiver<SchedEvent> {
+        match **self {}
+    }
+    /// See the transfer build.
     pub fn export(
         self: &Arc<Self>,
         _: u64,
