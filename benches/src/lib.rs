@@ -8,6 +8,7 @@
 //! micro-benchmarks sit beside this crate as `benches/<operation>.rs`.
 #![warn(missing_docs)]
 
+mod common;
 pub mod grammar;
 pub mod hicache;
 pub mod pd;

@@ -1,6 +1,7 @@
 //! The result object: figures of a `/get_server_info` answer, the memcpy baseline, the
 //! ratios between the parts that ran, and the machine and command they ran on.
 
+pub(super) use crate::common::cpu_model;
 use serde_json::{json, Map, Value};
 use std::time::Instant;
 
@@ -110,19 +111,6 @@ pub(super) fn assemble(mut out: Value, cpu: &str, command: &str) -> Value {
     out["ratios"] = ratios(&out);
     out["command"] = json!(command);
     out
-}
-
-/// The first "model name" of `/proc/cpuinfo`.
-pub(super) fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, m)| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into())
 }
 
 /// This process's command line, quoted for a POSIX shell.

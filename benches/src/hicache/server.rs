@@ -4,7 +4,6 @@
 
 use anyhow::{anyhow, bail, Context};
 use serde_json::{json, Value};
-use std::io::BufRead;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -206,19 +205,8 @@ impl Server {
         let mut ttft = None;
         let mut first_event = None;
         let mut last: Option<Value> = None;
-        for line in std::io::BufReader::new(resp.into_reader()).lines() {
-            let line = line.context("reading the event stream")?;
-            let Some(data) = line.strip_prefix("data:") else {
-                continue;
-            };
-            let data = data.trim();
-            if data == "[DONE]" {
-                break;
-            }
-            let v: Value = serde_json::from_str(data).with_context(|| format!("event {data:?}"))?;
-            if let Some(e) = v.get("error") {
-                bail!("POST /generate: error event {e}");
-            }
+        for v in crate::common::sse_events(resp) {
+            let v = v?;
             let now = t0.elapsed().as_secs_f64();
             first_event.get_or_insert(now);
             if v["text"].as_str().is_some_and(|t| !t.is_empty()) {

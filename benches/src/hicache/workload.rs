@@ -7,65 +7,8 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::server::{Cached, Reply, Server};
-
-/// Common English words, separated by spaces; with SmolLM2's tokenizer each is one token
-/// after a space.
-const WORDS: &str = "\
-    the of and to in is was for on that with as by at from his her they this which or had \
-    are but not have one were all there when can said who more been if will out so about \
-    what up their would them into has some time could other than then its two may only now \
-    like first over new years also after made most many way down did people three such \
-    where before well back through much any even good year same long work day own world \
-    part under last because while just place little still life both between great found \
-    here state those never being old high each small house water thought room another \
-    around night point story river city town field light voice road stone green black \
-    white north south early late open close hand face eye door table window garden morning \
-    evening market school letter paper music bread winter summer spring autumn mountain \
-    island forest valley bridge tower church train ship horse bird tree flower fire wind \
-    rain snow cloud sun moon star sea";
-
-/// SplitMix64: a fixed, dependency-free generator, so the text never changes with a crate.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-/// Words for ~`tokens` tokens: SmolLM2 counts 1.087 tokens per word of this text (277 words
-/// are 301 tokens, 2,300 are 2,501), so 12 words per 13 tokens.
-fn words_for(tokens: usize) -> usize {
-    (tokens * 12).div_ceil(13)
-}
-
-/// Seeded lowercase sentences of [`WORDS`], 8–14 words each, ~`tokens` tokens in all.
-pub(super) fn words_text(seed: u64, tokens: usize) -> String {
-    let words: Vec<&str> = WORDS.split_whitespace().collect();
-    let mut rng = Rng(seed);
-    let mut out = String::new();
-    let mut left = 8 + rng.below(7);
-    for i in 0..words_for(tokens) {
-        if i > 0 {
-            out.push(' ');
-        }
-        out.push_str(words[rng.below(words.len())]);
-        left -= 1;
-        if left == 0 {
-            out.push('.');
-            left = 8 + rng.below(7);
-        }
-    }
-    out
-}
+pub(super) use crate::common::words_text;
+use crate::common::{percentile, Rng};
 
 /// The seed of one turn's text: distinct for every (seed, client, round).
 pub(super) fn turn_seed(seed: u64, client: usize, round: usize) -> u64 {
@@ -94,18 +37,6 @@ impl Workload {
     fn prompt(&self, history: &str, client: usize, round: usize) -> String {
         format!("{history}User: {}\nAssistant:", self.turns[client][round])
     }
-}
-
-/// Percentile `p` (0–100) of `v`, interpolated linearly between ranks (numpy's default).
-fn percentile(v: &[f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let rank = p / 100.0 * (s.len() - 1) as f64;
-    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
-    s[lo] + (s[hi] - s[lo]) * (rank - lo as f64)
 }
 
 /// What every request of a workload run returned, and its wall time.
@@ -278,17 +209,6 @@ mod tests {
         let p1 = w.prompt(&history, 1, 1);
         assert!(p1.starts_with(&history));
         assert!(p1.ends_with("\nAssistant:"));
-    }
-
-    #[test]
-    fn percentiles() {
-        assert_eq!(percentile(&[4.0, 1.0, 3.0, 2.0], 50.0), 2.5);
-        let v: Vec<f64> = (1..=10).map(f64::from).collect();
-        assert!((percentile(&v, 90.0) - 9.1).abs() < 1e-12);
-        assert_eq!(percentile(&v, 0.0), 1.0);
-        assert_eq!(percentile(&v, 100.0), 10.0);
-        assert_eq!(percentile(&[5.0], 90.0), 5.0);
-        assert!(percentile(&[], 50.0).is_nan());
     }
 
     #[test]

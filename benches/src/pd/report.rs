@@ -4,24 +4,12 @@
 use serde_json::{json, Value};
 
 use super::workload::{LoadRun, Streamed};
+pub(super) use crate::common::{cpu_model, percentile};
 
 /// Goals: the decode streams' ITL p99 under PD against the baseline, and a long prompt's
 /// transfer against its TTFT.
 pub(super) const PD_ITL_P99_GOAL: f64 = 1.5;
 pub(super) const TRANSFER_VS_TTFT_GOAL: f64 = 0.10;
-
-/// Percentile `p` (0–100) of `v`, interpolated linearly between ranks (numpy's default);
-/// NaN for no values.
-pub(super) fn percentile(v: &[f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let rank = p / 100.0 * (s.len() - 1) as f64;
-    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
-    s[lo] + (s[hi] - s[lo]) * (rank - lo as f64)
-}
 
 /// `x`, or null where it is not finite.
 fn num(x: f64) -> Value {
@@ -197,19 +185,6 @@ pub(super) fn print_table(out: &Value) {
         "follow-up moves only new pages: {}",
         g["follow_up_moves_only_new_pages"]
     );
-}
-
-/// The first "model name" of `/proc/cpuinfo`.
-pub(super) fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, m)| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into())
 }
 
 /// `sglrs` and this process's arguments, quoted for a POSIX shell.

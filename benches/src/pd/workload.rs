@@ -2,9 +2,8 @@
 //! when every token-carrying event arrived, and the run of decode streams while long
 //! prompts keep arriving.
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, bail};
 use serde_json::{json, Value};
-use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -14,45 +13,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 /// Longest wait for every stream's first token before the long prompts start.
 const STREAMS_START_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Common English words; with SmolLM2's tokenizer each is about one token after a space.
-const WORDS: &str = "\
-    the of and to in is was for on that with as by at from his her they this which or had \
-    are but not have one were all there when can said who more been if will out so about \
-    what up their would them into has some time could other than then its two may only now \
-    like first over new years also after made most many way down did people three such \
-    where before well back through much any even good year same long work day own world \
-    part under last because while just place little still life both between great found \
-    here state those never being old high each small house water thought room another \
-    around night point story river city town field light voice road stone green black \
-    white north south early late open close hand face eye door table window garden morning \
-    evening market school letter paper music bread winter summer spring autumn mountain";
-
-/// SplitMix64: fixed and dependency-free, so the text never changes with a crate.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
-/// Seeded lowercase sentences of [`WORDS`], ~`tokens` tokens (12 words per 13 tokens), each
-/// seed its own text from the first word on, so no two prompts share a cached page.
+/// Seeded lowercase sentences, ~`tokens` tokens, each seed its own text from the first word
+/// on, so no two prompts share a cached page.
 pub(super) fn words_text(seed: u64, tokens: usize) -> String {
-    let words: Vec<&str> = WORDS.split_whitespace().collect();
-    let mut rng = Rng(seed ^ 0x5044_6265_6e63_6821);
-    let mut out = String::new();
-    for i in 0..(tokens * 12).div_ceil(13) {
-        if i > 0 {
-            out.push_str(if i % 11 == 0 { ". " } else { " " });
-        }
-        out.push_str(words[(rng.next() % words.len() as u64) as usize]);
-    }
-    out
+    crate::common::words_text(seed ^ 0x5044_6265_6e63_6821, tokens)
 }
 
 /// A chat-shaped prompt around `body`.
@@ -137,19 +101,8 @@ pub(super) fn generate(
     };
     let mut out = Streamed::default();
     let mut last = None;
-    for line in std::io::BufReader::new(resp.into_reader()).lines() {
-        let line = line.context("reading the event stream")?;
-        let Some(data) = line.strip_prefix("data:") else {
-            continue;
-        };
-        let data = data.trim();
-        if data == "[DONE]" {
-            break;
-        }
-        let v: Value = serde_json::from_str(data).with_context(|| format!("event {data:?}"))?;
-        if let Some(e) = v.get("error") {
-            bail!("POST /generate: error event {e}");
-        }
+    for v in crate::common::sse_events(resp) {
+        let v = v?;
         let now = t0.elapsed().as_secs_f64();
         let meta = &v["meta_info"];
         // `output_ids` is cumulative; a streamed event's `completion_tokens` may stay 0
