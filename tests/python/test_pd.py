@@ -395,6 +395,9 @@ def test_bootstrap_fields_a_server_cannot_honour_are_refused_by_name(cluster, un
     assert status == 400 and "n > 1" in json.dumps(err), err
     status, err = post(cluster.decode.base, "/generate", {**body, "bootstrap_room": -1})
     assert status == 400 and "bootstrap_room" in json.dumps(err), err
+    for s in (cluster.prefill, cluster.decode):
+        status, err = post(s.base, "/generate", {**body, "sampling_params": {"max_new_tokens": 0}})
+        assert status == 400 and "max_new_tokens" in json.dumps(err), err
     # What the router polls answers on both roles.
     for s in (cluster.prefill, cluster.decode):
         for path in ("/health", "/health_generate", "/get_server_info", "/server_info",

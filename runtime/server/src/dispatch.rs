@@ -215,6 +215,13 @@ pub async fn submit_all(state: &AppState, jobs: Vec<Job>) -> Result<Vec<Running>
             Some(spec) => Some(state.grammars.get(spec).await?),
             None => None,
         };
+        if job.bootstrap.is_some() && job.params.stop.max_new_tokens == 0 {
+            return Err(ApiError::bad(
+                "max_new_tokens",
+                "0 cannot be disaggregated (the decode server continues from the prefill's \
+                 first token): send a prefill-only request without bootstrap fields",
+            ));
+        }
         let id = state.next_id();
         let disagg = match (&job.bootstrap, &state.pd) {
             (None, _) => None,
