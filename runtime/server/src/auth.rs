@@ -93,6 +93,12 @@ pub enum KeysFileError {
         /// What went wrong.
         source: std::io::Error,
     },
+    /// The file names no key: serving with it would need none.
+    #[error("--api-keys-file {path}: no `KEY TENANT` line")]
+    Empty {
+        /// The file.
+        path: String,
+    },
     /// A line is not `KEY TENANT`.
     #[error("--api-keys-file {path}, line {line}: {reason}")]
     Line {
@@ -107,8 +113,8 @@ pub enum KeysFileError {
 
 /// Reads `KEY TENANT` pairs, one per line, separated by whitespace; `#` starts a comment
 /// and blank lines are skipped. A line with one field (an empty tenant) or more than two, a
-/// key that appears twice (also as `also`, the `--api-key`), or a file that cannot be read
-/// is an error naming the line.
+/// key that appears twice (also as `also`, the `--api-key`) is an error naming the line; so
+/// are a file that cannot be read and one without a key (it would leave the server open).
 pub fn parse_keys_file(
     path: &Path,
     also: Option<&str>,
@@ -138,6 +144,9 @@ pub fn parse_keys_file(
             }
             _ => return Err(bad(format!("{} fields (want `KEY TENANT`)", fields.len()))),
         }
+    }
+    if out.is_empty() {
+        return Err(KeysFileError::Empty { path: shown });
     }
     Ok(out)
 }
@@ -350,6 +359,10 @@ mod tests {
         assert!(matches!(
             parse_keys_file(&dir.join("missing"), None),
             Err(KeysFileError::Read { .. })
+        ));
+        assert!(matches!(
+            parse_keys_file(&file("empty", "# nobody yet\n\n"), None),
+            Err(KeysFileError::Empty { .. })
         ));
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -120,7 +120,8 @@ pub struct EngineConfig {
     /// then needs one of these keys (or `--api-key`, tenant `default`); each tenant's
     /// requests have their own cache namespaces, admission takes tenants in turn and the
     /// queue holds at most `--max-queued-requests-per-tenant` of one tenant's requests.
-    /// Duplicate keys, a key without a tenant or an unreadable file refuse to start.
+    /// Duplicate keys, a key without a tenant, a file without keys or an unreadable one refuse
+    /// to start.
     /// Ignored in process, where there is no listener.
     #[arg(long)]
     pub api_keys_file: Option<PathBuf>,
