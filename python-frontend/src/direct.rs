@@ -100,6 +100,7 @@ pub fn prepare(
         grammar,
         logprobs: None,
         priority: body.priority.unwrap_or(0),
+        tenant: 0,
         disagg: None,
     })
 }

@@ -25,7 +25,7 @@ enum Command {
     /// Run one prompt through the model and print the continuation and tokens/s.
     Generate(cli::generate::GenerateArgs),
     /// Start the HTTP server.
-    Serve(cli::serve::ServeArgs),
+    Serve(Box<cli::serve::ServeArgs>),
     /// Write an HF folder (bf16 safetensors, config, tokenizer, chat template) from a GGUF.
     ExportHf(cli::export_hf::ExportHfArgs),
     /// Write a cluster identity (certificate, key, shared secret) for prefill/decode

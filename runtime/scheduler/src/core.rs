@@ -59,6 +59,10 @@ pub struct SchedulerConfig {
     /// driver's handle refuses more with [`SchedError::Overloaded`] instead of queueing
     /// them. Must be positive.
     pub max_queued: usize,
+    /// Most of those places one tenant ([`crate::SchedRequest::tenant`], not 0) may hold, so
+    /// that a tenant flooding the server cannot take every place; refused like a full queue.
+    /// Must be positive.
+    pub max_queued_per_tenant: usize,
     /// The hierarchical cache's lower tiers (host RAM, disk); `None`: the device tier only.
     pub hicache: Option<crate::hicache::HiCacheConfig>,
 }
@@ -168,9 +172,10 @@ impl SchedulerCore {
             || cfg.chunked_prefill_size == 0
             || cfg.max_running == 0
             || cfg.max_queued == 0
+            || cfg.max_queued_per_tenant == 0
         {
             return Err(SchedError::Config(
-                "page size, batch tokens, chunk size, max running and max queued must be positive"
+                "page size, batch tokens, chunk size, max running and the queue bounds must be positive"
                     .into(),
             ));
         }
@@ -261,6 +266,7 @@ impl SchedulerCore {
             stop: req.stop.clone(),
             logprobs: req.logprobs.clone(),
             priority: req.priority,
+            tenant: req.tenant,
             prompt_len,
             disagg: req.disagg,
         });

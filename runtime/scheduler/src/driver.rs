@@ -12,7 +12,7 @@ use super::SchedError;
 use crossbeam::channel::{Receiver, Sender};
 use sglrs_executor::Executor;
 use sglrs_radix_cache::store::{PageStore, StoreStats};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -85,26 +85,80 @@ pub struct DriverStats {
 /// The bounded waiting queue as the handle sees it: requests submitted and not yet admitted.
 /// A submit reserves its places here before its message is sent (so a burst of submits
 /// cannot overshoot while the thread is busy in a forward pass); the thread gives them back
-/// when the request is admitted or ends without having been admitted.
+/// when the request is admitted or ends without having been admitted. Besides the total,
+/// each tenant (not 0) holds at most `per_tenant` places, counted in a map behind a mutex
+/// held only to check and bump one tenant's count.
 #[derive(Debug)]
 struct Queue {
     queued: AtomicUsize,
     limit: usize,
+    per_tenant: usize,
+    tenants: Mutex<HashMap<u64, usize>>,
 }
 
 impl Queue {
-    /// Takes `k` places, or none when fewer than `k` are free.
-    fn reserve(&self, k: usize) -> Result<(), SchedError> {
+    fn new(limit: usize, per_tenant: usize) -> Self {
+        Self {
+            queued: AtomicUsize::new(0),
+            limit,
+            per_tenant,
+            tenants: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn tenants(&self) -> std::sync::MutexGuard<'_, HashMap<u64, usize>> {
+        // The map is consistent after every statement: a panic elsewhere cannot break it.
+        self.tenants.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes a place for each of `tenants` (one entry per request), or none when the queue
+    /// or one of those tenants' shares has too few free.
+    fn reserve(&self, tenants: &[u64]) -> Result<(), SchedError> {
+        let k = tenants.len();
         self.queued
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
                 (q + k <= self.limit).then_some(q + k)
             })
-            .map(|_| ())
-            .map_err(|_| SchedError::Overloaded { limit: self.limit })
+            .map_err(|_| SchedError::Overloaded { limit: self.limit })?;
+        if tenants.iter().all(|&t| t == 0) {
+            return Ok(());
+        }
+        let mut want: HashMap<u64, usize> = HashMap::new();
+        for &t in tenants.iter().filter(|&&t| t != 0) {
+            *want.entry(t).or_default() += 1;
+        }
+        let mut held = self.tenants();
+        if want
+            .iter()
+            .any(|(t, n)| held.get(t).copied().unwrap_or(0) + n > self.per_tenant)
+        {
+            drop(held);
+            self.queued.fetch_sub(k, Ordering::AcqRel);
+            return Err(SchedError::TenantOverloaded {
+                limit: self.per_tenant,
+            });
+        }
+        for (t, n) in want {
+            *held.entry(t).or_default() += n;
+        }
+        Ok(())
     }
 
-    fn release(&self, k: usize) {
-        self.queued.fetch_sub(k, Ordering::AcqRel);
+    /// Gives back the places of requests of `tenants` (one entry per request).
+    fn release(&self, tenants: &[u64]) {
+        self.queued.fetch_sub(tenants.len(), Ordering::AcqRel);
+        if tenants.iter().all(|&t| t == 0) {
+            return;
+        }
+        let mut held = self.tenants();
+        for &t in tenants.iter().filter(|&&t| t != 0) {
+            if let Some(n) = held.get_mut(&t) {
+                *n -= 1;
+                if *n == 0 {
+                    held.remove(&t);
+                }
+            }
+        }
     }
 }
 
@@ -130,12 +184,13 @@ impl SchedulerHandle {
         &self,
         req: SchedRequest,
     ) -> Result<mpsc::UnboundedReceiver<SchedEvent>, SchedError> {
-        self.queue.reserve(1)?;
+        let tenant = [req.tenant];
+        self.queue.reserve(&tenant)?;
         let (tx, rx) = mpsc::unbounded_channel();
         self.tx
             .send(Command::Submit(Box::new(req), tx))
             .map_err(|_| {
-                self.queue.release(1);
+                self.queue.release(&tenant);
                 SchedError::Shutdown
             })?;
         Ok(rx)
@@ -150,7 +205,8 @@ impl SchedulerHandle {
         reqs: Vec<SchedRequest>,
     ) -> Result<Vec<mpsc::UnboundedReceiver<SchedEvent>>, SchedError> {
         let k = reqs.len();
-        self.queue.reserve(k)?;
+        let tenants: Vec<u64> = reqs.iter().map(|r| r.tenant).collect();
+        self.queue.reserve(&tenants)?;
         let mut items = Vec::with_capacity(k);
         let mut rxs = Vec::with_capacity(k);
         for req in reqs {
@@ -159,7 +215,7 @@ impl SchedulerHandle {
             rxs.push(rx);
         }
         self.tx.send(Command::SubmitGroup(items)).map_err(|_| {
-            self.queue.release(k);
+            self.queue.release(&tenants);
             SchedError::Shutdown
         })?;
         Ok(rxs)
@@ -260,10 +316,10 @@ pub fn spawn_with(
     let (tx, rx) = crossbeam::channel::unbounded();
     let stats = Arc::new(Mutex::new(DriverStats::default()));
     let st = stats.clone();
-    let queue = Arc::new(Queue {
-        queued: AtomicUsize::new(0),
-        limit: core.config().max_queued,
-    });
+    let queue = Arc::new(Queue::new(
+        core.config().max_queued,
+        core.config().max_queued_per_tenant,
+    ));
     let q = queue.clone();
     let alive = Arc::new(AtomicBool::new(true));
     let dead_on_exit = Stopped(alive.clone());
@@ -293,7 +349,7 @@ pub fn spawn_with(
                 rx,
                 senders: HashMap::new(),
                 queue: q,
-                queued: HashSet::new(),
+                queued: HashMap::new(),
                 stats: st,
                 totals: Totals::default(),
                 trace: std::env::var_os("SGLRS_TRACE_STEPS").map(|_| Instant::now()),
@@ -340,7 +396,7 @@ struct Driver {
     senders: HashMap<RequestId, (mpsc::UnboundedSender<SchedEvent>, Vec<bool>)>,
     /// The handle's bounded queue, and the requests holding a place in it.
     queue: Arc<Queue>,
-    queued: HashSet<RequestId>,
+    queued: HashMap<RequestId, u64>,
     stats: Arc<Mutex<DriverStats>>,
     totals: Totals,
     /// With `SGLRS_TRACE_STEPS` set: when the thread started; every submit and forward
@@ -580,10 +636,18 @@ impl Driver {
         if self.queued.is_empty() {
             return;
         }
-        let before = self.queued.len();
         let core = &self.core;
-        self.queued.retain(|id| core.is_queued(*id));
-        self.queue.release(before - self.queued.len());
+        let mut left = Vec::new();
+        self.queued.retain(|id, tenant| {
+            let still = core.is_queued(*id);
+            if !still {
+                left.push(*tenant);
+            }
+            still
+        });
+        if !left.is_empty() {
+            self.queue.release(&left);
+        }
     }
 
     fn command(&mut self, cmd: Command) {
@@ -598,7 +662,7 @@ impl Driver {
                 }
                 let n = req.n.max(1);
                 self.senders.insert(req.id, (tx, vec![false; n]));
-                self.queued.insert(req.id);
+                self.queued.insert(req.id, req.tenant);
                 self.core.handle_request(*req, Instant::now());
             }
             Command::SubmitGroup(items) => {
@@ -758,5 +822,39 @@ impl Driver {
         if let Ok(mut s) = self.stats.lock() {
             *s = snap;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_tenant_cannot_take_every_place_in_the_queue() {
+        let q = Queue::new(4, 2);
+        q.reserve(&[1]).unwrap();
+        q.reserve(&[1]).unwrap();
+        assert_eq!(
+            q.reserve(&[1]),
+            Err(SchedError::TenantOverloaded { limit: 2 })
+        );
+        // The refusal took nothing: tenant 2 still finds both free places.
+        assert_eq!(q.queued.load(Ordering::Acquire), 2);
+        q.reserve(&[2, 2]).unwrap();
+        assert_eq!(q.reserve(&[3]), Err(SchedError::Overloaded { limit: 4 }));
+        // A group over its tenant's share is refused whole.
+        q.release(&[2, 2, 1]);
+        assert_eq!(
+            q.reserve(&[3, 3, 3]),
+            Err(SchedError::TenantOverloaded { limit: 2 })
+        );
+        assert_eq!(q.queued.load(Ordering::Acquire), 1);
+        // Released places are reusable; tenant 0 (no tenant) has only the total bound.
+        q.reserve(&[1]).unwrap();
+        q.reserve(&[0, 0]).unwrap();
+        assert_eq!(q.queued.load(Ordering::Acquire), 4);
+        q.release(&[1, 1, 0, 0]);
+        assert_eq!(q.queued.load(Ordering::Acquire), 0);
+        assert!(q.tenants().is_empty());
     }
 }

@@ -44,6 +44,7 @@
 //!     jump_forward: true,
 //!     admission_hold: Duration::from_millis(15),
 //!     max_queued: 256,
+//!     max_queued_per_tenant: 128,
 //!     hicache: None,
 //! };
 //! let core = SchedulerCore::new(cfg, Arc::new(model.tokenizer))?;
@@ -121,6 +122,16 @@ pub enum SchedError {
     #[error("the server is overloaded: {limit} requests are already waiting; retry later")]
     Overloaded {
         /// The queue's bound.
+        limit: usize,
+    },
+    /// The request's tenant already holds its share of the queue
+    /// ([`SchedulerConfig::max_queued_per_tenant`]); the request was not queued.
+    #[error(
+        "this tenant's share of the queue is full: {limit} of its requests are already waiting \
+         (--max-queued-requests-per-tenant); retry later"
+    )]
+    TenantOverloaded {
+        /// The per-tenant bound.
         limit: usize,
     },
 }

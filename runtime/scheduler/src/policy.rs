@@ -91,6 +91,46 @@ pub fn order(policy: SchedulePolicy, items: &[WaitingInfo]) -> Vec<usize> {
     idx
 }
 
+/// Reorders `order` (indices into `tenants`, in policy order) so that tenants take turns:
+/// each next pick is the head of the tenant with the fewest sequences running, counting
+/// `running` (sequences running per tenant now) plus the picks before it; ties go to the
+/// tenant whose head comes first in `order`. Within a tenant `order` is kept. With one
+/// tenant this is `order` itself.
+pub fn interleave_tenants(
+    order: Vec<usize>,
+    tenants: &[u64],
+    mut running: HashMap<u64, usize>,
+) -> Vec<usize> {
+    use std::collections::VecDeque;
+    // Tenants in the order of their first candidate; each with its queue in policy order.
+    let mut queues: Vec<(u64, VecDeque<usize>)> = Vec::new();
+    for &i in &order {
+        let t = tenants[i];
+        match queues.iter_mut().find(|(q, _)| *q == t) {
+            Some((_, q)) => q.push_back(i),
+            None => queues.push((t, VecDeque::from([i]))),
+        }
+    }
+    if queues.len() <= 1 {
+        return order;
+    }
+    // Position of each index in `order`, for ties between the tenants' heads.
+    let mut rank = vec![0usize; tenants.len()];
+    for (r, &i) in order.iter().enumerate() {
+        rank[i] = r;
+    }
+    let mut out = Vec::with_capacity(order.len());
+    while let Some((t, q)) = queues
+        .iter_mut()
+        .filter(|(_, q)| !q.is_empty())
+        .min_by_key(|(t, q)| (running.get(t).copied().unwrap_or(0), rank[q[0]]))
+    {
+        out.extend(q.pop_front());
+        *running.entry(*t).or_default() += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +155,28 @@ mod tests {
             Ok(SchedulePolicy::DfsWeight)
         );
         assert!("nope".parse::<SchedulePolicy>().is_err());
+    }
+
+    #[test]
+    fn tenants_take_turns_starting_with_the_fewest_running() {
+        // Tenant 1 holds the first four places, tenant 2 the last two.
+        let tenants = [1, 1, 1, 1, 2, 2];
+        let order: Vec<usize> = (0..6).collect();
+        let none = HashMap::new();
+        assert_eq!(
+            interleave_tenants(order.clone(), &tenants, none),
+            vec![0, 4, 1, 5, 2, 3]
+        );
+        // Tenant 1 already runs two: tenant 2 goes first until it has as many.
+        let running = HashMap::from([(1, 2)]);
+        assert_eq!(
+            interleave_tenants(order.clone(), &tenants, running),
+            vec![4, 5, 0, 1, 2, 3]
+        );
+        // One tenant: the policy's order untouched.
+        assert_eq!(
+            interleave_tenants(vec![2, 0, 1], &[7, 7, 7], HashMap::new()),
+            vec![2, 0, 1]
+        );
     }
 }

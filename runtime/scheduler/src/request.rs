@@ -62,6 +62,11 @@ pub struct SchedRequest {
     pub logprobs: Option<LogprobConfig>,
     /// Larger runs first.
     pub priority: i64,
+    /// Who sent it (a hash of the tenant's name; 0: no tenant). Admission interleaves
+    /// tenants (the one with the fewest running sequences first) and the driver's queue
+    /// holds at most [`crate::SchedulerConfig::max_queued_per_tenant`] of one tenant's
+    /// requests; tenant 0 is exempt from that cap.
+    pub tenant: u64,
     /// Its part in prefill/decode disaggregation (`None`: the whole request runs here).
     pub disagg: Option<Disagg>,
 }

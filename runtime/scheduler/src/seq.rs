@@ -15,6 +15,7 @@ pub(crate) struct Shared {
     pub stop: StopConfig,
     pub logprobs: Option<LogprobConfig>,
     pub priority: i64,
+    pub tenant: u64,
     pub prompt_len: usize,
     pub disagg: Option<crate::request::Disagg>,
 }

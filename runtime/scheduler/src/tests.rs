@@ -147,6 +147,7 @@ fn config(num_pages: usize, page_size: usize) -> SchedulerConfig {
         jump_forward: true,
         admission_hold: std::time::Duration::ZERO,
         max_queued: 16,
+        max_queued_per_tenant: 8,
         hicache: None,
     }
 }
@@ -166,6 +167,7 @@ fn request(id: u64, prompt: Vec<u32>, max_new: usize) -> SchedRequest {
         grammar: None,
         logprobs: None,
         priority: 0,
+        tenant: 0,
         disagg: None,
     }
 }
@@ -439,6 +441,55 @@ fn a_request_is_queued_until_admitted_and_not_after_it_ends() {
     assert_eq!(outs[&(2, 0)].reason, Some(FinishReason::Length(20)));
     assert!(!c.is_queued(2) && !c.is_queued(99));
     assert_eq!(c.stats().prompt_tokens, 16, "request 3 was prefilled");
+    assert_no_leaks(&c);
+}
+
+#[test]
+fn another_tenants_request_is_admitted_before_a_tenants_backlog() {
+    // Two running places; tenant 1 fills them and queues 38 more (20 distinct first pages,
+    // so once cached lpm ranks tenant 1's repeats first). Tenant 2's request arrives last: it
+    // takes the first place that frees, ahead of every request of tenant 1's backlog.
+    let mut cfg = config(256, 4);
+    cfg.max_running = 2;
+    cfg.max_queued = 64;
+    let mut c = SchedulerCore::new(cfg, Arc::new(ToyTok)).unwrap();
+    let mut e = ToyExec::new(256, 4);
+    let now = Instant::now();
+    let tenant = |id: u64, t: u64, prompt: Vec<u32>| SchedRequest {
+        tenant: t,
+        ..request(id, prompt, 3)
+    };
+    for id in 1..=40 {
+        let prompt: Vec<u32> = (0..4)
+            .map(|i| (id as u32 + i) % 20 + 1)
+            .chain(1..9)
+            .collect();
+        c.handle_request(tenant(id, 1, prompt), now);
+    }
+    let mut step = |c: &mut SchedulerCore| {
+        let plan = c.poll_batch(now).unwrap();
+        let logits = e.forward(&plan.batch()).unwrap();
+        c.handle_forward(plan, &logits, now);
+        while c.poll_event().is_some() {}
+    };
+    step(&mut c);
+    assert_eq!((1..=40).filter(|&id| c.is_queued(id)).count(), 38);
+    c.handle_request(tenant(100, 2, (20..30).collect()), now);
+    let backlog = |c: &SchedulerCore| (1..=40).filter(|&id| c.is_queued(id)).count();
+    for _ in 0..10 {
+        step(&mut c);
+        if backlog(&c) < 38 {
+            break;
+        }
+    }
+    // The step that admitted tenant 1's first waiting request admitted tenant 2's too:
+    // one place to each.
+    assert_eq!(backlog(&c), 37);
+    assert!(
+        !c.is_queued(100),
+        "tenant 2 waits behind tenant 1's backlog"
+    );
+    run(&mut c, &mut e, &[]);
     assert_no_leaks(&c);
 }
 

@@ -1,6 +1,7 @@
 //! What every route shares: grammar compilation off the async threads, submission to the
 //! scheduler, and collecting a request's events into results.
 
+use super::auth::Tenant;
 use super::error::ApiError;
 use super::validate::{GrammarSpec, ValidParams};
 use super::AppState;
@@ -199,15 +200,20 @@ pub struct Running {
 }
 
 /// Compiles the job's grammar (if any) and submits it.
-pub async fn submit(state: &AppState, job: Job) -> Result<Running, ApiError> {
-    let mut all = submit_all(state, vec![job]).await?;
+pub async fn submit(state: &AppState, tenant: &Tenant, job: Job) -> Result<Running, ApiError> {
+    let mut all = submit_all(state, tenant, vec![job]).await?;
     all.pop()
         .ok_or_else(|| ApiError::Internal("no request was submitted".into()))
 }
 
 /// Compiles every job's grammar, then submits them all in one scheduler message: all or
-/// nothing, so a full queue refuses a batch whole instead of running part of it.
-pub async fn submit_all(state: &AppState, jobs: Vec<Job>) -> Result<Vec<Running>, ApiError> {
+/// nothing, so a full queue refuses a batch whole instead of running part of it. The jobs
+/// run as `tenant`'s: in its cache namespaces ([`Tenant::namespace`]) and its queue share.
+pub async fn submit_all(
+    state: &AppState,
+    tenant: &Tenant,
+    jobs: Vec<Job>,
+) -> Result<Vec<Running>, ApiError> {
     let mut reqs = Vec::with_capacity(jobs.len());
     let mut rooms = Vec::with_capacity(jobs.len());
     for job in jobs {
@@ -248,13 +254,14 @@ pub async fn submit_all(state: &AppState, jobs: Vec<Job>) -> Result<Vec<Running>
         reqs.push(SchedRequest {
             id,
             input_ids: job.input_ids,
-            namespace: job.namespace,
+            namespace: tenant.namespace(job.namespace),
             sampling: job.params.sampling,
             stop: job.params.stop,
             n: job.params.n,
             grammar,
             logprobs: job.logprobs,
             priority: job.priority,
+            tenant: tenant.id(),
             disagg,
         });
     }

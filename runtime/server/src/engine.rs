@@ -75,6 +75,13 @@ pub struct EngineConfig {
     /// Must be at least 1.
     #[arg(long, default_value_t = 256)]
     pub max_queued_requests: usize,
+    /// Most of those waiting places one tenant of `--api-keys-file` may hold (default: half
+    /// of `--max-queued-requests`, at least 1), so a tenant flooding the server leaves room
+    /// for the others; beyond it that tenant's requests get 503 and `Retry-After`. Callers
+    /// of the one `--api-key` without a keys file, and servers without keys, have only the
+    /// total bound.
+    #[arg(long)]
+    pub max_queued_requests_per_tenant: Option<usize>,
     /// Most grammar compiles (`json_schema`, `regex`, `ebnf`, tools) running at once; more
     /// are answered 503 with `Retry-After` instead of queueing for blocking-pool threads.
     /// Compiled grammars are cached, so this bounds only new ones.
@@ -108,6 +115,16 @@ pub struct EngineConfig {
     /// `--metrics-open`. Must not be empty. Ignored in process, where there is no listener.
     #[arg(long)]
     pub api_key: Option<String>,
+    /// Tenants: a file of `KEY TENANT` pairs, one per line (whitespace between, `#` starts a
+    /// comment; the binary also reads `SGLRS_API_KEYS_FILE`). Every route but the open ones
+    /// then needs one of these keys (or `--api-key`, tenant `default`); each tenant's
+    /// requests have their own cache namespaces, admission takes tenants in turn and the
+    /// queue holds at most `--max-queued-requests-per-tenant` of one tenant's requests.
+    /// Duplicate keys, a key without a tenant, a file without keys or an unreadable one refuse
+    /// to start.
+    /// Ignored in process, where there is no listener.
+    #[arg(long)]
+    pub api_keys_file: Option<PathBuf>,
     /// With `--api-key`: serve `/metrics` without the key, for a Prometheus scraper on a
     /// trusted network. Off by default: the metrics show the server's load and traffic.
     #[arg(long)]
@@ -173,6 +190,15 @@ impl Engine {
                 "--api-key is empty: give a key, or leave the flag out to serve without one".into(),
             ));
         }
+        let tenants = match (&cfg.api_keys_file, &cfg.listen) {
+            (Some(file), Some(_)) => crate::auth::parse_keys_file(file, cfg.api_key.as_deref())
+                .map_err(|e| EngineError::Config(e.to_string()))?,
+            _ => Vec::new(),
+        };
+        let per_tenant = cfg
+            .max_queued_requests_per_tenant
+            .unwrap_or(cfg.max_queued_requests / 2)
+            .max(1);
         let path = cfg
             .model
             .clone()
@@ -230,6 +256,7 @@ impl Engine {
             jump_forward: !cfg.disable_jump_forward,
             admission_hold: Duration::from_millis(cfg.admission_hold_ms),
             max_queued: cfg.max_queued_requests,
+            max_queued_per_tenant: per_tenant,
             hicache,
         };
         let num_pages = sched_cfg.num_pages;
@@ -277,8 +304,9 @@ impl Engine {
             },
         };
         let chat_template = loaded.chat_template.map(Arc::new);
-        let auth = Auth::new(
+        let auth = Auth::with_tenants(
             cfg.listen.as_ref().and(cfg.api_key.clone()),
+            tenants,
             cfg.metrics_open,
         );
         let mut state = AppState::new(
@@ -331,10 +359,17 @@ fn server_args(cfg: &EngineConfig, num_pages: usize, threads: usize) -> serde_js
         "max_batch_tokens": cfg.max_batch_tokens,
         "max_running_requests": cfg.max_running_requests,
         "max_queued_requests": cfg.max_queued_requests,
+        "max_queued_requests_per_tenant": cfg
+            .max_queued_requests_per_tenant
+            .unwrap_or(cfg.max_queued_requests / 2)
+            .max(1),
         "max_concurrent_grammar_compiles": cfg.max_concurrent_grammar_compiles,
         "threads": threads,
-        "api_key_required": !in_process && cfg.api_key.is_some(),
-        "metrics_open": !in_process && cfg.api_key.is_some() && cfg.metrics_open,
+        "api_key_required": !in_process && (cfg.api_key.is_some() || cfg.api_keys_file.is_some()),
+        "tenants": !in_process && cfg.api_keys_file.is_some(),
+        "metrics_open": !in_process
+            && (cfg.api_key.is_some() || cfg.api_keys_file.is_some())
+            && cfg.metrics_open,
         "jump_forward": !cfg.disable_jump_forward,
     })
 }

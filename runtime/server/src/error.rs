@@ -105,7 +105,8 @@ pub const RETRY_AFTER_S: u64 = 1;
 impl From<sglrs_scheduler::SchedError> for ApiError {
     fn from(e: sglrs_scheduler::SchedError) -> Self {
         match e {
-            sglrs_scheduler::SchedError::Overloaded { .. } => ApiError::Overloaded {
+            sglrs_scheduler::SchedError::Overloaded { .. }
+            | sglrs_scheduler::SchedError::TenantOverloaded { .. } => ApiError::Overloaded {
                 message: e.to_string(),
                 retry_after_s: RETRY_AFTER_S,
             },

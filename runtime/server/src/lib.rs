@@ -110,7 +110,7 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Self description.
     pub info: ServerInfo,
-    /// The API key, and the routes open without it ([`auth`]).
+    /// The API keys and their tenants, and the routes open without a key ([`auth`]).
     pub auth: Auth,
     /// Client-chosen `rid`s of requests in flight (for `/abort_request`), one live request
     /// per rid.
@@ -170,11 +170,14 @@ impl AppState {
     }
 }
 
-async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if !state.auth.allows(req.uri().path(), req.headers()) {
+/// Refuses a request without a valid key (401) and hands the caller's [`auth::Tenant`] to
+/// the handlers as a request extension.
+async fn auth(State(state): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+    let Some(tenant) = state.auth.authenticate(req.uri().path(), req.headers()) else {
         state.metrics.rejected.fetch_add(1, Ordering::Relaxed);
         return ApiError::Unauthorized.into_response();
-    }
+    };
+    req.extensions_mut().insert(tenant);
     let resp = next.run(req).await;
     if resp.status().is_client_error() {
         state.metrics.rejected.fetch_add(1, Ordering::Relaxed);

@@ -6,9 +6,11 @@ use super::rids::RidClaim;
 use super::sse;
 use super::validate::{self, OneOrMany, RawSamplingParams};
 use super::AppState;
+use crate::auth::Tenant;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -133,6 +135,7 @@ fn sampling_params(
 /// `POST /generate`.
 pub async fn generate(
     State(state): State<Arc<AppState>>,
+    tenant: Option<Extension<Tenant>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let start = Instant::now();
@@ -239,7 +242,7 @@ pub async fn generate(
     // Held until the request ends, however it ends (dropped with this handler or the
     // stream's task).
     let claim = state.rids.claim(&rids)?;
-    let running = dispatch::submit_all(&state, jobs).await?;
+    let running = dispatch::submit_all(&state, &tenant.unwrap_or_default().0, jobs).await?;
     claim.bind(
         &state.sched,
         &running.iter().map(|r| r.id).collect::<Vec<_>>(),

@@ -4,10 +4,12 @@ use super::dispatch::{self, Job};
 use super::error::{parse_json, ApiError};
 use super::validate::{self, RawSamplingParams};
 use super::AppState;
+use crate::auth::Tenant;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
+use axum::Extension;
 use axum::Json;
 use serde_json::{json, Value};
 use sglrs_scheduler::FinishReason;
@@ -36,7 +38,10 @@ pub async fn get_load(State(state): State<Arc<AppState>>) -> Json<Value> {
 }
 
 /// `GET /health_generate`: runs one token through the model.
-pub async fn health_generate(State(state): State<Arc<AppState>>) -> Result<&'static str, ApiError> {
+pub async fn health_generate(
+    State(state): State<Arc<AppState>>,
+    tenant: Option<Extension<Tenant>>,
+) -> Result<&'static str, ApiError> {
     let raw = RawSamplingParams {
         max_new_tokens: Some(1),
         temperature: Some(0.0),
@@ -52,7 +57,7 @@ pub async fn health_generate(State(state): State<Arc<AppState>>) -> Result<&'sta
         namespace: validate::namespace(None),
         bootstrap: None,
     };
-    let running = dispatch::submit(&state, job).await?;
+    let running = dispatch::submit(&state, &tenant.unwrap_or_default().0, job).await?;
     let results = dispatch::collect_all(&state, vec![running], Instant::now()).await;
     match results
         .first()

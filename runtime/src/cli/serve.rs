@@ -27,6 +27,11 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
             .ok()
             .filter(|k| !k.is_empty());
     }
+    if cfg.api_keys_file.is_none() {
+        cfg.api_keys_file = std::env::var_os("SGLRS_API_KEYS_FILE")
+            .filter(|f| !f.is_empty())
+            .map(std::path::PathBuf::from);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

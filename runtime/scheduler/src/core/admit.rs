@@ -5,6 +5,13 @@
 //! headroom per running sequence; the first one that does not fit ends admission for this
 //! step (so the order is kept).
 //!
+//! **Tenants.** The policy orders candidates within a tenant; across tenants the one with
+//! the fewest running sequences goes first (ties: policy order), counting each admission of
+//! this step as it is planned ([`policy::interleave_tenants`]). A tenant with hundreds of
+//! requests waiting thus cannot keep another's request out past the next step with room.
+//! Each tenant contributes up to [`CANDIDATES`] of its waiting sequences, so a long queue of
+//! one tenant does not hide another's from the ordering either.
+//!
 //! **In-batch prefix sharing.** Requests that arrive together often share a prefix nobody
 //! has cached yet (a system prompt, few-shot examples, a document). Admitting them all at
 //! once would compute that prefix once per request. Instead a candidate waits while a
@@ -15,11 +22,16 @@
 use super::super::policy::{self, WaitingInfo};
 use super::{PlanItem, SchedulerCore, SeqKey};
 use crate::seq::Phase;
+use std::collections::HashMap;
 use std::time::Instant;
 
 /// Shortest shared, uncached prefix worth waiting for, in pages (32 tokens with the default
 /// page size of 16, SGLang's in-batch prefix threshold).
 const SHARE_MIN_PAGES: usize = 2;
+
+/// Waiting sequences of one tenant ordered by policy per step (and four times as many in
+/// all, however many tenants wait).
+const CANDIDATES: usize = 256;
 
 /// What admitting one candidate did.
 enum Admitted {
@@ -33,13 +45,27 @@ enum Admitted {
 
 impl SchedulerCore {
     pub(super) fn admit(&mut self, budget: &mut usize, items: &mut Vec<PlanItem>, now: Instant) {
+        let mut per_tenant: HashMap<u64, usize> = HashMap::new();
         let candidates: Vec<SeqKey> = self
             .waiting
             .iter()
             .copied()
             .filter(|k| !self.seqs[k].blocked_on_prefill && !self.prefetch_holds(k.0, now))
-            .take(256)
+            .filter(|k| {
+                let n = per_tenant.entry(self.seqs[k].shared.tenant).or_default();
+                *n += 1;
+                *n <= CANDIDATES
+            })
+            .take(4 * CANDIDATES)
             .collect();
+        let tenants: Vec<u64> = candidates
+            .iter()
+            .map(|k| self.seqs[k].shared.tenant)
+            .collect();
+        let mut running: HashMap<u64, usize> = HashMap::new();
+        for k in &self.running {
+            *running.entry(self.seqs[k].shared.tenant).or_default() += 1;
+        }
         let infos: Vec<WaitingInfo> = candidates
             .iter()
             .map(|k| {
@@ -55,7 +81,8 @@ impl SchedulerCore {
                 }
             })
             .collect();
-        for i in policy::order(self.cfg.policy, &infos) {
+        let order = policy::order(self.cfg.policy, &infos);
+        for i in policy::interleave_tenants(order, &tenants, running) {
             if *budget == 0 || self.running.len() >= self.cfg.max_running {
                 break;
             }

@@ -1,6 +1,8 @@
 //! `/v1/chat/completions`: messages through the chat template, `response_format`, tools.
 
 use super::*;
+use crate::auth::Tenant;
+use axum::Extension;
 
 #[derive(Deserialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
@@ -242,6 +244,7 @@ fn chat_logprobs(state: &AppState, entries: &[TokenLogprob]) -> Value {
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
+    tenant: Option<Extension<Tenant>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let start = Instant::now();
@@ -276,7 +279,7 @@ pub async fn chat_completions(
     let input_ids = state.encode(&prompt)?;
     let job = chat_job(&state, &raw, &mode, &tools, input_ids)?;
     let want_lp = job.logprobs.is_some();
-    let running = dispatch::submit(&state, job).await?;
+    let running = dispatch::submit(&state, &tenant.unwrap_or_default().0, job).await?;
     let id = format!("chatcmpl-{:016x}", running.id);
     let model = state.info.served_model_name.clone();
     let created = now_secs();

@@ -9,9 +9,11 @@ use super::error::{parse_json, ApiError};
 use super::sse;
 use super::validate::{self, GrammarSpec, OneOrMany, RawSamplingParams};
 use super::AppState;
+use crate::auth::Tenant;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -396,6 +398,7 @@ fn completion_logprobs(state: &AppState, entries: &[TokenLogprob], offset0: usiz
 /// `POST /v1/completions`.
 pub async fn completions(
     State(state): State<Arc<AppState>>,
+    tenant: Option<Extension<Tenant>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let start = Instant::now();
@@ -473,7 +476,7 @@ pub async fn completions(
             state.grammars.get(g).await?;
         }
     }
-    let running = dispatch::submit_all(&state, jobs).await?;
+    let running = dispatch::submit_all(&state, &tenant.unwrap_or_default().0, jobs).await?;
     let id = format!("cmpl-{:016x}", running.first().map_or(0, |r| r.id));
     let model = state.info.served_model_name.clone();
     let created = now_secs();
