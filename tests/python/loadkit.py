@@ -129,8 +129,16 @@ def flush_cache(base: str, within: float = 30.0) -> bool:
     """`POST /flush_cache` until it answers 200 (it refuses while requests run), bounded."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if post_json(base, "/flush_cache", {}, timeout=10).status == 200:
-            return True
+        host, port = _split(base)
+        conn = http.client.HTTPConnection(host, port, timeout=10)
+        try:
+            conn.request("POST", "/flush_cache")
+            r = conn.getresponse()
+            r.read()  # "Cache flushed." (200) or "Cache not flushed: ..." (400)
+            if r.status == 200:
+                return True
+        finally:
+            conn.close()
         time.sleep(0.2)
     return False
 
@@ -181,18 +189,18 @@ class Sampler(threading.Thread):
         self.base, self.pid, self.period = base, pid, period
         self.t0 = time.monotonic()
         self.samples: list[tuple[ProcSample, dict]] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 self.samples.append((proc_sample(self.pid, self.t0), server_info(self.base)))
             except Exception:  # a slow /get_server_info under load: skip this sample
                 pass
-            self._stop.wait(self.period)
+            self._halt.wait(self.period)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=15)
 
 
