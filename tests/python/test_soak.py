@@ -161,6 +161,11 @@ def test_a_mixed_load_leaks_nothing():
         assert not any(w.is_alive() for w in workers), "a client did not finish within 180 s of the end"
         sampler.stop()
         load_seconds = time.monotonic() - t0
+        first_lost = next((t for t, _, o, _ in done if o.kind == "lost"), None)
+        assert s.proc.poll() is None, (
+            f"the server exited with {s.proc.returncode} during the load "
+            f"(first lost request at {first_lost} s of {load_seconds:.0f} s)"
+        )
 
         idle = wait_idle(s.base)
         flushed = flush_cache(s.base)
