@@ -132,13 +132,15 @@ def test_a_mixed_load_leaks_nothing():
             if server_info(s.base)["cache"]["evicted_pages"] > 0:
                 break
             words = " ".join(f"w{rng.randrange(10**6)}" for _ in range(150))
-            assert post_json(s.base, "/generate", {"text": words, "sampling_params": {"max_new_tokens": 1}}).kind == "ok"
+            fill = {"text": words, "sampling_params": {"max_new_tokens": 1}}
+            assert post_json(s.base, "/generate", fill).kind == "ok"
         assert server_info(s.base)["cache"]["evicted_pages"] > 0, "the warm-up never filled the KV pool"
         for kind, _ in KINDS:  # warm-up: one of each (compiles the grammars once)
             for _ in range(2):
                 one_request(s.base, kind, rng)
         for schema in SCHEMAS:
-            post_json(s.base, "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2, "json_schema": json.dumps(schema)}})
+            sp = {"max_new_tokens": 2, "json_schema": json.dumps(schema)}
+            post_json(s.base, "/generate", {"text": "x", "sampling_params": sp})
         wait_idle(s.base)
         assert flush_cache(s.base)
         base = proc_sample(pid, 0)
