@@ -7,8 +7,10 @@ MODEL ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 HOST ?= 127.0.0.1
 PORT ?= 30000
 SGLRS := $(CARGO_TARGET_DIR)/release/sglrs
+OVERLOAD_SECONDS ?= 60
+SOAK_SECONDS ?= 600
 
-.PHONY: serve test deps model build lint bench-all
+.PHONY: serve test deps model build lint bench-all overload soak
 
 ## Installs what is missing, fetches the default model, builds in release and starts the server.
 serve: deps model build
@@ -24,6 +26,16 @@ test: deps model
 	python3 -m pip install --quiet --disable-pip-version-check ./python-frontend
 	SGLRS_BIN=$(SGLRS) python3 -m pytest -q tests/python python-frontend/tests
 	@echo "make test: all suites passed"
+
+## Open-loop arrivals at twice the measured capacity for OVERLOAD_SECONDS (60; `make test` runs 20).
+overload: deps model build
+	python3 -m pip install --quiet --disable-pip-version-check openai pytest
+	OVERLOAD_SECONDS=$(OVERLOAD_SECONDS) SGLRS_BIN=$(SGLRS) python3 -m pytest -q -s tests/python/test_overload.py
+
+## A mixed load for SOAK_SECONDS (600; `make test` runs 180), then checks that nothing leaked.
+soak: deps model build
+	python3 -m pip install --quiet --disable-pip-version-check openai pytest
+	SOAK_SECONDS=$(SOAK_SECONDS) SGLRS_BIN=$(SGLRS) python3 -m pytest -q -s tests/python/test_soak.py
 
 deps:
 	@command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)"; exit 1; }
