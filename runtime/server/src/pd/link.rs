@@ -324,7 +324,8 @@ impl Pd {
                         cached,
                     } => {
                         let t = Instant::now();
-                        let sent = pd.send(room, pages.take(), first, std::mem::take(&mut imp));
+                        let sent =
+                            pd.send(room, pages.take(), first, std::mem::take(&mut imp), &reason);
                         let reason = match (sent.await, reason) {
                             (Ok(rep), r) => {
                                 pd.report(
@@ -373,6 +374,7 @@ impl Pd {
         pages: Option<Result<Vec<bytes::Bytes>, String>>,
         first: Option<u32>,
         mut imp: KvImport,
+        ended: &FinishReason,
     ) -> Result<sglrs_transfer::quic::SendReport, String> {
         let Some(sender) = &self.sender else {
             return Err("not a prefill server".into());
@@ -386,8 +388,15 @@ impl Pd {
                 return Err(msg);
             }
             _ => {
-                let msg = "prefill failed: the request ended before its first token".to_string();
+                // The decode host hears why (a grammar that rejected every token, a pool too
+                // small for the prompt, …).
+                let why = match ended {
+                    FinishReason::Abort(a) => a.to_string(),
+                    other => format!("it ended ({other:?}) before its first token"),
+                };
+                let msg = format!("prefill failed: {why}");
                 sender.fail(room, &msg);
+                self.stats.fail(&msg);
                 return Err(msg);
             }
         };
