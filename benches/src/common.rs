@@ -89,6 +89,24 @@ pub(crate) fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// `sglrs` and this process's arguments, quoted for a POSIX shell.
+pub(crate) fn command_line() -> String {
+    let quote = |a: String| {
+        let plain = !a.is_empty()
+            && a.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_./=,:+@".contains(&b));
+        if plain {
+            a
+        } else {
+            format!("'{}'", a.replace('\'', r"'\''"))
+        }
+    };
+    std::iter::once("sglrs".to_string())
+        .chain(std::env::args().skip(1).map(quote))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The JSON events of a streamed `POST /generate` answer, up to `[DONE]`; an `error` event
 /// is an error.
 pub(crate) fn sse_events(

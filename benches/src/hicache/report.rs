@@ -1,7 +1,7 @@
 //! The result object: figures of a `/get_server_info` answer, the memcpy baseline, the
 //! ratios between the parts that ran, and the machine and command they ran on.
 
-pub(super) use crate::common::cpu_model;
+pub(super) use crate::common::{command_line, cpu_model};
 use serde_json::{json, Map, Value};
 use std::time::Instant;
 
@@ -111,23 +111,6 @@ pub(super) fn assemble(mut out: Value, cpu: &str, command: &str) -> Value {
     out["ratios"] = ratios(&out);
     out["command"] = json!(command);
     out
-}
-
-/// This process's command line, quoted for a POSIX shell.
-pub(super) fn command_line() -> String {
-    std::env::args()
-        .map(|a| {
-            let plain = !a.is_empty()
-                && a.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_./=,:+@".contains(&b));
-            if plain {
-                a
-            } else {
-                format!("'{}'", a.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 #[cfg(test)]

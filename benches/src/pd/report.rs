@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::workload::{LoadRun, Streamed};
-pub(super) use crate::common::{cpu_model, percentile};
+pub(super) use crate::common::{command_line, cpu_model, percentile};
 
 /// Goals: the decode streams' ITL p99 under PD against the baseline, and a long prompt's
 /// transfer against its TTFT.
@@ -185,24 +185,6 @@ pub(super) fn print_table(out: &Value) {
         "follow-up moves only new pages: {}",
         g["follow_up_moves_only_new_pages"]
     );
-}
-
-/// `sglrs` and this process's arguments, quoted for a POSIX shell.
-pub(super) fn command_line() -> String {
-    let quote = |a: String| {
-        let plain = !a.is_empty()
-            && a.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_./=,:+@".contains(&b));
-        if plain {
-            a
-        } else {
-            format!("'{}'", a.replace('\'', r"'\''"))
-        }
-    };
-    std::iter::once("sglrs".to_string())
-        .chain(std::env::args().skip(1).map(quote))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// `secs` since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ` (UTC; the proleptic Gregorian
