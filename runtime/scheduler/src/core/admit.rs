@@ -153,23 +153,8 @@ impl SchedulerCore {
         if first && m.len > 0 {
             self.offload_hit(ns, &tokens[..m.len]);
         }
-        let s = self.seqs.get_mut(&key).expect("waiting key present");
-        s.computed = m.len;
-        s.pages = m.pages;
-        s.tree_pages = s.pages.len();
-        s.lock = Some(m.lock);
-        if s.cached_tokens.is_none() {
-            let cached = m.len.min(s.shared.prompt_len);
-            s.cached_tokens = Some(cached);
-            s.cached.device = cached;
-            self.stats.prompt_tokens += s.shared.prompt_len as u64;
-            self.stats.cached_tokens += cached as u64;
-        }
-        s.offloaded = s.tree_pages;
-        s.admitted_at = self.next_admit;
-        self.next_admit += 1;
-        self.waiting.retain(|k| *k != key);
-        self.running.push(key);
+        let tree_pages = m.pages.len();
+        self.take_admission(key, m.len, m.pages, tree_pages, m.lock);
         if !lower.is_empty() {
             self.start_load(key, load_pages, lower, first);
             return Admitted::Loading;
@@ -182,6 +167,36 @@ impl SchedulerCore {
                 Admitted::Short
             }
         }
+    }
+
+    /// Moves a waiting sequence to the running set holding `pages` (the first `tree_pages`
+    /// of them the tree's, under `lock`) with `computed` tokens of KV, and counts its cached
+    /// prompt tokens at its first admission.
+    pub(super) fn take_admission(
+        &mut self,
+        key: SeqKey,
+        computed: usize,
+        pages: Vec<u32>,
+        tree_pages: usize,
+        lock: crate::cache::Lock,
+    ) {
+        let s = self.seqs.get_mut(&key).expect("waiting key present");
+        s.computed = computed;
+        s.pages = pages;
+        s.tree_pages = tree_pages;
+        s.lock = Some(lock);
+        if s.cached_tokens.is_none() {
+            let cached = computed.min(s.shared.prompt_len);
+            s.cached_tokens = Some(cached);
+            s.cached.device = cached;
+            self.stats.prompt_tokens += s.shared.prompt_len as u64;
+            self.stats.cached_tokens += cached as u64;
+        }
+        s.offloaded = tree_pages;
+        s.admitted_at = self.next_admit;
+        self.next_admit += 1;
+        self.waiting.retain(|k| *k != key);
+        self.running.push(key);
     }
 
     /// True when a running sequence is still prefilling a prefix of `key`'s prompt that is at

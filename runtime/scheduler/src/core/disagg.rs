@@ -124,26 +124,11 @@ impl SchedulerCore {
             }
             return false;
         };
-        let s = self.seqs.get_mut(&key).expect("waiting key present");
-        s.computed = skip * ps;
-        s.pages = m.pages;
-        s.pages.truncate(skip);
-        s.tree_pages = skip;
-        s.pages.extend_from_slice(&fresh);
-        s.lock = Some(m.lock);
-        if s.cached_tokens.is_none() {
-            let cached = (skip * ps).min(s.shared.prompt_len);
-            s.cached_tokens = Some(cached);
-            s.cached.device = cached;
-            self.stats.prompt_tokens += s.shared.prompt_len as u64;
-            self.stats.cached_tokens += cached as u64;
-        }
-        s.offloaded = s.tree_pages;
-        s.admitted_at = self.next_admit;
-        s.phase = Phase::Receiving;
-        self.next_admit += 1;
-        self.waiting.retain(|k| *k != key);
-        self.running.push(key);
+        let mut pages = m.pages;
+        pages.truncate(skip);
+        pages.extend_from_slice(&fresh);
+        self.take_admission(key, skip * ps, pages, skip, m.lock);
+        self.seqs.get_mut(&key).expect("admitted").phase = Phase::Receiving;
         let st = &mut self.disagg.stats;
         st.import_started += 1;
         st.imported_pages += fresh.len() as u64;

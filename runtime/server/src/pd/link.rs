@@ -291,7 +291,34 @@ impl Pd {
             let mut pages = None;
             let mut imp = KvImport::default();
             let mut first = None;
-            while let Some(ev) = rx.recv().await {
+            while let Some(mut ev) = rx.recv().await {
+                if let SchedEvent::Finished { id, reason, .. } = &mut ev {
+                    let id = *id;
+                    let t = Instant::now();
+                    let ended = std::mem::replace(reason, FinishReason::Length(0));
+                    let sent = pd
+                        .send(room, pages.take(), first, std::mem::take(&mut imp), &ended)
+                        .await;
+                    *reason = match (sent, ended) {
+                        (Ok(rep), r) => {
+                            pd.report(
+                                id,
+                                serde_json::json!({
+                                    "role": "prefill",
+                                    "bootstrap_room": room.0,
+                                    "pages_sent": rep.sent,
+                                    "pages_skipped": rep.skipped,
+                                    "transfer_ms": t.elapsed().as_secs_f64() * 1e3,
+                                }),
+                            );
+                            r
+                        }
+                        (Err(_), r @ FinishReason::Abort(_)) => r,
+                        (Err(e), _) => FinishReason::Abort(AbortReason::Transfer(e)),
+                    };
+                    let _ = tx.send(ev);
+                    return;
+                }
                 match ev {
                     SchedEvent::KvExport {
                         pages: p,
@@ -315,44 +342,8 @@ impl Pd {
                     SchedEvent::InputLogprobs { ref logprobs, .. } => {
                         imp.input_logprobs = logprobs.clone();
                     }
-                    SchedEvent::Finished {
-                        id,
-                        sample,
-                        reason,
-                        prompt_tokens,
-                        completion_tokens,
-                        cached,
-                    } => {
-                        let t = Instant::now();
-                        let sent =
-                            pd.send(room, pages.take(), first, std::mem::take(&mut imp), &reason);
-                        let reason = match (sent.await, reason) {
-                            (Ok(rep), r) => {
-                                pd.report(
-                                    id,
-                                    serde_json::json!({
-                                        "role": "prefill",
-                                        "bootstrap_room": room.0,
-                                        "pages_sent": rep.sent,
-                                        "pages_skipped": rep.skipped,
-                                        "transfer_ms": t.elapsed().as_secs_f64() * 1e3,
-                                    }),
-                                );
-                                r
-                            }
-                            (Err(_), r @ FinishReason::Abort(_)) => r,
-                            (Err(e), _) => FinishReason::Abort(AbortReason::Transfer(e)),
-                        };
-                        let _ = tx.send(SchedEvent::Finished {
-                            id,
-                            sample,
-                            reason,
-                            prompt_tokens,
-                            completion_tokens,
-                            cached,
-                        });
-                        return;
-                    }
+                    // Ended above.
+                    SchedEvent::Finished { .. } => {}
                 }
                 let _ = tx.send(ev);
             }
