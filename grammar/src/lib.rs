@@ -61,6 +61,7 @@ mod lazy;
 mod matcher;
 mod nfa;
 mod regex;
+mod tagged;
 mod unique;
 mod vocab;
 
@@ -69,6 +70,7 @@ use std::time::Duration;
 
 pub use cache::{CacheConfig, GrammarCache, Handle, HandleState};
 pub use matcher::Matcher;
+pub use tagged::{Tag, TaggedSpec, MAX_TAGS, MAX_TAG_LITERAL};
 pub use vocab::{TokenEncoding, TokenVocab, MAX_TOKEN_BYTES};
 
 use lazy::{ConfigId, Lazy};
@@ -279,6 +281,8 @@ pub enum GrammarSpec {
     Ebnf(String),
     /// Exactly one of these strings.
     Choices(Vec<String>),
+    /// JSON values framed by literal text, optionally after free text: tool calls.
+    Tagged(TaggedSpec),
 }
 
 /// An immutable compiled grammar bound to a vocabulary; share it with `Arc`.
@@ -302,6 +306,7 @@ impl CompiledGrammar {
             GrammarSpec::JsonSchema(s) => Self::json_schema(s, vocab, opts),
             GrammarSpec::Ebnf(g) => Self::ebnf(g, vocab, opts),
             GrammarSpec::Choices(c) => Self::choices(c, vocab, opts),
+            GrammarSpec::Tagged(t) => Self::tagged(t, vocab, opts),
         }
     }
 
@@ -383,6 +388,20 @@ impl CompiledGrammar {
             deadline: opts.timeout.map(|t| std::time::Instant::now() + t),
         });
         json::compile(&mut b, schema, opts)?;
+        Self::finish(b, vocab, opts)
+    }
+
+    /// JSON values framed by literal text ([`TaggedSpec`]): a model's tool-call syntax.
+    pub fn tagged(
+        spec: &TaggedSpec,
+        vocab: Arc<TokenVocab>,
+        opts: &CompileOptions,
+    ) -> Result<Arc<Self>, CompileError> {
+        let mut b = Builder::new(Budget {
+            max_states: opts.max_states.min(json::MAX_JSON_STATES + 1),
+            deadline: opts.timeout.map(|t| std::time::Instant::now() + t),
+        });
+        tagged::compile(&mut b, spec, opts)?;
         Self::finish(b, vocab, opts)
     }
 

@@ -73,3 +73,22 @@ def test_fields_that_cannot_be_honoured_are_refused_by_name(server, extra, name)
         c.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}],
                                   max_tokens=4, extra_body=extra)
     assert name in str(e.value)
+
+
+def test_streamed_meta_info_counts_output_logprobs_as_sglang_does(server):
+    # SGLang's frontend reads `output_token_logprobs_length` from every streamed event.
+    import urllib.request
+    body = json.dumps({"text": "Count to five:", "stream": True, "return_logprob": True,
+                       "sampling_params": {"max_new_tokens": 8, "temperature": 0}}).encode()
+    req = urllib.request.Request(server.base + "/generate", data=body,
+                                 headers={"Content-Type": "application/json"})
+    events = []
+    with urllib.request.urlopen(req, timeout=60) as r:
+        for line in r:
+            line = line.decode().strip()
+            if line.startswith("data: {"):
+                events.append(json.loads(line[6:])["meta_info"])
+    assert events
+    for m in events:
+        assert m["output_token_logprobs_length"] == len(m["output_token_logprobs"])
+        assert m["output_token_logprobs_length"] == m["completion_tokens"]

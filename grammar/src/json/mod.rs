@@ -138,6 +138,17 @@ pub(crate) fn compile(
     schema: &Value,
     opts: &CompileOptions,
 ) -> Result<(), CompileError> {
+    compile_rule(b, schema, opts).map(|_| ())
+}
+
+/// Compiles `schema` into `b` as a rule of its own (with its own `$ref` namespace) and
+/// returns it: the first rule of an empty builder is the root, and a grammar that frames
+/// JSON values in other text (`tagged.rs`) calls one such rule per schema.
+pub(crate) fn compile_rule(
+    b: &mut Builder,
+    schema: &Value,
+    opts: &CompileOptions,
+) -> Result<RuleId, CompileError> {
     if !nesting_within(schema, MAX_VALUE_NESTING) {
         return Err(CompileError::LimitExceeded {
             limit: "JSON Schema nesting",
@@ -180,7 +191,7 @@ pub(crate) fn compile(
             states: c.b.states.len(),
         });
     }
-    Ok(())
+    Ok(root_rule)
 }
 
 impl<'a> JsonCompiler<'a> {

@@ -165,6 +165,7 @@ impl GrammarCompiler {
                 sglrs_grammar::GrammarSpec::JsonSchema(r#"{"type":"object"}"#.to_string()),
             ),
             GrammarSpec::Ebnf(e) => ("ebnf", sglrs_grammar::GrammarSpec::Ebnf(e.clone())),
+            GrammarSpec::Tagged(t) => ("tools", sglrs_grammar::GrammarSpec::Tagged(t.clone())),
         };
         CompiledGrammar::compile(&g, self.vocab.clone(), &self.opts)
             .map_err(|e| ApiError::bad(param, e.to_string()))
@@ -373,6 +374,8 @@ pub fn apply(results: &mut [SampleResult], ev: SchedEvent) -> Option<usize> {
             r.tokens.extend(tokens);
             r.text.push_str(&text);
             r.logprobs.extend(logprobs);
+            // Streamed answers report the count so far; `Finished` sets the final one.
+            r.completion_tokens = r.tokens.len();
             Some(sample)
         }
         SchedEvent::InputLogprobs {

@@ -387,6 +387,12 @@ fn sample_json(
             m.insert("output_token_logprobs".into(), ot);
             m.insert("output_top_logprobs".into(), otop);
             m.insert("output_token_ids_logprobs".into(), oids);
+            // SGLang's count of the output logprobs so far (its frontend reads it from
+            // every streamed event).
+            m.insert(
+                "output_token_logprobs_length".into(),
+                json!(r.logprobs.len()),
+            );
         }
     }
     json!({"text": r.text, "output_ids": r.tokens, "meta_info": meta})

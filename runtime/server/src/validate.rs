@@ -47,6 +47,8 @@ pub enum GrammarSpec {
     JsonObject,
     /// An EBNF / GBNF grammar.
     Ebnf(String),
+    /// Tool calls in the model's syntax (built from `tools` and `tool_choice`).
+    Tagged(sglrs_grammar::TaggedSpec),
 }
 
 /// The sampling knobs every API shares (native names; the OpenAI routes map onto these).

@@ -1,5 +1,6 @@
 //! `/v1/chat/completions`: messages through the chat template, `response_format`, tools.
 
+use super::tools::{self, CallRules, Function, StreamState, ToolSyntax};
 use super::*;
 use crate::auth::Tenant;
 use axum::Extension;
@@ -109,10 +110,42 @@ enum ToolMode {
     None,
     /// The model may answer or call a tool (detected in the output).
     Auto(Vec<String>),
-    /// The model must call one of the tools: output `{"name", "arguments"}`.
+    /// The model must call one of the tools.
     Required(Vec<String>),
-    /// The model calls this function; the output is its arguments.
+    /// The model calls this function.
     Named(String),
+}
+
+impl ToolMode {
+    /// The rules its grammar enforces (`None`: no tools).
+    fn rules(&self, parallel: bool) -> Option<CallRules> {
+        match self {
+            ToolMode::None => None,
+            ToolMode::Auto(_) => Some(CallRules {
+                text_allowed: true,
+                parallel,
+            }),
+            ToolMode::Required(_) => Some(CallRules {
+                text_allowed: false,
+                parallel,
+            }),
+            // A named choice is one call of that function.
+            ToolMode::Named(_) => Some(CallRules {
+                text_allowed: false,
+                parallel: false,
+            }),
+        }
+    }
+
+    /// Whether the output may be text rather than calls.
+    fn text_allowed(&self) -> bool {
+        matches!(self, ToolMode::None | ToolMode::Auto(_))
+    }
+}
+
+/// How the served model writes tool calls.
+fn syntax(state: &AppState) -> ToolSyntax {
+    ToolSyntax::of_template(state.chat_template.as_deref().map(|t| t.source()))
 }
 
 fn message_json(m: &RawMessage) -> Result<Value, ApiError> {
@@ -196,35 +229,6 @@ fn render_prompt(
     }
 }
 
-/// Parses a tool call out of free or `{"name", "arguments"}` output.
-fn parse_tool_call(text: &str, names: &[String]) -> Option<(String, String)> {
-    let t = text.trim();
-    let t = t
-        .strip_prefix("<tool_call>")
-        .map_or(t, |x| x.trim_end().trim_end_matches("</tool_call>"))
-        .trim();
-    let v: Value = serde_json::from_str(t).ok()?;
-    let v = if let Value::Array(a) = &v {
-        a.first()?.clone()
-    } else {
-        v
-    };
-    let name = v.get("name")?.as_str()?.to_string();
-    if !names.contains(&name) {
-        return None;
-    }
-    let args = v
-        .get("arguments")
-        .or_else(|| v.get("parameters"))
-        .cloned()
-        .unwrap_or(json!({}));
-    let args = match args {
-        Value::String(s) => s,
-        other => other.to_string(),
-    };
-    Some((name, args))
-}
-
 fn chat_logprobs(state: &AppState, entries: &[TokenLogprob]) -> Value {
     let item = |id: u32, lp: f32| {
         let t = state.token_text(id);
@@ -254,7 +258,7 @@ pub async fn chat_completions(
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let raw: RawChat = parse_body(&body)?;
     check_model(&state, raw.model.as_deref())?;
-    let _ = (&raw.user, raw.parallel_tool_calls);
+    let _ = &raw.user;
     let _ = (raw.separate_reasoning, raw.stream_reasoning);
     if raw.continue_final_message == Some(true) {
         return Err(ApiError::bad(
@@ -270,17 +274,19 @@ pub async fn chat_completions(
         .iter()
         .map(message_json)
         .collect::<Result<_, _>>()?;
-    let tools = raw.tools.clone().unwrap_or_default();
-    check_tools(&tools)?;
-    let mode = tool_choice_mode(raw.tool_choice.as_ref(), &tools)?;
-    let tools_json = (mode != ToolMode::None).then(|| json!(tools.iter().map(|t| json!({"type": "function", "function": {
-        "name": t.function.name, "description": t.function.description, "parameters": t.function.parameters}})).collect::<Vec<_>>()));
+    let functions = check_tools(raw.tools.as_deref().unwrap_or_default())?;
+    let mode = tool_choice_mode(raw.tool_choice.as_ref(), &functions)?;
+    let rules = mode.rules(raw.parallel_tool_calls.unwrap_or(true));
+    let syntax = syntax(&state);
+    let listed: Vec<&Function> = functions.iter().collect();
+    let (messages, tools_json) = tools::prompt_messages(syntax, messages, &listed, rules.as_ref())?;
     let prompt = render_prompt(&state, &messages, tools_json)?;
     let input_ids = state.encode(&prompt)?;
-    let job = chat_job(&state, &raw, &mode, &tools, input_ids)?;
+    let job = chat_job(&state, &raw, &mode, rules.as_ref(), &functions, input_ids)?;
     let want_lp = job.logprobs.is_some();
     let running = dispatch::submit(&state, &tenant.unwrap_or_default().0, job).await?;
     let id = format!("chatcmpl-{:016x}", running.id);
+    let running_id = running.id;
     let model = state.info.served_model_name.clone();
     let created = now_secs();
     if raw.stream.unwrap_or(false) {
@@ -304,7 +310,7 @@ pub async fn chat_completions(
     let all = dispatch::collect_all(&state, vec![running], start).await;
     fail_on_abort(&all)?;
     let results = &all[0];
-    let choices = chat_choices(&state, results, &mode, want_lp);
+    let choices = chat_choices(&state, results, &mode, running_id, want_lp);
     Ok(Json(
         json!({"id": id, "object": "chat.completion", "created": created, "model": model,
         "choices": choices, "usage": usage(results)}),
@@ -312,9 +318,10 @@ pub async fn chat_completions(
     .into_response())
 }
 
-/// Only function tools are supported.
-fn check_tools(tools: &[Tool]) -> Result<(), ApiError> {
-    for t in tools {
+/// Checks the tools: function tools with distinct, well-formed names and object schemas.
+fn check_tools(tools: &[Tool]) -> Result<Vec<Function>, ApiError> {
+    let mut out: Vec<Function> = Vec::with_capacity(tools.len());
+    for (i, t) in tools.iter().enumerate() {
         if t.kind != "function" {
             return Err(ApiError::bad(
                 "tools",
@@ -324,14 +331,39 @@ fn check_tools(tools: &[Tool]) -> Result<(), ApiError> {
                 ),
             ));
         }
-        let _ = (&t.function.description, t.function.strict);
+        let f = &t.function;
+        tools::check_name(&f.name, &format!("tools[{i}].function.name"))?;
+        if out.iter().any(|o| o.name == f.name) {
+            return Err(ApiError::bad(
+                "tools",
+                format!("two tools are named {:?}", f.name),
+            ));
+        }
+        // `strict` asks for the schema to be followed exactly: sglrs's enforcement always
+        // does, so both values give the same output.
+        let _ = f.strict;
+        let parameters = match &f.parameters {
+            None => json!({"type": "object"}),
+            Some(p @ Value::Object(_)) => p.clone(),
+            Some(_) => {
+                return Err(ApiError::bad(
+                    format!("tools[{i}].function.parameters"),
+                    "is not a JSON Schema object",
+                ))
+            }
+        };
+        out.push(Function {
+            name: f.name.clone(),
+            description: f.description.clone(),
+            parameters,
+        });
     }
-    Ok(())
+    Ok(out)
 }
 
 /// How `tool_choice` (and the presence of tools) shapes the output.
-fn tool_choice_mode(choice: Option<&Value>, tools: &[Tool]) -> Result<ToolMode, ApiError> {
-    let names: Vec<String> = tools.iter().map(|t| t.function.name.clone()).collect();
+fn tool_choice_mode(choice: Option<&Value>, tools: &[Function]) -> Result<ToolMode, ApiError> {
+    let names: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
     Ok(match (choice, tools.is_empty()) {
         (None, true) | (Some(Value::Null), true) => ToolMode::None,
         (Some(Value::String(s)), _) if s == "none" => ToolMode::None,
@@ -352,7 +384,7 @@ fn tool_choice_mode(choice: Option<&Value>, tools: &[Tool]) -> Result<ToolMode, 
             if !names.iter().any(|n| n == name) {
                 return Err(ApiError::bad(
                     "tool_choice",
-                    format!("no tool named {name:?} in tools"),
+                    format!("no tool named {:?} in tools", tools::excerpt(name)),
                 ));
             }
             ToolMode::Named(name.to_string())
@@ -363,7 +395,7 @@ fn tool_choice_mode(choice: Option<&Value>, tools: &[Tool]) -> Result<ToolMode, 
         (Some(other), _) => {
             return Err(ApiError::bad(
                 "tool_choice",
-                format!("unsupported value {other}"),
+                format!("unsupported value {}", tools::excerpt(&other.to_string())),
             ))
         }
     })
@@ -398,46 +430,34 @@ fn response_format_grammar(rf: Option<&ResponseFormat>) -> Result<Option<Grammar
     })
 }
 
-/// The output constraint: `response_format`, or the grammar a named or required tool choice
-/// implies (the two cannot be combined).
+/// The output constraint: `response_format`, or the tool-call grammar `tool_choice` and
+/// `parallel_tool_calls` imply (the two cannot be combined).
 fn output_grammar(
+    state: &AppState,
     rf: Option<&ResponseFormat>,
     mode: &ToolMode,
-    tools: &[Tool],
+    rules: Option<&CallRules>,
+    functions: &[Function],
 ) -> Result<Option<GrammarSpec>, ApiError> {
     let grammar = response_format_grammar(rf)?;
-    let tool_schema = match mode {
-        ToolMode::Named(name) => {
-            let params = tools
-                .iter()
-                .find(|t| &t.function.name == name)
-                .and_then(|t| t.function.parameters.clone())
-                .unwrap_or(json!({"type": "object"}));
-            Some((params, "cannot be combined with a named tool_choice"))
-        }
-        ToolMode::Required(names) => {
-            let alts: Vec<Value> = tools
-                .iter()
-                .filter(|t| names.contains(&t.function.name))
-                .map(|t| json!({"type": "object", "properties": {"name": {"const": t.function.name},
-                    "arguments": t.function.parameters.clone().unwrap_or(json!({"type": "object"}))},
-                    "required": ["name", "arguments"]}))
-                .collect();
-            Some((
-                json!({"anyOf": alts}),
-                "cannot be combined with tool_choice \"required\"",
-            ))
-        }
-        _ => None,
+    let Some(rules) = rules else {
+        return Ok(grammar);
     };
-    match tool_schema {
-        Some(_) if grammar.is_some() => Err(ApiError::bad(
+    if grammar.is_some() {
+        return Err(ApiError::bad(
             "response_format",
-            tool_schema.map_or("", |t| t.1),
-        )),
-        Some((schema, _)) => Ok(Some(GrammarSpec::JsonSchema(schema.to_string()))),
-        None => Ok(grammar),
+            "cannot be combined with tools (unless tool_choice is \"none\")",
+        ));
     }
+    let callable: Vec<&Function> = match mode {
+        ToolMode::Named(name) => functions.iter().filter(|f| &f.name == name).collect(),
+        _ => functions.iter().collect(),
+    };
+    Ok(Some(GrammarSpec::Tagged(tools::grammar(
+        syntax(state),
+        &callable,
+        rules,
+    ))))
 }
 
 /// The scheduler job of a chat request: sampling parameters, the output constraint and the
@@ -446,10 +466,11 @@ fn chat_job(
     state: &AppState,
     raw: &RawChat,
     mode: &ToolMode,
-    tools: &[Tool],
+    rules: Option<&CallRules>,
+    functions: &[Function],
     input_ids: Vec<u32>,
 ) -> Result<Job, ApiError> {
-    let grammar = output_grammar(raw.response_format.as_ref(), mode, tools)?;
+    let grammar = output_grammar(state, raw.response_format.as_ref(), mode, rules, functions)?;
     let max_name = if raw.max_completion_tokens.is_some() {
         "max_completion_tokens"
     } else {
@@ -462,7 +483,7 @@ fn chat_job(
     if let Some(g) = grammar {
         if params.grammar.is_some() {
             return Err(ApiError::invalid(
-                "give only one of response_format / tool_choice, regex and ebnf",
+                "give only one of response_format / tools, regex and ebnf",
             ));
         }
         params.grammar = Some(g);
@@ -489,29 +510,51 @@ fn chat_job(
     })
 }
 
-/// The `choices` of a non-streamed answer: a message, or a tool call found in (or forced as)
-/// the output.
+/// The finish reason of a sample that called tools: `tool_calls`, unless the output was
+/// cut (by length or an abort), which stays visible.
+fn tool_finish(reason: Option<&FinishReason>) -> Value {
+    match reason {
+        Some(FinishReason::Length(_)) | Some(FinishReason::Abort(_)) => finish_str(reason),
+        _ => json!("tool_calls"),
+    }
+}
+
+/// The `choices` of a non-streamed answer: text, or the calls read from the output.
 fn chat_choices(
     state: &AppState,
     results: &[SampleResult],
     mode: &ToolMode,
+    request: u64,
     want_lp: bool,
 ) -> Vec<Value> {
+    let syntax = syntax(state);
     let mut choices = Vec::new();
     for (i, r) in results.iter().enumerate() {
-        let call = match mode {
-            ToolMode::Named(name) => Some((name.clone(), r.text.clone())),
-            ToolMode::Required(names) | ToolMode::Auto(names) => parse_tool_call(&r.text, names),
-            ToolMode::None => None,
-        };
-        let (message, finish) = match call {
-            Some((name, args)) => (
-                json!({"role": "assistant", "content": null, "tool_calls": [{
-                    "id": format!("call_{:08x}{:02x}", results.len() * 7919 + i, i),
-                    "type": "function", "function": {"name": name, "arguments": args}}]}),
-                json!("tool_calls"),
-            ),
-            None => (
+        let parsed = (*mode != ToolMode::None)
+            .then(|| tools::parse(syntax, &r.text, mode.text_allowed(), true));
+        let (message, finish) = match parsed {
+            Some(p) if !p.calls.is_empty() => {
+                let calls: Vec<Value> = p
+                    .calls
+                    .iter()
+                    .enumerate()
+                    .map(|(k, c)| {
+                        json!({"id": tools::call_id(request, i, k), "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments}})
+                    })
+                    .collect();
+                let content = p.content.trim();
+                let content = if content.is_empty() {
+                    Value::Null
+                } else {
+                    json!(content)
+                };
+                (
+                    json!({"role": "assistant", "content": content, "tool_calls": calls}),
+                    tool_finish(r.finish.as_ref()),
+                )
+            }
+            _ => (
                 json!({"role": "assistant", "content": r.text}),
                 finish_str(r.finish.as_ref()),
             ),
@@ -542,18 +585,17 @@ fn stream_chat(
                 "choices": [{"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}]})
             .to_string()
         };
-        let named = if let ToolMode::Named(n) = &mode {
-            Some(n.clone())
-        } else {
-            None
-        };
+        let tools_on = mode != ToolMode::None;
+        let syntax = syntax(&state);
+        let mut streams: Vec<StreamState> = (0..job.n)
+            .map(|_| StreamState::new(syntax, mode.text_allowed()))
+            .collect();
         for i in 0..job.n {
-            let mut delta = json!({"role": "assistant", "content": ""});
-            if let Some(name) = &named {
-                delta = json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0,
-                    "id": format!("call_{:016x}{i:02x}", job.id), "type": "function",
-                    "function": {"name": name, "arguments": ""}}]});
-            }
+            let delta = if mode.text_allowed() {
+                json!({"role": "assistant", "content": ""})
+            } else {
+                json!({"role": "assistant", "content": null})
+            };
             if tx
                 .send(chunk(i, delta, Value::Null, Value::Null))
                 .await
@@ -562,6 +604,7 @@ fn stream_chat(
                 return;
             }
         }
+        let request = job.id;
         let mut results = vec![SampleResult::default(); job.n];
         let mut timing = Timing::new(start);
         while results.iter().any(|r| r.finish.is_none()) {
@@ -569,7 +612,8 @@ fn stream_chat(
                 return; // client gone: dropping `job.rx` aborts the request
             };
             let Some(ev) = ev else { break };
-            let msg = match &ev {
+            let mut msgs: Vec<String> = Vec::new();
+            match &ev {
                 SchedEvent::Delta {
                     sample,
                     text,
@@ -580,35 +624,43 @@ fn stream_chat(
                     if !tokens.is_empty() {
                         timing.on_tokens(&state);
                     }
-                    if text.is_empty() && logprobs.is_empty() {
-                        None
+                    let mut lp = if want_lp && !logprobs.is_empty() {
+                        chat_logprobs(&state, logprobs)
                     } else {
-                        let delta = match &named {
-                            Some(_) => {
-                                json!({"tool_calls": [{"index": 0, "function": {"arguments": text}}]})
-                            }
-                            None => json!({"content": text}),
-                        };
-                        let lp = if want_lp {
-                            chat_logprobs(&state, logprobs)
-                        } else {
-                            Value::Null
-                        };
-                        Some(chunk(*sample, delta, Value::Null, lp))
+                        Value::Null
+                    };
+                    let deltas = if tools_on {
+                        streams[*sample].push(text, false, |k| tools::call_id(request, *sample, k))
+                    } else if text.is_empty() {
+                        Vec::new()
+                    } else {
+                        vec![json!({"content": text})]
+                    };
+                    for d in deltas {
+                        msgs.push(chunk(*sample, d, Value::Null, std::mem::take(&mut lp)));
+                    }
+                    if !lp.is_null() {
+                        msgs.push(chunk(*sample, json!({}), Value::Null, lp));
                     }
                 }
                 SchedEvent::Finished { sample, reason, .. } => {
-                    let f = if named.is_some() {
-                        json!("tool_calls")
+                    let st = &mut streams[*sample];
+                    if tools_on {
+                        for d in st.push("", true, |k| tools::call_id(request, *sample, k)) {
+                            msgs.push(chunk(*sample, d, Value::Null, Value::Null));
+                        }
+                    }
+                    let f = if st.has_calls() {
+                        tool_finish(Some(reason))
                     } else {
                         finish_str(Some(reason))
                     };
-                    Some(chunk(*sample, json!({}), f, Value::Null))
+                    msgs.push(chunk(*sample, json!({}), f, Value::Null));
                 }
-                SchedEvent::InputLogprobs { .. } | SchedEvent::KvExport { .. } => None,
+                SchedEvent::InputLogprobs { .. } | SchedEvent::KvExport { .. } => {}
             };
             dispatch::apply(&mut results, ev);
-            if let Some(m) = msg {
+            for m in msgs {
                 if tx.send(m).await.is_err() {
                     return;
                 }
@@ -628,25 +680,6 @@ fn stream_chat(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tool_calls_parse_from_output() {
-        let names = vec!["get_weather".to_string()];
-        let (n, a) = parse_tool_call(
-            r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#,
-            &names,
-        )
-        .unwrap();
-        assert_eq!(n, "get_weather");
-        assert_eq!(serde_json::from_str::<Value>(&a).unwrap()["city"], "Paris");
-        assert!(parse_tool_call(
-            r#"<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>"#,
-            &names
-        )
-        .is_some());
-        assert!(parse_tool_call(r#"{"name": "other", "arguments": {}}"#, &names).is_none());
-        assert!(parse_tool_call("It is sunny.", &names).is_none());
-    }
 
     #[test]
     fn unknown_fields_are_rejected() {
