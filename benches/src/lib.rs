@@ -8,6 +8,7 @@
 //! micro-benchmarks sit beside this crate as `benches/<operation>.rs`.
 #![warn(missing_docs)]
 
+pub mod agents;
 mod common;
 pub mod grammar;
 pub mod hicache;

@@ -57,6 +57,9 @@ enum BenchCommand {
     /// arrive, unified vs prefill and decode servers behind sglang-router, with each
     /// prompt's KV transfer time; starts its own servers and router.
     Pd(JsonBench<sglrs_benches::pd::PdArgs>),
+    /// Agent workloads: BFCL's single-turn categories and multi-turn agent loops, sglrs with
+    /// and without tool-call enforcement next to vLLM-CPU and llama.cpp; starts each server.
+    Agents(JsonBench<sglrs_benches::agents::AgentsArgs>),
 }
 
 #[derive(clap::Args)]
@@ -104,5 +107,6 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Serving(b)) => b.run(sglrs_benches::serving::run),
         Command::Bench(BenchCommand::Hicache(b)) => b.run(sglrs_benches::hicache::run),
         Command::Bench(BenchCommand::Pd(b)) => b.run(sglrs_benches::pd::run),
+        Command::Bench(BenchCommand::Agents(b)) => b.run(sglrs_benches::agents::run),
     }
 }

@@ -99,6 +99,11 @@ pub struct EngineConfig {
     /// Turn off jump-forward over grammar-forced text.
     #[arg(long)]
     pub disable_jump_forward: bool,
+    /// Do not enforce tool calls with a grammar: the tools still go into the prompt, and
+    /// calls are parsed out of the model's free output when they parse (what engines
+    /// without constrained tool calling do; for comparison, e.g. `sglrs bench agents`).
+    #[arg(long)]
+    pub disable_tool_grammar: bool,
     /// Re-encode float weights (an HF folder's f32/f16/bf16) at load: `q8_0` or `q4_1`
     /// (llama.cpp's encodings; q4_1 keeps the embedding and output head at q8_0) run them on
     /// the quantized kernels. Weights already quantized (GGUF) are kept.
@@ -321,6 +326,7 @@ impl Engine {
         state.info.args["disaggregation_bootstrap_port"] =
             cfg.disagg.disaggregation_bootstrap_port.into();
         state.pd = pd;
+        state.tool_grammar = !cfg.disable_tool_grammar;
         let state = Arc::new(state);
         Ok(Self {
             state,
@@ -371,5 +377,6 @@ fn server_args(cfg: &EngineConfig, num_pages: usize, threads: usize) -> serde_js
             && (cfg.api_key.is_some() || cfg.api_keys_file.is_some())
             && cfg.metrics_open,
         "jump_forward": !cfg.disable_jump_forward,
+        "tool_grammar": !cfg.disable_tool_grammar,
     })
 }

@@ -117,6 +117,9 @@ pub struct AppState {
     pub rids: Arc<RidTable>,
     /// Prefill/decode disaggregation (`None`: unified).
     pub pd: Option<Arc<crate::pd::Pd>>,
+    /// Whether tool calls are enforced by a grammar (`false` with `--disable-tool-grammar`:
+    /// they are parsed out of unconstrained output, for comparison).
+    pub tool_grammar: bool,
     next_id: AtomicU64,
 }
 
@@ -140,6 +143,7 @@ impl AppState {
             auth,
             rids: Arc::new(RidTable::default()),
             pd: None,
+            tool_grammar: true,
             next_id: AtomicU64::new(1),
         }
     }

@@ -440,7 +440,7 @@ fn output_grammar(
     functions: &[Function],
 ) -> Result<Option<GrammarSpec>, ApiError> {
     let grammar = response_format_grammar(rf)?;
-    let Some(rules) = rules else {
+    let Some(rules) = rules.filter(|_| state.tool_grammar) else {
         return Ok(grammar);
     };
     if grammar.is_some() {
@@ -530,8 +530,16 @@ fn chat_choices(
     let syntax = syntax(state);
     let mut choices = Vec::new();
     for (i, r) in results.iter().enumerate() {
-        let parsed = (*mode != ToolMode::None)
-            .then(|| tools::parse(syntax, &r.text, mode.text_allowed(), true));
+        let parsed = match mode {
+            ToolMode::None => None,
+            ToolMode::Auto(names) | ToolMode::Required(names) if !state.tool_grammar => {
+                Some(tools::parse_free(&r.text, names))
+            }
+            ToolMode::Named(name) if !state.tool_grammar => {
+                Some(tools::parse_free(&r.text, std::slice::from_ref(name)))
+            }
+            _ => Some(tools::parse(syntax, &r.text, mode.text_allowed(), true)),
+        };
         let (message, finish) = match parsed {
             Some(p) if !p.calls.is_empty() => {
                 let calls: Vec<Value> = p
@@ -588,7 +596,15 @@ fn stream_chat(
         let tools_on = mode != ToolMode::None;
         let syntax = syntax(&state);
         let mut streams: Vec<StreamState> = (0..job.n)
-            .map(|_| StreamState::new(syntax, mode.text_allowed()))
+            .map(|_| match &mode {
+                ToolMode::Auto(names) | ToolMode::Required(names) if !state.tool_grammar => {
+                    StreamState::free(names.clone())
+                }
+                ToolMode::Named(name) if !state.tool_grammar => {
+                    StreamState::free(vec![name.clone()])
+                }
+                _ => StreamState::new(syntax, mode.text_allowed()),
+            })
             .collect();
         for i in 0..job.n {
             let delta = if mode.text_allowed() {

@@ -384,6 +384,48 @@ pub fn parse(syntax: ToolSyntax, text: &str, text_allowed: bool, done: bool) -> 
     }
 }
 
+/// Reads calls out of unconstrained output (`--disable-tool-grammar`): the JSON after each
+/// `<tool_call>`, a list or one object, whose items name one of `names`. Whatever does not
+/// parse stays text; nothing is repaired.
+pub fn parse_free(text: &str, names: &[String]) -> Parsed {
+    let mut out = Parsed::default();
+    let Some(first) = text.find(TRIGGER) else {
+        out.content = text.to_string();
+        return out;
+    };
+    out.content = text[..first].to_string();
+    let mut rest = &text[first..];
+    while let Some(p) = rest.find(TRIGGER) {
+        let after = rest[p + TRIGGER.len()..].trim_start();
+        let mut values = serde_json::Deserializer::from_str(after).into_iter::<Value>();
+        let Some(Ok(v)) = values.next() else {
+            out.malformed = true;
+            break;
+        };
+        let items = match v {
+            Value::Array(a) => a,
+            other => vec![other],
+        };
+        for item in items {
+            let name = item.get("name").and_then(Value::as_str);
+            let args = item.get("arguments").or_else(|| item.get("parameters"));
+            match (name, args) {
+                (Some(n), Some(a)) if names.iter().any(|x| x == n) => out.calls.push(ParsedCall {
+                    name: n.to_string(),
+                    arguments: a.to_string(),
+                    complete: true,
+                }),
+                _ => out.malformed = true,
+            }
+        }
+        rest = &after[values.byte_offset()..];
+    }
+    if out.calls.is_empty() {
+        out.content = text.to_string();
+    }
+    out
+}
+
 /// Length of the longest suffix of `text` that is a proper prefix of `pat`.
 fn partial_suffix(text: &str, pat: &str) -> usize {
     (1..pat.len())
@@ -505,6 +547,9 @@ pub struct StreamState {
     sent_content: usize,
     /// Arguments bytes sent per call announced.
     sent_args: Vec<usize>,
+    /// Unconstrained output (`--disable-tool-grammar`): held whole and read with
+    /// [`parse_free`] over these names once complete.
+    free: Option<Vec<String>>,
 }
 
 impl StreamState {
@@ -516,6 +561,16 @@ impl StreamState {
             text: String::new(),
             sent_content: 0,
             sent_args: Vec::new(),
+            free: None,
+        }
+    }
+
+    /// An empty unconstrained output whose calls may name `names`: nothing is sent before
+    /// the output is complete, since free text cannot be told from a call before it parses.
+    pub fn free(names: Vec<String>) -> Self {
+        StreamState {
+            free: Some(names),
+            ..Self::new(ToolSyntax::List, true)
         }
     }
 
@@ -528,7 +583,11 @@ impl StreamState {
     /// `{"content": …}` and `{"tool_calls": [...]}` objects, `id(k)` naming call `k`.
     pub fn push(&mut self, piece: &str, done: bool, id: impl Fn(usize) -> String) -> Vec<Value> {
         self.text.push_str(piece);
-        let p = parse(self.syntax, &self.text, self.text_allowed, done);
+        let p = match &self.free {
+            Some(_) if !done => return Vec::new(),
+            Some(names) => parse_free(&self.text, names),
+            None => parse(self.syntax, &self.text, self.text_allowed, done),
+        };
         let mut deltas = Vec::new();
         if p.content.len() > self.sent_content {
             deltas.push(json!({"content": p.content[self.sent_content..]}));
@@ -722,6 +781,24 @@ mod tests {
         ];
         let e = prompt_messages(ToolSyntax::List, bad, &[], None).unwrap_err();
         assert!(e.to_string().contains("messages[0].tool_calls"), "{e}");
+    }
+
+    #[test]
+    fn free_output_is_parsed_when_it_parses() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let p = parse_free(
+            r#"ok <tool_call>[{"name": "a", "arguments": {"x": 1}}]</tool_call>"#,
+            &names,
+        );
+        assert_eq!(p.content, "ok ");
+        assert_eq!(p.calls.len(), 1);
+        assert_eq!(p.calls[0].arguments, r#"{"x":1}"#);
+        let p = parse_free("<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"a\", \"parameters\": {}}\n</tool_call>", &names);
+        assert_eq!(p.calls.len(), 2);
+        let p = parse_free(r#"<tool_call>[{"name": "zz", "arguments": {}}"#, &names);
+        assert!(p.calls.is_empty() && p.malformed);
+        assert_eq!(p.content, r#"<tool_call>[{"name": "zz", "arguments": {}}"#);
+        assert!(parse_free("plain", &names).calls.is_empty());
     }
 
     #[test]
