@@ -533,11 +533,13 @@ fn chat_choices(
         let parsed = match mode {
             ToolMode::None => None,
             ToolMode::Auto(names) | ToolMode::Required(names) if !state.tool_grammar => {
-                Some(tools::parse_free(&r.text, names))
+                Some(tools::parse_free(syntax, &r.text, names))
             }
-            ToolMode::Named(name) if !state.tool_grammar => {
-                Some(tools::parse_free(&r.text, std::slice::from_ref(name)))
-            }
+            ToolMode::Named(name) if !state.tool_grammar => Some(tools::parse_free(
+                syntax,
+                &r.text,
+                std::slice::from_ref(name),
+            )),
             _ => Some(tools::parse(syntax, &r.text, mode.text_allowed(), true)),
         };
         let (message, finish) = match parsed {
@@ -598,10 +600,10 @@ fn stream_chat(
         let mut streams: Vec<StreamState> = (0..job.n)
             .map(|_| match &mode {
                 ToolMode::Auto(names) | ToolMode::Required(names) if !state.tool_grammar => {
-                    StreamState::free(names.clone())
+                    StreamState::free(syntax, names.clone())
                 }
                 ToolMode::Named(name) if !state.tool_grammar => {
-                    StreamState::free(vec![name.clone()])
+                    StreamState::free(syntax, vec![name.clone()])
                 }
                 _ => StreamState::new(syntax, mode.text_allowed()),
             })

@@ -13,7 +13,7 @@ use sglrs_grammar::{Tag, TaggedSpec};
 
 use crate::error::ApiError;
 
-/// The text that opens tool calls in every syntax sglrs knows.
+/// The text that opens tool calls in the tagged syntaxes (and in free output).
 const TRIGGER: &str = "<tool_call>";
 
 /// Longest function name (OpenAI's limit).
@@ -39,6 +39,10 @@ pub enum ToolSyntax {
     /// `<tool_call>[{"name": …, "arguments": …}, …]</tool_call>` — the form SmolLM2 was
     /// trained to call functions in.
     List,
+    /// Llama 3.x (the template renders `tools` and has Llama 3's header tokens): each call
+    /// is the JSON object `{"name": …, "parameters": …}` the template asks for, calls
+    /// separated by `; `.
+    Llama3,
 }
 
 impl ToolSyntax {
@@ -46,7 +50,19 @@ impl ToolSyntax {
     pub fn of_template(source: Option<&str>) -> Self {
         match source {
             Some(s) if s.contains("tools") && s.contains(TRIGGER) => ToolSyntax::Hermes,
+            Some(s) if s.contains("tools") && s.contains("<|start_header_id|>") => {
+                ToolSyntax::Llama3
+            }
             _ => ToolSyntax::List,
+        }
+    }
+
+    /// The text every call block starts with: free text (`tool_choice: "auto"`) may not
+    /// contain it, and the calls start where it first appears.
+    fn trigger(self) -> &'static str {
+        match self {
+            ToolSyntax::Hermes | ToolSyntax::List => TRIGGER,
+            ToolSyntax::Llama3 => "{\"name\": ",
         }
     }
 
@@ -70,12 +86,13 @@ impl ToolSyntax {
                 ", \"arguments\": ",
                 "}",
             ],
+            ToolSyntax::Llama3 => ["", "; ", "", "{\"name\": ", ", \"parameters\": ", "}"],
         }
     }
 
     /// Whether the chat template renders the tool list itself.
     pub fn template_renders_tools(self) -> bool {
-        self == ToolSyntax::Hermes
+        self != ToolSyntax::List
     }
 }
 
@@ -136,7 +153,7 @@ pub fn grammar(syntax: ToolSyntax, functions: &[&Function], rules: &CallRules) -
         close: close.into(),
         min_calls: 1,
         max_calls: (!rules.parallel).then_some(1),
-        text_until: rules.text_allowed.then(|| TRIGGER.to_string()),
+        text_until: rules.text_allowed.then(|| syntax.trigger().to_string()),
     }
 }
 
@@ -225,7 +242,7 @@ pub fn prompt_messages(
         let field = format!("messages[{i}].tool_calls");
         let calls = past_calls(&tc, &field)?;
         match syntax {
-            ToolSyntax::Hermes => {
+            ToolSyntax::Hermes | ToolSyntax::Llama3 => {
                 let list: Vec<Value> = tc
                     .as_array()
                     .into_iter()
@@ -316,7 +333,8 @@ pub struct Parsed {
 pub fn parse(syntax: ToolSyntax, text: &str, text_allowed: bool, done: bool) -> Parsed {
     let mut out = Parsed::default();
     let rest = if text_allowed {
-        match text.find(TRIGGER) {
+        let trigger = syntax.trigger();
+        match text.find(trigger) {
             Some(p) => {
                 out.content = text[..p].to_string();
                 &text[p..]
@@ -325,7 +343,7 @@ pub fn parse(syntax: ToolSyntax, text: &str, text_allowed: bool, done: bool) -> 
                 let hold = if done {
                     0
                 } else {
-                    partial_suffix(text, TRIGGER)
+                    partial_suffix(text, trigger)
                 };
                 out.content = text[..text.len() - hold].to_string();
                 return out;
@@ -384,19 +402,27 @@ pub fn parse(syntax: ToolSyntax, text: &str, text_allowed: bool, done: bool) -> 
     }
 }
 
-/// Reads calls out of unconstrained output (`--disable-tool-grammar`): the JSON after each
-/// `<tool_call>`, a list or one object, whose items name one of `names`. Whatever does not
+/// Reads calls out of unconstrained output (`--disable-tool-grammar`): the JSON at each of
+/// the syntax's triggers (after each `<tool_call>`; Llama 3's `{"name": …}` objects), a
+/// list or one object, whose items name one of `names`. Whatever does not
 /// parse stays text; nothing is repaired.
-pub fn parse_free(text: &str, names: &[String]) -> Parsed {
+pub fn parse_free(syntax: ToolSyntax, text: &str, names: &[String]) -> Parsed {
     let mut out = Parsed::default();
-    let Some(first) = text.find(TRIGGER) else {
+    let trigger = syntax.trigger();
+    // Llama 3's trigger is the start of the call's own JSON; the tags precede theirs.
+    let skip = if syntax == ToolSyntax::Llama3 {
+        0
+    } else {
+        trigger.len()
+    };
+    let Some(first) = text.find(trigger) else {
         out.content = text.to_string();
         return out;
     };
     out.content = text[..first].to_string();
     let mut rest = &text[first..];
-    while let Some(p) = rest.find(TRIGGER) {
-        let after = rest[p + TRIGGER.len()..].trim_start();
+    while let Some(p) = rest.find(trigger) {
+        let after = rest[p + skip..].trim_start();
         let mut values = serde_json::Deserializer::from_str(after).into_iter::<Value>();
         let Some(Ok(v)) = values.next() else {
             out.malformed = true;
@@ -567,10 +593,10 @@ impl StreamState {
 
     /// An empty unconstrained output whose calls may name `names`: nothing is sent before
     /// the output is complete, since free text cannot be told from a call before it parses.
-    pub fn free(names: Vec<String>) -> Self {
+    pub fn free(syntax: ToolSyntax, names: Vec<String>) -> Self {
         StreamState {
             free: Some(names),
-            ..Self::new(ToolSyntax::List, true)
+            ..Self::new(syntax, true)
         }
     }
 
@@ -585,7 +611,7 @@ impl StreamState {
         self.text.push_str(piece);
         let p = match &self.free {
             Some(_) if !done => return Vec::new(),
-            Some(names) => parse_free(&self.text, names),
+            Some(names) => parse_free(self.syntax, &self.text, names),
             None => parse(self.syntax, &self.text, self.text_allowed, done),
         };
         let mut deltas = Vec::new();
@@ -692,6 +718,27 @@ mod tests {
     }
 
     #[test]
+    fn llama3_calls_parse_and_the_syntax_is_detected() {
+        let s = ToolSyntax::Llama3;
+        let text =
+            r#"Sure. {"name": "a", "parameters": {"x": "}"}}; {"name": "b", "parameters": {}}"#;
+        let p = parse(s, text, true, true);
+        assert_eq!(p.content, "Sure. ");
+        assert_eq!(p.calls.len(), 2);
+        assert_eq!(p.calls[0].arguments, r#"{"x": "}"}"#);
+        assert!(!p.malformed);
+        let llama = "{%- if tools %}<|start_header_id|>ipython{% endif %}";
+        assert_eq!(ToolSyntax::of_template(Some(llama)), ToolSyntax::Llama3);
+        let qwen = "{%- if tools %}<tool_call>{% endif %}";
+        assert_eq!(ToolSyntax::of_template(Some(qwen)), ToolSyntax::Hermes);
+        assert_eq!(
+            ToolSyntax::of_template(Some("{{ messages }}")),
+            ToolSyntax::List
+        );
+        assert_eq!(ToolSyntax::of_template(None), ToolSyntax::List);
+    }
+
+    #[test]
     fn parser_survives_any_text() {
         for t in [
             "<tool_call>[{\"name\": \"\\u12",
@@ -704,6 +751,7 @@ mod tests {
             for done in [false, true] {
                 let _ = parse(ToolSyntax::List, t, true, done);
                 let _ = parse(ToolSyntax::Hermes, t, false, done);
+                let _ = parse(ToolSyntax::Llama3, t, true, done);
             }
         }
     }
@@ -712,7 +760,7 @@ mod tests {
     fn grammar_and_parser_agree_on_the_layout() {
         // What `grammar` enforces is what `parse` reads: build the text the grammar's
         // literals spell and parse it back.
-        for syntax in [ToolSyntax::List, ToolSyntax::Hermes] {
+        for syntax in [ToolSyntax::List, ToolSyntax::Hermes, ToolSyntax::Llama3] {
             let a = f("a");
             let g = grammar(
                 syntax,
@@ -787,18 +835,31 @@ mod tests {
     fn free_output_is_parsed_when_it_parses() {
         let names = vec!["a".to_string(), "b".to_string()];
         let p = parse_free(
+            ToolSyntax::List,
             r#"ok <tool_call>[{"name": "a", "arguments": {"x": 1}}]</tool_call>"#,
             &names,
         );
         assert_eq!(p.content, "ok ");
         assert_eq!(p.calls.len(), 1);
         assert_eq!(p.calls[0].arguments, r#"{"x":1}"#);
-        let p = parse_free("<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"a\", \"parameters\": {}}\n</tool_call>", &names);
+        let p = parse_free(ToolSyntax::Hermes, "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"a\", \"parameters\": {}}\n</tool_call>", &names);
         assert_eq!(p.calls.len(), 2);
-        let p = parse_free(r#"<tool_call>[{"name": "zz", "arguments": {}}"#, &names);
+        let p = parse_free(
+            ToolSyntax::List,
+            r#"<tool_call>[{"name": "zz", "arguments": {}}"#,
+            &names,
+        );
         assert!(p.calls.is_empty() && p.malformed);
         assert_eq!(p.content, r#"<tool_call>[{"name": "zz", "arguments": {}}"#);
-        assert!(parse_free("plain", &names).calls.is_empty());
+        assert!(parse_free(ToolSyntax::List, "plain", &names)
+            .calls
+            .is_empty());
+        let p = parse_free(
+            ToolSyntax::Llama3,
+            r#"{"name": "a", "parameters": {"x": 2}}"#,
+            &names,
+        );
+        assert_eq!(p.calls.len(), 1);
     }
 
     #[test]
