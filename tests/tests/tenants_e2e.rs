@@ -236,3 +236,61 @@ fn a_tenant_flooding_the_queue_neither_delays_nor_crowds_out_another() {
     assert!(percentile(&steps, 99) <= 12, "{report}");
     assert!(loaded_p99 <= unloaded_p50 * 2, "{report}");
 }
+
+#[test]
+fn rids_belong_to_their_tenant_and_no_tenant_can_abort_another() {
+    let (s, _g) = server(&["--max-running-requests", "2"]);
+    let s = &s;
+    let long = |rid: &str| {
+        json!({"text": "Tell me a long story about a dragon.", "rid": rid,
+               "sampling_params": {"max_new_tokens": 300, "temperature": 0, "ignore_eos": true}})
+    };
+    let abort = |key: &str, body: &str| {
+        s.request(
+            "POST",
+            "/abort_request",
+            &[("Authorization", &format!("Bearer {key}"))],
+            Some(body),
+        )
+    };
+    let rids = || {
+        s.server_info_with(&format!("Bearer {KEY_A}"))["internal_states"][0]["rids_in_flight"]
+            .as_u64()
+            .unwrap()
+    };
+    std::thread::scope(|sc| {
+        let alice = sc.spawn(|| generate(s, KEY_A, &long("job-1")));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while rids() < 1 {
+            assert!(Instant::now() < deadline, "alice's rid never appeared");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Bob may use the same rid: it is his own.
+        let bob = sc.spawn(|| generate(s, KEY_B, &long("job-1")));
+        while rids() < 2 {
+            assert!(Instant::now() < deadline, "bob's rid never appeared");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Bob's abort, by rid or abort_all, reaches only his request.
+        let r = abort(KEY_B, r#"{"rid": "job-1"}"#);
+        assert_eq!((r.status, &r.body), (200, &json!({"aborted": 1})));
+        let r = abort(KEY_B, r#"{"abort_all": true}"#);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let b = bob.join().unwrap();
+        assert_eq!(
+            b.body["meta_info"]["finish_reason"]["type"], "abort",
+            "{}",
+            b.body
+        );
+        // Alice's request ran to its end.
+        let a = alice.join().unwrap();
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(
+            a.body["meta_info"]["finish_reason"]["type"], "length",
+            "{}",
+            a.body
+        );
+        assert_eq!(a.body["meta_info"]["completion_tokens"], 300);
+    });
+    assert_eq!(rids(), 0);
+}

@@ -241,8 +241,9 @@ pub async fn generate(
         .collect::<Result<_, _>>()?;
     // Held until the request ends, however it ends (dropped with this handler or the
     // stream's task).
-    let claim = state.rids.claim(&rids)?;
-    let running = dispatch::submit_all(&state, &tenant.unwrap_or_default().0, jobs).await?;
+    let tenant = tenant.unwrap_or_default().0;
+    let claim = state.rids.claim(tenant.id(), &rids)?;
+    let running = dispatch::submit_all(&state, &tenant, jobs).await?;
     claim.bind(
         &state.sched,
         &running.iter().map(|r| r.id).collect::<Vec<_>>(),

@@ -6,8 +6,10 @@
 //! request finishes, is aborted, fails, or its handler is dropped with the connection — so
 //! the table holds exactly the rids of requests in flight.
 //!
-//! Ownership is the knowledge of the rid: the server has one API key, so every caller that
-//! passes authentication is the same tenant, and the rid names what it may abort.
+//! Rids belong to tenants ([`crate::auth::Tenant`], from `--api-keys-file`): the table is
+//! keyed by (tenant, rid), so two tenants may use the same rid, and `/abort_request` (one
+//! rid or `abort_all`) reaches only its caller's own requests. Without a keys file every
+//! caller is the one tenant `default`, and the rid names what it may abort.
 
 use crate::error::ApiError;
 use sglrs_scheduler::{RequestId, SchedulerHandle};
@@ -27,7 +29,8 @@ struct Entry {
 
 #[derive(Debug, Default)]
 struct Inner {
-    entries: HashMap<String, Entry>,
+    /// Keyed by (tenant id, rid).
+    entries: HashMap<(u64, String), Entry>,
     next_claim: u64,
 }
 
@@ -45,11 +48,15 @@ impl RidTable {
 
     /// Claims every given rid for one request (or one batch): all of them, or none when any
     /// is in use or named twice.
-    pub fn claim(self: &Arc<Self>, rids: &[Option<String>]) -> Result<RidClaim, ApiError> {
+    pub fn claim(
+        self: &Arc<Self>,
+        tenant: u64,
+        rids: &[Option<String>],
+    ) -> Result<RidClaim, ApiError> {
         let mut t = self.lock();
         let named: Vec<&String> = rids.iter().flatten().collect();
         for (i, rid) in named.iter().enumerate() {
-            if t.entries.contains_key(*rid) || named[..i].contains(rid) {
+            if t.entries.contains_key(&(tenant, (*rid).clone())) || named[..i].contains(rid) {
                 return Err(ApiError::BadRequest {
                     message: format!("rid already in use: {rid:?}"),
                     param: Some("rid".into()),
@@ -60,7 +67,7 @@ impl RidTable {
         t.next_claim += 1;
         for rid in &named {
             t.entries.insert(
-                (*rid).clone(),
+                (tenant, (*rid).clone()),
                 Entry {
                     claim,
                     id: None,
@@ -71,6 +78,7 @@ impl RidTable {
         Ok(RidClaim {
             table: self.clone(),
             claim,
+            tenant,
             rids: rids.to_vec(),
         })
     }
@@ -85,15 +93,21 @@ impl RidTable {
         self.len() == 0
     }
 
-    /// Aborts the request holding `rid` (or every request with a rid when `None`); how many
-    /// requests that named. A request not submitted yet is aborted when it is.
-    pub fn abort(&self, sched: &SchedulerHandle, rid: Option<&str>) -> Result<usize, ApiError> {
+    /// Aborts `tenant`'s request holding `rid` (or every request of `tenant` with a rid
+    /// when `None`); how many requests that named. A request not submitted yet is aborted
+    /// when it is. Other tenants' requests are never touched.
+    pub fn abort(
+        &self,
+        sched: &SchedulerHandle,
+        tenant: u64,
+        rid: Option<&str>,
+    ) -> Result<usize, ApiError> {
         let mut t = self.lock();
         let mut n = 0;
         for (_, e) in t
             .entries
             .iter_mut()
-            .filter(|(k, _)| rid.is_none_or(|r| r == k.as_str()))
+            .filter(|((owner, k), _)| *owner == tenant && rid.is_none_or(|r| r == k.as_str()))
         {
             match e.id {
                 Some(id) => sched.abort(id)?,
@@ -110,6 +124,7 @@ impl RidTable {
 pub struct RidClaim {
     table: Arc<RidTable>,
     claim: u64,
+    tenant: u64,
     /// Per batch item, its rid if it named one.
     rids: Vec<Option<String>>,
 }
@@ -120,7 +135,10 @@ impl RidClaim {
     pub fn bind(&self, sched: &SchedulerHandle, ids: &[RequestId]) -> Result<(), ApiError> {
         let mut t = self.table.lock();
         for (rid, &id) in self.rids.iter().zip(ids) {
-            let Some(e) = rid.as_ref().and_then(|r| t.entries.get_mut(r)) else {
+            let Some(e) = rid
+                .as_ref()
+                .and_then(|r| t.entries.get_mut(&(self.tenant, r.clone())))
+            else {
                 continue;
             };
             if e.claim != self.claim {
@@ -144,8 +162,9 @@ impl Drop for RidClaim {
     fn drop(&mut self) {
         let mut t = self.table.lock();
         for rid in self.rids.iter().flatten() {
-            if t.entries.get(rid).is_some_and(|e| e.claim == self.claim) {
-                t.entries.remove(rid);
+            let key = (self.tenant, rid.clone());
+            if t.entries.get(&key).is_some_and(|e| e.claim == self.claim) {
+                t.entries.remove(&key);
             }
         }
     }
@@ -162,19 +181,24 @@ mod tests {
     #[test]
     fn a_rid_is_held_by_one_claim_until_it_is_dropped() {
         let t = Arc::new(RidTable::default());
-        let a = t.claim(&some(&["a", "b"])).unwrap();
+        let a = t.claim(1, &some(&["a", "b"])).unwrap();
         assert_eq!(t.len(), 2);
-        let e = t.claim(&some(&["c", "b"])).unwrap_err();
+        let e = t.claim(1, &some(&["c", "b"])).unwrap_err();
         assert!(e.to_string().contains("rid already in use"), "{e}");
         assert_eq!(t.len(), 2, "a refused claim takes nothing");
-        assert!(t.claim(&some(&["x", "x"])).is_err());
+        assert!(t.claim(1, &some(&["x", "x"])).is_err());
         assert!(
-            t.claim(&[None, None]).is_ok(),
+            t.claim(1, &[None, None]).is_ok(),
             "requests without rid never clash"
         );
+        // Another tenant's "b" is its own.
+        let other = t.claim(2, &some(&["b"])).unwrap();
+        assert_eq!(t.len(), 3);
         drop(a);
+        assert_eq!(t.len(), 1);
+        drop(other);
         assert!(t.is_empty());
-        let _b = t.claim(&some(&["b"])).unwrap();
+        let _b = t.claim(1, &some(&["b"])).unwrap();
         assert_eq!(t.len(), 1);
     }
 }

@@ -197,6 +197,7 @@ struct AbortBody {
 /// `POST /abort_request` with `{"rid": ...}` or `{"abort_all": true}`.
 pub async fn abort_request(
     State(state): State<Arc<AppState>>,
+    tenant: Option<axum::Extension<crate::auth::Tenant>>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let b: AbortBody = parse_json(&body)?;
@@ -208,7 +209,9 @@ pub async fn abort_request(
                 .ok_or_else(|| ApiError::bad("rid", "missing (or set abort_all)"))?,
         )
     };
-    let n = state.rids.abort(&state.sched, rid.as_deref())?;
+    // A tenant aborts only its own requests (`abort_all` too).
+    let tenant = tenant.map(|t| t.0.id()).unwrap_or_default();
+    let n = state.rids.abort(&state.sched, tenant, rid.as_deref())?;
     Ok(Json(json!({"aborted": n})))
 }
 
