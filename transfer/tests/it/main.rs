@@ -1,5 +1,6 @@
 //! Integration tests of sglrs-transfer: QUIC on loopback and the KV store.
 
 mod common;
+mod faults;
 mod quic;
 mod store;
