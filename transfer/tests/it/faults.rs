@@ -147,13 +147,14 @@ async fn relay(target: SocketAddr, f: Faults) -> Relay {
 /// 2 s idle timeout is shorter than QUIC's own recovery from a lossy burst: after several
 /// probe timeouts in a row its retransmissions back off exponentially.
 fn wan_config() -> QuicConfig {
-    let mut c = QuicConfig::default();
-    c.mtu = 1200;
-    c.mtu_discovery = false;
-    c.gso = false;
-    c.send_window = 4 << 20;
-    c.congestion = sglrs_transfer::quic::Congestion::Cubic { initial_window: 0 };
-    c
+    QuicConfig {
+        mtu: 1200,
+        mtu_discovery: false,
+        gso: false,
+        send_window: 4 << 20,
+        congestion: sglrs_transfer::quic::Congestion::Cubic { initial_window: 0 },
+        ..QuicConfig::default()
+    }
 }
 
 /// Moves `n` pages from a sender to a receiver that reaches it through `relay_faults`;
