@@ -410,7 +410,7 @@ fn stream(
     many: bool,
 ) -> Response {
     let (tx, resp) = sse::channel();
-    tokio::spawn(async move {
+    sse::spawn(tx.clone(), async move {
         let mut tasks = Vec::new();
         for (i, mut job) in running.into_iter().enumerate() {
             let tx = tx.clone();
@@ -463,7 +463,7 @@ fn stream(
             }));
         }
         for t in tasks {
-            let _ = t.await;
+            sse::report_panic(&tx, t.await).await;
         }
         drop(claim);
         let _ = tx.send("[DONE]".to_string()).await;

@@ -589,7 +589,7 @@ fn stream_chat(
     start: Instant,
 ) -> Response {
     let (tx, resp) = sse::channel();
-    tokio::spawn(async move {
+    sse::spawn(tx.clone(), async move {
         let chunk = |index: usize, delta: Value, finish: Value, lp: Value| {
             json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
                 "choices": [{"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}]})

@@ -492,7 +492,7 @@ pub async fn completions(
             .as_ref()
             .and_then(|o| o.continuous_usage_stats);
         let (tx, resp) = sse::channel();
-        tokio::spawn(async move {
+        sse::spawn(tx.clone(), async move {
             let mut all = Vec::new();
             for (pi, mut job) in running.into_iter().enumerate() {
                 let mut results = vec![SampleResult::default(); job.n];
