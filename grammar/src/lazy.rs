@@ -13,6 +13,7 @@ use std::sync::Arc;
 use crate::nfa::{Nfa, StateId};
 use crate::vocab::{CharClass, TokenVocab};
 
+mod budget;
 mod donor;
 mod reps;
 mod threads;
@@ -188,6 +189,8 @@ pub(crate) struct Lazy {
     mask_peers: FastMap<donor::PeerKey, Vec<ConfigId>>,
     /// Reused buffers of the state bisimulation (see [`Lazy::equivalent_mask`]).
     equiv: donor::EquivScratch,
+    /// Token-budget planning (see [`budget`]).
+    budget: budget::BudgetMemo,
 }
 
 impl Lazy {
@@ -233,6 +236,7 @@ impl Lazy {
             char_equiv: FastMap::default(),
             mask_peers: FastMap::default(),
             equiv: donor::EquivScratch::default(),
+            budget: budget::BudgetMemo::default(),
         };
         // Room for the configurations of a typical grammar's first masks: growing these
         // vectors one doubling at a time copied them over and over (untouched capacity
@@ -783,6 +787,7 @@ impl Lazy {
             + self.stacks.len() * 24
             + self.seen_gen.len() * 8
             + self.equiv.heap_bytes()
+            + self.budget.heap_bytes()
     }
 }
 

@@ -11,7 +11,9 @@
 //! - [`Matcher`]: per request. [`Matcher::fill_mask`], [`Matcher::accept_token`],
 //!   [`Matcher::rollback`], [`Matcher::forced_bytes`] (jump-forward),
 //!   [`Matcher::is_accepting`], [`Matcher::is_finished`], [`Matcher::min_tokens_to_accept`]
-//!   and [`Matcher::closing_bytes`] (the cheapest valid close). Errors are sticky.
+//!   [`Matcher::closing_bytes`] (the cheapest valid close), [`Matcher::closing_tokens`] and
+//!   [`Matcher::restrict_mask_to_budget`] (keep that close within the tokens left).
+//!   Errors are sticky.
 //! - [`GrammarCache`]: compiles in the background (std threads) with time, state and memory
 //!   limits; [`GrammarCache::get_or_compile`] returns a [`Handle`] to `poll`/`try_get`/`wait`.
 //!
@@ -451,6 +453,18 @@ impl CompiledGrammar {
             .map(|s| 64 + s.bytes.len() * 8 + s.eps.len() * 4 + s.calls.len() * 8)
             .sum();
         nfa + self.with_lazy(|_, l| l.heap_bytes())
+    }
+
+    /// Tokens of the planned close from the start ([`Matcher::closing_tokens`]): the
+    /// fewest tokens in which the engine can guarantee a complete output. A request whose
+    /// token limit is below it cannot be promised valid output (`usize::MAX`: no plan).
+    pub fn min_output_tokens(&self) -> usize {
+        let k = self.with_lazy(|nfa, l| l.close_cost(nfa, &self.vocab, self.start));
+        if k == u32::MAX {
+            usize::MAX
+        } else {
+            k as usize
+        }
     }
 
     /// Configurations interned so far (the size of the lazily built automaton).

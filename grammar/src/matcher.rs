@@ -331,6 +331,69 @@ impl Matcher {
         b.div_ceil(self.grammar.vocab().max_token_len().max(1))
     }
 
+    /// Tokens of the planned close from here: the shortest completing text
+    /// ([`Matcher::closing_bytes`], without the `uniqueItems` detours) spelt in the fewest
+    /// vocabulary tokens. 0 when accepting; `usize::MAX` when no close is planned (past the
+    /// error or a close longer than 64 KiB). After the plan's first token it is one less, so
+    /// a generator that keeps it within the tokens left always ends validly.
+    pub fn closing_tokens(&self) -> usize {
+        if self.ended {
+            return 0;
+        }
+        if self.error.is_some() {
+            return usize::MAX;
+        }
+        let c = self.current();
+        let vocab = self.grammar.vocab();
+        let k = self
+            .grammar
+            .with_lazy(|nfa, lazy| lazy.close_cost(nfa, vocab, c));
+        if k == u32::MAX {
+            usize::MAX
+        } else {
+            k as usize
+        }
+    }
+
+    /// True when the planned close fits in `tokens_left` tokens
+    /// ([`Matcher::closing_tokens`] `<= tokens_left`); cheap far from the limit.
+    pub fn close_fits(&self, tokens_left: usize) -> bool {
+        if self.ended {
+            return true;
+        }
+        if self.error.is_some() {
+            return false;
+        }
+        let c = self.current();
+        let vocab = self.grammar.vocab();
+        let left = tokens_left.min(u32::MAX as usize - 1) as u32;
+        self.grammar
+            .with_lazy(|nfa, lazy| lazy.close_fits(nfa, vocab, c, left))
+    }
+
+    /// Clears in a mask [`Matcher::fill_mask`] filled the tokens after which the planned
+    /// close ([`Matcher::closing_tokens`]) would no longer fit: `tokens_left` counts the
+    /// tokens the output may still take, this one included. Tokens that shorten the plan are
+    /// always kept, so the mask is never emptied by the budget: from a text whose plan
+    /// already exceeds the budget it still closes as fast as it can. EOS bits are left as
+    /// they are.
+    ///
+    /// Cheap far from the limit (one comparison with a bound on any close of the grammar);
+    /// near it, the first visit of a configuration walks the token trie once and remembers
+    /// the costliest token, so later visits with as many tokens left are one lookup.
+    pub fn restrict_mask_to_budget(&self, mask: &mut [u32], tokens_left: usize) {
+        if self.error.is_some() || self.ended {
+            return;
+        }
+        let after = tokens_left.saturating_sub(1).min(u32::MAX as usize - 1) as u32;
+        let c = self.current();
+        let vocab = self.grammar.vocab();
+        let words = vocab.mask_words().min(mask.len());
+        self.grammar.with_lazy(|nfa, lazy| {
+            lazy.restrict_to_budget(nfa, vocab, c, &mut mask[..words], after)
+        });
+    }
+
     /// The shortest byte string that completes the text from here (empty when accepting);
     /// a runtime near `max_tokens` can force it to close the output validly.
     pub fn closing_bytes(&self) -> Vec<u8> {
