@@ -1,46 +1,29 @@
-//! Grammar steps of the scheduler: the token mask (with steering to a valid close near the
-//! token limit) and jump-forward over forced text.
+//! Grammar steps of the scheduler: the token mask (kept within what a valid close needs
+//! before the token limit) and jump-forward over forced text.
 
 use super::seq::Seq;
 use super::Tokenizer;
 use sglrs_grammar::Matcher;
 
-/// Tokens before the limit at which the closing text is planned each step.
-const STEER_WINDOW: usize = 64;
-
 /// Fills `mask` for the next token of a constrained sequence with `remaining` tokens left
-/// before `max_new_tokens`.
+/// before `max_new_tokens` (this one included).
 ///
-/// Far from the limit this is the matcher's mask. Within [`STEER_WINDOW`] tokens the
-/// shortest completion (`closing_bytes`, tokenized greedily) is planned every step; once it
-/// needs all remaining tokens, only its first token is allowed, so the output closes validly
-/// instead of being cut off. A complete output with one token left may only end.
+/// The matcher's mask, less the tokens after which the grammar's planned close
+/// ([`Matcher::closing_tokens`]) would no longer fit in the tokens left
+/// ([`Matcher::restrict_mask_to_budget`]): the close plans through every open call, so a
+/// recursive schema nested deep still closes by the limit. A request admitted with room for
+/// the close from the start (the server checks) thus always ends with a complete output. A
+/// complete output with one token left may only end.
 pub(crate) fn fill_mask(m: &Matcher, mask: &mut [u32], remaining: usize) {
     if m.fill_mask(mask).is_err() {
         mask.fill(0);
         return;
     }
-    if remaining > STEER_WINDOW {
+    if remaining <= 1 && m.is_accepting() {
+        only(mask, m.grammar().vocab().eos());
         return;
     }
-    let vocab = m.grammar().vocab();
-    let closing = m.closing_bytes();
-    if closing.is_empty() {
-        if remaining <= 1 && m.is_accepting() {
-            only(mask, vocab.eos());
-        }
-        return;
-    }
-    let Some(plan) = vocab.greedy_tokenize(&closing) else {
-        return;
-    };
-    if plan.len() + 1 >= remaining {
-        if let Some(&first) = plan.first() {
-            if m.is_allowed(first) {
-                only(mask, &[first]);
-            }
-        }
-    }
+    m.restrict_mask_to_budget(mask, remaining);
 }
 
 fn only(mask: &mut [u32], tokens: &[u32]) {
@@ -85,5 +68,62 @@ pub(crate) fn forced_tokens(s: &Seq, tok: &dyn Tokenizer, limit: usize) -> Optio
             .filter(|t| fits(t))?,
     };
     toks.truncate(limit);
+    // The model's segmentation may take more tokens than the planned close: jump only when
+    // the close still fits in what is left after the jump (`limit` keeps one token spare).
+    let mut probe = m.clone();
+    for &t in &toks {
+        probe.accept_token(t).ok()?;
+    }
+    if !probe.close_fits(limit + 1 - toks.len()) {
+        return None;
+    }
     (!toks.is_empty()).then_some(toks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sglrs_grammar::{CompileOptions, CompiledGrammar, TokenVocab};
+    use std::sync::Arc;
+
+    /// A toy vocabulary: EOS (0), the printable bytes, and one token that closes a label and
+    /// opens the next level, whose close takes two tokens (`]` and `}` are separate).
+    fn vocab() -> Arc<TokenVocab> {
+        let mut tokens: Vec<Vec<u8>> = vec![Vec::new()];
+        tokens.extend((0x20u8..0x7f).map(|b| vec![b]));
+        tokens.push(br#"{"label":""#.to_vec());
+        tokens.push(br#"","children":[{"label":""#.to_vec());
+        tokens.push(br#"","children":["#.to_vec());
+        Arc::new(TokenVocab::new(tokens, &[], &[0]).unwrap())
+    }
+
+    /// The tree node of issue #22: the generator that always opens the next level, under
+    /// the scheduler's mask, still ends with a complete tree at every budget that fits one.
+    #[test]
+    fn deepest_generator_closes_a_recursive_schema_by_the_limit() {
+        let schema = r##"{"type":"object","properties":{"label":{"type":"string","maxLength":20},
+            "children":{"type":"array","maxItems":2,"items":{"$ref":"#"}}},
+            "required":["label","children"],"additionalProperties":false}"##;
+        let v = vocab();
+        let g =
+            CompiledGrammar::json_schema(schema, v.clone(), &CompileOptions::default()).unwrap();
+        let mut mask = vec![0u32; v.mask_words()];
+        for budget in [g.min_output_tokens(), 10, 40, 200] {
+            let mut m = Matcher::new(g.clone());
+            for used in 0..budget {
+                fill_mask(&m, &mut mask, budget - used);
+                // Highest id first: the level-opening token, then EOS last of all.
+                let pick = (1..v.len() as u32)
+                    .rev()
+                    .chain([0])
+                    .find(|&t| mask[(t / 32) as usize] >> (t % 32) & 1 == 1)
+                    .expect("a token is allowed");
+                m.accept_token(pick).unwrap();
+                if pick == 0 || m.is_finished() {
+                    break;
+                }
+            }
+            assert!(m.is_accepting(), "budget {budget}: cut off");
+        }
+    }
 }
