@@ -222,6 +222,9 @@ pub async fn submit_all(
             Some(spec) => Some(state.grammars.get(spec).await?),
             None => None,
         };
+        if let Some(g) = &grammar {
+            super::validate::check_budget(&job.params, g.min_output_tokens())?;
+        }
         if job.bootstrap.is_some() && job.params.stop.max_new_tokens == 0 {
             return Err(ApiError::bad(
                 "max_new_tokens",

@@ -116,6 +116,9 @@ pub struct ValidParams {
     pub n: usize,
     /// Output constraint.
     pub grammar: Option<GrammarSpec>,
+    /// The name the client gave the token limit (`max_new_tokens`, `max_tokens`,
+    /// `max_completion_tokens`), for errors about it found later (see [`check_budget`]).
+    pub max_name: String,
 }
 
 /// Model limits the checks need.
@@ -294,7 +297,31 @@ pub fn check_params(
         },
         n,
         grammar,
+        max_name: max_name.to_string(),
     })
+}
+
+/// Checks that the token limit leaves room for the grammar's shortest output: below it a
+/// constrained output cannot be complete, so the request is refused instead of returning
+/// text cut off. `needed` is [`sglrs_grammar::CompiledGrammar::min_output_tokens`] (the
+/// planned close from the start, which the scheduler's mask then keeps within the tokens
+/// left). A limit of 0 generates nothing and is not refused.
+pub fn check_budget(params: &ValidParams, needed: usize) -> Result<(), ApiError> {
+    let max = params.stop.max_new_tokens;
+    if max == 0 || needed <= max {
+        return Ok(());
+    }
+    let message = if needed == usize::MAX {
+        "the grammar's shortest output has no planned spelling in this vocabulary within 64 KiB"
+            .to_string()
+    } else {
+        format!(
+            "{max} is too small for the grammar: its shortest valid output takes {needed} \
+             tokens; set {} to at least {needed}",
+            params.max_name
+        )
+    };
+    Err(ApiError::bad(params.max_name.clone(), message))
 }
 
 /// Checks a logprob request (native names).
@@ -397,6 +424,24 @@ mod tests {
 
     fn raw(json: &str) -> RawSamplingParams {
         serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn a_limit_below_the_grammars_shortest_output_is_a_400_naming_the_field() {
+        let p = check_params(&raw(r#"{"max_new_tokens": 3}"#), 10, L, "max_tokens").unwrap();
+        assert!(check_budget(&p, 3).is_ok());
+        match check_budget(&p, 9) {
+            Err(ApiError::BadRequest { message, param }) => {
+                assert_eq!(param.as_deref(), Some("max_tokens"));
+                assert!(message.contains("at least 9"), "{message}");
+            }
+            other => panic!("expected a 400, got {other:?}"),
+        }
+        let p = check_params(&raw(r#"{"max_new_tokens": 0}"#), 10, L, "max_new_tokens").unwrap();
+        assert!(
+            check_budget(&p, 9).is_ok(),
+            "nothing generated, nothing cut"
+        );
     }
 
     #[test]
