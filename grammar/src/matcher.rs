@@ -321,8 +321,8 @@ impl Matcher {
     }
 
     /// Lower bound on the tokens still needed before EOS is allowed (0 when accepting):
-    /// `ceil(min_bytes / longest token)`. Cheap; for a tighter plan use
-    /// [`Matcher::closing_bytes`] and tokenize it.
+    /// `ceil(min_bytes / longest token)`. Cheap; [`Matcher::closing_tokens`] is the planned
+    /// close in tokens (an upper bound that can always be followed).
     pub fn min_tokens_to_accept(&self) -> usize {
         let b = self.min_bytes_to_accept();
         if b == usize::MAX {

@@ -14,7 +14,8 @@
 //! costs what its open frames need.
 //!
 //! The restriction walks the token trie from the configuration once (every live token,
-//! its end configuration's cost), and remembers the largest cost a token can lead to: a
+//! its end configuration's cost; inside a string only the tokens that leave it), and
+//! remembers the largest cost a token can lead to: a
 //! configuration met again with at least that many tokens left needs no walk. A bound on
 //! every configuration's close (the grammar's [`Lazy::close_cap`]) skips it altogether far
 //! from the limit.
@@ -186,12 +187,31 @@ impl Lazy {
         } else {
             after.max(own - 1)
         };
-        let trie = vocab.trie();
+        let mut worst = 0u32;
+        // Inside a string every plain character leads back to `c`: all-plain tokens cost
+        // what `c` does, and only the other tokens' suffixes after their plain prefix are
+        // walked (the mask walk's split, `TokenVocab::plain_loop_parts`).
+        let trie = if self.plain_successor(nfa, c) == c {
+            let (plain, long, suffix) = vocab.plain_loop_parts();
+            worst = own;
+            if own > limit {
+                for (w, &p) in mask.iter_mut().zip(plain) {
+                    *w &= !p;
+                }
+                for &t in long {
+                    if let Some(w) = mask.get_mut((t / 32) as usize) {
+                        *w &= !(1u32 << (t % 32));
+                    }
+                }
+            }
+            suffix
+        } else {
+            vocab.trie()
+        };
         let nodes = &trie.nodes;
         let mut stack = std::mem::take(&mut self.budget.walk);
         stack.clear();
         stack.push(c);
-        let mut worst = 0u32;
         let mut i = 0usize;
         while i < nodes.len() {
             let nd = nodes[i];
