@@ -251,6 +251,83 @@ fn constrained_generation_is_valid() {
     }
 }
 
+/// The tree node of issue #22 (`closed`: with `additionalProperties: false`).
+fn tree_schema(closed: bool) -> Value {
+    let mut s = json!({
+        "type": "object",
+        "properties": {
+            "label": {"type": "string", "maxLength": 20},
+            "children": {"type": "array", "maxItems": 2, "items": {"$ref": "#"}}
+        },
+        "required": ["label", "children"]
+    });
+    if closed {
+        s["additionalProperties"] = json!(false);
+    }
+    s
+}
+
+/// Whether `v` is a valid tree node; returns its depth.
+fn tree_depth(v: &Value, closed: bool) -> Result<usize, String> {
+    let o = v.as_object().ok_or_else(|| format!("not an object: {v}"))?;
+    let label = o["label"].as_str().ok_or("label is not a string")?;
+    if label.chars().count() > 20 {
+        return Err(format!("label {label:?} is over 20 characters"));
+    }
+    let children = o["children"].as_array().ok_or("children is not an array")?;
+    if children.len() > 2 {
+        return Err(format!("{} children", children.len()));
+    }
+    if closed && o.len() != 2 {
+        return Err(format!("undeclared keys in {v}"));
+    }
+    let mut depth = 0;
+    for c in children {
+        depth = depth.max(tree_depth(c, closed)?);
+    }
+    Ok(depth + 1)
+}
+
+#[test]
+fn recursive_schema_closes_by_max_tokens_and_a_limit_below_its_shortest_output_is_a_400() {
+    let (s, _g) = server();
+    let s = &s;
+    let body = |closed: bool, max_tokens: u32| {
+        json!({
+            "messages": [{"role": "user", "content": "Write a family tree as deep as you can, as JSON."}],
+            "temperature": 0,
+            "max_tokens": max_tokens,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "node", "schema": tree_schema(closed)}},
+        })
+    };
+    for closed in [false, true] {
+        let (status, v) = s.post("/v1/chat/completions", &body(closed, 200));
+        assert_eq!(status, 200, "{v}");
+        let content = v["choices"][0]["message"]["content"].as_str().unwrap();
+        let out: Value = serde_json::from_str(content)
+            .unwrap_or_else(|e| panic!("closed {closed}: {e}: {content} ({v})"));
+        let depth = tree_depth(&out, closed).unwrap_or_else(|e| panic!("{e}: {content}"));
+        let used = v["usage"]["completion_tokens"].as_u64().unwrap();
+        assert!(used <= 200, "{v}");
+        eprintln!(
+            "closed {closed}: depth {depth}, {used} tokens, {:?}",
+            v["choices"][0]["finish_reason"]
+        );
+    }
+    assert_400(
+        s,
+        "/v1/chat/completions",
+        &body(true, 3).to_string(),
+        "max_tokens",
+    );
+    let (_, v) = s.post_raw("/v1/chat/completions", &body(true, 3).to_string());
+    assert!(message(&v).contains("at least"), "{v}");
+    assert_eq!(v["error"]["param"], "max_tokens", "{v}");
+    // The native route names its own field.
+    let native = json!({"text": "A tree:", "sampling_params": {"max_new_tokens": 3, "json_schema": tree_schema(true).to_string()}});
+    assert_400(s, "/generate", &native.to_string(), "max_new_tokens");
+}
+
 #[test]
 fn select_style_scoring_returns_input_logprobs() {
     let (s, _g) = server();
