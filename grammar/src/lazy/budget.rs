@@ -15,8 +15,9 @@
 //!
 //! The restriction walks the token trie from the configuration once (every live token,
 //! its end configuration's cost; inside a string only the tokens that leave it), and
-//! remembers the largest cost a token can lead to: a
-//! configuration met again with at least that many tokens left needs no walk. A bound on
+//! remembers the largest cost a token can lead to and the tokens whose cost differs from
+//! the configuration's own: a configuration met again is a lookup, and near the limit a
+//! clearing of those tokens alone. A bound on
 //! every configuration's close (the grammar's [`Lazy::close_cap`]) skips it altogether far
 //! from the limit.
 
@@ -34,8 +35,12 @@ pub(crate) struct BudgetMemo {
     step: FastMap<ConfigId, (u8, ConfigId)>,
     /// Per configuration: tokens of its close (`u32::MAX`: none planned).
     cost: FastMap<ConfigId, u32>,
-    /// Per configuration: the largest cost after one of its tokens.
-    worst: FastMap<ConfigId, u32>,
+    /// Per configuration: what the walk of its tokens found.
+    parts: FastMap<ConfigId, Parts>,
+    /// Bytes held by `parts`.
+    parts_bytes: usize,
+    /// Reused buffer of the tokens kept when every token left is needed.
+    keep: Vec<u32>,
     /// Bound on any configuration's `min_bytes` (and so on its cost); `None` until needed.
     cap: Option<u32>,
     /// Reused stack of the trie walk.
@@ -44,7 +49,7 @@ pub(crate) struct BudgetMemo {
 
 impl BudgetMemo {
     pub fn heap_bytes(&self) -> usize {
-        self.step.capacity() * 16 + (self.cost.capacity() + self.worst.capacity()) * 12
+        self.step.capacity() * 16 + self.cost.capacity() * 12 + self.parts_bytes
     }
 }
 
@@ -178,33 +183,64 @@ impl Lazy {
         if c == DEAD || after >= self.close_cap(nfa) {
             return;
         }
-        if self.budget.worst.get(&c).is_some_and(|&w| w <= after) {
+        if !self.budget.parts.contains_key(&c) {
+            let own = self.close_cost(nfa, vocab, c);
+            if own == u32::MAX {
+                // No plan to keep within the budget.
+                return;
+            }
+            let parts = self.budget_parts(nfa, vocab, c, own);
+            self.budget.parts_bytes += 16 + (parts.cheaper.len() + 2 * parts.dearer.len()) * 4;
+            self.budget.parts.insert(c, parts);
+        }
+        let p = &self.budget.parts[&c];
+        if p.worst <= after {
             return;
         }
-        let own = self.close_cost(nfa, vocab, c);
-        let limit = if own == 0 || own == u32::MAX {
+        let clear = |mask: &mut [u32], t: u32| {
+            if let Some(w) = mask.get_mut((t / 32) as usize) {
+                *w &= !(1u32 << (t % 32));
+            }
+        };
+        let limit = if p.own == 0 {
             after
         } else {
-            after.max(own - 1)
+            after.max(p.own - 1)
         };
+        for &(k, t) in p.dearer.iter() {
+            if k <= limit {
+                break;
+            }
+            clear(mask, t);
+        }
+        if limit < p.own {
+            // Every token left is needed by the close: only the cheaper tokens remain (the
+            // configuration does not accept, so there is no EOS bit to keep).
+            let keep = &mut self.budget.keep;
+            keep.clear();
+            keep.extend(p.cheaper.iter().copied().filter(|&t| {
+                mask.get((t / 32) as usize)
+                    .is_some_and(|w| w >> (t % 32) & 1 == 1)
+            }));
+            mask.fill(0);
+            for &t in keep.iter() {
+                mask[(t / 32) as usize] |= 1u32 << (t % 32);
+            }
+        }
+    }
+
+    /// One walk of the token trie from `c` (whose close costs `own`): every live token's end
+    /// configuration and its cost.
+    fn budget_parts(&mut self, nfa: &Nfa, vocab: &TokenVocab, c: ConfigId, own: u32) -> Parts {
         let mut worst = 0u32;
+        let mut cheaper = Vec::new();
+        let mut dearer = Vec::new();
         // Inside a string every plain character leads back to `c`: all-plain tokens cost
         // what `c` does, and only the other tokens' suffixes after their plain prefix are
         // walked (the mask walk's split, `TokenVocab::plain_loop_parts`).
         let trie = if self.plain_successor(nfa, c) == c {
-            let (plain, long, suffix) = vocab.plain_loop_parts();
             worst = own;
-            if own > limit {
-                for (w, &p) in mask.iter_mut().zip(plain) {
-                    *w &= !p;
-                }
-                for &t in long {
-                    if let Some(w) = mask.get_mut((t / 32) as usize) {
-                        *w &= !(1u32 << (t % 32));
-                    }
-                }
-            }
-            suffix
+            vocab.plain_loop_parts().2
         } else {
             vocab.trie()
         };
@@ -227,19 +263,36 @@ impl Lazy {
             if !ids.is_empty() {
                 let k = self.close_cost(nfa, vocab, here);
                 worst = worst.max(k);
-                if k > limit {
-                    for &t in ids {
-                        if let Some(w) = mask.get_mut((t / 32) as usize) {
-                            *w &= !(1u32 << (t % 32));
-                        }
-                    }
+                if k < own {
+                    cheaper.extend_from_slice(ids);
+                } else if k > own {
+                    dearer.extend(ids.iter().map(|&t| (k, t)));
                 }
             }
             i += 1;
         }
         self.budget.walk = stack;
-        self.budget.worst.insert(c, worst);
+        dearer.sort_unstable_by(|a, b| b.cmp(a));
+        Parts {
+            own,
+            worst,
+            cheaper: cheaper.into(),
+            dearer: dearer.into(),
+        }
     }
+}
+
+/// What one walk from a configuration learnt (see [`Lazy::budget_parts`]).
+#[derive(Debug)]
+struct Parts {
+    /// The configuration's own cost.
+    own: u32,
+    /// The largest cost after one of its tokens.
+    worst: u32,
+    /// Tokens after which the close costs less than `own`.
+    cheaper: Box<[u32]>,
+    /// Tokens after which it costs more, with that cost, dearest first.
+    dearer: Box<[(u32, u32)]>,
 }
 
 /// See [`Lazy::close_cap`].
