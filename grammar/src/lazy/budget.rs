@@ -368,3 +368,60 @@ fn call_chain_cap(nfa: &Nfa) -> u32 {
     };
     bound.min(u32::MAX as u64 - 1) as u32
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{CompileOptions, CompiledGrammar, TokenVocab};
+
+    fn bytes() -> Arc<TokenVocab> {
+        let mut toks: Vec<Vec<u8>> = vec![Vec::new()];
+        toks.extend((0x20u8..0x7f).map(|b| vec![b]));
+        Arc::new(TokenVocab::new(toks, &[], &[0]).unwrap())
+    }
+
+    fn cap(g: &CompiledGrammar) -> u32 {
+        g.with_lazy(|nfa, lazy| lazy.close_cap(nfa))
+    }
+
+    #[test]
+    fn the_cap_bounds_the_longest_close_and_grows_with_recursion() {
+        let opts = CompileOptions::default();
+        let flat = CompiledGrammar::regex("abc|defgh", bytes(), &opts).unwrap();
+        assert_eq!(flat.min_output_tokens(), 3);
+        // The dearest close is after `d`: `efgh`.
+        let mut m = flat.matcher();
+        assert!(m.try_advance_bytes(b"d"));
+        assert_eq!(m.closing_tokens(), 4);
+        assert_eq!(cap(&flat), 4);
+        // `x` nests: its close depends on how deep the text is, up to the stack limit.
+        let rec = CompiledGrammar::ebnf("root ::= x\nx ::= \"(\" x \")\" | \"a\"", bytes(), &opts)
+            .unwrap();
+        assert!(cap(&rec) > 200, "{}", cap(&rec));
+        let mut m = rec.matcher();
+        for _ in 0..40 {
+            assert!(m.try_advance_bytes(b"("));
+        }
+        assert_eq!(m.closing_tokens(), 41, "a, then 40 closing parentheses");
+        assert!(m.closing_tokens() as u32 <= cap(&rec));
+    }
+
+    #[test]
+    fn a_plan_past_the_budget_still_keeps_the_tokens_that_shorten_it() {
+        let opts = CompileOptions::default();
+        let v = bytes();
+        let g = CompiledGrammar::ebnf("root ::= x\nx ::= \"(\" x \")\" | \"a\"", v.clone(), &opts)
+            .unwrap();
+        let mut m = g.matcher();
+        assert!(m.try_advance_bytes(b"(((("));
+        let mut mask = vec![0u32; v.mask_words()];
+        m.fill_mask(&mut mask).unwrap();
+        m.restrict_mask_to_budget(&mut mask, 2);
+        let allowed: Vec<u32> = (0..v.len() as u32)
+            .filter(|&t| mask[(t / 32) as usize] >> (t % 32) & 1 == 1)
+            .collect();
+        let a = 1 + (b'a' - 0x20) as u32;
+        assert_eq!(allowed, vec![a], "only `a` shortens the close");
+    }
+}
