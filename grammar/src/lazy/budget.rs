@@ -5,7 +5,10 @@
 //! byte from the lowest byte that lowers `min_bytes` by one (as [`crate::Matcher::closing_bytes`]
 //! does): a function of the configuration alone, so the close of every configuration on it
 //! is its own suffix. Its **cost** is the fewest vocabulary tokens that spell it, found by a
-//! backward pass over the whole close (each token a substring of it). The first token of
+//! backward pass over the close (each token a substring of it; where the close reaches a
+//! configuration already costed, tokens do not cross that point, so the cost is an upper
+//! bound on the fewest tokens of any complete text, and always one that can be followed).
+//! The first token of
 //! that spelling leads to the configuration the close passes through after it, whose cost
 //! is one less; so a generator that only ever takes tokens after which the cost fits the
 //! tokens left can always go on, and ends with a complete text at the latest when the
@@ -17,9 +20,8 @@
 //! its end configuration's cost; inside a string only the tokens that leave it), and
 //! remembers the largest cost a token can lead to and the tokens whose cost differs from
 //! the configuration's own: a configuration met again is a lookup, and near the limit a
-//! clearing of those tokens alone. A bound on
-//! every configuration's close (the grammar's [`Lazy::close_cap`]) skips it altogether far
-//! from the limit.
+//! clearing of those tokens alone. A bound on every configuration's close (the grammar's
+//! [`Lazy::close_cap`]) skips it altogether far from the limit.
 
 use super::{ConfigId, FastMap, Lazy, DEAD, MAX_STACK_DEPTH};
 use crate::nfa::{Nfa, StateId};
