@@ -249,6 +249,7 @@ def multi_turn(engine: Engine, bfcl: dict, sessions: int, concurrency: int, tall
         os.path.join(bfcl["data"], "possible_answer", f"BFCL_v4_{MULTI}.json"))}
     docs_dir = os.path.join(bfcl["data"], "multi_turn_func_doc")
     turn_ms: list[float] = []
+    step_count = [0]
     lock = threading.Lock()
     tag = re.sub(r"[^A-Za-z0-9]", "_", engine.name)
 
@@ -276,6 +277,8 @@ def multi_turn(engine: Engine, bfcl: dict, sessions: int, concurrency: int, tall
                         tally.errors.append(f"{entry['id']}: HTTP {e.code} {e.read()[:200]!r}")
                     break
                 tally.usage(r)
+                with lock:
+                    step_count[0] += 1
                 msg = r["choices"][0]["message"]
                 calls = decode_calls(msg, names, schemas, tally, step == 0)
                 if not calls:
@@ -310,6 +313,7 @@ def multi_turn(engine: Engine, bfcl: dict, sessions: int, concurrency: int, tall
     wall = time.time() - t0
     return {"accuracy": sum(ok) / len(ok) if ok else 0.0, "turns": len(turn_ms),
             "turns_per_s": len(turn_ms) / wall if wall else None, "wall_s": wall,
+            "steps": step_count[0], "steps_per_s": step_count[0] / wall if wall else None,
             "turn_latency_ms": {"p50": percentile(turn_ms, 50), "p99": percentile(turn_ms, 99)}}
 
 
@@ -393,6 +397,10 @@ def main() -> None:
                 "turns_per_s": mt["turns_per_s"],
                 "turn_latency_ms": mt["turn_latency_ms"],
                 "multi_turn_turns": mt["turns"],
+                # Model answers in the agent loops: a turn takes more of them when the
+                # engine's calls parse (each is executed and answered), one when they do not.
+                "multi_turn_steps": mt["steps"],
+                "steps_per_s": mt["steps_per_s"],
                 "multi_turn_wall_s": mt["wall_s"],
                 "single_turn_wall_s": single_s,
                 "cache_hit_rate": tally.cached / tally.prompt if tally.cached_known and tally.prompt else None,

@@ -13,7 +13,9 @@
 //! BFCL's executable environments with its multi-turn checker), `valid_call_rate` (calls
 //! whose arguments parse as a JSON object valid against the function's schema, over all
 //! calls plus answers that had to call and did not), `turns_per_s` and `turn_latency_ms`
-//! (`p50`, `p99`) of the multi-turn sessions with `--concurrency` in flight, and
+//! (`p50`, `p99`) of the multi-turn sessions with `--concurrency` in flight, `steps_per_s`
+//! (model answers per second in those loops: a turn takes one answer per executed call
+//! plus the last, so an engine whose calls do not parse finishes turns in one answer), and
 //! `cache_hit_rate` (cached over prompt tokens, from each answer's usage; `null` where the
 //! engine does not report it). Only BFCL's non-live categories are used; `live_*` is kept for
 //! independent checks.
@@ -174,6 +176,8 @@ pub fn run(a: &AgentsArgs) -> anyhow::Result<Value> {
         "sglrs_vs_vllm_turns_per_s": ratio(rate("sglrs", "turns_per_s"), rate("vllm", "turns_per_s")),
         "sglrs_vs_llamacpp_turns_per_s": ratio(rate("sglrs", "turns_per_s"), rate("llamacpp", "turns_per_s")),
         "sglrs_vs_free_turns_per_s": ratio(rate("sglrs", "turns_per_s"), rate("sglrs-free", "turns_per_s")),
+        "sglrs_vs_vllm_steps_per_s": ratio(rate("sglrs", "steps_per_s"), rate("vllm", "steps_per_s")),
+        "sglrs_vs_llamacpp_steps_per_s": ratio(rate("sglrs", "steps_per_s"), rate("llamacpp", "steps_per_s")),
     });
     v["bench"] = json!("agents");
     v["bfcl_eval"] = json!(a.bfcl_version);
