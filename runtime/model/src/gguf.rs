@@ -103,13 +103,16 @@ impl GgufFile {
             std::io::ErrorKind::NotFound => LoadError::MissingFile(path.to_path_buf()),
             _ => LoadError::io(path, e),
         })?;
-        let content = Content::read(&mut f).map_err(|e| LoadError::Gguf {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
         // SAFETY: the map is read-only; sglrs never writes model files, and a model file being
         // truncated underneath a running server is outside what any loader can defend against.
         let mmap = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| LoadError::io(path, e))?;
+        let bad = |message: String| LoadError::Gguf {
+            path: path.to_path_buf(),
+            message,
+        };
+        // candle's parser divides by the alignment: refuse a 0 before it runs.
+        super::gguf_header::check(&mmap).map_err(|m| bad(m.to_string()))?;
+        let content = Content::read(&mut f).map_err(|e| bad(e.to_string()))?;
         Ok(GgufFile {
             path: path.to_path_buf(),
             data: Bytes::from_owner(mmap),
