@@ -20,6 +20,9 @@ use super::permute;
 use super::progress::{Progress, ShowProgress};
 use super::{Arch, LayerWeights, ModelConfig, ModelWeights, RopeScaling, Weight, WeightType};
 
+/// Tensors every layer has at least: two norms, four attention and three FFN matrices.
+const TENSORS_PER_LAYER: usize = 9;
+
 /// An open, memory-mapped GGUF file: its metadata and tensor directory.
 pub struct GgufFile {
     path: PathBuf,
@@ -227,6 +230,24 @@ impl GgufFile {
             Some(v) => v as usize,
             None => hidden_size / num_heads,
         };
+        // Sizes are read from the file: a layer count the tensors cannot hold, or head sizes
+        // whose product overflows, are refused here rather than allocated or multiplied.
+        let layer_tensors = self.content.tensor_infos.len() / TENSORS_PER_LAYER;
+        if num_layers > layer_tensors {
+            return Err(LoadError::BadConfig {
+                key: k("block_count"),
+                reason: format!(
+                    "{num_layers} layers, but the file has {} tensors ({TENSORS_PER_LAYER} per layer)",
+                    self.content.tensor_infos.len()
+                ),
+            });
+        }
+        if num_heads.checked_mul(head_dim).is_none() {
+            return Err(LoadError::BadConfig {
+                key: k("attention.key_length"),
+                reason: format!("{num_heads} heads of {head_dim} dimensions overflow"),
+            });
+        }
         if let Some(rot) = self.get_uint(&k("rope.dimension_count"))? {
             if rot as usize != head_dim {
                 return Err(LoadError::BadConfig {
@@ -311,18 +332,23 @@ impl GgufFile {
     fn raw(&self, name: &str) -> Result<(GgmlDType, Vec<usize>, Bytes), LoadError> {
         let info = self.info(name)?;
         let dims = info.shape.dims().to_vec();
-        let elems: usize = dims.iter().product();
         let bs = info.ggml_dtype.block_size();
         let bad = |reason: String| LoadError::BadTensorData {
             tensor: name.to_string(),
             reason,
         };
+        let elems = dims
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| bad(format!("shape {dims:?} overflows")))?;
         if !elems.is_multiple_of(bs) || dims.last().is_some_and(|c| c % bs != 0) {
             return Err(bad(format!(
                 "shape {dims:?} is not a whole number of {bs}-element blocks per row"
             )));
         }
-        let len = elems / bs * info.ggml_dtype.type_size();
+        let len = (elems / bs)
+            .checked_mul(info.ggml_dtype.type_size())
+            .ok_or_else(|| bad(format!("shape {dims:?} overflows")))?;
         let start = self
             .content
             .tensor_data_offset
@@ -521,4 +547,76 @@ fn llama3_from_factors(
         }
     }
     Ok(scaling)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GGUF v3 file: u32 metadata and F32 tensor infos (dimensions innermost first), no
+    /// tensor data.
+    fn file(meta: &[(&str, &str)], uints: &[(&str, u32)], tensors: &[(&str, &[u64])]) -> Vec<u8> {
+        fn s(b: &mut Vec<u8>, v: &str) {
+            b.extend((v.len() as u64).to_le_bytes());
+            b.extend(v.as_bytes());
+        }
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend((tensors.len() as u64).to_le_bytes());
+        b.extend(((meta.len() + uints.len()) as u64).to_le_bytes());
+        for (k, v) in meta {
+            s(&mut b, k);
+            b.extend(8u32.to_le_bytes());
+            s(&mut b, v);
+        }
+        for (k, v) in uints {
+            s(&mut b, k);
+            b.extend(4u32.to_le_bytes());
+            b.extend(v.to_le_bytes());
+        }
+        for (name, dims) in tensors {
+            s(&mut b, name);
+            b.extend((dims.len() as u32).to_le_bytes());
+            dims.iter().for_each(|d| b.extend(d.to_le_bytes()));
+            b.extend(0u32.to_le_bytes());
+            b.extend(0u64.to_le_bytes());
+        }
+        b
+    }
+
+    fn open(bytes: &[u8]) -> GgufFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), bytes).unwrap();
+        GgufFile::open(f.path()).unwrap()
+    }
+
+    #[test]
+    fn sizes_from_the_file_are_checked_before_use() {
+        let arch = [("general.architecture", "llama")];
+        let uints = |layers: u32| {
+            [
+                ("llama.block_count", layers),
+                ("llama.embedding_length", 8),
+                ("llama.attention.head_count", 2),
+                ("llama.feed_forward_length", 16),
+            ]
+        };
+        let embd: &[(&str, &[u64])] = &[("token_embd.weight", &[8, 5])];
+        // A layer count no file could hold was allocated up front (an abort).
+        let f = open(&file(&arch, &uints(u32::MAX), embd));
+        assert!(
+            matches!(f.config(), Err(LoadError::BadConfig { key, .. }) if key == "llama.block_count")
+        );
+        assert!(open(&file(&arch, &uints(0), embd)).config().is_ok());
+        // A shape whose element count overflows.
+        let f = open(&file(
+            &arch,
+            &uints(0),
+            &[("token_embd.weight", &[1 << 40, 1 << 40])],
+        ));
+        assert!(matches!(
+            f.weight("token_embd.weight"),
+            Err(LoadError::BadTensorData { .. })
+        ));
+    }
 }
