@@ -82,13 +82,30 @@ pub fn ggml_type(dtype: WeightType) -> GgmlDType {
 /// Dequantizes a stored weight to row-major f32 `[rows * cols]` (through candle's reference
 /// dequantisation).
 pub fn dequantize(w: &Weight) -> Result<Vec<f32>, LoadError> {
+    let tensor = || format!("{:?} [{} x {}]", w.dtype, w.rows, w.cols);
     let bad = |e: candle_core::Error| LoadError::BadTensorData {
-        tensor: format!("{:?} [{} x {}]", w.dtype, w.rows, w.cols),
+        tensor: tensor(),
         reason: e.to_string(),
+    };
+    // candle reads the bytes as a slice of its block type without checking their length or
+    // alignment: check the length here, and hand it an 8-byte-aligned copy when the weight
+    // is not aligned (a tensor offset in a file need not be).
+    super::ggml::row_bytes(w).map_err(|e| LoadError::BadTensorData {
+        tensor: tensor(),
+        reason: e.to_string(),
+    })?;
+    let mut copy = Vec::new();
+    let data: &[u8] = if (w.data.as_ptr() as usize).is_multiple_of(8) {
+        &w.data
+    } else {
+        copy.resize(w.data.len() + 7, 0u8);
+        let at = copy.as_ptr().align_offset(8).min(7);
+        copy[at..at + w.data.len()].copy_from_slice(&w.data);
+        &copy[at..at + w.data.len()]
     };
     let q = candle_core::quantized::ggml_file::qtensor_from_ggml(
         ggml_type(w.dtype),
-        &w.data,
+        data,
         vec![w.rows, w.cols],
         &candle_core::Device::Cpu,
     )
@@ -588,6 +605,26 @@ mod tests {
         let f = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(f.path(), bytes).unwrap();
         GgufFile::open(f.path()).unwrap()
+    }
+
+    #[test]
+    fn dequantize_takes_unaligned_weights_and_refuses_short_ones() {
+        let vals = [1.0f32, -2.0, 0.5, 3.0];
+        let mut raw = vec![0u8];
+        vals.iter().for_each(|v| raw.extend(v.to_le_bytes()));
+        let raw = Bytes::from(raw);
+        // At offset 1 the f32s are misaligned, as a tensor at an odd offset of a file is.
+        let w = |data: Bytes| Weight {
+            dtype: WeightType::F32,
+            rows: 1,
+            cols: 4,
+            data,
+        };
+        assert_eq!(dequantize(&w(raw.slice(1..))).unwrap(), vals);
+        assert!(matches!(
+            dequantize(&w(raw.slice(1..13))),
+            Err(LoadError::BadTensorData { .. })
+        ));
     }
 
     #[test]
