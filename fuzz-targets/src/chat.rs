@@ -48,7 +48,11 @@ pub fn chat_template(data: &[u8]) {
     match t.render(&messages, &opts) {
         Ok(first) if !source.contains("strftime") => {
             let again = t.clone().render(&messages, &opts);
-            assert_eq!(Some(&first), again.as_ref().ok(), "a clone renders differently");
+            assert_eq!(
+                Some(&first),
+                again.as_ref().ok(),
+                "a clone renders differently"
+            );
         }
         Err(ChatError::Compile(e)) => panic!("a compiled template fails to compile: {e}"),
         _ => {}

@@ -62,6 +62,25 @@ replay_tests! {
     chat_template => sglrs_fuzz_targets::chat::chat_template,
 }
 
+/// Crashes found whose fix is not in yet (`fuzz/pending/<target>/`, see docs/reliability.md,
+/// Fuzzing): run by name; once it passes, move the inputs into the corpus.
+#[test]
+#[ignore]
+fn pending_crashes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/pending");
+    for (name, f) in sglrs_fuzz_targets::TARGETS {
+        let dir = root.join(name);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for p in entries.map(|e| e.expect("a directory entry").path()) {
+            let data = std::fs::read(&p).expect("read a pending input");
+            let r = std::panic::catch_unwind(|| f(&data));
+            assert!(r.is_ok(), "{name}: {} still fails", p.display());
+        }
+    }
+}
+
 /// The seeds built in code (`gguf::tiny_model`) are in the corpus as they are built now.
 #[test]
 fn generated_seeds_are_current() {
