@@ -209,6 +209,17 @@ impl Disk {
                 disk.index.insert(PageHash::from_bytes(h), loc);
                 off = data + len;
             }
+            let mut map = map;
+            if (off as u64) < cap && map[off..].iter().any(|&b| b != 0) {
+                // The scan stopped at bytes that are not a record (a torn write). New records
+                // go here: zero the rest first, or the next scan would run on from the end of
+                // a new record into these stale bytes and take them for records (a stale
+                // one would shadow the newer page of its hash).
+                drop(map);
+                file.set_len(off as u64)?;
+                file.set_len(cap)?;
+                map = Segment::map(&file)?;
+            }
             disk.bytes += cap;
             disk.segments.insert(
                 id,
@@ -654,6 +665,34 @@ mod tests {
 
     fn hashes(n: u64) -> Vec<PageHash> {
         (0..n).map(|i| PageHash(u128::from(i) + 1)).collect()
+    }
+
+    #[test]
+    fn pages_appended_after_a_torn_tail_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        put_n(&PageStore::open(cfg(dir.path(), 0, true)).unwrap(), 1);
+        // The segment: one record, then a torn write, then — where a page of 4096 bytes
+        // appended at the torn write would end — a stale record of that page's hash whose
+        // checksum fails.
+        let seg = segment_path(dir.path(), 0);
+        let mut bytes = std::fs::read(&seg).unwrap();
+        let off = HEADER + 4096;
+        bytes[off..off + 8].copy_from_slice(b"torn....");
+        let stale = off + HEADER + 4096;
+        bytes[stale..stale + 4].copy_from_slice(MAGIC);
+        bytes[stale + 4..stale + 8].copy_from_slice(&16u32.to_le_bytes());
+        bytes[stale + 8..stale + 24].copy_from_slice(&PageHash(7).to_bytes());
+        std::fs::write(&seg, &bytes).unwrap();
+        let store = PageStore::open(cfg(dir.path(), 0, true)).unwrap();
+        assert_eq!(store.stats().disk_pages, 1);
+        store.put(vec![(PageHash(7), page(7))]).unwrap();
+        drop(store);
+        let store = PageStore::open(cfg(dir.path(), 0, true)).unwrap();
+        assert_eq!(
+            store.get(&[PageHash(1), PageHash(7)]),
+            vec![Some(page(0)), Some(page(7))]
+        );
+        assert_eq!(store.stats().corrupted, 0);
     }
 
     #[test]

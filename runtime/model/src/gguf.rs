@@ -20,6 +20,9 @@ use super::permute;
 use super::progress::{Progress, ShowProgress};
 use super::{Arch, LayerWeights, ModelConfig, ModelWeights, RopeScaling, Weight, WeightType};
 
+/// Tensors every layer has at least: two norms, four attention and three FFN matrices.
+const TENSORS_PER_LAYER: usize = 9;
+
 /// An open, memory-mapped GGUF file: its metadata and tensor directory.
 pub struct GgufFile {
     path: PathBuf,
@@ -79,13 +82,30 @@ pub fn ggml_type(dtype: WeightType) -> GgmlDType {
 /// Dequantizes a stored weight to row-major f32 `[rows * cols]` (through candle's reference
 /// dequantisation).
 pub fn dequantize(w: &Weight) -> Result<Vec<f32>, LoadError> {
+    let tensor = || format!("{:?} [{} x {}]", w.dtype, w.rows, w.cols);
     let bad = |e: candle_core::Error| LoadError::BadTensorData {
-        tensor: format!("{:?} [{} x {}]", w.dtype, w.rows, w.cols),
+        tensor: tensor(),
         reason: e.to_string(),
+    };
+    // candle reads the bytes as a slice of its block type without checking their length or
+    // alignment: check the length here, and hand it an 8-byte-aligned copy when the weight
+    // is not aligned (a tensor offset in a file need not be).
+    super::ggml::row_bytes(w).map_err(|e| LoadError::BadTensorData {
+        tensor: tensor(),
+        reason: e.to_string(),
+    })?;
+    let mut copy = Vec::new();
+    let data: &[u8] = if (w.data.as_ptr() as usize).is_multiple_of(8) {
+        &w.data
+    } else {
+        copy.resize(w.data.len() + 7, 0u8);
+        let at = copy.as_ptr().align_offset(8).min(7);
+        copy[at..at + w.data.len()].copy_from_slice(&w.data);
+        &copy[at..at + w.data.len()]
     };
     let q = candle_core::quantized::ggml_file::qtensor_from_ggml(
         ggml_type(w.dtype),
-        &w.data,
+        data,
         vec![w.rows, w.cols],
         &candle_core::Device::Cpu,
     )
@@ -103,13 +123,16 @@ impl GgufFile {
             std::io::ErrorKind::NotFound => LoadError::MissingFile(path.to_path_buf()),
             _ => LoadError::io(path, e),
         })?;
-        let content = Content::read(&mut f).map_err(|e| LoadError::Gguf {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
         // SAFETY: the map is read-only; sglrs never writes model files, and a model file being
         // truncated underneath a running server is outside what any loader can defend against.
         let mmap = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| LoadError::io(path, e))?;
+        let bad = |message: String| LoadError::Gguf {
+            path: path.to_path_buf(),
+            message,
+        };
+        // candle's parser divides by the alignment: refuse a 0 before it runs.
+        super::gguf_header::check(&mmap).map_err(|m| bad(m.to_string()))?;
+        let content = Content::read(&mut f).map_err(|e| bad(e.to_string()))?;
         Ok(GgufFile {
             path: path.to_path_buf(),
             data: Bytes::from_owner(mmap),
@@ -224,6 +247,24 @@ impl GgufFile {
             Some(v) => v as usize,
             None => hidden_size / num_heads,
         };
+        // Sizes are read from the file: a layer count the tensors cannot hold, or head sizes
+        // whose product overflows, are refused here rather than allocated or multiplied.
+        let layer_tensors = self.content.tensor_infos.len() / TENSORS_PER_LAYER;
+        if num_layers > layer_tensors {
+            return Err(LoadError::BadConfig {
+                key: k("block_count"),
+                reason: format!(
+                    "{num_layers} layers, but the file has {} tensors ({TENSORS_PER_LAYER} per layer)",
+                    self.content.tensor_infos.len()
+                ),
+            });
+        }
+        if num_heads.checked_mul(head_dim).is_none() {
+            return Err(LoadError::BadConfig {
+                key: k("attention.key_length"),
+                reason: format!("{num_heads} heads of {head_dim} dimensions overflow"),
+            });
+        }
         if let Some(rot) = self.get_uint(&k("rope.dimension_count"))? {
             if rot as usize != head_dim {
                 return Err(LoadError::BadConfig {
@@ -308,18 +349,23 @@ impl GgufFile {
     fn raw(&self, name: &str) -> Result<(GgmlDType, Vec<usize>, Bytes), LoadError> {
         let info = self.info(name)?;
         let dims = info.shape.dims().to_vec();
-        let elems: usize = dims.iter().product();
         let bs = info.ggml_dtype.block_size();
         let bad = |reason: String| LoadError::BadTensorData {
             tensor: name.to_string(),
             reason,
         };
+        let elems = dims
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| bad(format!("shape {dims:?} overflows")))?;
         if !elems.is_multiple_of(bs) || dims.last().is_some_and(|c| c % bs != 0) {
             return Err(bad(format!(
                 "shape {dims:?} is not a whole number of {bs}-element blocks per row"
             )));
         }
-        let len = elems / bs * info.ggml_dtype.type_size();
+        let len = (elems / bs)
+            .checked_mul(info.ggml_dtype.type_size())
+            .ok_or_else(|| bad(format!("shape {dims:?} overflows")))?;
         let start = self
             .content
             .tensor_data_offset
@@ -518,4 +564,96 @@ fn llama3_from_factors(
         }
     }
     Ok(scaling)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GGUF v3 file: u32 metadata and F32 tensor infos (dimensions innermost first), no
+    /// tensor data.
+    fn file(meta: &[(&str, &str)], uints: &[(&str, u32)], tensors: &[(&str, &[u64])]) -> Vec<u8> {
+        fn s(b: &mut Vec<u8>, v: &str) {
+            b.extend((v.len() as u64).to_le_bytes());
+            b.extend(v.as_bytes());
+        }
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend((tensors.len() as u64).to_le_bytes());
+        b.extend(((meta.len() + uints.len()) as u64).to_le_bytes());
+        for (k, v) in meta {
+            s(&mut b, k);
+            b.extend(8u32.to_le_bytes());
+            s(&mut b, v);
+        }
+        for (k, v) in uints {
+            s(&mut b, k);
+            b.extend(4u32.to_le_bytes());
+            b.extend(v.to_le_bytes());
+        }
+        for (name, dims) in tensors {
+            s(&mut b, name);
+            b.extend((dims.len() as u32).to_le_bytes());
+            dims.iter().for_each(|d| b.extend(d.to_le_bytes()));
+            b.extend(0u32.to_le_bytes());
+            b.extend(0u64.to_le_bytes());
+        }
+        b
+    }
+
+    fn open(bytes: &[u8]) -> GgufFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), bytes).unwrap();
+        GgufFile::open(f.path()).unwrap()
+    }
+
+    #[test]
+    fn dequantize_takes_unaligned_weights_and_refuses_short_ones() {
+        let vals = [1.0f32, -2.0, 0.5, 3.0];
+        let mut raw = vec![0u8];
+        vals.iter().for_each(|v| raw.extend(v.to_le_bytes()));
+        let raw = Bytes::from(raw);
+        // At offset 1 the f32s are misaligned, as a tensor at an odd offset of a file is.
+        let w = |data: Bytes| Weight {
+            dtype: WeightType::F32,
+            rows: 1,
+            cols: 4,
+            data,
+        };
+        assert_eq!(dequantize(&w(raw.slice(1..))).unwrap(), vals);
+        assert!(matches!(
+            dequantize(&w(raw.slice(1..13))),
+            Err(LoadError::BadTensorData { .. })
+        ));
+    }
+
+    #[test]
+    fn sizes_from_the_file_are_checked_before_use() {
+        let arch = [("general.architecture", "llama")];
+        let uints = |layers: u32| {
+            [
+                ("llama.block_count", layers),
+                ("llama.embedding_length", 8),
+                ("llama.attention.head_count", 2),
+                ("llama.feed_forward_length", 16),
+            ]
+        };
+        let embd: &[(&str, &[u64])] = &[("token_embd.weight", &[8, 5])];
+        // A layer count no file could hold was allocated up front (an abort).
+        let f = open(&file(&arch, &uints(u32::MAX), embd));
+        assert!(
+            matches!(f.config(), Err(LoadError::BadConfig { key, .. }) if key == "llama.block_count")
+        );
+        assert!(open(&file(&arch, &uints(0), embd)).config().is_ok());
+        // A shape whose element count overflows.
+        let f = open(&file(
+            &arch,
+            &uints(0),
+            &[("token_embd.weight", &[1 << 40, 1 << 40])],
+        ));
+        assert!(matches!(
+            f.weight("token_embd.weight"),
+            Err(LoadError::BadTensorData { .. })
+        ));
+    }
 }

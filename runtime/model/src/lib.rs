@@ -55,6 +55,7 @@ pub mod chat;
 mod error;
 pub mod ggml;
 pub mod gguf;
+mod gguf_header;
 pub mod hf;
 pub mod hf_write;
 mod loaded;

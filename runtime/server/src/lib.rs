@@ -63,7 +63,8 @@ pub mod validate;
 pub use dispatch::{apply as apply_event, GrammarCompiler, SampleResult, Timing};
 pub use engine::{Engine, EngineConfig, EngineError, KvCacheDtype};
 pub use error::ApiError;
-pub use native::finish_json;
+pub use native::{check_generate_body, finish_json};
+pub use openai::check_completion_body;
 
 use crate::metrics::Metrics;
 use auth::Auth;

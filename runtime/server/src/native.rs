@@ -4,7 +4,7 @@ use super::dispatch::{self, Job, Running, SampleResult, Timing};
 use super::error::{parse_json, ApiError};
 use super::rids::RidClaim;
 use super::sse;
-use super::validate::{self, OneOrMany, RawSamplingParams};
+use super::validate::{self, Limits, OneOrMany, RawSamplingParams, ValidParams};
 use super::AppState;
 use crate::auth::Tenant;
 use axum::body::Bytes;
@@ -67,10 +67,8 @@ struct RawGenerate {
 impl RawGenerate {
     /// The fields sglang-router and SGLang clients send that this server has no use for:
     /// accepted at their defaults, refused by name when they ask for something.
-    fn check_extensions(&self, state: &AppState) -> Result<(), ApiError> {
-        if let Some(m) = &self.model {
-            crate::openai::check_model(state, Some(m))?;
-        }
+    /// (`model` is checked by the handler, against the served model's names.)
+    fn check_extensions(&self) -> Result<(), ApiError> {
         let _ = self.no_logs;
         if self.log_metrics == Some(false) {
             return Err(ApiError::bad(
@@ -144,85 +142,15 @@ pub async fn generate(
         .requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let raw: RawGenerate = parse_json(&body)?;
-    raw.check_extensions(&state)?;
-    if raw.image_data.as_ref().is_some_and(|v| !v.is_null()) {
-        return Err(ApiError::bad(
-            "image_data",
-            "image input is not supported by this model",
-        ));
+    if let Some(m) = &raw.model {
+        crate::openai::check_model(&state, Some(m))?;
     }
-    let limits = state.limits();
-    // A batch is queued all or nothing: one larger than the queue could never be.
-    let batch_len = match (&raw.text, &raw.input_ids) {
-        (Some(OneOrMany::Many(ts)), _) => Some(("text", ts.len())),
-        (_, Some(InputIds::Batch(b))) => Some(("input_ids", b.len())),
-        _ => None,
-    };
-    if let Some((name, n)) = batch_len.filter(|(_, n)| *n > state.sched.max_queued()) {
-        return Err(ApiError::bad(
-            name,
-            format!(
-                "a batch of {n} prompts is larger than the waiting queue \
-                 (--max-queued-requests {}); split it",
-                state.sched.max_queued()
-            ),
-        ));
-    }
-    // Prompts as token ids, and whether the request was a batch.
-    let (prompts, is_batch): (Vec<Vec<u32>>, bool) = match (&raw.text, &raw.input_ids) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::invalid("give either text or input_ids, not both"))
-        }
-        (None, None) => return Err(ApiError::invalid("one of text or input_ids is required")),
-        (Some(OneOrMany::One(t)), None) => (vec![state.encode(t)?], false),
-        (Some(OneOrMany::Many(ts)), None) => (
-            ts.iter()
-                .map(|t| state.encode(t))
-                .collect::<Result<_, _>>()?,
-            true,
-        ),
-        (None, Some(InputIds::One(ids))) => (vec![validate::check_input_ids(ids, limits)?], false),
-        (None, Some(InputIds::Batch(b))) => (
-            b.iter()
-                .map(|ids| validate::check_input_ids(ids, limits))
-                .collect::<Result<_, _>>()?,
-            true,
-        ),
-    };
-    if prompts.is_empty() {
-        return Err(ApiError::bad("text", "the batch is empty"));
-    }
-    let batch = prompts.len();
     let role = state.pd.as_ref().map(|p| (p.mode(), p.bootstrap_port()));
-    let mut jobs = Vec::with_capacity(batch);
-    for (i, input_ids) in prompts.into_iter().enumerate() {
-        let sp = sampling_params(raw.sampling_params.as_ref(), i, batch)?;
-        let params = validate::check_params(&sp, input_ids.len(), limits, "max_new_tokens")?;
-        let logprobs = validate::check_logprobs(
-            pick(&raw.return_logprob, i, "return_logprob", batch)?.unwrap_or(false),
-            pick(&raw.logprob_start_len, i, "logprob_start_len", batch)?,
-            pick(&raw.top_logprobs_num, i, "top_logprobs_num", batch)?,
-            raw.token_ids_logprob.as_deref(),
-            input_ids.len(),
-            limits,
-        )?;
-        let bootstrap = crate::pd::bootstrap(
-            role,
-            raw.bootstrap_host.as_ref(),
-            raw.bootstrap_port.as_ref(),
-            raw.bootstrap_room.as_ref(),
-            if is_batch { batch } else { 1 },
-            params.n,
-        )?;
-        jobs.push(Job {
-            input_ids,
-            params,
-            logprobs,
-            priority: raw.priority.unwrap_or(0),
-            namespace: validate::namespace(raw.extra_key.as_deref()),
-            bootstrap,
-        });
-    }
+    let (jobs, is_batch) =
+        generate_jobs(&raw, state.limits(), state.sched.max_queued(), role, &|t| {
+            state.encode(t)
+        })?;
+    let batch = jobs.len();
     let return_text = raw.return_text_in_logprobs.unwrap_or(false);
     // A prefill host answers in one JSON object even for a streamed request: its answer
     // carries no output for the client (the decode host's does), and SGLang's router reads
@@ -292,6 +220,108 @@ pub async fn generate(
     } else {
         Ok(Json(out.into_iter().next().unwrap_or(Value::Null)).into_response())
     }
+}
+
+/// A `/generate` body's jobs, checked (everything short of the model name, compiling the
+/// grammars and submitting), and whether the request was a batch. `encode` tokenizes a
+/// text prompt.
+fn generate_jobs(
+    raw: &RawGenerate,
+    limits: Limits,
+    max_queued: usize,
+    role: Option<(crate::pd::DisaggMode, u16)>,
+    encode: &dyn Fn(&str) -> Result<Vec<u32>, ApiError>,
+) -> Result<(Vec<Job>, bool), ApiError> {
+    raw.check_extensions()?;
+    if raw.image_data.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::bad(
+            "image_data",
+            "image input is not supported by this model",
+        ));
+    }
+    // A batch is queued all or nothing: one larger than the queue could never be.
+    let batch_len = match (&raw.text, &raw.input_ids) {
+        (Some(OneOrMany::Many(ts)), _) => Some(("text", ts.len())),
+        (_, Some(InputIds::Batch(b))) => Some(("input_ids", b.len())),
+        _ => None,
+    };
+    if let Some((name, n)) = batch_len.filter(|(_, n)| *n > max_queued) {
+        return Err(ApiError::bad(
+            name,
+            format!(
+                "a batch of {n} prompts is larger than the waiting queue \
+                 (--max-queued-requests {}); split it",
+                max_queued
+            ),
+        ));
+    }
+    // Prompts as token ids, and whether the request was a batch.
+    let (prompts, is_batch): (Vec<Vec<u32>>, bool) = match (&raw.text, &raw.input_ids) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid("give either text or input_ids, not both"))
+        }
+        (None, None) => return Err(ApiError::invalid("one of text or input_ids is required")),
+        (Some(OneOrMany::One(t)), None) => (vec![encode(t)?], false),
+        (Some(OneOrMany::Many(ts)), None) => (
+            ts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
+            true,
+        ),
+        (None, Some(InputIds::One(ids))) => (vec![validate::check_input_ids(ids, limits)?], false),
+        (None, Some(InputIds::Batch(b))) => (
+            b.iter()
+                .map(|ids| validate::check_input_ids(ids, limits))
+                .collect::<Result<_, _>>()?,
+            true,
+        ),
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::bad("text", "the batch is empty"));
+    }
+    let batch = prompts.len();
+    let mut jobs = Vec::with_capacity(batch);
+    for (i, input_ids) in prompts.into_iter().enumerate() {
+        let sp = sampling_params(raw.sampling_params.as_ref(), i, batch)?;
+        let params = validate::check_params(&sp, input_ids.len(), limits, "max_new_tokens")?;
+        let logprobs = validate::check_logprobs(
+            pick(&raw.return_logprob, i, "return_logprob", batch)?.unwrap_or(false),
+            pick(&raw.logprob_start_len, i, "logprob_start_len", batch)?,
+            pick(&raw.top_logprobs_num, i, "top_logprobs_num", batch)?,
+            raw.token_ids_logprob.as_deref(),
+            input_ids.len(),
+            limits,
+        )?;
+        let bootstrap = crate::pd::bootstrap(
+            role,
+            raw.bootstrap_host.as_ref(),
+            raw.bootstrap_port.as_ref(),
+            raw.bootstrap_room.as_ref(),
+            if is_batch { batch } else { 1 },
+            params.n,
+        )?;
+        jobs.push(Job {
+            input_ids,
+            params,
+            logprobs,
+            priority: raw.priority.unwrap_or(0),
+            namespace: validate::namespace(raw.extra_key.as_deref()),
+            bootstrap,
+        });
+    }
+    Ok((jobs, is_batch))
+}
+
+/// Parses and checks a `POST /generate` body exactly as the handler does before it compiles
+/// grammars and submits, without an engine (tests and fuzzing): the checked parameters of
+/// each job. `encode` stands for the tokenizer; the server is not a PD role.
+pub fn check_generate_body(
+    body: &[u8],
+    limits: Limits,
+    max_queued: usize,
+    encode: &dyn Fn(&str) -> Result<Vec<u32>, ApiError>,
+) -> Result<Vec<ValidParams>, ApiError> {
+    let raw: RawGenerate = parse_json(body)?;
+    let (jobs, _) = generate_jobs(&raw, limits, max_queued, None, encode)?;
+    Ok(jobs.into_iter().map(|j| j.params).collect())
 }
 
 /// SGLang's `finish_reason` object.
@@ -469,4 +499,37 @@ fn stream(
         let _ = tx.send("[DONE]".to_string()).await;
     });
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_context: 64,
+        vocab_size: 100,
+    };
+
+    fn bytes(t: &str) -> Result<Vec<u32>, ApiError> {
+        Ok(t.bytes().map(u32::from).collect())
+    }
+
+    #[test]
+    fn a_generate_body_is_checked_without_an_engine() {
+        let ok = br#"{"input_ids": [[1, 2], [3]], "sampling_params": [{"n": 2}, {"max_new_tokens": 4}]}"#;
+        let jobs = check_generate_body(ok, LIMITS, 8, &bytes).unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!((jobs[0].n, jobs[1].stop.max_new_tokens), (2, 4));
+        let refused = [
+            &br#"{"text": ["a", "b", "c"]}"#[..], // larger than the queue of 2
+            br#"{"input_ids": [100]}"#,
+            br#"{"text": "a", "return_bytes": true}"#,
+            br#"{"text": "a", "image_data": "x"}"#,
+            br#"{"text": "a", "input_ids": [1]}"#,
+        ];
+        for body in refused {
+            let e = check_generate_body(body, LIMITS, 2, &bytes).unwrap_err();
+            assert!(matches!(e, ApiError::BadRequest { .. }), "{e:?}");
+        }
+    }
 }

@@ -103,8 +103,20 @@ impl SamplingFields {
         state: &AppState,
         batch: usize,
     ) -> Result<Option<crate::pd::Bootstrap>, ApiError> {
-        crate::pd::bootstrap(
+        self.bootstrap_for(
             state.pd.as_ref().map(|p| (p.mode(), p.bootstrap_port())),
+            batch,
+        )
+    }
+
+    /// [`bootstrap`](Self::bootstrap) for a server of PD role `role`.
+    fn bootstrap_for(
+        &self,
+        role: Option<(crate::pd::DisaggMode, u16)>,
+        batch: usize,
+    ) -> Result<Option<crate::pd::Bootstrap>, ApiError> {
+        crate::pd::bootstrap(
+            role,
             self.bootstrap_host.as_ref(),
             self.bootstrap_port.as_ref(),
             self.bootstrap_room.as_ref(),
@@ -396,27 +408,19 @@ fn completion_logprobs(state: &AppState, entries: &[TokenLogprob], offset0: usiz
     json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
 }
 
-/// `POST /v1/completions`.
-pub async fn completions(
-    State(state): State<Arc<AppState>>,
-    tenant: Option<Extension<Tenant>>,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let start = Instant::now();
-    state
-        .metrics
-        .requests
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let raw: RawCompletion = parse_body(&body)?;
-    check_model(&state, raw.model.as_deref())?;
+/// A `/v1/completions` body's jobs, checked (everything short of the model name, compiling
+/// the grammars and submitting), with its `echo` and `logprobs`. `encode` tokenizes a text
+/// prompt.
+fn completion_jobs(
+    raw: &RawCompletion,
+    limits: validate::Limits,
+    role: Option<(crate::pd::DisaggMode, u16)>,
+    encode: &dyn Fn(&str) -> Result<Vec<u32>, ApiError>,
+) -> Result<(Vec<Job>, bool, Option<i64>), ApiError> {
     let _ = &raw.user;
-    let limits = state.limits();
     let prompts: Vec<Vec<u32>> = match &raw.prompt {
-        Prompt::Text(t) => vec![state.encode(t)?],
-        Prompt::Texts(ts) => ts
-            .iter()
-            .map(|t| state.encode(t))
-            .collect::<Result<_, _>>()?,
+        Prompt::Text(t) => vec![encode(t)?],
+        Prompt::Texts(ts) => ts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
         Prompt::Ids(ids) => vec![validate::check_input_ids(ids, limits)?],
         Prompt::IdBatch(b) => b
             .iter()
@@ -440,9 +444,8 @@ pub async fn completions(
         Some(v) => return Err(ApiError::bad("logprobs", format!("{v} is outside 0..=5"))),
     };
     let namespace = validate::cache_salt(raw.cache_salt.as_deref())?;
-    let bootstrap = raw.sampling.bootstrap(&state, prompts.len())?;
+    let bootstrap = raw.sampling.bootstrap_for(role, prompts.len())?;
     let mut jobs = Vec::new();
-    let mut prompt_texts = Vec::new();
     for ids in prompts {
         let max_name = if raw.max_tokens.is_some() {
             "max_tokens"
@@ -458,11 +461,6 @@ pub async fn completions(
             ids.len(),
             limits,
         )?;
-        prompt_texts.push(if echo {
-            state.tokenizer.decode(&ids, false).unwrap_or_default()
-        } else {
-            String::new()
-        });
         jobs.push(Job {
             input_ids: ids,
             params,
@@ -472,6 +470,50 @@ pub async fn completions(
             bootstrap: bootstrap.clone(),
         });
     }
+    Ok((jobs, echo, top))
+}
+
+/// Parses and checks a `POST /v1/completions` body exactly as the handler does before it
+/// compiles grammars and submits, without an engine (tests and fuzzing): the checked
+/// parameters of each job. `encode` stands for the tokenizer; the server is not a PD role.
+pub fn check_completion_body(
+    body: &[u8],
+    limits: validate::Limits,
+    encode: &dyn Fn(&str) -> Result<Vec<u32>, ApiError>,
+) -> Result<Vec<validate::ValidParams>, ApiError> {
+    let raw: RawCompletion = parse_body(body)?;
+    let (jobs, _, _) = completion_jobs(&raw, limits, None, encode)?;
+    Ok(jobs.into_iter().map(|j| j.params).collect())
+}
+
+/// `POST /v1/completions`.
+pub async fn completions(
+    State(state): State<Arc<AppState>>,
+    tenant: Option<Extension<Tenant>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let start = Instant::now();
+    state
+        .metrics
+        .requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let raw: RawCompletion = parse_body(&body)?;
+    check_model(&state, raw.model.as_deref())?;
+    let role = state.pd.as_ref().map(|p| (p.mode(), p.bootstrap_port()));
+    let (jobs, echo, top) = completion_jobs(&raw, state.limits(), role, &|t| state.encode(t))?;
+    let prompt_texts: Vec<String> = jobs
+        .iter()
+        .map(|j| {
+            if echo {
+                state
+                    .tokenizer
+                    .decode(&j.input_ids, false)
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .collect();
     for j in &jobs {
         if let Some(g) = &j.params.grammar {
             state.grammars.get(g).await?;
@@ -574,4 +616,39 @@ pub async fn completions(
         "choices": choices, "usage": usage_sum(&all)}),
     )
     .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: validate::Limits = validate::Limits {
+        max_context: 64,
+        vocab_size: 100,
+    };
+
+    fn bytes(t: &str) -> Result<Vec<u32>, ApiError> {
+        Ok(t.bytes().map(u32::from).collect())
+    }
+
+    #[test]
+    fn a_completion_body_is_checked_without_an_engine() {
+        let ok = br#"{"prompt": ["ab", "c"], "guided_choice": ["yes", "no"]}"#;
+        let jobs = check_completion_body(ok, LIMITS, &bytes).unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(jobs[0].stop.max_new_tokens, 16);
+        assert_eq!(
+            jobs[0].grammar,
+            Some(GrammarSpec::Regex("(?:yes|no)".into()))
+        );
+        for body in [
+            &br#"{"prompt": "a", "max_tokens": 99}"#[..],
+            br#"{"prompt": "a", "regex": "a", "grammar": "root ::= \"a\""}"#,
+            br#"{"prompt": "a", "logprobs": 6}"#,
+            br#"{"prompt": "a", "nope": 1}"#,
+        ] {
+            let e = check_completion_body(body, LIMITS, &bytes).unwrap_err();
+            assert!(matches!(e, ApiError::BadRequest { .. }), "{e:?}");
+        }
+    }
 }
