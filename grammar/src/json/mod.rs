@@ -831,7 +831,10 @@ fn percent_decode(s: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+            // The two digits as bytes: a multi-byte character after `%` is not a digit,
+            // and slicing the text there would cut inside it.
+            let digits = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+            if let Some(b) = digits.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                 out.push(b);
                 i += 3;
                 continue;
@@ -847,6 +850,13 @@ fn percent_decode(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::nfa::Budget;
+
+    #[test]
+    fn a_percent_before_a_multibyte_character_is_kept_as_text() {
+        assert_eq!(percent_decode("#/$defs/%aé"), "#/$defs/%aé");
+        assert_eq!(percent_decode("%é"), "%é");
+        assert_eq!(percent_decode("#/a%20b"), "#/a b");
+    }
 
     #[test]
     fn recursion_past_the_stack_budget_is_refused() {
