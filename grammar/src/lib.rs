@@ -319,6 +319,15 @@ impl CompiledGrammar {
         })
     }
 
+    /// A builder for grammars of JSON values: schemas past `json::MAX_JSON_STATES` are
+    /// refused anyway, so building stops there (sooner, and less to free).
+    fn json_builder(opts: &CompileOptions) -> Builder {
+        Builder::new(Budget {
+            max_states: opts.max_states.min(json::MAX_JSON_STATES + 1),
+            deadline: opts.timeout.map(|t| std::time::Instant::now() + t),
+        })
+    }
+
     fn finish(
         b: Builder,
         vocab: Arc<TokenVocab>,
@@ -383,12 +392,7 @@ impl CompiledGrammar {
         vocab: Arc<TokenVocab>,
         opts: &CompileOptions,
     ) -> Result<Arc<Self>, CompileError> {
-        // JSON schemas past `json::MAX_JSON_STATES` are refused anyway: stop building there
-        // (sooner, and less to free).
-        let mut b = Builder::new(Budget {
-            max_states: opts.max_states.min(json::MAX_JSON_STATES + 1),
-            deadline: opts.timeout.map(|t| std::time::Instant::now() + t),
-        });
+        let mut b = Self::json_builder(opts);
         json::compile(&mut b, schema, opts)?;
         Self::finish(b, vocab, opts)
     }
@@ -399,10 +403,7 @@ impl CompiledGrammar {
         vocab: Arc<TokenVocab>,
         opts: &CompileOptions,
     ) -> Result<Arc<Self>, CompileError> {
-        let mut b = Builder::new(Budget {
-            max_states: opts.max_states.min(json::MAX_JSON_STATES + 1),
-            deadline: opts.timeout.map(|t| std::time::Instant::now() + t),
-        });
+        let mut b = Self::json_builder(opts);
         tagged::compile(&mut b, spec, opts)?;
         Self::finish(b, vocab, opts)
     }
