@@ -150,6 +150,25 @@ fn text_without(b: &mut Builder, from: StateId, trigger: &[u8]) -> Result<StateI
     Ok(exit)
 }
 
+/// One call from `from` to `to`: any tag's `begin` (less its first `skip` bytes, already
+/// matched), its schema's rule, its `end`.
+fn tag_choice(
+    b: &mut Builder,
+    from: StateId,
+    to: StateId,
+    spec: &TaggedSpec,
+    schema_rules: &[RuleId],
+    skip: usize,
+) -> Result<(), CompileError> {
+    for (tag, &r) in spec.tags.iter().zip(schema_rules) {
+        let s = b.lit(from, &tag.begin.as_bytes()[skip..])?;
+        let s = b.call(s, r)?;
+        let s = b.lit(s, tag.end.as_bytes())?;
+        b.eps(s, to);
+    }
+    Ok(())
+}
+
 /// Compiles `spec` into `b`; rule 0 is the root.
 pub(crate) fn compile(
     b: &mut Builder,
@@ -164,16 +183,10 @@ pub(crate) fn compile(
             serde_json::from_str(&tag.schema).map_err(|e| CompileError::Json(e.to_string()))?;
         schema_rules.push(crate::json::compile_rule(b, &v, opts)?);
     }
-    // One call, any of the tags; `skip` bytes of `open + begin` already matched (the
-    // trigger, for the first call after free text).
+    // One call, any of the tags.
     let call_rule = b.new_rule()?;
     let cr = b.rules[call_rule as usize];
-    for (tag, &r) in spec.tags.iter().zip(&schema_rules) {
-        let s = b.lit(cr.start, tag.begin.as_bytes())?;
-        let s = b.call(s, r)?;
-        let s = b.lit(s, tag.end.as_bytes())?;
-        b.eps(s, cr.end);
-    }
+    tag_choice(b, cr.start, cr.end, spec, &schema_rules, 0)?;
     let r = b.rules[root as usize];
     let block = b.state()?;
     let first = match &spec.text_until {
@@ -197,14 +210,9 @@ pub(crate) fn compile(
     // past the trigger's remaining bytes.
     let after_first = match &spec.text_until {
         Some(trigger) if trigger.len() > spec.open.len() => {
-            let skip = trigger.len() - spec.open.len();
             let exit = b.state()?;
-            for (tag, &r) in spec.tags.iter().zip(&schema_rules) {
-                let s = b.lit(first, &tag.begin.as_bytes()[skip..])?;
-                let s = b.call(s, r)?;
-                let s = b.lit(s, tag.end.as_bytes())?;
-                b.eps(s, exit);
-            }
+            let skip = trigger.len() - spec.open.len();
+            tag_choice(b, first, exit, spec, &schema_rules, skip)?;
             exit
         }
         _ => b.call(first, call_rule)?,

@@ -121,6 +121,8 @@ pub struct AppState {
     /// Whether tool calls are enforced by a grammar (`false` with `--disable-tool-grammar`:
     /// they are parsed out of unconstrained output, for comparison).
     pub tool_grammar: bool,
+    /// How the model writes tool calls, read once from its chat template.
+    pub(crate) tool_syntax: crate::openai::tools::ToolSyntax,
     next_id: AtomicU64,
 }
 
@@ -134,10 +136,14 @@ impl AppState {
         info: ServerInfo,
         auth: Auth,
     ) -> Self {
+        let tool_syntax = crate::openai::tools::ToolSyntax::of_template(
+            chat_template.as_deref().map(|t| t.source()),
+        );
         Self {
             sched,
             tokenizer,
             chat_template,
+            tool_syntax,
             grammars,
             metrics: Arc::new(Metrics::default()),
             info,

@@ -1,6 +1,6 @@
 //! `/v1/chat/completions`: messages through the chat template, `response_format`, tools.
 
-use super::tools::{self, CallRules, Function, StreamState, ToolSyntax};
+use super::tools::{self, CallRules, Function, StreamState};
 use super::*;
 use crate::auth::Tenant;
 use axum::Extension;
@@ -143,9 +143,20 @@ impl ToolMode {
     }
 }
 
-/// How the served model writes tool calls.
-fn syntax(state: &AppState) -> ToolSyntax {
-    ToolSyntax::of_template(state.chat_template.as_deref().map(|t| t.source()))
+/// How the output of a request in `mode` is read back: exactly, as the grammar enforces it,
+/// or out of free output (`--disable-tool-grammar`); `None` without tools.
+fn reader(state: &AppState, mode: &ToolMode) -> Option<StreamState> {
+    let syntax = state.tool_syntax;
+    Some(match mode {
+        ToolMode::None => return None,
+        ToolMode::Auto(names) | ToolMode::Required(names) if !state.tool_grammar => {
+            StreamState::free(syntax, names.clone())
+        }
+        ToolMode::Named(name) if !state.tool_grammar => {
+            StreamState::free(syntax, vec![name.clone()])
+        }
+        _ => StreamState::new(syntax, mode.text_allowed()),
+    })
 }
 
 fn message_json(m: &RawMessage) -> Result<Value, ApiError> {
@@ -277,7 +288,7 @@ pub async fn chat_completions(
     let functions = check_tools(raw.tools.as_deref().unwrap_or_default())?;
     let mode = tool_choice_mode(raw.tool_choice.as_ref(), &functions)?;
     let rules = mode.rules(raw.parallel_tool_calls.unwrap_or(true));
-    let syntax = syntax(&state);
+    let syntax = state.tool_syntax;
     let listed: Vec<&Function> = functions.iter().collect();
     let (messages, tools_json) = tools::prompt_messages(syntax, messages, &listed, rules.as_ref())?;
     let prompt = render_prompt(&state, &messages, tools_json)?;
@@ -454,7 +465,7 @@ fn output_grammar(
         _ => functions.iter().collect(),
     };
     Ok(Some(GrammarSpec::Tagged(tools::grammar(
-        syntax(state),
+        state.tool_syntax,
         &callable,
         rules,
     ))))
@@ -527,21 +538,9 @@ fn chat_choices(
     request: u64,
     want_lp: bool,
 ) -> Vec<Value> {
-    let syntax = syntax(state);
     let mut choices = Vec::new();
     for (i, r) in results.iter().enumerate() {
-        let parsed = match mode {
-            ToolMode::None => None,
-            ToolMode::Auto(names) | ToolMode::Required(names) if !state.tool_grammar => {
-                Some(tools::parse_free(syntax, &r.text, names))
-            }
-            ToolMode::Named(name) if !state.tool_grammar => Some(tools::parse_free(
-                syntax,
-                &r.text,
-                std::slice::from_ref(name),
-            )),
-            _ => Some(tools::parse(syntax, &r.text, mode.text_allowed(), true)),
-        };
+        let parsed = reader(state, mode).map(|st| st.parse_whole(&r.text));
         let (message, finish) = match parsed {
             Some(p) if !p.calls.is_empty() => {
                 let calls: Vec<Value> = p
@@ -596,16 +595,10 @@ fn stream_chat(
             .to_string()
         };
         let tools_on = mode != ToolMode::None;
-        let syntax = syntax(&state);
+        // Without tools the states stay unused (text goes out as it comes).
         let mut streams: Vec<StreamState> = (0..job.n)
-            .map(|_| match &mode {
-                ToolMode::Auto(names) | ToolMode::Required(names) if !state.tool_grammar => {
-                    StreamState::free(syntax, names.clone())
-                }
-                ToolMode::Named(name) if !state.tool_grammar => {
-                    StreamState::free(syntax, vec![name.clone()])
-                }
-                _ => StreamState::new(syntax, mode.text_allowed()),
+            .map(|_| {
+                reader(&state, &mode).unwrap_or_else(|| StreamState::new(state.tool_syntax, true))
             })
             .collect();
         for i in 0..job.n {

@@ -1,7 +1,7 @@
 //! The OpenAI-compatible routes: `/v1/completions` and `/v1/chat/completions`.
 
 mod chat;
-mod tools;
+pub(crate) mod tools;
 
 pub use chat::chat_completions;
 

@@ -600,6 +600,15 @@ impl StreamState {
         }
     }
 
+    /// What the whole output `text` holds, read as this state reads it (the text pushed so
+    /// far is not used).
+    pub fn parse_whole(&self, text: &str) -> Parsed {
+        match &self.free {
+            Some(names) => parse_free(self.syntax, text, names),
+            None => parse(self.syntax, text, self.text_allowed, true),
+        }
+    }
+
     /// Whether any call was announced.
     pub fn has_calls(&self) -> bool {
         !self.sent_args.is_empty()
@@ -611,7 +620,7 @@ impl StreamState {
         self.text.push_str(piece);
         let p = match &self.free {
             Some(_) if !done => return Vec::new(),
-            Some(names) => parse_free(self.syntax, &self.text, names),
+            Some(_) => self.parse_whole(&self.text),
             None => parse(self.syntax, &self.text, self.text_allowed, done),
         };
         let mut deltas = Vec::new();
