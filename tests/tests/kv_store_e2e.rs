@@ -159,3 +159,117 @@ fn pages_come_back_across_a_restart_and_a_foreign_identity_is_refused() {
     store.stop();
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// Two stores as one remote tier (`StoreSet`): pages spread over both by page hash and come
+/// back byte for byte; a killed store's pages are misses within the read timeout, never an
+/// error or a hang; the store restarted is redialed and serves again; a store of another
+/// cluster is reported down and never read.
+#[test]
+fn a_store_set_spreads_pages_survives_a_dead_store_and_redials_a_restarted_one() {
+    use sglrs_transfer::quic::{StoreSet, StoreSetConfig};
+    let tmp = std::env::temp_dir().join(format!("sglrs-kv-set-{}", std::process::id()));
+    let (id, other) = (tmp.join("id"), tmp.join("other"));
+    std::fs::create_dir_all(&tmp).unwrap();
+    identity(&id);
+    identity(&other);
+    let security = sglrs_server::pd::read_identity(&id).unwrap();
+    let (a, b, c) = (free_udp(), free_udp(), free_udp());
+    let sa = Store::start(a, &tmp.join("a"), &id);
+    let sb = Store::start(b, &tmp.join("b"), &id);
+    let _foreign = Store::start(c, &tmp.join("c"), &other);
+    let read_timeout = Duration::from_millis(500);
+    let set = StoreSet::start(StoreSetConfig {
+        addrs: vec![a.to_string(), b.to_string(), c.to_string()],
+        layout: layout(),
+        security,
+        quic: QuicConfig::loopback(),
+        read_timeout,
+        write_timeout: Duration::from_secs(10),
+        max_write_bytes: 256 << 20,
+        connect_grace: Duration::from_secs(5),
+    })
+    .expect("starting the store set");
+    let st = set.stats();
+    assert_eq!(st.stores[0].state, "connected", "{st:?}");
+    assert_eq!(st.stores[1].state, "connected", "{st:?}");
+    assert_eq!(
+        st.stores[2].state, "down",
+        "another cluster's store: {st:?}"
+    );
+
+    let want = pages(60);
+    let hashes: Vec<PageHash> = want.iter().map(|(h, _)| *h).collect();
+    set.write(want.clone());
+    let t0 = Instant::now();
+    while set.writes_pending() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let st = set.stats();
+    let on_c = hashes.iter().filter(|h| set.owner(h) == 2).count() as u64;
+    assert!(
+        on_c > 0 && on_c < 60,
+        "the pages spread over all three: {on_c}"
+    );
+    assert_eq!(st.written_pages, 60 - on_c, "{st:?}");
+    assert_eq!(
+        st.dropped_pages, on_c,
+        "the foreign store's share is dropped: {st:?}"
+    );
+    let got = set.get(&hashes);
+    for ((h, page), g) in want.iter().zip(&got) {
+        if set.owner(h) == 2 {
+            assert!(g.is_none());
+        } else {
+            assert_eq!(g.as_deref(), Some(&page[..]), "page {h:?}");
+        }
+    }
+    // Written again: the stores hold them, nothing is sent.
+    set.write(want.clone());
+    while set.writes_pending() && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(set.stats().written_pages, 60 - on_c);
+
+    // Store a killed: its pages are misses, within the read timeout.
+    drop(sa);
+    let t = Instant::now();
+    let got = set.get(&hashes);
+    assert!(
+        t.elapsed() < read_timeout + Duration::from_secs(1),
+        "{:?}",
+        t.elapsed()
+    );
+    for (h, g) in hashes.iter().zip(&got) {
+        assert_eq!(g.is_some(), set.owner(h) == 1, "page {h:?}");
+    }
+    // Restarted (SIGKILL lost what was in its RAM): redialed, written again (only its own
+    // pages are sent), and every page is a hit again.
+    let _sa = Store::start(a, &tmp.join("a"), &id);
+    let t = Instant::now();
+    while set.stats().stores[0].connects < 2 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no redial: {:?}",
+            set.stats()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    set.write(want.clone());
+    loop {
+        let got = set.get(&hashes);
+        let hits = got.iter().filter(|g| g.is_some()).count() as u64;
+        if hits == 60 - on_c {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no redial: {:?}",
+            set.stats()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(set.stats().stores[0].connects >= 2);
+    drop(set);
+    drop(sb);
+    let _ = std::fs::remove_dir_all(&tmp);
+}

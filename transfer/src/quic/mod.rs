@@ -16,6 +16,7 @@ mod receiver;
 mod sender;
 mod socket;
 mod store_client;
+mod store_set;
 mod tls;
 
 use std::net::{SocketAddr, UdpSocket};
@@ -25,6 +26,7 @@ use std::time::Duration;
 pub use receiver::{KvReceiver, ReceivedRoom, RoomEvent, RoomStream};
 pub use sender::{KvSender, SendReport};
 pub use store_client::RemoteStore;
+pub use store_set::{StoreSet, StoreSetConfig, StoreSetStats, StoreStatus};
 pub use tls::{ClusterIdentity, TlsError, CLUSTER_NAME};
 
 pub(crate) use conn::{drive, Shared};

@@ -188,6 +188,16 @@ impl RemoteStore {
         }
     }
 
+    /// Why the connection ended, once it has (`None` while it is open).
+    pub fn closed_reason(&self) -> Option<String> {
+        if let Some(e) = lock(&self.closed).as_ref() {
+            return Some(e.to_string());
+        }
+        self.shared
+            .with(|c, _| c.is_closed())
+            .then(|| "connection closed".to_string())
+    }
+
     /// Closes the connection.
     pub fn close(&self) {
         self.shared.with(|c, now| c.close("client closing", now));
