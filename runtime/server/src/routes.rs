@@ -26,15 +26,23 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Result<&'static str, 
     }
 }
 
-/// `GET /get_load`: requests running and waiting, as SGLang's router reads it (`load`)
-/// for its `power_of_two` policy.
+/// `GET /get_load`: one entry per data-parallel rank (sglrs has one), in SGLang's shape.
+/// sglang-router 0.3.2 reads `dp_rank` and `num_tokens` of each entry (its `power_of_two`
+/// policy and its own `/get_loads`); an object instead of an array reads as load -1.
+/// `num_tokens` is the KV tokens held by running requests (what eviction cannot give back;
+/// SGLang adds the waiting prompts' tokens); `load` (running + waiting) stays for older clients.
 pub async fn get_load(State(state): State<Arc<AppState>>) -> Json<Value> {
     let s = state.sched.stats();
-    Json(json!({
+    let ps = state.info.args["page_size"].as_u64().unwrap_or(1).max(1) as usize;
+    let total = s.cache.total_pages * ps;
+    let used = total.saturating_sub(s.cache.free_pages * ps + s.cache.evictable_tokens);
+    Json(json!([{
+        "dp_rank": 0,
         "load": s.running + s.waiting,
-        "num_reqs": s.running,
+        "num_reqs": s.running + s.waiting,
         "num_waiting_reqs": s.waiting,
-    }))
+        "num_tokens": used,
+    }]))
 }
 
 /// `GET /health_generate`: runs one token through the model.
