@@ -8,6 +8,7 @@ Run:  pip install sglang-router==0.3.2 openai
       SGLRS_BIN=…/release/sglrs python3 -m pytest -q tests/python/test_router.py
 """
 
+import concurrent.futures
 import json
 import socket
 import subprocess
@@ -98,3 +99,49 @@ def test_extension_fields_that_ask_for_something_unsupported_are_refused_by_name
             "return_hidden_states": False, "background": False, "return_bytes": False,
             "return_entropy": False, "sampling_params": {"max_new_tokens": 2}})
         assert status == 200, out
+
+
+def _counters(base: str) -> tuple[int, int]:
+    """(prompt_tokens, cached_tokens) the replica counted itself."""
+    with urllib.request.urlopen(base + "/get_server_info", timeout=30) as r:
+        st = json.loads(r.read())["internal_states"][0]
+    return st["prompt_tokens"], st["cached_tokens"]
+
+
+def _run_workload(router_base: str, docs: list[str], questions: int) -> None:
+    # Documents interleaved (d0 q0, d1 q0, d2 q0, d0 q1, …), two in flight: with three
+    # documents over two replicas, round_robin sends each document to both.
+    bodies = [{"text": f"{docs[i % len(docs)]}\nQuestion {i // len(docs)}: what is line {i}?\nAnswer:",
+               "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+              for i in range(len(docs) * questions)]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for status, out in pool.map(lambda b: post(router_base, "/generate", b), bodies):
+            assert status == 200, out
+
+
+def test_cache_aware_over_two_replicas_hits_more_than_round_robin() -> None:
+    docs = ["".join(f"Document {d}, line {i}: the {['red', 'green', 'blue'][d]} item number "
+                    f"{i * 7 + d} is stored here. " for i in range(40)) for d in range(3)]
+    with Server("--threads", "1") as a, Server("--threads", "1") as b:
+        rates: dict[str, float] = {}
+        for policy in ("round_robin", "cache_aware"):
+            for s in (a, b):  # each policy starts from empty caches
+                req = urllib.request.Request(s.base + "/flush_cache", data=b"", method="POST")
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    assert resp.status == 200
+            before = [_counters(s.base) for s in (a, b)]
+            with Router(a.base, b.base, policy=policy) as r:
+                _run_workload(r.base, docs, 5)
+                # What the router polls answers as it expects: both workers healthy, and
+                # /get_load parsed (the router reports -1 for a load it could not read).
+                with urllib.request.urlopen(r.base + "/get_loads", timeout=30) as resp:
+                    loads = json.loads(resp.read())["workers"]
+                assert sorted(w["worker"] for w in loads) == sorted([a.base, b.base]), loads
+                assert all(w["load"] >= 0 for w in loads), loads
+            after = [_counters(s.base) for s in (a, b)]
+            prompt = [x[0] - y[0] for x, y in zip(after, before)]
+            cached = [x[1] - y[1] for x, y in zip(after, before)]
+            assert all(p > 0 for p in prompt), (policy, prompt)  # both replicas got work
+            rates[policy] = sum(cached) / sum(prompt)
+        print("hit rates", rates)
+        assert rates["cache_aware"] > rates["round_robin"] + 0.1, rates
