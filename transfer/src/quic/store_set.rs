@@ -108,6 +108,15 @@ struct Slot {
 }
 
 impl Slot {
+    fn new(addr: &str) -> Arc<Slot> {
+        Arc::new(Slot {
+            addr: addr.to_string(),
+            seed: xxhash_rust::xxh3::xxh3_64(addr.as_bytes()),
+            state: Mutex::new(State::Connecting),
+            connects: AtomicU64::new(0),
+        })
+    }
+
     fn store(&self) -> Option<Arc<RemoteStore>> {
         match &*lock(&self.state) {
             State::Up(s) => Some(s.clone()),
@@ -152,18 +161,7 @@ impl StoreSet {
             .thread_name("sglrs-kv-remote")
             .enable_all()
             .build()?;
-        let slots: Vec<Arc<Slot>> = cfg
-            .addrs
-            .iter()
-            .map(|a| {
-                Arc::new(Slot {
-                    addr: a.clone(),
-                    seed: xxhash_rust::xxh3::xxh3_64(a.as_bytes()),
-                    state: Mutex::new(State::Connecting),
-                    connects: AtomicU64::new(0),
-                })
-            })
-            .collect();
+        let slots: Vec<Arc<Slot>> = cfg.addrs.iter().map(|a| Slot::new(a)).collect();
         let stop = Arc::new(AtomicBool::new(false));
         for slot in &slots {
             rt.spawn(keep_connected(slot.clone(), cfg.clone(), stop.clone()));
@@ -490,17 +488,7 @@ mod tests {
     use super::*;
 
     fn slots(names: &[&str]) -> Vec<Arc<Slot>> {
-        names
-            .iter()
-            .map(|a| {
-                Arc::new(Slot {
-                    addr: a.to_string(),
-                    seed: xxhash_rust::xxh3::xxh3_64(a.as_bytes()),
-                    state: Mutex::new(State::Connecting),
-                    connects: AtomicU64::new(0),
-                })
-            })
-            .collect()
+        names.iter().map(|a| Slot::new(a)).collect()
     }
 
     #[test]
