@@ -125,6 +125,8 @@ pub struct CoreStats {
     pub cached_host_tokens: u64,
     /// Of those, loaded from the disk tier.
     pub cached_disk_tokens: u64,
+    /// Of those, fetched from the remote tier.
+    pub cached_remote_tokens: u64,
     /// Output tokens produced.
     pub generated_tokens: u64,
     /// Sequences retracted under memory pressure.

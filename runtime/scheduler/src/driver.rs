@@ -332,7 +332,7 @@ pub fn spawn_with(
                         .into(),
                 )
             })?;
-            let io = super::hicache::spawn_io(page_io, h.store.clone()).map_err(|e| {
+            let io = super::hicache::spawn_io(page_io, h).map_err(|e| {
                 SchedError::Config(format!("cannot start the cache I/O thread: {e}"))
             })?;
             (Some(io), Some(h.store.clone()))

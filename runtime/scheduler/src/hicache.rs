@@ -13,7 +13,11 @@
 //!   running. The first page that is missing or fails its checksum ends the hit there: the
 //!   rest is recomputed;
 //! - **prefetch**: while a request is still queued, its lower-tier pages are read (from disk
-//!   into memory, checksums verified) so that its load is a memory copy.
+//!   into memory, checksums verified) so that its load is a memory copy;
+//! - **remote tier** ([`RemoteTier`], optional): a queued request's pages that neither the
+//!   device nor the local tiers hold are asked of the remote tier (a KV store shared by
+//!   replicas) as part of its prefetch; the pages found join the host tier. Pages written
+//!   into the local tiers are written through to the remote tier as well.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -77,6 +81,18 @@ impl PrefetchPolicy {
     }
 }
 
+/// A remote cache tier: pages shared by several servers (a KV store over the network). Both
+/// calls return at once and never fail: a store that is down or slow is a miss or a
+/// skipped write.
+pub trait RemoteTier: Send + Sync {
+    /// Reads pages in the background and calls `done` exactly once, within a bounded time,
+    /// with one entry per hash (`None`: a miss, a page that failed its integrity check, or
+    /// a store that did not answer in time).
+    fn fetch(&self, hashes: Vec<PageHash>, done: Box<dyn FnOnce(Vec<Option<Bytes>>) + Send>);
+    /// Writes pages in the background; those the remote tier holds already are skipped.
+    fn write(&self, pages: Vec<(PageHash, Bytes)>);
+}
+
 /// The lower tiers of the cache and how the scheduler uses them.
 #[derive(Clone)]
 pub struct HiCacheConfig {
@@ -92,6 +108,11 @@ pub struct HiCacheConfig {
     pub root_hash: PageHash,
     /// Bytes of one page in the executor's layout (for the byte counters).
     pub page_bytes: usize,
+    /// The remote tier, below the disk tier.
+    pub remote: Option<Arc<dyn RemoteTier>>,
+    /// Whether pages written into the local tiers are written to the remote tier too (a
+    /// decode server writes only when asked to offload what it computed).
+    pub remote_write: bool,
 }
 
 impl std::fmt::Debug for HiCacheConfig {
@@ -101,6 +122,8 @@ impl std::fmt::Debug for HiCacheConfig {
             .field("prefetch_policy", &self.prefetch_policy)
             .field("prefetch_timeout", &self.prefetch_timeout)
             .field("root_hash", &format_args!("{:032x}", self.root_hash.0))
+            .field("remote", &self.remote.is_some())
+            .field("remote_write", &self.remote_write)
             .finish_non_exhaustive()
     }
 }
@@ -135,8 +158,10 @@ pub enum IoJob {
     Prefetch {
         /// The request.
         id: RequestId,
-        /// Names of its lower-tier pages.
+        /// Names of its pages in the local lower tiers.
         hashes: Vec<PageHash>,
+        /// Names of the pages after those, to ask the remote tier for (empty without one).
+        remote: Vec<PageHash>,
     },
 }
 
@@ -153,6 +178,8 @@ pub enum IoDone {
         host: usize,
         /// Of those, served from the disk tier.
         disk: usize,
+        /// Of those, fetched from the remote tier by the request's prefetch.
+        remote: usize,
         /// How long the load took, from the job's start.
         seconds: f64,
     },
@@ -172,6 +199,8 @@ pub enum IoDone {
     Prefetched {
         /// The request.
         id: RequestId,
+        /// Pages the remote tier supplied (leading, after the local ones).
+        remote: usize,
     },
 }
 
@@ -199,6 +228,10 @@ pub struct TierStats {
     pub load_seconds_sum: f64,
     /// Prefetches run.
     pub prefetches: u64,
+    /// Pages loaded that the remote tier supplied.
+    pub loaded_remote_pages: u64,
+    /// Pages prefetches fetched from the remote tier.
+    pub fetched_remote_pages: u64,
 }
 
 /// Upper bounds (seconds) of the load latency histogram's buckets.
@@ -221,16 +254,33 @@ impl TierStats {
 /// Most bytes of prefetched pages kept for loads not yet started; the oldest go first.
 const STASH_BYTES: usize = 512 << 20;
 
+/// Where a page read ahead came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    Host,
+    Disk,
+    Remote,
+}
+
+impl Origin {
+    fn local(s: Source) -> Origin {
+        match s {
+            Source::Ram => Origin::Host,
+            Source::Disk => Origin::Disk,
+        }
+    }
+}
+
 /// Pages read ahead by prefetches, waiting for their loads.
 #[derive(Default)]
 struct Stash {
-    pages: HashMap<PageHash, (Bytes, Source)>,
+    pages: HashMap<PageHash, (Bytes, Origin)>,
     order: VecDeque<PageHash>,
     bytes: usize,
 }
 
 impl Stash {
-    fn put(&mut self, h: PageHash, page: (Bytes, Source)) {
+    fn put(&mut self, h: PageHash, page: (Bytes, Origin)) {
         if self.pages.contains_key(&h) {
             return;
         }
@@ -247,7 +297,7 @@ impl Stash {
         }
     }
 
-    fn take(&mut self, h: &PageHash) -> Option<(Bytes, Source)> {
+    fn take(&mut self, h: &PageHash) -> Option<(Bytes, Origin)> {
         let p = self.pages.remove(h)?;
         self.bytes -= p.0.len();
         // `order` keeps a stale entry; `put`'s loop skips it.
@@ -265,20 +315,30 @@ pub struct IoChannels {
     pub done: Receiver<IoDone>,
 }
 
-/// Starts the cache I/O thread over the executor's pool (`io`) and the store. It ends when
-/// both job senders are dropped.
-pub fn spawn_io(io: PageIo, store: Arc<PageStore>) -> std::io::Result<IoChannels> {
+/// Starts the cache I/O thread over the executor's pool (`io`) and the tiers of `cfg`. It
+/// ends when both job senders are dropped.
+pub fn spawn_io(io: PageIo, cfg: &HiCacheConfig) -> std::io::Result<IoChannels> {
     let (loads, load_rx) = crossbeam::channel::unbounded();
     let (background, bg_rx) = crossbeam::channel::unbounded();
     let (done_tx, done) = crossbeam::channel::unbounded();
+    let mut t = IoThread::new(io, cfg.store.clone(), done_tx);
+    t.remote = cfg.remote.clone();
+    t.remote_write = cfg.remote_write;
     std::thread::Builder::new()
         .name("sglrs-cache-io".into())
-        .spawn(move || IoThread::new(io, store, done_tx).run(load_rx, bg_rx))?;
+        .spawn(move || t.run(load_rx, bg_rx))?;
     Ok(IoChannels {
         loads,
         background,
         done,
     })
+}
+
+/// Pages a remote fetch brought back for a request's prefetch.
+struct Fetched {
+    id: RequestId,
+    hashes: Vec<PageHash>,
+    pages: Vec<Option<Bytes>>,
 }
 
 struct IoThread {
@@ -287,22 +347,42 @@ struct IoThread {
     done: Sender<IoDone>,
     stash: Stash,
     page_bytes: usize,
+    remote: Option<Arc<dyn RemoteTier>>,
+    remote_write: bool,
+    /// Remote fetches answer here (from the remote tier's threads).
+    fetched_tx: Sender<Fetched>,
+    fetched_rx: Receiver<Fetched>,
 }
 
 impl IoThread {
     fn new(io: PageIo, store: Arc<PageStore>, done: Sender<IoDone>) -> IoThread {
         let page_bytes = io.layout().page_bytes();
+        let (fetched_tx, fetched_rx) = crossbeam::channel::unbounded();
         IoThread {
             io,
             store,
             done,
             stash: Stash::default(),
             page_bytes,
+            remote: None,
+            remote_write: false,
+            fetched_tx,
+            fetched_rx,
+        }
+    }
+
+    /// Writes pages just stored locally through to the remote tier.
+    fn write_remote(&self, pages: &[(PageHash, Bytes)]) {
+        if let Some(r) = self.remote.as_ref().filter(|_| self.remote_write) {
+            if !pages.is_empty() {
+                r.write(pages.to_vec());
+            }
         }
     }
 
     fn run(mut self, loads: Receiver<IoJob>, background: Receiver<IoJob>) {
         let (mut loads_open, mut bg_open) = (true, true);
+        let fetched = self.fetched_rx.clone();
         while loads_open || bg_open {
             // Loads first: a request waits on each of them.
             let job = match loads.try_recv() {
@@ -311,12 +391,22 @@ impl IoThread {
                     let mut sel = crossbeam::channel::Select::new();
                     let l = loads_open.then(|| sel.recv(&loads));
                     let b = bg_open.then(|| sel.recv(&background));
+                    let f = sel.recv(&fetched);
                     let op = sel.select();
                     let i = op.index();
                     if Some(i) == l {
                         op.recv(&loads).map_err(|_| loads_open = false).ok()
                     } else if Some(i) == b {
                         op.recv(&background).map_err(|_| bg_open = false).ok()
+                    } else if i == f {
+                        // This thread holds a sender: the channel never disconnects.
+                        if let Ok(got) = op.recv(&fetched) {
+                            let out = self.take_fetched(got);
+                            if self.done.send(out).is_err() {
+                                return;
+                            }
+                        }
+                        None
                     } else {
                         None
                     }
@@ -324,36 +414,39 @@ impl IoThread {
             };
             let Some(job) = job else { continue };
             let out = match job {
-                IoJob::Load { key, pages, hashes } => self.load(key, &pages, &hashes),
-                IoJob::Write { pin, pages, hashes } => self.write(pin, &pages, &hashes),
-                IoJob::Prefetch { id, hashes } => self.prefetch(id, &hashes),
+                IoJob::Load { key, pages, hashes } => Some(self.load(key, &pages, &hashes)),
+                IoJob::Write { pin, pages, hashes } => Some(self.write(pin, &pages, &hashes)),
+                IoJob::Prefetch { id, hashes, remote } => self.prefetch(id, &hashes, remote),
                 IoJob::Store { pages } => {
                     let written = pages.len();
+                    self.write_remote(&pages);
                     // A failed disk write is counted by the store.
                     let _ = self.store.put(pages);
-                    IoDone::Stored { written }
+                    Some(IoDone::Stored { written })
                 }
             };
-            if self.done.send(out).is_err() {
-                return;
+            if let Some(out) = out {
+                if self.done.send(out).is_err() {
+                    return;
+                }
             }
         }
     }
 
     fn load(&mut self, key: SeqKey, pages: &[u32], hashes: &[PageHash]) -> IoDone {
         let t = Instant::now();
-        let (mut loaded, mut host, mut disk) = (0, 0, 0);
+        let (mut loaded, mut host, mut disk, mut remote) = (0, 0, 0, 0);
         // Pages not read ahead by a prefetch are read now, all in one store call.
         let missing: Vec<PageHash> = hashes
             .iter()
             .filter(|h| !self.stash.pages.contains_key(h))
             .copied()
             .collect();
-        let mut fetched: HashMap<PageHash, (Bytes, Source)> = missing
+        let mut fetched: HashMap<PageHash, (Bytes, Origin)> = missing
             .iter()
             .copied()
             .zip(self.store.get_tiered(&missing))
-            .filter_map(|(h, p)| Some((h, p?)))
+            .filter_map(|(h, p)| p.map(|(b, s)| (h, (b, Origin::local(s)))))
             .collect();
         for (&page, h) in pages.iter().zip(hashes) {
             let Some((data, src)) = self.stash.take(h).or_else(|| fetched.remove(h)) else {
@@ -369,8 +462,9 @@ impl IoThread {
             }
             loaded += 1;
             match src {
-                Source::Ram => host += 1,
-                Source::Disk => disk += 1,
+                Origin::Host => host += 1,
+                Origin::Disk => disk += 1,
+                Origin::Remote => remote += 1,
             }
         }
         IoDone::Loaded {
@@ -378,6 +472,7 @@ impl IoThread {
             loaded,
             host,
             disk,
+            remote,
             seconds: t.elapsed().as_secs_f64(),
         }
     }
@@ -397,22 +492,74 @@ impl IoThread {
             }
         }
         let written = out.len();
+        self.write_remote(&out);
         // A failed disk write is counted by the store; the page then simply is not stored.
         let _ = self.store.put(out);
         IoDone::Written { pin, written }
     }
 
-    fn prefetch(&mut self, id: RequestId, hashes: &[PageHash]) -> IoDone {
+    /// Reads the local pages into the stash, then asks the remote tier for the rest (its
+    /// answer comes back through `fetched`, and the prefetch ends then).
+    fn prefetch(
+        &mut self,
+        id: RequestId,
+        hashes: &[PageHash],
+        remote: Vec<PageHash>,
+    ) -> Option<IoDone> {
         let want: Vec<PageHash> = hashes
             .iter()
             .filter(|h| !self.stash.pages.contains_key(h))
             .copied()
             .collect();
+        let mut complete = true;
         for (h, p) in want.iter().zip(self.store.get_tiered(&want)) {
-            let Some((data, src)) = p else { break };
+            let Some((data, src)) = p else {
+                complete = false;
+                break;
+            };
             // Touching the bytes now (the checksum did for disk pages) is the point.
-            self.stash.put(*h, (data, src));
+            self.stash.put(*h, (data, Origin::local(src)));
         }
-        IoDone::Prefetched { id }
+        // Remote pages continue the local ones: a local page missing breaks the chain.
+        match self.remote.as_ref() {
+            Some(r) if complete && !remote.is_empty() => {
+                let tx = self.fetched_tx.clone();
+                let names = remote.clone();
+                r.fetch(
+                    remote,
+                    Box::new(move |pages| {
+                        let _ = tx.send(Fetched {
+                            id,
+                            hashes: names,
+                            pages,
+                        });
+                    }),
+                );
+                None
+            }
+            _ => Some(IoDone::Prefetched { id, remote: 0 }),
+        }
+    }
+
+    /// A remote fetch answered: its leading pages join the host tier (so admission sees
+    /// them) and the stash (so the load counts them as remote).
+    fn take_fetched(&mut self, got: Fetched) -> IoDone {
+        let mut pages = Vec::new();
+        for (h, p) in got.hashes.into_iter().zip(got.pages) {
+            match p {
+                Some(b) if b.len() == self.page_bytes => pages.push((h, b)),
+                _ => break,
+            }
+        }
+        let n = pages.len();
+        for (h, b) in &pages {
+            self.stash.put(*h, (b.clone(), Origin::Remote));
+        }
+        // A failed disk write is counted by the store.
+        let _ = self.store.put(pages);
+        IoDone::Prefetched {
+            id: got.id,
+            remote: n,
+        }
     }
 }

@@ -243,9 +243,39 @@ impl Engine {
         let layout = exec.kv_layout();
         let device_bytes = exec.num_pages() * layout.page_bytes();
         let quantize = cfg.quantize.map(|q| format!("{q:?}")).unwrap_or_default();
+        let offload = cfg.disagg.disaggregation_decode_enable_offload_kvcache;
+        if offload && cfg.disagg.disaggregation_mode != crate::pd::DisaggMode::Decode {
+            return Err(EngineError::Config(
+                "--disaggregation-decode-enable-offload-kvcache needs --disaggregation-mode decode"
+                    .into(),
+            ));
+        }
+        if offload && !cfg.hicache.remote_enabled() {
+            return Err(EngineError::Config(
+                "--disaggregation-decode-enable-offload-kvcache needs a remote tier to offload \
+                 to (--enable-hierarchical-cache --hicache-storage-backend quic \
+                 --hicache-storage-addr HOST:PORT)"
+                    .into(),
+            ));
+        }
+        let remote = crate::pd::RemoteKv::start(&cfg.hicache, &cfg.disagg, layout)
+            .map_err(EngineError::Config)?;
+        // A decode server writes to the shared store only when asked to: its pages are the
+        // prefill's plus its output, worth sharing only for multi-turn traffic.
+        let remote_write =
+            cfg.disagg.disaggregation_mode != crate::pd::DisaggMode::Decode || offload;
         let hicache = cfg
             .hicache
-            .build(&path, &quantize, layout, device_bytes)
+            .build(
+                &path,
+                &quantize,
+                layout,
+                device_bytes,
+                remote
+                    .clone()
+                    .map(|r| r as Arc<dyn sglrs_scheduler::hicache::RemoteTier>),
+                remote_write,
+            )
             .map_err(EngineError::Config)?;
         let hicache_info = crate::hicache::info_json(&cfg.hicache, hicache.as_ref(), device_bytes);
         let sched_cfg = SchedulerConfig {
@@ -326,6 +356,7 @@ impl Engine {
         state.info.args["disaggregation_bootstrap_port"] =
             cfg.disagg.disaggregation_bootstrap_port.into();
         state.pd = pd;
+        state.remote = remote;
         state.tool_grammar = !cfg.disable_tool_grammar;
         let state = Arc::new(state);
         Ok(Self {

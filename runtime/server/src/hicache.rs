@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sglrs_radix_cache::store::{DiskConfig, PageStore, PageStoreConfig};
 use sglrs_radix_cache::{KvLayout, PageHash};
-use sglrs_scheduler::hicache::{HiCacheConfig, PrefetchPolicy, WritePolicy};
+use sglrs_scheduler::hicache::{HiCacheConfig, PrefetchPolicy, RemoteTier, WritePolicy};
 
 /// Write policy names as `--hicache-write-policy` takes them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -52,21 +52,31 @@ pub struct HiCacheArgs {
     /// When pages are copied down from the device tier.
     #[arg(long, value_enum, default_value_t = WritePolicyArg::WriteThrough)]
     pub hicache_write_policy: WritePolicyArg,
-    /// The disk tier's backend: `file` (memory-mapped segment files in
-    /// `--hicache-storage-dir`).
+    /// The storage tier below host RAM: `file` (a disk tier of memory-mapped segment files
+    /// in `--hicache-storage-dir`) or `quic` (a remote tier: the KV stores of
+    /// `--hicache-storage-addr`, shared by every server that names them; a
+    /// `--hicache-storage-dir` then adds a local disk tier above it).
     #[arg(long)]
     pub hicache_storage_backend: Option<String>,
     /// Directory of the disk tier; pages found there from an earlier run are served (warm
     /// restart).
     #[arg(long)]
     pub hicache_storage_dir: Option<PathBuf>,
+    /// The remote tier's stores (`sglrs kv-store`), `HOST:PORT[,HOST:PORT…]`: pages are
+    /// spread over them by page hash. Needs `--hicache-storage-backend quic` and the
+    /// stores' `--cluster-identity`.
+    #[arg(long, value_delimiter = ',')]
+    pub hicache_storage_addr: Vec<String>,
     /// Disk tier budget in GB; the oldest segment files are deleted beyond it.
     #[arg(long, default_value_t = 16.0)]
     pub hicache_storage_size: f64,
-    /// How long admission waits for a queued request's prefetch from the lower tiers.
-    #[arg(long, value_enum, default_value_t = PrefetchPolicyArg::BestEffort)]
-    pub hicache_storage_prefetch_policy: PrefetchPolicyArg,
-    /// The `timeout` prefetch policy's bound, milliseconds.
+    /// How long admission waits for a queued request's prefetch from the lower tiers
+    /// (default: `timeout` with a remote tier, so its pages can arrive; `best_effort`
+    /// otherwise).
+    #[arg(long, value_enum)]
+    pub hicache_storage_prefetch_policy: Option<PrefetchPolicyArg>,
+    /// The `timeout` prefetch policy's bound, milliseconds; also the longest a remote read
+    /// waits for a store (after it the pages are misses and are recomputed).
     #[arg(long, default_value_t = 500)]
     pub hicache_storage_prefetch_timeout_ms: u64,
 }
@@ -78,6 +88,14 @@ const GB: f64 = (1u64 << 30) as f64;
 
 fn config_err(msg: impl Into<String>) -> String {
     msg.into()
+}
+
+/// At most 64 characters of a flag's value, for an error message.
+fn excerpt(s: &str) -> String {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
 }
 
 impl HiCacheArgs {
@@ -116,19 +134,67 @@ impl HiCacheArgs {
                     "--hicache-storage-dir needs --hicache-storage-backend file",
                 ))
             }
-            None | Some("file") => {}
+            None => {}
+            Some("file") if self.hicache_storage_dir.is_none() => {
+                return Err(config_err(
+                    "--hicache-storage-backend file needs --hicache-storage-dir DIR",
+                ))
+            }
+            Some("file") => {}
+            Some("quic") if self.hicache_storage_addr.is_empty() => {
+                return Err(config_err(
+                    "--hicache-storage-backend quic needs --hicache-storage-addr HOST:PORT[,…]",
+                ))
+            }
+            Some("quic") => {}
             Some(other) => {
                 return Err(config_err(format!(
-                    "--hicache-storage-backend {other:?} is not supported here; use \"file\""
-                )))
+                "--hicache-storage-backend {:?} is not supported here; use \"file\" or \"quic\"",
+                excerpt(other)
+            )))
             }
         }
-        if self.hicache_storage_backend.is_some() && self.hicache_storage_dir.is_none() {
+        if !self.hicache_storage_addr.is_empty() && !self.remote_enabled() {
             return Err(config_err(
-                "--hicache-storage-backend file needs --hicache-storage-dir DIR",
+                "--hicache-storage-addr needs --hicache-storage-backend quic",
+            ));
+        }
+        if let Some(a) = self.hicache_storage_addr.iter().find(|a| {
+            a.rsplit_once(':')
+                .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+        }) {
+            return Err(config_err(format!(
+                "--hicache-storage-addr {:?} is not HOST:PORT",
+                excerpt(a)
+            )));
+        }
+        if self.hicache_storage_prefetch_timeout_ms == 0 && self.remote_enabled() {
+            return Err(config_err(
+                "--hicache-storage-prefetch-timeout-ms must be above 0 with a remote tier",
             ));
         }
         Ok(())
+    }
+
+    /// Whether the remote tier is configured (`--hicache-storage-backend quic`).
+    pub fn remote_enabled(&self) -> bool {
+        self.enable_hierarchical_cache && self.hicache_storage_backend.as_deref() == Some("quic")
+    }
+
+    /// The longest a remote read waits: the prefetch timeout.
+    pub fn remote_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.hicache_storage_prefetch_timeout_ms.max(1))
+    }
+
+    /// The prefetch policy in force.
+    fn prefetch_policy(&self) -> PrefetchPolicy {
+        match self.hicache_storage_prefetch_policy {
+            Some(PrefetchPolicyArg::BestEffort) => PrefetchPolicy::BestEffort,
+            Some(PrefetchPolicyArg::WaitComplete) => PrefetchPolicy::WaitComplete,
+            Some(PrefetchPolicyArg::Timeout) => PrefetchPolicy::Timeout,
+            None if self.remote_enabled() => PrefetchPolicy::Timeout,
+            None => PrefetchPolicy::BestEffort,
+        }
     }
 
     /// Bytes of the host tier for a device pool of `device_bytes`.
@@ -140,13 +206,17 @@ impl HiCacheArgs {
         }
     }
 
-    /// Opens the lower tiers, or `None` when the hierarchical cache is off.
+    /// Opens the lower tiers, or `None` when the hierarchical cache is off. `remote` is the
+    /// remote tier (when [`remote_enabled`](Self::remote_enabled)), written to when
+    /// `remote_write`.
     pub fn build(
         &self,
         model_path: &Path,
         fingerprint_extra: &str,
         layout: KvLayout,
         device_bytes: usize,
+        remote: Option<Arc<dyn RemoteTier>>,
+        remote_write: bool,
     ) -> Result<Option<HiCacheConfig>, String> {
         self.validate()?;
         if !self.enable_hierarchical_cache {
@@ -161,7 +231,8 @@ impl HiCacheArgs {
         if host == 0 && disk.is_none() {
             return Err(config_err(
                 "--enable-hierarchical-cache with neither a host tier (--hicache-ratio or \
-                 --hicache-size above 0) nor a disk tier (--hicache-storage-backend file)",
+                 --hicache-size above 0) nor a disk tier (--hicache-storage-dir); a remote \
+                 tier needs one of them to hold the pages it fetches",
             ));
         }
         let store = PageStore::open(PageStoreConfig {
@@ -180,14 +251,12 @@ impl HiCacheArgs {
                 WritePolicyArg::WriteThroughSelective => WritePolicy::WriteThroughSelective,
                 WritePolicyArg::WriteBack => WritePolicy::WriteBack,
             },
-            prefetch_policy: match self.hicache_storage_prefetch_policy {
-                PrefetchPolicyArg::BestEffort => PrefetchPolicy::BestEffort,
-                PrefetchPolicyArg::WaitComplete => PrefetchPolicy::WaitComplete,
-                PrefetchPolicyArg::Timeout => PrefetchPolicy::Timeout,
-            },
+            prefetch_policy: self.prefetch_policy(),
             prefetch_timeout: Duration::from_millis(self.hicache_storage_prefetch_timeout_ms),
             root_hash,
             page_bytes: layout.page_bytes(),
+            remote_write: remote_write && remote.is_some(),
+            remote,
         }))
     }
 }
@@ -206,6 +275,8 @@ pub fn info_json(
         "host_bytes": args.host_bytes(device_bytes),
         "storage_backend": args.hicache_storage_backend,
         "storage_dir": args.hicache_storage_dir.as_ref().map(|d| d.display().to_string()),
+        "storage_addr": args.hicache_storage_addr,
+        "remote_write": cfg.remote_write,
         "storage_bytes": args.hicache_storage_dir.as_ref().map(|_| (args.hicache_storage_size * GB) as u64),
         "write_policy": cfg.write_policy.name(),
         "prefetch_policy": cfg.prefetch_policy.name(),
@@ -322,5 +393,42 @@ mod tests {
             .validate()
             .is_ok());
         assert!(args(&["--hicache-write-policy", "bogus"]).is_err());
+        let on = |extra: &[&str]| {
+            let mut v = vec!["--enable-hierarchical-cache"];
+            v.extend_from_slice(extra);
+            args(&v).unwrap()
+        };
+        assert!(on(&["--hicache-storage-backend", "quic"])
+            .validate()
+            .unwrap_err()
+            .contains("--hicache-storage-addr"));
+        assert!(on(&["--hicache-storage-addr", "a:1"])
+            .validate()
+            .unwrap_err()
+            .contains("--hicache-storage-backend quic"));
+        assert!(on(&[
+            "--hicache-storage-backend",
+            "quic",
+            "--hicache-storage-addr",
+            "a:1,nope"
+        ])
+        .validate()
+        .unwrap_err()
+        .contains("\"nope\" is not HOST:PORT"));
+        let quic = on(&[
+            "--hicache-storage-backend",
+            "quic",
+            "--hicache-storage-addr",
+            "a:1,b:2",
+        ]);
+        assert!(quic.validate().is_ok());
+        assert_eq!(quic.hicache_storage_addr, ["a:1", "b:2"]);
+        assert!(quic.remote_enabled());
+        assert_eq!(
+            quic.prefetch_policy(),
+            PrefetchPolicy::Timeout,
+            "waits for the remote"
+        );
+        assert_eq!(on(&[]).prefetch_policy(), PrefetchPolicy::BestEffort);
     }
 }

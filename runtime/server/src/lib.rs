@@ -118,6 +118,8 @@ pub struct AppState {
     pub rids: Arc<RidTable>,
     /// Prefill/decode disaggregation (`None`: unified).
     pub pd: Option<Arc<crate::pd::Pd>>,
+    /// The hierarchical cache's remote tier (`None`: none).
+    pub remote: Option<Arc<crate::pd::RemoteKv>>,
     /// Whether tool calls are enforced by a grammar (`false` with `--disable-tool-grammar`:
     /// they are parsed out of unconstrained output, for comparison).
     pub tool_grammar: bool,
@@ -150,6 +152,7 @@ impl AppState {
             auth,
             rids: Arc::new(RidTable::default()),
             pd: None,
+            remote: None,
             tool_grammar: true,
             next_id: AtomicU64::new(1),
         }

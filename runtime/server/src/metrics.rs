@@ -213,11 +213,14 @@ impl Metrics {
         let by_source = [
             (
                 "device",
-                s.core.cached_tokens - s.core.cached_host_tokens - s.core.cached_disk_tokens,
+                s.core.cached_tokens
+                    - s.core.cached_host_tokens
+                    - s.core.cached_disk_tokens
+                    - s.core.cached_remote_tokens,
             ),
             ("host", s.core.cached_host_tokens),
             ("disk", s.core.cached_disk_tokens),
-            ("remote", 0),
+            ("remote", s.core.cached_remote_tokens),
         ];
         let _ = writeln!(
             out,

@@ -126,10 +126,13 @@ pub async fn server_info(State(state): State<Arc<AppState>>) -> Json<Value> {
                 "forward_seconds": s.forward_seconds,
                 "grammar_compiles": state.grammars.compiles(),
                 "cached_tokens_by_source": {
-                    "device": s.core.cached_tokens - s.core.cached_host_tokens - s.core.cached_disk_tokens,
+                    "device": s.core.cached_tokens
+                    - s.core.cached_host_tokens
+                    - s.core.cached_disk_tokens
+                    - s.core.cached_remote_tokens,
                     "host": s.core.cached_host_tokens,
                     "disk": s.core.cached_disk_tokens,
-                    "remote": 0,
+                    "remote": s.core.cached_remote_tokens,
                 },
                 "hicache": s.tiers,
                 "hicache_store": s.store.map(|st| json!({
@@ -144,6 +147,7 @@ pub async fn server_info(State(state): State<Arc<AppState>>) -> Json<Value> {
                     "disk_hits": st.disk_hits,
                     "disk_written_bytes": st.disk_written_bytes,
                 })),
+                "hicache_remote": state.remote.as_ref().map(|r| r.info_json()),
                 "disaggregation": state.pd.as_ref().map(|pd| {
                     let mut d = pd.info_json();
                     d["scheduler"] = json!({
@@ -229,6 +233,9 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let mut text = state.metrics.render(&stats);
     if let Some(pd) = &state.pd {
         pd.stats().render(&mut text, pd.mode());
+    }
+    if let Some(r) = &state.remote {
+        r.render(&mut text);
     }
     let engine_type = match state.pd.as_ref().map(|p| p.mode()) {
         Some(crate::pd::DisaggMode::Prefill) => "prefill",

@@ -105,10 +105,9 @@ pub fn render(out: &mut String, m: &Metrics, s: &DriverStats, cx: &Context<'_>) 
     ] {
         sample(out, kind, name, help, v);
     }
-    let device = s
-        .core
-        .cached_tokens
-        .saturating_sub(s.core.cached_host_tokens + s.core.cached_disk_tokens);
+    let device = s.core.cached_tokens.saturating_sub(
+        s.core.cached_host_tokens + s.core.cached_disk_tokens + s.core.cached_remote_tokens,
+    );
     let _ = writeln!(
         out,
         "# HELP sglang:cached_tokens_total Prompt tokens served from a cache, by source.\n\
@@ -118,7 +117,7 @@ pub fn render(out: &mut String, m: &Metrics, s: &DriverStats, cx: &Context<'_>) 
         ("device", device),
         ("host", s.core.cached_host_tokens),
         ("disk", s.core.cached_disk_tokens),
-        ("remote", 0),
+        ("remote", s.core.cached_remote_tokens),
     ] {
         let _ = writeln!(
             out,

@@ -125,8 +125,9 @@ impl SchedulerCore {
                 t.stats.written_pages += written as u64;
                 t.stats.written_bytes += (written * t.cfg.page_bytes) as u64;
             }
-            IoDone::Prefetched { id } => {
+            IoDone::Prefetched { id, remote } => {
                 t.stats.prefetches += 1;
+                t.stats.fetched_remote_pages += remote as u64;
                 t.prefetching.remove(&id);
             }
             IoDone::Loaded {
@@ -134,12 +135,14 @@ impl SchedulerCore {
                 loaded,
                 host,
                 disk,
+                remote,
                 seconds,
             } => {
                 let first = t.loading.remove(&key).unwrap_or(false);
                 t.stats.loads += 1;
                 t.stats.loaded_host_pages += host as u64;
                 t.stats.loaded_disk_pages += disk as u64;
+                t.stats.loaded_remote_pages += remote as u64;
                 t.stats.observe_load(seconds);
                 t.stats.loaded_bytes += (loaded * t.cfg.page_bytes) as u64;
                 if let Some((pages, lock)) = t.orphans.remove(&key) {
@@ -161,14 +164,21 @@ impl SchedulerCore {
                 s.offloaded = s.computed / ps;
                 s.phase = Phase::Running;
                 if first {
+                    // The loaded pages come in sequence order, but their tiers interleave;
+                    // the prompt's share (the last page may hold output) is split in
+                    // proportion, host first, then remote, then disk.
                     let extra = (loaded * ps).min(s.shared.prompt_len - s.cached.device);
                     let from_host = (host * ps).min(extra);
+                    let from_remote = (remote * ps).min(extra - from_host);
+                    let from_disk = extra - from_host - from_remote;
                     s.cached.host += from_host;
-                    s.cached.disk += extra - from_host;
+                    s.cached.remote += from_remote;
+                    s.cached.disk += from_disk;
                     s.cached_tokens = Some(s.cached.total());
                     self.stats.cached_tokens += extra as u64;
                     self.stats.cached_host_tokens += from_host as u64;
-                    self.stats.cached_disk_tokens += (extra - from_host) as u64;
+                    self.stats.cached_remote_tokens += from_remote as u64;
+                    self.stats.cached_disk_tokens += from_disk as u64;
                 }
             }
         }
@@ -189,7 +199,8 @@ impl SchedulerCore {
     }
 
     /// On arrival: the pages the lower tiers hold beyond the device match are read into
-    /// memory while the request waits.
+    /// memory while the request waits, and the remote tier (if any) is asked for the full
+    /// pages after those.
     pub(super) fn prefetch_on_arrival(
         &mut self,
         id: RequestId,
@@ -201,13 +212,24 @@ impl SchedulerCore {
             return;
         }
         let limit = prompt.len() - 1;
-        let (_, hashes) = self.lower_hit(ns, &prompt[..limit]);
-        if hashes.is_empty() {
+        let Some(t) = &self.tiers else {
+            return;
+        };
+        let (store, with_remote) = (t.cfg.store.clone(), t.cfg.remote.is_some());
+        let (_, mut hashes) = self.cache.lower_candidates(ns, &prompt[..limit]);
+        let n = store.exists(&hashes);
+        let remote = if with_remote {
+            hashes.split_off(n)
+        } else {
+            hashes.truncate(n);
+            Vec::new()
+        };
+        if hashes.is_empty() && remote.is_empty() {
             return;
         }
         if let Some(t) = self.tiers.as_mut() {
             t.prefetching.insert(id, now);
-            t.jobs.push_back(IoJob::Prefetch { id, hashes });
+            t.jobs.push_back(IoJob::Prefetch { id, hashes, remote });
         }
     }
 

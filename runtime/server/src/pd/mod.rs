@@ -26,7 +26,11 @@ pub use link::{read_identity, write_identity, Importer, Pd};
 #[cfg(not(feature = "pd"))]
 mod off;
 #[cfg(not(feature = "pd"))]
-pub use off::Pd;
+pub use off::{Pd, RemoteKv};
+#[cfg(feature = "pd")]
+mod remote;
+#[cfg(feature = "pd")]
+pub use remote::RemoteKv;
 
 use crate::metrics::Histogram;
 use std::collections::HashMap;
@@ -97,6 +101,11 @@ pub struct DisaggArgs {
     /// registration, the pages, the acknowledgement).
     #[arg(long, default_value_t = 30)]
     pub disaggregation_timeout: u64,
+    /// Decode role: write the pages it computes (prompt and output) through to the
+    /// hierarchical cache's remote tier, so the next turn's prefill, on any prefill host
+    /// sharing the store, starts from them. Needs `--hicache-storage-backend quic`.
+    #[arg(long)]
+    pub disaggregation_decode_enable_offload_kvcache: bool,
 }
 
 /// Counters of the transfers, for `/metrics` and `/get_server_info`.
@@ -134,6 +143,8 @@ impl Default for PdStats {
 }
 
 impl PdStats {
+    /// Counts a failed transfer by cause (the transfer build's only).
+    #[cfg_attr(not(feature = "pd"), allow(dead_code))]
     pub(crate) fn fail(&self, message: &str) {
         let cause = failure_cause(message);
         if let Ok(mut f) = self.failures.lock() {
@@ -220,6 +231,7 @@ impl PdStats {
 }
 
 /// The failure class of a transfer error's text (the metrics' `cause` label).
+#[cfg_attr(not(feature = "pd"), allow(dead_code))]
 fn failure_cause(message: &str) -> &'static str {
     let m = message.to_ascii_lowercase();
     if m.contains("timed out") || m.contains("timeout") || m.contains("silent") {

@@ -73,3 +73,45 @@ impl Pd {
         match **self {}
     }
 }
+
+/// Never constructed in this build: the remote tier needs the KV transfer stack.
+pub enum RemoteKv {}
+
+impl RemoteKv {
+    /// Without a remote tier configured, nothing; with one, a refusal naming the flag.
+    pub fn start(
+        hicache: &crate::hicache::HiCacheArgs,
+        _disagg: &DisaggArgs,
+        _layout: sglrs_radix_cache::KvLayout,
+    ) -> Result<Option<Arc<RemoteKv>>, String> {
+        if hicache.remote_enabled() {
+            return Err(
+                "--hicache-storage-backend quic needs the KV transfer stack, which this \
+                        build (the Python extension) lacks: run `sglrs serve` instead"
+                    .into(),
+            );
+        }
+        Ok(None)
+    }
+    /// See the transfer build.
+    pub fn info_json(&self) -> serde_json::Value {
+        match *self {}
+    }
+    /// See the transfer build.
+    pub fn render(&self, _: &mut String) {
+        match *self {}
+    }
+}
+
+impl sglrs_scheduler::hicache::RemoteTier for RemoteKv {
+    fn fetch(
+        &self,
+        _: Vec<sglrs_radix_cache::PageHash>,
+        _: Box<dyn FnOnce(Vec<Option<bytes::Bytes>>) + Send>,
+    ) {
+        match *self {}
+    }
+    fn write(&self, _: Vec<(sglrs_radix_cache::PageHash, bytes::Bytes)>) {
+        match *self {}
+    }
+}

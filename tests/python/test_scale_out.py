@@ -1,0 +1,314 @@
+"""The hierarchical cache's remote tier: two `sglrs serve` replicas sharing one `sglrs kv-store`.
+
+As root (CI is), each replica and the store run in their own network namespace: the test
+reaches each replica's HTTP over a veth pair, and the replicas reach the store over a bridge
+inside the store's namespace (one address for both). Without root everything runs on loopback.
+
+Checked: a prompt computed on replica A is a remote hit on replica B, with the same tokens and
+logprobs; a store stopped or killed mid-load costs B a recompute within the prefetch timeout,
+never an error; a restarted store is redialed and hit again; a store with another cluster
+identity is refused at the handshake (its pages are misses, requests still succeed).
+
+Run:  pip install pytest openai
+      SGLRS_BIN=…/release/sglrs python3 -m pytest -q tests/python/test_scale_out.py
+"""
+
+import concurrent.futures
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+from test_pd import BINARY, Proc, free_udp_port, info, post, sh
+
+# A prompt far longer than a page: ~1,000 tokens of prose, different for every seed.
+WORDS = ["river", "stone", "lantern", "harbor", "meadow", "copper", "violet", "engine", "orchard",
+         "signal", "winter", "canvas", "falcon", "marble", "thunder", "garden"]
+PREFETCH_MS = 1500
+
+
+def prose(seed, words=700):
+    x = seed * 6364136223846793005 + 1442695040888963407
+    out = []
+    for _ in range(words):
+        x = (x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        out.append(WORDS[(x >> 33) % len(WORDS)])
+    return " ".join(out)
+
+
+class Net:
+    """Namespaces `A`, `B` (replicas) and `S` (store) when root: A and B each hang off the
+    root namespace by a veth pair (the test's HTTP), and off a bridge in S that holds the
+    store's address. Otherwise everything is 127.0.0.1."""
+
+    made = 0
+
+    def __init__(self):
+        Net.made += 1
+        self.created = []
+        self.netns = os.geteuid() == 0 and shutil.which("ip") is not None
+        if self.netns:
+            tag = f"{os.getpid() % 10000}{chr(96 + Net.made % 26)}"
+            net = 100 + (os.getpid() * 7 + Net.made) % 100
+            try:
+                self._make(tag, net)
+                return
+            except subprocess.CalledProcessError as e:
+                self.close()
+                print(f"test_scale_out: network namespaces unavailable ({e.stderr.strip()}); "
+                      "using loopback", file=sys.stderr)
+                self.netns = False
+        self.a_ns = self.b_ns = self.s_ns = None
+        self.a_host = self.b_host = self.store_host = "127.0.0.1"
+
+    def _make(self, tag, net):
+        self.a_ns, self.b_ns, self.s_ns = f"sgla{tag}", f"sglb{tag}", f"sgls{tag}"
+        for ns in (self.a_ns, self.b_ns, self.s_ns):
+            sh("ip", "netns", "add", ns)
+            self.created.append(ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "-n", self.s_ns, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", self.s_ns, "addr", "add", f"10.{net}.3.1/24", "dev", "br0")
+        sh("ip", "-n", self.s_ns, "link", "set", "br0", "up")
+        for i, ns in ((1, self.a_ns), (2, self.b_ns)):
+            # HTTP from the root namespace.
+            root_end, ns_end = f"r{i}{tag}", f"h{i}{tag}"
+            sh("ip", "link", "add", root_end, "type", "veth", "peer", "name", ns_end)
+            self.created.append(("link", root_end))
+            sh("ip", "link", "set", ns_end, "netns", ns)
+            sh("ip", "addr", "add", f"10.{net}.{i}.1/24", "dev", root_end)
+            sh("ip", "link", "set", root_end, "up")
+            sh("ip", "-n", ns, "addr", "add", f"10.{net}.{i}.2/24", "dev", ns_end)
+            sh("ip", "-n", ns, "link", "set", ns_end, "up")
+            # The store's bridge.
+            s_end, n_end = f"s{i}{tag}", f"k{i}{tag}"
+            sh("ip", "link", "add", s_end, "type", "veth", "peer", "name", n_end)
+            sh("ip", "link", "set", s_end, "netns", self.s_ns)
+            sh("ip", "link", "set", n_end, "netns", ns)
+            sh("ip", "-n", self.s_ns, "link", "set", s_end, "master", "br0")
+            sh("ip", "-n", self.s_ns, "link", "set", s_end, "up")
+            sh("ip", "-n", ns, "addr", "add", f"10.{net}.3.{i + 1}/24", "dev", n_end)
+            sh("ip", "-n", ns, "link", "set", n_end, "up")
+        self.a_host, self.b_host, self.store_host = f"10.{net}.1.2", f"10.{net}.2.2", f"10.{net}.3.1"
+
+    def prefix(self, ns):
+        return ["ip", "netns", "exec", ns] if ns else []
+
+    def close(self):
+        for c in reversed(self.created):
+            if isinstance(c, tuple):
+                sh("ip", "link", "del", c[1], check=False)
+            else:
+                sh("ip", "netns", "del", c, check=False)
+        self.created = []
+
+
+class Store:
+    """`sglrs kv-store` in the store's namespace."""
+
+    def __init__(self, net, identity, port=None):
+        self.net, self.identity = net, identity
+        self.port = port or free_udp_port()
+        self.addr = f"{net.store_host}:{self.port}"
+        self.start()
+
+    def start(self):
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [*self.net.prefix(self.net.s_ns), BINARY, "kv-store", "--listen", self.addr,
+             "--ram-gb", "0.5", "--cluster-identity", self.identity],
+            stdout=subprocess.DEVNULL, stderr=self.log)
+        deadline = time.time() + 60
+        while True:
+            self.log.seek(0)
+            if b"KV store on" in self.log.read():
+                return
+            assert self.proc.poll() is None and time.time() < deadline, "kv-store did not come up"
+            time.sleep(0.1)
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+
+
+def replica(net, ns, host, identity, store_addr, *flags):
+    return Proc(net, ns, host, "--enable-hierarchical-cache", "--hicache-storage-backend", "quic",
+                "--hicache-storage-addr", store_addr, "--cluster-identity", identity,
+                "--hicache-storage-prefetch-timeout-ms", str(PREFETCH_MS), *flags)
+
+
+def ask(s, text):
+    status, v = post(s.base, "/generate",
+                     {"text": text, "sampling_params": {"max_new_tokens": 8, "temperature": 0},
+                      "return_logprob": True, "top_logprobs_num": 5})
+    assert status == 200, v
+    return v
+
+
+def answer(v):
+    m = v["meta_info"]
+    return [v["text"], m["output_token_logprobs"], m["output_top_logprobs"]]
+
+
+def remote(s):
+    return info(s.base)["hicache_remote"]
+
+
+def wait_written(s, timeout=30):
+    """Until replica `s` has no remote write in flight; returns its remote-tier info."""
+    deadline = time.time() + timeout
+    while True:
+        r = remote(s)
+        if not r["writes_pending"] and r["written_pages"] + r["skipped_pages"] + r["dropped_pages"] > 0:
+            return r
+        assert time.time() < deadline, r
+        time.sleep(0.1)
+
+
+def wait_connected(s, connects, timeout=30):
+    deadline = time.time() + timeout
+    while True:
+        st = remote(s)["stores"][0]
+        if st["state"] == "connected" and st["connects"] >= connects:
+            return st
+        assert time.time() < deadline, st
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def identity():
+    d = tempfile.mkdtemp(prefix="sglrs-id-")
+    subprocess.run([BINARY, "cluster-identity", "--out", d], check=True, capture_output=True)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(identity):
+    net = Net()
+    parts = []
+    try:
+        store = Store(net, identity)
+        parts.append(store)
+        a = replica(net, net.a_ns, net.a_host, identity, store.addr)
+        parts.append(a)
+        b = replica(net, net.b_ns, net.b_host, identity, store.addr)
+        parts.append(b)
+        yield net, store, a, b
+    finally:
+        for p in reversed(parts):
+            p.kill() if isinstance(p, Store) else p.stop()
+        net.close()
+
+
+def test_a_prompt_computed_on_one_replica_is_a_remote_hit_on_the_other(cluster):
+    net, store, a, b = cluster
+    text = prose(1)
+    cold = ask(a, text)
+    assert cold["meta_info"]["cached_tokens"] == 0
+    r = wait_written(a)
+    assert r["written_pages"] > 10 and r["stores"][0]["state"] == "connected", r
+    hit = ask(b, text)
+    m = hit["meta_info"]
+    n = m["prompt_tokens"]
+    assert m["cached_tokens_details"]["remote"] == (n - 1) // 16 * 16, m
+    assert m["cached_tokens"] == m["cached_tokens_details"]["remote"], m
+    assert answer(hit) == answer(cold), "the fetched pages give the same tokens and logprobs"
+    rb = remote(b)
+    assert rb["hit_pages"] == (n - 1) // 16 and rb["read_timeouts"] == 0, rb
+    st = info(b.base)
+    assert st["cached_tokens_by_source"]["remote"] == m["cached_tokens"], st
+    assert st["cache"]["running_pages"] == 0 and st["cache"]["held_locks"] == 0, st
+    # The counters are in /metrics too.
+    with urllib.request.urlopen(b.base + "/metrics", timeout=30) as resp:
+        metrics = resp.read().decode()
+    assert "sglang:cached_tokens_total{" in metrics and 'cache_source="remote"' in metrics
+    assert "sglrs_hicache_remote_hit_pages_total" in metrics
+
+
+def test_a_stopped_or_killed_store_costs_a_recompute_within_the_prefetch_timeout(cluster):
+    net, store, a, b = cluster
+    texts = [prose(10 + i) for i in range(3)]
+    colds = [ask(a, t) for t in texts]
+    wait_written(a)
+    # A store that hangs: B's fetch waits the prefetch timeout, then recomputes.
+    store.signal(signal.SIGSTOP)
+    try:
+        t0 = time.time()
+        v = ask(b, texts[0])
+        took = time.time() - t0
+        assert answer(v) == answer(colds[0])
+        assert v["meta_info"]["cached_tokens"] == 0, v["meta_info"]
+        assert took < PREFETCH_MS / 1000 + 20, took
+        assert remote(b)["read_timeouts"] >= 1
+    finally:
+        store.signal(signal.SIGCONT)
+    # Killed while B's requests are on their way.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        futs = [pool.submit(ask, b, t) for t in texts[1:]]
+        time.sleep(0.05)
+        store.kill()
+        got = [f.result(timeout=120) for f in futs]
+    for v, c in zip(got, colds[1:]):
+        assert answer(v) == answer(c), "recomputed or fetched, the answer is the same"
+    # With the store gone, new requests are misses within the timeout, never errors.
+    t0 = time.time()
+    v = ask(b, prose(20))
+    assert v["meta_info"]["cached_tokens_details"]["remote"] == 0
+    assert time.time() - t0 < PREFETCH_MS / 1000 + 20
+    st = info(b.base)
+    assert st["cache"]["running_pages"] == 0 and st["cache"]["held_locks"] == 0, st
+    # Restarted (empty: a kill loses the store's RAM): both replicas redial, and what A
+    # computes next is a hit on B again.
+    before = remote(b)["stores"][0]["connects"]
+    store.start()
+    wait_connected(a, before + 1)
+    wait_connected(b, before + 1)
+    text = prose(30)
+    cold = ask(a, text)
+    wait_written(a)
+    hit = ask(b, text)
+    assert hit["meta_info"]["cached_tokens_details"]["remote"] > 0, hit["meta_info"]
+    assert answer(hit) == answer(cold)
+
+
+def test_a_store_with_another_cluster_identity_is_refused(identity):
+    other = tempfile.mkdtemp(prefix="sglrs-id-other-")
+    net = Net()
+    store = s = None
+    try:
+        subprocess.run([BINARY, "cluster-identity", "--out", other], check=True, capture_output=True)
+        store = Store(net, other)
+        s = replica(net, net.a_ns, net.a_host, identity, store.addr)
+        st = remote(s)["stores"][0]
+        assert st["state"] != "connected", st
+        deadline = time.time() + 15
+        while not st["reason"]:
+            assert time.time() < deadline, st
+            time.sleep(0.2)
+            st = remote(s)["stores"][0]
+        reason = st["reason"].lower()
+        assert any(w in reason for w in ("certificate", "tls", "handshake", "identity", "secret")), st
+        t0 = time.time()
+        v = ask(s, prose(40, 200))
+        assert v["meta_info"]["cached_tokens"] == 0
+        assert time.time() - t0 < 20
+        assert remote(s)["hit_pages"] == 0
+    finally:
+        if s is not None:
+            s.stop()
+        if store is not None:
+            store.kill()
+        net.close()
+        shutil.rmtree(other, ignore_errors=True)
