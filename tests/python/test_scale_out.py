@@ -49,10 +49,10 @@ class Net:
 
     made = 0
 
-    def __init__(self):
+    def __init__(self, loopback=False):
         Net.made += 1
         self.created = []
-        self.netns = os.geteuid() == 0 and shutil.which("ip") is not None
+        self.netns = not loopback and os.geteuid() == 0 and shutil.which("ip") is not None
         if self.netns:
             tag = f"{os.getpid() % 10000}{chr(96 + Net.made % 26)}"
             net = 100 + (os.getpid() * 7 + Net.made) % 100
@@ -312,3 +312,65 @@ def test_a_store_with_another_cluster_identity_is_refused(identity):
             store.kill()
         net.close()
         shutil.rmtree(other, ignore_errors=True)
+
+
+def test_a_decode_server_offloads_what_it_computed_for_the_next_turns_prefill(identity):
+    """Prefill and decode share the store; the decode server offloads its pages
+    (`--disaggregation-decode-enable-offload-kvcache`), so the next turn's prefill finds
+    the first turn's output pages in the remote tier."""
+    net_lo = Net(loopback=True)  # the PD pair and its store on loopback
+    parts = []
+    try:
+        store = Store(net_lo, identity)
+        parts.append(store)
+        boot = free_udp_port()
+        prefill = replica(net_lo, None, "127.0.0.1", identity, store.addr,
+                          "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(boot))
+        parts.append(prefill)
+        decode = replica(net_lo, None, "127.0.0.1", identity, store.addr,
+                         "--disaggregation-mode", "decode", "--disaggregation-decode-enable-offload-kvcache")
+        parts.append(decode)
+        text = prose(50, 300)
+        body = {"text": text, "sampling_params": {"max_new_tokens": 48, "temperature": 0, "ignore_eos": True},
+                "bootstrap_host": "127.0.0.1", "bootstrap_port": boot, "bootstrap_room": 5}
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            pf = pool.submit(post, prefill.base, "/generate", body)
+            df = pool.submit(post, decode.base, "/generate", body)
+            ps, _ = pf.result(timeout=120)
+            ds, first = df.result(timeout=120)
+        assert ps == 200 and ds == 200, first
+        n1 = first["meta_info"]["prompt_tokens"]
+        # The prefill server wrote the prompt's pages; the decode server writes the pages
+        # its output completes (48 tokens: at least two full pages) once the request ends.
+        deadline = time.time() + 30
+        while True:
+            r = remote(decode)
+            if r["written_pages"] >= 2 and not r["writes_pending"]:
+                break
+            assert time.time() < deadline, r
+            time.sleep(0.1)
+        # The next turn, prefilled (here whole, on the prefill server): the first turn's
+        # prompt is on its device, the output pages come from the decode server's offload.
+        follow = text + first["text"] + " and then"
+        status, second = post(prefill.base, "/generate",
+                              {"text": follow, "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
+        assert status == 200, second
+        d = second["meta_info"]["cached_tokens_details"]
+        assert d["remote"] >= 32, d
+        assert d["device"] + d["remote"] > n1, (d, n1)
+    finally:
+        for p in reversed(parts):
+            p.kill() if isinstance(p, Store) else p.stop()
+
+
+def test_offload_flags_that_cannot_work_are_refused_by_name():
+    for flags, named in (
+        (["--disaggregation-decode-enable-offload-kvcache"], "--disaggregation-mode decode"),
+        (["--enable-hierarchical-cache", "--hicache-storage-backend", "quic"], "--hicache-storage-addr"),
+        (["--enable-hierarchical-cache", "--hicache-storage-backend", "quic",
+          "--hicache-storage-addr", "127.0.0.1:1"], "--cluster-identity"),
+    ):
+        r = subprocess.run([BINARY, "serve", "--port", "1", *flags], capture_output=True, text=True,
+                           timeout=120,
+                           env={k: v for k, v in os.environ.items() if k != "SGLRS_CLUSTER_IDENTITY"})
+        assert r.returncode != 0 and named in r.stderr, (flags, r.stderr[-500:])

@@ -243,6 +243,7 @@ impl Engine {
         let layout = exec.kv_layout();
         let device_bytes = exec.num_pages() * layout.page_bytes();
         let quantize = cfg.quantize.map(|q| format!("{q:?}")).unwrap_or_default();
+        cfg.hicache.validate().map_err(EngineError::Config)?;
         let offload = cfg.disagg.disaggregation_decode_enable_offload_kvcache;
         if offload && cfg.disagg.disaggregation_mode != crate::pd::DisaggMode::Decode {
             return Err(EngineError::Config(

@@ -102,7 +102,7 @@ impl HiCacheArgs {
     /// Checks the flags against each other: flags of the hierarchical cache without
     /// `--enable-hierarchical-cache`, or a configuration without any lower tier, are
     /// refused by name.
-    fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), String> {
         if !self.enable_hierarchical_cache {
             let set = [
                 (

@@ -41,7 +41,11 @@ impl RemoteKv {
         let dir = disagg
             .cluster_identity
             .clone()
-            .or_else(|| std::env::var_os("SGLRS_CLUSTER_IDENTITY").map(PathBuf::from))
+            .or_else(|| {
+                std::env::var_os("SGLRS_CLUSTER_IDENTITY")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            })
             .ok_or_else(|| {
                 "--hicache-storage-backend quic needs --cluster-identity DIR (or \
                  SGLRS_CLUSTER_IDENTITY), the same as the stores'"
