@@ -64,14 +64,18 @@ fn page_ids(pages: &[u32]) -> Vec<PageId> {
 impl PageCache {
     /// A cache over `num_pages` pages; `root` chains every sequence's first page hash on
     /// the model fingerprint (the lower tiers' page names).
-    /// With `demote`, evicted pages are kept for [`PageCache::take_demoted`].
+    /// With `demote`, evicted pages are kept for [`PageCache::take_demoted`]; with `events`,
+    /// the tree records [`sglrs_radix_cache::KvEvent`]s for [`PageCache::drain_events`].
     pub fn new(
         num_pages: usize,
         page_size: usize,
         root: Option<PageHash>,
         demote: bool,
+        events: bool,
     ) -> Result<Self, SchedError> {
-        let mut cfg = CacheConfig::new(num_pages, page_size).with_demote(demote);
+        let mut cfg = CacheConfig::new(num_pages, page_size)
+            .with_demote(demote)
+            .with_events(events);
         if let Some(root) = root {
             cfg = cfg.with_root_hash(root);
         }
@@ -82,6 +86,11 @@ impl PageCache {
             errors: 0,
             demoted: Vec::new(),
         })
+    }
+
+    /// The KV events recorded since the last call.
+    pub fn drain_events(&mut self) -> Vec<sglrs_radix_cache::KvEvent> {
+        self.tree.drain_events().collect()
     }
 
     fn note<T, E: std::fmt::Display>(&mut self, r: Result<T, E>) -> Option<T> {

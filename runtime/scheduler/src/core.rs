@@ -65,6 +65,8 @@ pub struct SchedulerConfig {
     pub max_queued_per_tenant: usize,
     /// The hierarchical cache's lower tiers (host RAM, disk); `None`: the device tier only.
     pub hicache: Option<crate::hicache::HiCacheConfig>,
+    /// KV events for cache-aware routers (`None`: none are recorded).
+    pub kv_events: Option<crate::kv_events::KvEventsConfig>,
 }
 
 /// One sequence's share of a planned forward pass.
@@ -189,12 +191,22 @@ impl SchedulerCore {
                 cfg.max_context.min(4096)
             )));
         }
-        let root = cfg.hicache.as_ref().map(|h| h.root_hash);
+        let root = cfg
+            .hicache
+            .as_ref()
+            .map(|h| h.root_hash)
+            .or(cfg.kv_events.as_ref().map(|k| k.root_hash));
         let write_back = cfg
             .hicache
             .as_ref()
             .is_some_and(|h| h.write_policy == crate::hicache::WritePolicy::WriteBack);
-        let cache = PageCache::new(cfg.num_pages, cfg.page_size, root, write_back)?;
+        let cache = PageCache::new(
+            cfg.num_pages,
+            cfg.page_size,
+            root,
+            write_back,
+            cfg.kv_events.is_some(),
+        )?;
         let tiers = cfg.hicache.clone().map(tier::Tiers::new);
         Ok(Self {
             mask: vec![0; cfg.vocab_size.div_ceil(32)],
@@ -216,6 +228,15 @@ impl SchedulerCore {
             tiers,
             disagg: disagg::DisaggState::default(),
         })
+    }
+
+    /// The KV events the radix cache recorded since the last call (none unless
+    /// [`SchedulerConfig::kv_events`] is set).
+    pub fn drain_kv_events(&mut self) -> Vec<crate::kv_events::KvEvent> {
+        if self.cfg.kv_events.is_none() {
+            return Vec::new();
+        }
+        self.cache.drain_events()
     }
 
     /// The configuration.

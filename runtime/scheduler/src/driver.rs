@@ -466,6 +466,7 @@ impl Driver {
             if self.core.is_idle() {
                 self.settle_queue();
                 self.publish();
+                self.emit_kv_events();
                 match self.wait(None) {
                     Ok(Some(cmd)) => self.command(cmd),
                     Ok(None) => continue,
@@ -530,6 +531,24 @@ impl Driver {
             self.route_events();
             self.settle_queue();
             self.publish();
+            self.emit_kv_events();
+        }
+    }
+
+    /// Hands the step's KV events to the sink.
+    fn emit_kv_events(&mut self) {
+        let Some(sink) = self
+            .core
+            .config()
+            .kv_events
+            .as_ref()
+            .map(|k| k.sink.clone())
+        else {
+            return;
+        };
+        let events = self.core.drain_kv_events();
+        if !events.is_empty() {
+            sink.publish(events);
         }
     }
 

@@ -46,6 +46,7 @@
 //!     max_queued: 256,
 //!     max_queued_per_tenant: 128,
 //!     hicache: None,
+//!     kv_events: None,
 //! };
 //! let core = SchedulerCore::new(cfg, Arc::new(model.tokenizer))?;
 //! let (handle, _thread) = spawn(core, Box::new(exec))?;
@@ -62,6 +63,7 @@ mod core;
 pub mod detok;
 mod driver;
 pub mod hicache;
+pub mod kv_events;
 mod policy;
 mod request;
 pub mod sampler;

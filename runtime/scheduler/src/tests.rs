@@ -149,6 +149,7 @@ fn config(num_pages: usize, page_size: usize) -> SchedulerConfig {
         max_queued: 16,
         max_queued_per_tenant: 8,
         hicache: None,
+        kv_events: None,
     }
 }
 

@@ -140,6 +140,11 @@ pub struct EngineConfig {
     /// Prefill/decode disaggregation.
     #[command(flatten)]
     pub disagg: crate::pd::DisaggArgs,
+    /// Publish KV cache events for cache-aware routers (llm-d), as vLLM and SGLang do:
+    /// JSON with `publisher` (`zmq`), `endpoint` (`tcp://*:5557`), `replay_endpoint`,
+    /// `topic`, `buffer_steps`, `hwm`, `max_queue_size` (docs/scale-out.md).
+    #[arg(long)]
+    pub kv_events_config: Option<String>,
     /// Where the server listens (`host:port`), as `/get_server_info` reports it; `None` for
     /// an in-process engine. Set by the caller, not a flag.
     #[arg(skip)]
@@ -279,6 +284,13 @@ impl Engine {
             )
             .map_err(EngineError::Config)?;
         let hicache_info = crate::hicache::info_json(&cfg.hicache, hicache.as_ref(), device_bytes);
+        let (kv_events, kv_events_info) = start_kv_events(
+            cfg.kv_events_config.as_deref(),
+            hicache.as_ref().map(|h| h.root_hash),
+            &path,
+            &quantize,
+            layout,
+        )?;
         let sched_cfg = SchedulerConfig {
             page_size: cfg.page_size,
             num_pages: exec.num_pages(),
@@ -294,6 +306,7 @@ impl Engine {
             max_queued: cfg.max_queued_requests,
             max_queued_per_tenant: per_tenant,
             hicache,
+            kv_events,
         };
         let num_pages = sched_cfg.num_pages;
         let core = SchedulerCore::new(sched_cfg, tokenizer.clone())?;
@@ -358,6 +371,7 @@ impl Engine {
             cfg.disagg.disaggregation_bootstrap_port.into();
         state.pd = pd;
         state.remote = remote;
+        state.kv_events = kv_events_info;
         state.tool_grammar = !cfg.disable_tool_grammar;
         let state = Arc::new(state);
         Ok(Self {
@@ -378,6 +392,76 @@ impl Engine {
     /// Serves on `listener` until it fails, ctrl-c or SIGTERM, then flushes the cache tiers.
     pub async fn serve(&self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
         crate::serve(self.state.clone(), listener).await
+    }
+}
+
+/// The state a KV event publisher shows in `/get_server_info`.
+type KvEventsInfo = Option<Arc<dyn Fn() -> serde_json::Value + Send + Sync>>;
+
+/// Starts the KV event publisher of `--kv-events-config` (nothing for none or the `null`
+/// publisher). Page hashes chain on the hierarchical cache's root when it is on, else on the
+/// model fingerprint computed here.
+#[cfg(feature = "kv-events")]
+fn start_kv_events(
+    config: Option<&str>,
+    root: Option<sglrs_radix_cache::PageHash>,
+    path: &std::path::Path,
+    quantize: &str,
+    layout: sglrs_radix_cache::KvLayout,
+) -> Result<
+    (
+        Option<sglrs_scheduler::kv_events::KvEventsConfig>,
+        KvEventsInfo,
+    ),
+    EngineError,
+> {
+    let Some(spec) = config
+        .map(crate::kv_events::KvEventsSpec::parse)
+        .transpose()
+        .map_err(EngineError::Config)?
+        .flatten()
+    else {
+        return Ok((None, None));
+    };
+    let root_hash = match root {
+        Some(r) => r,
+        None => crate::hicache::model_fingerprint(path, quantize, layout).map_err(|e| {
+            EngineError::Config(format!("fingerprinting the model for KV events: {e}"))
+        })?,
+    };
+    let publisher = crate::kv_events::KvEventPublisher::start(spec).map_err(EngineError::Config)?;
+    let p = publisher.clone();
+    Ok((
+        Some(sglrs_scheduler::kv_events::KvEventsConfig {
+            sink: publisher,
+            root_hash,
+        }),
+        Some(Arc::new(move || p.info_json())),
+    ))
+}
+
+/// A build without the ZMQ publisher (the Python extension) refuses `--kv-events-config`.
+#[cfg(not(feature = "kv-events"))]
+fn start_kv_events(
+    config: Option<&str>,
+    _root: Option<sglrs_radix_cache::PageHash>,
+    _path: &std::path::Path,
+    _quantize: &str,
+    _layout: sglrs_radix_cache::KvLayout,
+) -> Result<
+    (
+        Option<sglrs_scheduler::kv_events::KvEventsConfig>,
+        KvEventsInfo,
+    ),
+    EngineError,
+> {
+    match config {
+        None => Ok((None, None)),
+        Some(_) => Err(EngineError::Config(
+            "--kv-events-config needs the ZMQ publisher, which this build (the Python \
+             extension) lacks: run `sglrs serve` instead"
+                .into(),
+        )),
     }
 }
 

@@ -50,6 +50,8 @@ mod dispatch;
 pub mod engine;
 pub mod error;
 pub mod hicache;
+#[cfg(feature = "kv-events")]
+pub mod kv_events;
 pub mod metrics;
 mod native;
 mod openai;
@@ -120,6 +122,8 @@ pub struct AppState {
     pub pd: Option<Arc<crate::pd::Pd>>,
     /// The hierarchical cache's remote tier (`None`: none).
     pub remote: Option<Arc<crate::pd::RemoteKv>>,
+    /// The KV event publisher's state, for `/get_server_info` (`None`: no events).
+    pub kv_events: Option<Arc<dyn Fn() -> serde_json::Value + Send + Sync>>,
     /// Whether tool calls are enforced by a grammar (`false` with `--disable-tool-grammar`:
     /// they are parsed out of unconstrained output, for comparison).
     pub tool_grammar: bool,
@@ -153,6 +157,7 @@ impl AppState {
             rids: Arc::new(RidTable::default()),
             pd: None,
             remote: None,
+            kv_events: None,
             tool_grammar: true,
             next_id: AtomicU64::new(1),
         }

@@ -148,6 +148,7 @@ pub async fn server_info(State(state): State<Arc<AppState>>) -> Json<Value> {
                     "disk_written_bytes": st.disk_written_bytes,
                 })),
                 "hicache_remote": state.remote.as_ref().map(|r| r.info_json()),
+                "kv_events": state.kv_events.as_ref().map(|f| f()),
                 "disaggregation": state.pd.as_ref().map(|pd| {
                     let mut d = pd.info_json();
                     d["scheduler"] = json!({
