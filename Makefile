@@ -27,7 +27,7 @@ test: deps model
 	cargo fmt --all -- --check
 	python3 scripts/check-module-cycles.py
 	scripts/check-deps.sh
-	python3 -m pip install --quiet --disable-pip-version-check openai jsonschema pytest maturin sglang-router==0.3.2   # jsonschema: grammar/tests/budget.rs too
+	python3 -m pip install --quiet --disable-pip-version-check openai jsonschema pytest maturin sglang-router==0.3.2 pyzmq msgpack   # jsonschema: grammar/tests/budget.rs too
 	SGLRS_BIN=$(SGLRS) cargo test --release --workspace   # builds the sglrs binary (runtime/tests) the e2e tests start
 	python3 -m pip install --quiet --disable-pip-version-check ./python-frontend
 	SGLRS_BIN=$(SGLRS) python3 -m pytest -q tests/python python-frontend/tests

@@ -84,7 +84,33 @@ pub struct StoreStats {
     pub disk_hits: u64,
     /// Page bytes written to disk.
     pub disk_written_bytes: u64,
+    /// Events dropped because nobody drained them in time.
+    pub dropped_events: u64,
 }
+
+/// A change to the pages one tier of a [`PageStore`] holds (recorded only after
+/// [`PageStore::record_events`]; the lower tiers' KV events).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreEvent {
+    /// Pages the tier holds now.
+    Stored {
+        /// The tier.
+        tier: Source,
+        /// The pages, in the order they were stored.
+        hashes: Vec<PageHash>,
+    },
+    /// Pages the tier no longer holds (spilled, evicted, dropped, cleared).
+    Removed {
+        /// The tier.
+        tier: Source,
+        /// The pages.
+        hashes: Vec<PageHash>,
+    },
+}
+
+/// Most page hashes recorded in events not yet drained; beyond it the oldest events go
+/// (counted in [`StoreStats::dropped_events`]).
+const MAX_EVENT_HASHES: usize = 1 << 20;
 
 /// Which tier of a [`PageStore`] served a page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,6 +182,8 @@ struct Disk {
     bytes: u64,
     written: u64,
     truncated: u64,
+    /// Pages that left the index since the store last looked (only while events are on).
+    removed: Option<Vec<PageHash>>,
 }
 
 impl Disk {
@@ -180,6 +208,7 @@ impl Disk {
             bytes: 0,
             written: 0,
             truncated: 0,
+            removed: None,
         };
         for id in ids {
             let path = disk.cfg.dir.join(format!("seg-{id:08}.kv"));
@@ -282,7 +311,7 @@ impl Disk {
             };
             if let Some(seg) = self.segments.remove(&id) {
                 self.bytes -= seg.cap;
-                self.index.retain(|_, l| l.seg != id);
+                self.forget_segment(id);
                 std::fs::remove_file(&seg.path)?;
             }
         }
@@ -293,9 +322,23 @@ impl Disk {
     fn drop_segment(&mut self, id: u32) {
         if let Some(seg) = self.segments.remove(&id) {
             self.bytes -= seg.cap;
-            self.index.retain(|_, l| l.seg != id);
+            self.forget_segment(id);
             self.truncated += 1;
         }
+    }
+
+    /// Drops segment `id`'s pages from the index, noting them for the events.
+    fn forget_segment(&mut self, id: u32) {
+        let removed = &mut self.removed;
+        self.index.retain(|h, l| {
+            let gone = l.seg == id;
+            if gone {
+                if let Some(r) = removed.as_mut() {
+                    r.push(*h);
+                }
+            }
+            !gone
+        });
     }
 
     /// Deletes every segment file (the disk tier is emptied on request).
@@ -306,6 +349,9 @@ impl Disk {
                 self.bytes -= seg.cap;
                 std::fs::remove_file(&seg.path)?;
             }
+        }
+        if let Some(r) = self.removed.as_mut() {
+            r.extend(self.index.keys().copied());
         }
         self.index.clear();
         Ok(())
@@ -372,9 +418,59 @@ struct Inner {
     write_failures: u64,
     ram_hits: u64,
     disk_hits: u64,
+    /// Recorded changes, while events are on.
+    events: Option<Vec<StoreEvent>>,
+    event_hashes: usize,
+    dropped_events: u64,
 }
 
 impl Inner {
+    /// Records that `hash` entered (`stored`) or left `tier`, merged into the last event
+    /// when it is of the same kind and tier.
+    fn note(&mut self, stored: bool, tier: Source, hash: PageHash) {
+        let Some(ev) = self.events.as_mut() else {
+            return;
+        };
+        match ev.last_mut() {
+            Some(StoreEvent::Stored { tier: t, hashes }) if stored && *t == tier => {
+                hashes.push(hash)
+            }
+            Some(StoreEvent::Removed { tier: t, hashes }) if !stored && *t == tier => {
+                hashes.push(hash)
+            }
+            _ => {
+                let hashes = vec![hash];
+                ev.push(if stored {
+                    StoreEvent::Stored { tier, hashes }
+                } else {
+                    StoreEvent::Removed { tier, hashes }
+                });
+            }
+        }
+        self.event_hashes += 1;
+        while self.event_hashes > MAX_EVENT_HASHES && !ev.is_empty() {
+            let first = ev.remove(0);
+            let n = match &first {
+                StoreEvent::Stored { hashes, .. } | StoreEvent::Removed { hashes, .. } => {
+                    hashes.len()
+                }
+            };
+            self.event_hashes -= n;
+            self.dropped_events += 1;
+        }
+    }
+
+    /// Moves the disk's removals into the events.
+    fn note_disk_removals(&mut self) {
+        let removed = match self.disk.as_mut().and_then(|d| d.removed.as_mut()) {
+            Some(r) if !r.is_empty() => std::mem::take(r),
+            _ => return,
+        };
+        for h in removed {
+            self.note(false, Source::Disk, h);
+        }
+    }
+
     fn touch(&mut self, hash: PageHash) {
         self.tick += 1;
         let t = self.tick;
@@ -403,6 +499,7 @@ impl Inner {
                 continue;
             };
             self.ram_bytes -= data.len();
+            self.note(false, Source::Ram, hash);
             self.write_to_disk(hash, &data);
         }
         Ok(())
@@ -411,10 +508,15 @@ impl Inner {
     /// Appends the page to the disk tier unless it is there; a failed write is counted and
     /// the page stays wherever else it is.
     fn write_to_disk(&mut self, hash: PageHash, data: &[u8]) {
-        if let Some(d) = &mut self.disk {
-            if !d.index.contains_key(&hash) && d.append(hash, data).is_err() {
-                self.write_failures += 1;
-            }
+        let Some(d) = &mut self.disk else { return };
+        if d.index.contains_key(&hash) {
+            return;
+        }
+        if d.append(hash, data).is_err() {
+            self.write_failures += 1;
+        } else {
+            self.note_disk_removals();
+            self.note(true, Source::Disk, hash);
         }
     }
 }
@@ -441,8 +543,47 @@ impl PageStore {
                 write_failures: 0,
                 ram_hits: 0,
                 disk_hits: 0,
+                events: None,
+                event_hashes: 0,
+                dropped_events: 0,
             }),
         })
+    }
+
+    /// Starts recording [`StoreEvent`]s (for [`drain_events`](Self::drain_events)); the
+    /// first ones announce what the store holds already (pages from an earlier run).
+    pub fn record_events(&self) {
+        let mut inner = self.lock();
+        if inner.events.is_some() {
+            return;
+        }
+        inner.events = Some(Vec::new());
+        let ram: Vec<PageHash> = inner.lru.values().copied().collect();
+        for h in ram {
+            inner.note(true, Source::Ram, h);
+        }
+        let disk: Vec<PageHash> = match inner.disk.as_mut() {
+            Some(d) => {
+                d.removed = Some(Vec::new());
+                d.index.keys().copied().collect()
+            }
+            None => Vec::new(),
+        };
+        for h in disk {
+            inner.note(true, Source::Disk, h);
+        }
+    }
+
+    /// The events recorded since the last call.
+    pub fn drain_events(&self) -> Vec<StoreEvent> {
+        let mut inner = self.lock();
+        inner.note_disk_removals();
+        inner.event_hashes = 0;
+        inner
+            .events
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -545,6 +686,7 @@ impl PageStore {
             inner.ram_bytes += data.len();
             inner.ram.insert(h, (data, t));
             inner.lru.insert(t, h);
+            inner.note(true, Source::Ram, h);
         }
         let budget = inner.ram_budget;
         inner.spill(budget)?;
@@ -574,10 +716,13 @@ impl PageStore {
 
     /// Deletes every page on disk (the segment files); RAM pages stay.
     pub fn clear_disk(&self) -> std::io::Result<()> {
-        match &mut self.lock().disk {
+        let mut inner = self.lock();
+        let r = match &mut inner.disk {
             Some(d) => d.clear(),
             None => Ok(()),
-        }
+        };
+        inner.note_disk_removals();
+        r
     }
 
     /// Whether the store has a disk tier.
@@ -599,6 +744,7 @@ impl PageStore {
             ram_hits: inner.ram_hits,
             disk_hits: inner.disk_hits,
             disk_written_bytes: inner.disk.as_ref().map_or(0, |d| d.written),
+            dropped_events: inner.dropped_events,
         }
     }
 
@@ -665,6 +811,84 @@ mod tests {
 
     fn hashes(n: u64) -> Vec<PageHash> {
         (0..n).map(|i| PageHash(u128::from(i) + 1)).collect()
+    }
+
+    /// Per tier, the pages an event stream says are held.
+    fn replay(events: &[StoreEvent]) -> (Vec<PageHash>, Vec<PageHash>) {
+        let (mut ram, mut disk) = (Vec::new(), Vec::new());
+        for e in events {
+            let (stored, tier, hashes) = match e {
+                StoreEvent::Stored { tier, hashes } => (true, tier, hashes),
+                StoreEvent::Removed { tier, hashes } => (false, tier, hashes),
+            };
+            let set = if *tier == Source::Ram {
+                &mut ram
+            } else {
+                &mut disk
+            };
+            for h in hashes {
+                if stored {
+                    assert!(!set.contains(h), "stored twice: {h:?}");
+                    set.push(*h);
+                } else {
+                    let i = set.iter().position(|x| x == h).expect("removed unheld");
+                    set.remove(i);
+                }
+            }
+        }
+        ram.sort();
+        disk.sort();
+        (ram, disk)
+    }
+
+    #[test]
+    fn events_follow_every_page_through_ram_spill_eviction_and_clear() {
+        let dir = tempfile::tempdir().unwrap();
+        // RAM for 4 pages; 16 pages of disk segments (64 KiB each holds 15 records) at most.
+        let mut c = cfg(dir.path(), 4 * 4096, false);
+        c.disk.as_mut().unwrap().max_bytes = 3 << 16;
+        let store = PageStore::open(c.clone()).unwrap();
+        put_n(&store, 2);
+        store.record_events();
+        let mut events = store.drain_events();
+        assert_eq!(
+            events,
+            vec![StoreEvent::Stored {
+                tier: Source::Ram,
+                hashes: hashes(2)
+            }],
+            "recording starts with what is held"
+        );
+        put_n(&store, 60); // spills to disk, which evicts its oldest segments
+        events.extend(store.drain_events());
+        let held = |s: &PageStore| {
+            let inner = s.lock();
+            let mut ram: Vec<_> = inner.ram.keys().copied().collect();
+            let mut disk: Vec<_> = inner.disk.as_ref().unwrap().index.keys().copied().collect();
+            ram.sort();
+            disk.sort();
+            (ram, disk)
+        };
+        assert_eq!(replay(&events), held(&store));
+        assert!(events.iter().any(|e| matches!(
+            e,
+            StoreEvent::Removed {
+                tier: Source::Disk,
+                ..
+            }
+        )));
+        store.clear_ram().unwrap(); // spills RAM to disk
+        store.clear_disk().unwrap();
+        events.extend(store.drain_events());
+        assert_eq!(replay(&events), (Vec::new(), Vec::new()));
+        assert_eq!(store.drain_events(), Vec::new());
+        // A restarted store announces the pages it finds on disk.
+        put_n(&store, 3);
+        store.flush().unwrap();
+        drop(store);
+        let again = PageStore::open(c).unwrap();
+        again.record_events();
+        assert_eq!(replay(&again.drain_events()), (Vec::new(), hashes(3)));
     }
 
     #[test]

@@ -13,7 +13,9 @@ Run:  pip install pytest pyzmq msgpack
 
 import json
 import random
+import shutil
 import socket
+import tempfile
 import threading
 import time
 import urllib.request
@@ -36,31 +38,41 @@ def free_port():
 
 
 class Index:
-    """Cached blocks by (parent hash, tokens), rebuilt from BlockStored / BlockRemoved /
-    AllBlocksCleared; one medium (the executor's pool, "GPU")."""
+    """Cached blocks by (parent hash, tokens) and the media holding each ("GPU": the
+    executor's pool, "CPU": host RAM, "DISK"), rebuilt from BlockStored / BlockRemoved /
+    AllBlocksCleared."""
 
     def __init__(self):
         self.by_key = {}
         self.key_of = {}
+        self.media = {}
+        self.seen_media = set()
 
     def apply(self, event):
         tag = event[0]
         if tag == "BlockStored":
-            hashes, parent, tokens, size = event[1], event[2], event[3], event[4]
-            medium = event[6] if len(event) > 6 else None
-            assert medium == "GPU", event
+            hashes, parent, tokens, size, medium = event[1], event[2], event[3], event[4], event[6]
+            assert medium in ("GPU", "CPU", "DISK"), event
             assert len(tokens) == size * len(hashes), event
+            self.seen_media.add(medium)
             for i, h in enumerate(hashes):
                 key = (parent if i == 0 else hashes[i - 1], tuple(tokens[i * size:(i + 1) * size]))
+                assert medium not in self.media.get(h, set()), f"stored twice in {medium}: {h}"
                 self.by_key[key] = h
                 self.key_of[h] = key
+                self.media.setdefault(h, set()).add(medium)
         elif tag == "BlockRemoved":
-            for h in event[1]:
-                key = self.key_of.pop(h)  # a removal names a block that was stored
-                del self.by_key[key]
+            hashes, medium = event[1], event[2]
+            for h in hashes:
+                held = self.media[h]  # a removal names a block that was stored there
+                held.remove(medium)
+                if not held:
+                    del self.media[h]
+                    del self.by_key[self.key_of.pop(h)]
         elif tag == "AllBlocksCleared":
             self.by_key.clear()
             self.key_of.clear()
+            self.media.clear()
         else:
             raise AssertionError(f"unknown event {event!r}")
 
@@ -135,16 +147,27 @@ def workload(rng):
     return out
 
 
-@pytest.fixture(scope="module")
-def server():
+@pytest.fixture(scope="module", params=["device", "tiers"])
+def server(request):
     pub, replay = free_port(), free_port()
     cfg = {"publisher": "zmq", "endpoint": f"tcp://*:{pub}",
            "replay_endpoint": f"tcp://*:{replay}", "topic": TOPIC}
+    tiers = []
+    disk = tempfile.mkdtemp(prefix="sglrs-kv-events-")
+    if request.param == "tiers":
+        # A host tier of half the pool and a disk tier: evicted pages move down, and
+        # come back as host and disk hits.
+        tiers = ["--enable-hierarchical-cache", "--hicache-ratio", "0.5",
+                 "--hicache-storage-backend", "file", "--hicache-storage-dir", disk]
     # A pool of ~90 pages (1,456 tokens): the distinct prompts evict.
-    with Server("--threads", "1", "--kv-memory-mb", "32", "--context-length", "1024",
-                "--kv-events-config", json.dumps(cfg)) as s:
-        s.pub, s.replay = f"tcp://127.0.0.1:{pub}", f"tcp://127.0.0.1:{replay}"
-        yield s
+    try:
+        with Server("--threads", "1", "--kv-memory-mb", "32", "--context-length", "1024",
+                    "--kv-events-config", json.dumps(cfg), *tiers) as s:
+            s.pub, s.replay = f"tcp://127.0.0.1:{pub}", f"tcp://127.0.0.1:{replay}"
+            s.tiers = bool(tiers)
+            yield s
+    finally:
+        shutil.rmtree(disk, ignore_errors=True)
 
 
 def wait_caught_up(base, sub, timeout=15):
@@ -215,12 +238,15 @@ def test_an_index_built_from_events_alone_predicts_every_cached_tokens(server):
         catch_up()
         rng = random.Random(7)
         prompts = workload(rng)
-        stats = {"hit": 0, "miss": 0}
+        stats = {"hit": 0, "miss": 0, "lower": 0}
         for i, ids in enumerate(prompts):
             predicted = index.prefix(ids)
-            got = generate(server.base, ids)["meta_info"]["cached_tokens"]
+            meta = generate(server.base, ids)["meta_info"]
+            got = meta["cached_tokens"]
             assert got == predicted, f"request {i}: server cached {got}, events predict {predicted}"
             stats["hit" if got else "miss"] += 1
+            d = meta.get("cached_tokens_details") or {}
+            stats["lower"] += d.get("host", 0) + d.get("disk", 0)
             if i == 14:
                 # A flush: AllBlocksCleared, then nothing is cached.
                 req = urllib.request.Request(server.base + "/flush_cache", data=b"", method="POST")
@@ -228,6 +254,9 @@ def test_an_index_built_from_events_alone_predicts_every_cached_tokens(server):
             wait_caught_up(server.base, sub)
             catch_up()
         assert stats["hit"] >= 8 and stats["miss"] >= 4, stats
+        if server.tiers:
+            assert stats["lower"] > 0, f"some hits come from the lower tiers: {stats}"
+            assert {"GPU", "CPU", "DISK"} <= index.seen_media, index.seen_media
         st = info(server.base)
         assert st["cache"]["evicted_pages"] > 0, "the workload evicts"
         assert st["kv_events"]["dropped_batches"] == 0

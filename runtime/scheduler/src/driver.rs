@@ -338,6 +338,11 @@ pub fn spawn_with(
             (Some(io), Some(h.store.clone()))
         }
     };
+    if core.config().kv_events.is_some() {
+        if let Some(s) = &store {
+            s.record_events();
+        }
+    }
     let live_store = store.clone();
     let join = std::thread::Builder::new()
         .name("sglrs-scheduler".into())
@@ -546,9 +551,14 @@ impl Driver {
         else {
             return;
         };
-        let events = self.core.drain_kv_events();
-        if !events.is_empty() {
-            sink.publish(events);
+        let device = self.core.drain_kv_events();
+        let tiers = self
+            .store
+            .as_ref()
+            .map(|s| s.drain_events())
+            .unwrap_or_default();
+        if !device.is_empty() || !tiers.is_empty() {
+            sink.publish(device, tiers);
         }
     }
 

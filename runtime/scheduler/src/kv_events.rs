@@ -3,13 +3,16 @@
 
 use std::sync::Arc;
 
+pub use sglrs_radix_cache::store::StoreEvent;
 pub use sglrs_radix_cache::KvEvent;
 use sglrs_radix_cache::PageHash;
 
 /// Where the scheduler's KV events go. Called on the scheduler thread: must not block.
 pub trait KvEventSink: Send + Sync {
-    /// The events of one step (at least one), in the order they happened.
-    fn publish(&self, events: Vec<KvEvent>);
+    /// The events of one step (at least one of either kind), each kind in the order it
+    /// happened: the device tier's (the radix tree), then the lower tiers' (the page store
+    /// of the hierarchical cache, when it is on).
+    fn publish(&self, device: Vec<KvEvent>, tiers: Vec<StoreEvent>);
 }
 
 /// KV events on: the sink, and the hash every sequence's first page chains on (the model

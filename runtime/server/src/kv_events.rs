@@ -12,7 +12,8 @@
 //! SGLang's classes read it (trailing fields they lack are ignored). One block is one page;
 //! block hashes are the low 64 bits of the page hashes (which chain over the model
 //! fingerprint and the tokens); `parent_block_hash` is nil at the start of a sequence;
-//! `medium` is `"GPU"` for the executor's pool. The replay socket (ROUTER) answers a request
+//! `medium` is `"GPU"` for the executor's pool, `"CPU"` for the host tier and `"DISK"` for
+//! the disk tier of the hierarchical cache (see [`Announcer`]). The replay socket (ROUTER) answers a request
 //! `[start_seq (8 bytes BE)]` with every buffered batch from that sequence on, as
 //! `[seq, payload]`, then `[-1, ""]`.
 //!
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use sglrs_scheduler::kv_events::{KvEvent, KvEventSink};
+use sglrs_scheduler::kv_events::{KvEvent, KvEventSink, StoreEvent};
 
 /// `--kv-events-config` as vLLM and SGLang define it.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -249,38 +250,231 @@ pub enum WireEvent {
     AllCleared,
 }
 
-/// The scheduler's events in the default namespace, as wire events of the device tier.
-pub fn to_wire(events: Vec<KvEvent>) -> Vec<WireEvent> {
-    let default = sglrs_radix_cache::Namespace::DEFAULT;
-    let low = |h: sglrs_radix_cache::PageHash| h.0 as u64;
-    events
-        .into_iter()
-        .filter_map(|e| match e {
-            KvEvent::Stored {
-                namespace,
-                parent,
-                hashes,
-                tokens,
-                page_size,
-            } if namespace == default && !hashes.is_empty() => Some(WireEvent::Stored {
-                hashes: hashes.into_iter().map(low).collect(),
-                parent: parent.map(low),
-                tokens,
-                block_size: page_size,
-                medium: "GPU",
-            }),
-            KvEvent::Removed { namespace, hashes }
-                if namespace == default && !hashes.is_empty() =>
-            {
-                Some(WireEvent::Removed {
-                    hashes: hashes.into_iter().map(low).collect(),
-                    medium: "GPU",
-                })
+const GPU: u8 = 1;
+const CPU: u8 = 2;
+const DISK: u8 = 4;
+
+fn medium(bit: u8) -> &'static str {
+    match bit {
+        GPU => "GPU",
+        CPU => "CPU",
+        _ => "DISK",
+    }
+}
+
+/// What a page's events need and where it is announced.
+#[derive(Debug, Clone)]
+struct Known {
+    parent: Option<u64>,
+    tokens: Vec<u32>,
+    block_size: usize,
+    media: u8,
+}
+
+/// Pages that left every medium are remembered this long (write-back stores a page in the
+/// host tier after the device dropped it).
+const RECENT: usize = 1 << 16;
+
+/// Turns the scheduler's events into wire events. The device's events carry each page's
+/// tokens; the lower tiers' name pages by hash only, so a page is announced in the host
+/// (`CPU`) or disk (`DISK`) medium once its tokens are known from the device, and never
+/// twice in one medium. Pages of other namespaces than the default are never announced.
+#[derive(Default)]
+pub struct Announcer {
+    known: std::collections::HashMap<u64, Known>,
+    recent: std::collections::HashMap<u64, Known>,
+    recent_order: VecDeque<u64>,
+    /// Lower-tier pages not announced because their tokens were unknown (pages fetched
+    /// from a remote store, or found on disk from an earlier run).
+    pub unannounced: u64,
+}
+
+impl Announcer {
+    fn forget(&mut self, h: u64) {
+        if let Some(k) = self.known.remove(&h) {
+            if self.recent.insert(h, k).is_none() {
+                self.recent_order.push_back(h);
             }
-            KvEvent::AllCleared => Some(WireEvent::AllCleared),
-            _ => None,
-        })
-        .collect()
+            while self.recent_order.len() > RECENT {
+                if let Some(old) = self.recent_order.pop_front() {
+                    self.recent.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn lookup(&mut self, h: u64) -> Option<&mut Known> {
+        if !self.known.contains_key(&h) {
+            let k = self.recent.remove(&h)?;
+            self.known.insert(h, k);
+        }
+        self.known.get_mut(&h)
+    }
+
+    /// One step's events as wire events.
+    pub fn convert(&mut self, device: Vec<KvEvent>, tiers: Vec<StoreEvent>) -> Vec<WireEvent> {
+        let default = sglrs_radix_cache::Namespace::DEFAULT;
+        let low = |h: sglrs_radix_cache::PageHash| h.0 as u64;
+        let mut out = Vec::new();
+        for e in device {
+            match e {
+                KvEvent::Stored {
+                    namespace,
+                    parent,
+                    hashes,
+                    tokens,
+                    page_size,
+                } if namespace == default && !hashes.is_empty() => {
+                    let hashes: Vec<u64> = hashes.into_iter().map(low).collect();
+                    let parent = parent.map(low);
+                    for (i, &h) in hashes.iter().enumerate() {
+                        let p = if i == 0 { parent } else { Some(hashes[i - 1]) };
+                        let t = tokens
+                            .get(i * page_size..(i + 1) * page_size)
+                            .unwrap_or_default()
+                            .to_vec();
+                        match self.lookup(h) {
+                            Some(k) => k.media |= GPU,
+                            None => {
+                                self.known.insert(
+                                    h,
+                                    Known {
+                                        parent: p,
+                                        tokens: t,
+                                        block_size: page_size,
+                                        media: GPU,
+                                    },
+                                );
+                            }
+                        }
+                    }
+                    out.push(WireEvent::Stored {
+                        hashes,
+                        parent,
+                        tokens,
+                        block_size: page_size,
+                        medium: "GPU",
+                    });
+                }
+                KvEvent::Removed { namespace, hashes } if namespace == default => {
+                    let hashes: Vec<u64> = hashes.into_iter().map(low).collect();
+                    for &h in &hashes {
+                        if let Some(k) = self.known.get_mut(&h) {
+                            k.media &= !GPU;
+                            if k.media == 0 {
+                                self.forget(h);
+                            }
+                        }
+                    }
+                    if !hashes.is_empty() {
+                        out.push(WireEvent::Removed {
+                            hashes,
+                            medium: "GPU",
+                        });
+                    }
+                }
+                KvEvent::AllCleared => {
+                    // Subscribers drop everything on AllBlocksCleared: what the lower tiers
+                    // still hold is announced again right after.
+                    out.push(WireEvent::AllCleared);
+                    let mut again: Vec<(u64, Known)> = Vec::new();
+                    for (&h, k) in self.known.iter_mut() {
+                        k.media &= !GPU;
+                        if k.media != 0 {
+                            again.push((h, k.clone()));
+                        }
+                    }
+                    let gone: Vec<u64> = self
+                        .known
+                        .iter()
+                        .filter(|(_, k)| k.media == 0)
+                        .map(|(&h, _)| h)
+                        .collect();
+                    for h in gone {
+                        self.forget(h);
+                    }
+                    for (h, k) in again {
+                        for bit in [CPU, DISK] {
+                            if k.media & bit != 0 {
+                                out.push(WireEvent::Stored {
+                                    hashes: vec![h],
+                                    parent: k.parent,
+                                    tokens: k.tokens.clone(),
+                                    block_size: k.block_size,
+                                    medium: medium(bit),
+                                });
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for e in tiers {
+            let (stored, tier, hashes) = match e {
+                StoreEvent::Stored { tier, hashes } => (true, tier, hashes),
+                StoreEvent::Removed { tier, hashes } => (false, tier, hashes),
+            };
+            let bit = match tier {
+                sglrs_radix_cache::store::Source::Ram => CPU,
+                sglrs_radix_cache::store::Source::Disk => DISK,
+            };
+            if stored {
+                // Runs of pages that chain on each other make one event.
+                let mut run: Option<WireEvent> = None;
+                for h in hashes.into_iter().map(low) {
+                    let Some(k) = self.lookup(h) else {
+                        self.unannounced += 1;
+                        continue;
+                    };
+                    if k.media & bit != 0 {
+                        continue;
+                    }
+                    k.media |= bit;
+                    let k = k.clone();
+                    match &mut run {
+                        Some(WireEvent::Stored { hashes, tokens, .. })
+                            if hashes.last().copied() == k.parent =>
+                        {
+                            hashes.push(h);
+                            tokens.extend_from_slice(&k.tokens);
+                        }
+                        _ => {
+                            out.extend(run.take());
+                            run = Some(WireEvent::Stored {
+                                hashes: vec![h],
+                                parent: k.parent,
+                                tokens: k.tokens,
+                                block_size: k.block_size,
+                                medium: medium(bit),
+                            });
+                        }
+                    }
+                }
+                out.extend(run);
+            } else {
+                let mut gone = Vec::new();
+                for h in hashes.into_iter().map(low) {
+                    if let Some(k) = self.known.get_mut(&h) {
+                        if k.media & bit != 0 {
+                            k.media &= !bit;
+                            gone.push(h);
+                            if k.media == 0 {
+                                self.forget(h);
+                            }
+                        }
+                    }
+                }
+                if !gone.is_empty() {
+                    out.push(WireEvent::Removed {
+                        hashes: gone,
+                        medium: medium(bit),
+                    });
+                }
+            }
+        }
+        out
+    }
 }
 
 /// The publisher: the scheduler's sink end, and the thread that owns the sockets.
@@ -288,6 +482,7 @@ pub struct KvEventPublisher {
     tx: tokio::sync::mpsc::Sender<Vec<WireEvent>>,
     stats: Arc<PublisherStats>,
     spec: KvEventsSpec,
+    announcer: std::sync::Mutex<Announcer>,
 }
 
 impl KvEventPublisher {
@@ -317,7 +512,12 @@ impl KvEventPublisher {
         ready_rx
             .recv_timeout(Duration::from_secs(10))
             .map_err(|_| "the KV event publisher did not start within 10 s".to_string())??;
-        Ok(Arc::new(KvEventPublisher { tx, stats, spec }))
+        Ok(Arc::new(KvEventPublisher {
+            tx,
+            stats,
+            spec,
+            announcer: std::sync::Mutex::new(Announcer::default()),
+        }))
     }
 
     /// The configuration and counters, for `/get_server_info`.
@@ -333,13 +533,20 @@ impl KvEventPublisher {
             "dropped_batches": g(&self.stats.dropped_batches),
             "replays": g(&self.stats.replays),
             "restarts": g(&self.stats.restarts),
+            "unannounced_pages": self
+                .announcer
+                .lock()
+                .map_or(0, |a| a.unannounced),
         })
     }
 }
 
 impl KvEventSink for KvEventPublisher {
-    fn publish(&self, events: Vec<KvEvent>) {
-        let wire = to_wire(events);
+    fn publish(&self, device: Vec<KvEvent>, tiers: Vec<StoreEvent>) {
+        let wire = match self.announcer.lock() {
+            Ok(mut a) => a.convert(device, tiers),
+            Err(_) => return,
+        };
         if wire.is_empty() {
             return;
         }
@@ -618,7 +825,8 @@ mod tests {
             tokens: vec![1, 2],
             page_size: 2,
         };
-        let w = to_wire(vec![stored(0), stored(42), KvEvent::AllCleared]);
+        let w = Announcer::default()
+            .convert(vec![stored(0), stored(42), KvEvent::AllCleared], Vec::new());
         assert_eq!(
             w,
             vec![
@@ -632,5 +840,83 @@ mod tests {
                 WireEvent::AllCleared
             ]
         );
+    }
+
+    #[test]
+    fn lower_tier_pages_are_announced_once_per_medium_with_the_devices_tokens() {
+        use sglrs_radix_cache::store::Source;
+        use sglrs_radix_cache::{Namespace, PageHash};
+        let h = |i: u64| PageHash(u128::from(i));
+        let mut a = Announcer::default();
+        let w = a.convert(
+            vec![KvEvent::Stored {
+                namespace: Namespace::DEFAULT,
+                parent: None,
+                hashes: vec![h(1), h(2)],
+                tokens: vec![10, 11, 20, 21],
+                page_size: 2,
+            }],
+            vec![StoreEvent::Stored {
+                tier: Source::Ram,
+                hashes: vec![h(1), h(2), h(9)],
+            }],
+        );
+        assert_eq!(
+            w[1],
+            WireEvent::Stored {
+                hashes: vec![1, 2],
+                parent: None,
+                tokens: vec![10, 11, 20, 21],
+                block_size: 2,
+                medium: "CPU",
+            },
+            "{w:?}"
+        );
+        assert_eq!(a.unannounced, 1, "page 9's tokens are unknown");
+        // Dropped from the device, the pages stay known in the host tier; a second store
+        // in the same medium is not announced again.
+        let w = a.convert(
+            vec![KvEvent::Removed {
+                namespace: Namespace::DEFAULT,
+                hashes: vec![h(1), h(2)],
+            }],
+            vec![
+                StoreEvent::Stored {
+                    tier: Source::Ram,
+                    hashes: vec![h(2)],
+                },
+                StoreEvent::Removed {
+                    tier: Source::Ram,
+                    hashes: vec![h(1)],
+                },
+                StoreEvent::Stored {
+                    tier: Source::Disk,
+                    hashes: vec![h(1)],
+                },
+            ],
+        );
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert_eq!(
+            w[1],
+            WireEvent::Removed {
+                hashes: vec![1],
+                medium: "CPU"
+            }
+        );
+        assert!(
+            matches!(&w[2], WireEvent::Stored { hashes, parent: None, medium: "DISK", .. } if hashes == &vec![1])
+        );
+        // A flush clears the device; what the lower tiers hold is announced again.
+        let w = a.convert(vec![KvEvent::AllCleared], Vec::new());
+        assert_eq!(w[0], WireEvent::AllCleared);
+        let mut again: Vec<(u64, &str)> = w[1..]
+            .iter()
+            .map(|e| match e {
+                WireEvent::Stored { hashes, medium, .. } => (hashes[0], *medium),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        again.sort();
+        assert_eq!(again, vec![(1, "DISK"), (2, "CPU")]);
     }
 }
