@@ -16,7 +16,7 @@ FUZZ_TARGET_DIR ?= $(HOME)/.cache/sglrs/target-fuzz-nightly
 # New inputs found by `make fuzz` go here; fuzz/corpus/ (replayed by `make test`) is only read.
 FUZZ_WORK ?= $(HOME)/.cache/sglrs/fuzz-corpus
 
-.PHONY: serve test deps model build lint bench-all overload soak fuzz
+.PHONY: serve test deps model build lint bench-all overload soak fuzz check-manifests
 
 ## Installs what is missing, fetches the default model, builds in release and starts the server.
 serve: deps model build
@@ -27,11 +27,18 @@ test: deps model
 	cargo fmt --all -- --check
 	python3 scripts/check-module-cycles.py
 	scripts/check-deps.sh
+	python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate   # scripts/check-manifests.py: bundled Kubernetes schemas, offline
 	python3 -m pip install --quiet --disable-pip-version-check openai jsonschema pytest maturin sglang-router==0.3.2 pyzmq msgpack   # jsonschema: grammar/tests/budget.rs too
 	SGLRS_BIN=$(SGLRS) cargo test --release --workspace   # builds the sglrs binary (runtime/tests) the e2e tests start
+	SGLRS_BIN=$(SGLRS) python3 scripts/check-manifests.py   # deploy/: schemas, probes, and every flag against the binary's --help
 	python3 -m pip install --quiet --disable-pip-version-check ./python-frontend
 	SGLRS_BIN=$(SGLRS) python3 -m pytest -q tests/python python-frontend/tests
 	@echo "make test: all suites passed"
+
+## Validates deploy/ offline: Kubernetes 1.30 schemas, probe routes, flags against `sglrs --help`.
+check-manifests:
+	python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate
+	SGLRS_BIN=$(SGLRS) python3 scripts/check-manifests.py
 
 ## Open-loop arrivals at twice the measured capacity for OVERLOAD_SECONDS (60; `make test` runs 20).
 overload: deps model build
