@@ -14,5 +14,6 @@ pub mod grammar;
 pub mod hicache;
 pub mod pd;
 pub mod radix;
+pub mod scale_out;
 pub mod serving;
 pub mod transfer;

@@ -57,6 +57,11 @@ enum BenchCommand {
     /// arrive, unified vs prefill and decode servers behind sglang-router, with each
     /// prompt's KV transfer time; starts its own servers and router.
     Pd(JsonBench<sglrs_benches::pd::PdArgs>),
+    /// Scale-out: two replicas behind sglang-router, cache_aware vs round_robin, with and
+    /// without a shared `sglrs kv-store`, and a prompt computed on one replica sent to the
+    /// other; starts its own servers, store and router.
+    #[command(name = "scale-out")]
+    ScaleOut(JsonBench<sglrs_benches::scale_out::ScaleOutArgs>),
     /// Agent workloads: BFCL's single-turn categories and multi-turn agent loops, sglrs with
     /// and without tool-call enforcement next to vLLM-CPU and llama.cpp; starts each server.
     Agents(JsonBench<sglrs_benches::agents::AgentsArgs>),
@@ -107,6 +112,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Serving(b)) => b.run(sglrs_benches::serving::run),
         Command::Bench(BenchCommand::Hicache(b)) => b.run(sglrs_benches::hicache::run),
         Command::Bench(BenchCommand::Pd(b)) => b.run(sglrs_benches::pd::run),
+        Command::Bench(BenchCommand::ScaleOut(b)) => b.run(sglrs_benches::scale_out::run),
         Command::Bench(BenchCommand::Agents(b)) => b.run(sglrs_benches::agents::run),
     }
 }

@@ -16,11 +16,11 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Cached prompt tokens by the tier they came from (`meta_info.cached_tokens_details`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Cached {
-    pub(super) device: u64,
-    pub(super) host: u64,
-    pub(super) disk: u64,
-    pub(super) remote: u64,
+pub(crate) struct Cached {
+    pub(crate) device: u64,
+    pub(crate) host: u64,
+    pub(crate) disk: u64,
+    pub(crate) remote: u64,
 }
 
 impl Cached {
@@ -49,14 +49,14 @@ impl Cached {
 
 /// One streamed `/generate` reply.
 #[derive(Clone, Debug)]
-pub(super) struct Reply {
-    pub(super) text: String,
-    pub(super) ttft: f64,
-    pub(super) prompt_tokens: u64,
-    pub(super) completion_tokens: u64,
-    pub(super) cached_tokens: u64,
+pub(crate) struct Reply {
+    pub(crate) text: String,
+    pub(crate) ttft: f64,
+    pub(crate) prompt_tokens: u64,
+    pub(crate) completion_tokens: u64,
+    pub(crate) cached_tokens: u64,
     /// `None` when the final event has no `cached_tokens_details`.
-    pub(super) details: Option<Cached>,
+    pub(crate) details: Option<Cached>,
 }
 
 /// How every server starts: the binary, the model and the kernel threads.
@@ -181,50 +181,8 @@ impl Server {
     }
 
     /// Streams `POST /generate` of `text` for `max_new_tokens` tokens at temperature 0.
-    pub(super) fn generate(&self, text: &str, max_new_tokens: usize) -> anyhow::Result<Reply> {
-        let body = json!({
-            "text": text,
-            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0},
-            "stream": true,
-        });
-        let t0 = Instant::now();
-        let resp = match self
-            .agent
-            .post(&format!("{}/generate", self.base))
-            .send_json(body)
-        {
-            Ok(r) => r,
-            Err(ureq::Error::Status(code, r)) => {
-                bail!(
-                    "POST /generate: HTTP {code}: {}",
-                    r.into_string().unwrap_or_default()
-                )
-            }
-            Err(e) => return Err(anyhow!(e).context("POST /generate")),
-        };
-        let mut ttft = None;
-        let mut first_event = None;
-        let mut last: Option<Value> = None;
-        for v in crate::common::sse_events(resp) {
-            let v = v?;
-            let now = t0.elapsed().as_secs_f64();
-            first_event.get_or_insert(now);
-            if v["text"].as_str().is_some_and(|t| !t.is_empty()) {
-                ttft.get_or_insert(now);
-            }
-            last = Some(v);
-        }
-        let last = last.ok_or_else(|| anyhow!("POST /generate: no event before [DONE]"))?;
-        let meta = &last["meta_info"];
-        let n = |k: &str| meta[k].as_u64().unwrap_or(0);
-        Ok(Reply {
-            text: last["text"].as_str().unwrap_or("").to_string(),
-            ttft: ttft.or(first_event).unwrap_or_default(),
-            prompt_tokens: n("prompt_tokens"),
-            completion_tokens: n("completion_tokens"),
-            cached_tokens: n("cached_tokens"),
-            details: Cached::from_json(&meta["cached_tokens_details"]),
-        })
+    pub(crate) fn generate(&self, text: &str, max_new_tokens: usize) -> anyhow::Result<Reply> {
+        generate_at(&self.agent, &self.base, text, max_new_tokens)
     }
 
     /// SIGTERM, then waits (SIGKILL after [`STOP_TIMEOUT`]). Whether the exit was a clean
@@ -254,6 +212,55 @@ impl Server {
         self.child.wait()?;
         Ok(false)
     }
+}
+
+/// Streams `POST /generate` of `text` to `base` (a server or a router) for
+/// `max_new_tokens` tokens at temperature 0.
+pub(crate) fn generate_at(
+    agent: &ureq::Agent,
+    base: &str,
+    text: &str,
+    max_new_tokens: usize,
+) -> anyhow::Result<Reply> {
+    let body = json!({
+        "text": text,
+        "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0},
+        "stream": true,
+    });
+    let t0 = Instant::now();
+    let resp = match agent.post(&format!("{base}/generate")).send_json(body) {
+        Ok(r) => r,
+        Err(ureq::Error::Status(code, r)) => {
+            bail!(
+                "POST /generate: HTTP {code}: {}",
+                r.into_string().unwrap_or_default()
+            )
+        }
+        Err(e) => return Err(anyhow!(e).context("POST /generate")),
+    };
+    let mut ttft = None;
+    let mut first_event = None;
+    let mut last: Option<Value> = None;
+    for v in crate::common::sse_events(resp) {
+        let v = v?;
+        let now = t0.elapsed().as_secs_f64();
+        first_event.get_or_insert(now);
+        if v["text"].as_str().is_some_and(|t| !t.is_empty()) {
+            ttft.get_or_insert(now);
+        }
+        last = Some(v);
+    }
+    let last = last.ok_or_else(|| anyhow!("POST /generate: no event before [DONE]"))?;
+    let meta = &last["meta_info"];
+    let n = |k: &str| meta[k].as_u64().unwrap_or(0);
+    Ok(Reply {
+        text: last["text"].as_str().unwrap_or("").to_string(),
+        ttft: ttft.or(first_event).unwrap_or_default(),
+        prompt_tokens: n("prompt_tokens"),
+        completion_tokens: n("completion_tokens"),
+        cached_tokens: n("cached_tokens"),
+        details: Cached::from_json(&meta["cached_tokens_details"]),
+    })
 }
 
 impl Drop for Server {

@@ -22,7 +22,7 @@ fn sglrs_bin(how: &ServeCommand) -> anyhow::Result<PathBuf> {
 
 /// A TCP port of 127.0.0.1 that was free a moment ago, for each of `n` uses (all bound at
 /// once, so they differ).
-pub(super) fn free_tcp_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+pub(crate) fn free_tcp_ports(n: usize) -> anyhow::Result<Vec<u16>> {
     let held = (0..n)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()
@@ -34,7 +34,7 @@ pub(super) fn free_tcp_ports(n: usize) -> anyhow::Result<Vec<u16>> {
 }
 
 /// A UDP port of 127.0.0.1 that was free a moment ago (the prefill's KV endpoint).
-pub(super) fn free_udp_port() -> anyhow::Result<u16> {
+pub(crate) fn free_udp_port() -> anyhow::Result<u16> {
     Ok(std::net::UdpSocket::bind("127.0.0.1:0")
         .and_then(|s| s.local_addr())
         .context("finding a free UDP port")?
@@ -42,7 +42,7 @@ pub(super) fn free_udp_port() -> anyhow::Result<u16> {
 }
 
 /// `sglrs cluster-identity --out dir` with the binary of `how`.
-pub(super) fn write_identity(how: &ServeCommand, dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn write_identity(how: &ServeCommand, dir: &Path) -> anyhow::Result<()> {
     let bin = sglrs_bin(how)?;
     let out = Command::new(&bin)
         .arg("cluster-identity")
@@ -83,7 +83,7 @@ fn pin_this_thread(cpus: &[usize]) -> anyhow::Result<()> {
 }
 
 /// The CPUs this process may run on.
-pub(super) fn allowed_cpus() -> Vec<usize> {
+pub(crate) fn allowed_cpus() -> Vec<usize> {
     // SAFETY: as in `pin_this_thread`; sched_getaffinity writes at most `size_of` bytes into
     // `set`, and CPU_ISSET reads inside it for indices below CPU_SETSIZE.
     unsafe {
@@ -100,7 +100,7 @@ pub(super) fn allowed_cpus() -> Vec<usize> {
 /// [`Server::start`] with the server pinned to `cpus` from its first instruction: it is
 /// started from a thread pinned to them, and a child inherits the affinity of the thread
 /// that starts it (what `taskset -c` does for the program it runs).
-pub(super) fn start_pinned(
+pub(crate) fn start_pinned(
     how: &ServeCommand,
     flags: &[String],
     log: PathBuf,
@@ -126,10 +126,10 @@ pub(super) fn start_pinned(
 
 /// `python3 -m sglang_router.launch_router --pd-disaggregation` over one prefill and one
 /// decode server; killed on drop if still running.
-pub(super) struct Router {
+pub(crate) struct Router {
     child: Child,
     /// `http://127.0.0.1:PORT`.
-    pub(super) base: String,
+    pub(crate) base: String,
     log: PathBuf,
 }
 
@@ -144,23 +144,52 @@ impl Router {
         decode: &Server,
         log: PathBuf,
     ) -> anyhow::Result<Router> {
+        println!(
+            "  router: prefill {} (bootstrap {bootstrap_port}), decode {}",
+            prefill.base, decode.base
+        );
+        let port = bootstrap_port.to_string();
+        Router::spawn(
+            python,
+            &[
+                "--pd-disaggregation",
+                "--prefill",
+                &prefill.base,
+                &port,
+                "--decode",
+                &decode.base,
+            ],
+            log,
+        )
+    }
+
+    /// Starts the router in regular mode over `workers` with `policy` (`cache_aware`,
+    /// `round_robin`, …).
+    pub(crate) fn start_regular(
+        python: &str,
+        workers: &[&Server],
+        policy: &str,
+        log: PathBuf,
+    ) -> anyhow::Result<Router> {
+        let mut args = vec!["--worker-urls"];
+        args.extend(workers.iter().map(|w| w.base.as_str()));
+        args.extend(["--policy", policy]);
+        println!("  router: --policy {policy} over {} workers", workers.len());
+        Router::spawn(python, &args, log)
+    }
+
+    fn spawn(python: &str, mode: &[&str], log: PathBuf) -> anyhow::Result<Router> {
         let ports = free_tcp_ports(2)?;
         let out =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let mut cmd = Command::new(python);
         cmd.args(["-m", "sglang_router.launch_router", "--host", "127.0.0.1"])
             .args(["--port", &ports[0].to_string()])
-            .arg("--pd-disaggregation")
-            .args(["--prefill", &prefill.base, &bootstrap_port.to_string()])
-            .args(["--decode", &decode.base])
+            .args(mode)
             .args(["--prometheus-port", &ports[1].to_string()]);
         cmd.stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out);
-        println!(
-            "  router: prefill {} (bootstrap {bootstrap_port}), decode {}",
-            prefill.base, decode.base
-        );
         let child = cmd
             .spawn()
             .with_context(|| format!("starting {python} -m sglang_router.launch_router"))?;
@@ -202,7 +231,7 @@ impl Router {
     }
 
     /// The last lines of the router's output, for an error message.
-    pub(super) fn log_tail(&self) -> String {
+    pub(crate) fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let tail = lines[lines.len().saturating_sub(20)..].join("\n");
@@ -210,7 +239,7 @@ impl Router {
     }
 
     /// SIGTERM, then waits (SIGKILL after [`ROUTER_STOP_TIMEOUT`]).
-    pub(super) fn stop(mut self) -> anyhow::Result<()> {
+    pub(crate) fn stop(mut self) -> anyhow::Result<()> {
         let pid = libc::pid_t::try_from(self.child.id()).context("router pid")?;
         // SAFETY: `pid` is our own child, not yet reaped (it is reaped below or on drop), so
         // the id names that process; kill(2) takes no pointers.
@@ -238,10 +267,10 @@ impl Drop for Router {
 }
 
 /// A fresh folder for the logs and the cluster identity, removed on drop.
-pub(super) struct RunDir(pub(super) PathBuf);
+pub(crate) struct RunDir(pub(crate) PathBuf);
 
 impl RunDir {
-    pub(super) fn new(parent: Option<&Path>) -> anyhow::Result<RunDir> {
+    pub(crate) fn new(parent: Option<&Path>) -> anyhow::Result<RunDir> {
         let parent = parent.map_or_else(std::env::temp_dir, Path::to_path_buf);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -58,8 +58,8 @@ use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
-mod cluster;
-mod report;
+pub(crate) mod cluster;
+pub(crate) mod report;
 mod server_itl;
 mod workload;
 

@@ -189,7 +189,7 @@ pub(super) fn print_table(out: &Value) {
 
 /// `secs` since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ` (UTC; the proleptic Gregorian
 /// calendar, Hinnant's `civil_from_days`).
-pub(super) fn utc_date(secs: u64) -> String {
+pub(crate) fn utc_date(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     let z = days + 719_468;

@@ -20,6 +20,7 @@ mod store_set;
 mod tls;
 
 use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -249,6 +250,56 @@ impl QuicConfig {
         cc.transport_config(Arc::new(self.transport()?));
         Ok(cc)
     }
+}
+
+/// Files of a cluster identity folder.
+const CERT_FILE: &str = "cert.pem";
+const KEY_FILE: &str = "key.pem";
+const SECRET_FILE: &str = "secret";
+
+/// Writes a fresh cluster identity into `dir` (created if missing): a self-signed
+/// certificate and key, and a random 32-byte shared secret, readable by the owner only.
+pub fn write_identity(dir: &Path) -> Result<(), String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let id = ClusterIdentity::generate().map_err(|e| e.to_string())?;
+    let (cert, key) = id.to_pem();
+    let mut secret = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut secret))
+        .map_err(|e| format!("reading /dev/urandom: {e}"))?;
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    for (name, text, mode) in [
+        (CERT_FILE, cert, 0o644),
+        (KEY_FILE, key, 0o600),
+        (SECRET_FILE, hex + "\n", 0o600),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("setting the mode of {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Reads a cluster identity folder (as [`write_identity`] writes it).
+pub fn read_identity(dir: &Path) -> Result<Security, String> {
+    let identity = ClusterIdentity::from_pem_files(&dir.join(CERT_FILE), &dir.join(KEY_FILE))
+        .map_err(|e| format!("cluster identity {}: {e}", dir.display()))?;
+    let path = dir.join(SECRET_FILE);
+    let secret = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cluster identity: reading {}: {e}", path.display()))?
+        .trim()
+        .as_bytes()
+        .to_vec();
+    if secret.len() < 16 {
+        return Err(format!(
+            "cluster identity: {} holds fewer than 16 bytes",
+            path.display()
+        ));
+    }
+    Ok(Security { identity, secret })
 }
 
 /// Who may talk to whom: the cluster certificate and the shared secret.

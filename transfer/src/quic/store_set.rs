@@ -65,9 +65,9 @@ pub struct StoreSetStats {
     pub read_pages: u64,
     /// Of those, found (and intact).
     pub hit_pages: u64,
-    /// Reads of one store that ran past the read timeout.
+    /// Read requests (of up to 16 pages of one store) that ran past the read timeout.
     pub read_timeouts: u64,
-    /// Reads of one store that failed or found it down.
+    /// Read requests that failed, or reads that found their store down.
     pub read_errors: u64,
     /// Pages written into a store.
     pub written_pages: u64,
@@ -79,6 +79,8 @@ pub struct StoreSetStats {
     pub read_bytes: u64,
     /// Bytes written to them.
     pub written_bytes: u64,
+    /// Microseconds the reads took, summed over reads (from the call to its answer).
+    pub read_micros: u64,
 }
 
 #[derive(Default)]
@@ -92,6 +94,7 @@ struct Counters {
     dropped_pages: AtomicU64,
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
+    read_micros: AtomicU64,
 }
 
 enum State {
@@ -139,6 +142,9 @@ pub struct StoreSet {
 /// [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(3);
+/// Pages per read request: a fetch of more is split into requests of this many, sent
+/// together.
+const READ_BATCH: usize = 16;
 /// How often a live connection is checked for having ended.
 const WATCH: Duration = Duration::from_millis(100);
 
@@ -230,6 +236,7 @@ impl StoreSet {
             self.counters.clone(),
             self.cfg.read_timeout,
         );
+        let t0 = Instant::now();
         self.handle().spawn(async move {
             let mut out: Vec<Option<Bytes>> = vec![None; n];
             let mut tasks = JoinSet::new();
@@ -238,13 +245,18 @@ impl StoreSet {
                     counters.read_errors.fetch_add(1, Ordering::Relaxed);
                     continue;
                 };
-                let want: Vec<PageHash> = idx.iter().map(|&i| hashes[i]).collect();
-                tasks.spawn(async move {
-                    (
-                        idx,
-                        tokio::time::timeout(timeout, store.get_async(want)).await,
-                    )
-                });
+                // Requests of a few pages each, all in flight at once: each answer is its
+                // own stream, so a long read is not one stream's window at a time.
+                for chunk in idx.chunks(READ_BATCH) {
+                    let (store, idx) = (store.clone(), chunk.to_vec());
+                    let want: Vec<PageHash> = idx.iter().map(|&i| hashes[i]).collect();
+                    tasks.spawn(async move {
+                        (
+                            idx,
+                            tokio::time::timeout(timeout, store.get_async(want)).await,
+                        )
+                    });
+                }
             }
             while let Some(r) = tasks.join_next().await {
                 let Ok((idx, r)) = r else { continue };
@@ -268,6 +280,9 @@ impl StoreSet {
                     }
                 }
             }
+            counters
+                .read_micros
+                .fetch_add(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
             done.call(out);
         });
     }
@@ -378,6 +393,7 @@ impl StoreSet {
             dropped_pages: g(&c.dropped_pages),
             read_bytes: g(&c.read_bytes),
             written_bytes: g(&c.written_bytes),
+            read_micros: g(&c.read_micros),
         }
     }
 }

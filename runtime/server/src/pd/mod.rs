@@ -22,7 +22,9 @@
 #[cfg(feature = "pd")]
 mod link;
 #[cfg(feature = "pd")]
-pub use link::{read_identity, write_identity, Importer, Pd};
+pub use link::{Importer, Pd};
+#[cfg(feature = "pd")]
+pub use sglrs_transfer::quic::{read_identity, write_identity};
 #[cfg(not(feature = "pd"))]
 mod off;
 #[cfg(not(feature = "pd"))]

@@ -100,6 +100,7 @@ impl RemoteKv {
             "dropped_pages": st.dropped_pages,
             "read_bytes": st.read_bytes,
             "written_bytes": st.written_bytes,
+            "read_seconds": st.read_micros as f64 / 1e6,
             "writes_pending": self.set().writes_pending(),
         })
     }
