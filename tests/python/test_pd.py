@@ -59,7 +59,24 @@ def sh(*cmd, check=True):
     return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=60)
 
 
-class Network:
+class Namespaces:
+    """Network namespaces and links a test made (`created`), removed by `close`."""
+
+    created: list
+
+    def prefix(self, ns):
+        return ["ip", "netns", "exec", ns] if ns else []
+
+    def close(self):
+        for c in reversed(self.created):
+            if isinstance(c, tuple):
+                sh("ip", "link", "del", c[1], check=False)
+            else:
+                sh("ip", "netns", "del", c, check=False)
+        self.created = []
+
+
+class Network(Namespaces):
     """Where the two servers live. As root: namespaces `P` (prefill) and `D` (decode), each
     joined to the root namespace by a veth pair (the router's HTTP), and to each other by a
     third (the KV transfer; `D` routes the prefill's address over it). Otherwise loopback."""
@@ -115,17 +132,6 @@ class Network:
         self.p_host, self.d_host = f"10.{net}.1.2", f"10.{net}.2.2"
         # KV datagrams from D to the prefill's address take the P-D link.
         sh("ip", "-n", self.d_ns, "route", "add", f"{self.p_host}/32", "via", f"10.{net}.3.1")
-
-    def prefix(self, ns):
-        return ["ip", "netns", "exec", ns] if ns else []
-
-    def close(self):
-        for c in reversed(self.created):
-            if isinstance(c, tuple):
-                sh("ip", "link", "del", c[1], check=False)
-            else:
-                sh("ip", "netns", "del", c, check=False)
-        self.created = []
 
 
 class Proc(Server):
@@ -471,6 +477,46 @@ def test_a_killed_prefill_server_fails_the_request_with_a_clear_error(identity):
         assert d["cache"]["running_pages"] == 0 and d["cache"]["held_locks"] == 0, d
         assert d["disaggregation"]["rooms_open"] == 0 and d["disaggregation"]["awaiting_import"] == 0, d
     finally:
+        c.close()
+
+
+def test_a_stopped_prefill_server_fails_the_transfer_in_time_and_serves_once_resumed(identity):
+    """SIGSTOP the prefill server while a request's KV is on its way: the decode host gives
+    the room up within --disaggregation-timeout with a clear error and holds nothing;
+    after SIGCONT the prefill server lets its side go and both serve again."""
+    c = Cluster(identity, timeout="5")
+    try:
+        body = {"text": LONG, "sampling_params": {"max_new_tokens": 4, "temperature": 0},
+                "bootstrap_host": c.net.p_host, "bootstrap_port": c.boot, "bootstrap_room": 78}
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            t0 = time.time()
+            pf = pool.submit(post, c.prefill.base, "/generate", body)
+            df = pool.submit(post, c.decode.base, "/generate", body)
+            time.sleep(0.4)
+            c.prefill.proc.send_signal(signal.SIGSTOP)
+            try:
+                status, err = df.result(timeout=60)
+                waited = time.time() - t0
+            finally:
+                c.prefill.proc.send_signal(signal.SIGCONT)
+            pf.result(timeout=60)  # the prefill's own answer, whatever it is, comes back
+        assert status >= 400 or err.get("meta_info", {}).get("finish_reason", {}).get("type") == "abort", err
+        text = json.dumps(err)
+        assert "KV transfer failed" in text, text
+        assert waited < 30, waited
+        # Resumed: a routed request is served, and neither side holds a page or a room.
+        deadline = time.time() + 60
+        while True:
+            rs, ok = post(c.router.base, "/generate",
+                          {"text": "Hello there", "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
+            if rs == 200:
+                break
+            assert time.time() < deadline, (rs, ok)
+            time.sleep(1)
+        assert len(ok["output_ids"]) == 4
+        c.assert_idle()
+    finally:
+        c.prefill.proc.send_signal(signal.SIGCONT)
         c.close()
 
 

@@ -25,7 +25,7 @@ import urllib.request
 
 import pytest
 
-from test_pd import BINARY, Proc, free_udp_port, info, post, sh
+from test_pd import BINARY, Namespaces, Proc, free_udp_port, info, post, sh
 
 # A prompt far longer than a page: ~1,000 tokens of prose, different for every seed.
 WORDS = ["river", "stone", "lantern", "harbor", "meadow", "copper", "violet", "engine", "orchard",
@@ -42,7 +42,7 @@ def prose(seed, words=700):
     return " ".join(out)
 
 
-class Net:
+class Net(Namespaces):
     """Namespaces `A`, `B` (replicas) and `S` (store) when root: A and B each hang off the
     root namespace by a veth pair (the test's HTTP), and off a bridge in S that holds the
     store's address. Otherwise everything is 127.0.0.1."""
@@ -96,17 +96,6 @@ class Net:
             sh("ip", "-n", ns, "addr", "add", f"10.{net}.3.{i + 1}/24", "dev", n_end)
             sh("ip", "-n", ns, "link", "set", n_end, "up")
         self.a_host, self.b_host, self.store_host = f"10.{net}.1.2", f"10.{net}.2.2", f"10.{net}.3.1"
-
-    def prefix(self, ns):
-        return ["ip", "netns", "exec", ns] if ns else []
-
-    def close(self):
-        for c in reversed(self.created):
-            if isinstance(c, tuple):
-                sh("ip", "link", "del", c[1], check=False)
-            else:
-                sh("ip", "netns", "del", c, check=False)
-        self.created = []
 
 
 class Store:

@@ -281,7 +281,12 @@ impl SchedulerCore {
     /// Queues a validated request.
     pub fn handle_request(&mut self, req: SchedRequest, now: Instant) {
         self.note_arrival();
-        self.prefetch_on_arrival(req.id, req.namespace, &req.input_ids, now);
+        // A decode host's import brings the prompt's pages from its prefill host, and its
+        // admission looks at the device tree only: reading the lower tiers would only hold
+        // it back.
+        if req.disagg != Some(crate::request::Disagg::Import) {
+            self.prefetch_on_arrival(req.id, req.namespace, &req.input_ids, now);
+        }
         let prompt_len = req.input_ids.len();
         let shared = Arc::new(Shared {
             namespace: req.namespace,
