@@ -506,14 +506,26 @@ impl Driver {
             match planned {
                 Some(plan) => {
                     let t = Instant::now();
-                    let result = self.exec.forward(&plan.batch());
+                    // A pass that panics (a kernel bug an input triggers) ends the requests
+                    // of its batch, as a failed pass does, and the server goes on: their
+                    // pages written in it are their own and are not kept.
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        self.exec.forward(&plan.batch())
+                    }));
                     self.trace_step(t, &plan);
                     self.totals.seconds += t.elapsed().as_secs_f64();
                     self.totals.steps += 1;
                     self.totals.tokens += plan.num_tokens() as u64;
                     match result {
-                        Ok(logits) => self.core.handle_forward(plan, &logits, Instant::now()),
-                        Err(e) => self.core.handle_forward_error(plan, &e.to_string()),
+                        Ok(Ok(logits)) => self.core.handle_forward(plan, &logits, Instant::now()),
+                        Ok(Err(e)) => self.core.handle_forward_error(plan, &e.to_string()),
+                        Err(payload) => self.core.handle_forward_error(
+                            plan,
+                            &format!(
+                                "the forward pass panicked: {}",
+                                panic_message(payload.as_ref())
+                            ),
+                        ),
                     }
                 }
                 None => {

@@ -725,7 +725,8 @@ fn a_panic_in_one_requests_step_aborts_only_that_request() {
     assert_eq!(outs[&(3, 0)].reason, Some(FinishReason::Length(4)));
 }
 
-/// An executor whose forward pass panics (a kernel bug): outside any one request's step.
+/// An executor whose forward pass panics (a kernel bug) on batches holding token 999 and
+/// works otherwise.
 struct PanickingExec(ToyExec);
 impl Executor for PanickingExec {
     fn kv_layout(&self) -> KvLayout {
@@ -740,8 +741,11 @@ impl Executor for PanickingExec {
     fn max_context(&self) -> usize {
         self.0.max_context()
     }
-    fn forward(&mut self, _: &Batch<'_>) -> Result<Logits, ExecError> {
-        panic!("kernel bug")
+    fn forward(&mut self, b: &Batch<'_>) -> Result<Logits, ExecError> {
+        if b.seqs.iter().any(|s| s.tokens.contains(&999)) {
+            panic!("kernel bug");
+        }
+        self.0.forward(b)
     }
     fn read_pages(&self, p: &[u32], out: &mut [u8]) -> Result<(), ExecError> {
         self.0.read_pages(p, out)
@@ -751,45 +755,54 @@ impl Executor for PanickingExec {
     }
 }
 
-#[test]
-fn a_panic_in_the_driver_ends_every_request_with_an_error_and_later_submits_fail() {
-    let (handle, join) = spawn(core(64, 4), Box::new(PanickingExec(ToyExec::new(64, 4)))).unwrap();
-    let mut two = request(2, (1..9).collect(), 4);
-    two.n = 2;
-    let mut rxs = vec![
-        handle.submit(request(1, (1..9).collect(), 4)).unwrap(),
-        handle.submit(two).unwrap(),
-    ];
+/// Every event of one request until its channel closes (bounded: it closes after the last
+/// sample's end).
+fn finishes(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<SchedEvent>,
+) -> Vec<(u64, usize, FinishReason)> {
     let mut ends = Vec::new();
-    for rx in &mut rxs {
-        // Every open sample hears an explicit end (bounded: the channel closes after it).
-        while let Some(ev) = rx.blocking_recv() {
-            if let SchedEvent::Finished {
-                id, sample, reason, ..
-            } = ev
-            {
-                ends.push((id, sample, reason));
-            }
+    while let Some(ev) = rx.blocking_recv() {
+        if let SchedEvent::Finished {
+            id, sample, reason, ..
+        } = ev
+        {
+            ends.push((id, sample, reason));
         }
     }
+    ends
+}
+
+#[test]
+fn a_forward_pass_that_panics_ends_its_batch_with_an_error_and_the_scheduler_goes_on() {
+    let (handle, join) = spawn(core(64, 4), Box::new(PanickingExec(ToyExec::new(64, 4)))).unwrap();
+    let mut two = request(2, vec![1, 2, 999, 4, 5, 6, 7, 8], 4);
+    two.n = 2;
+    let mut rx = handle.submit(two).unwrap();
+    let mut ends = finishes(&mut rx);
     ends.sort_by_key(|(id, sample, _)| (*id, *sample));
     assert_eq!(
         ends.iter().map(|(i, s, _)| (*i, *s)).collect::<Vec<_>>(),
-        [(1, 0), (2, 0), (2, 1)]
+        [(2, 0), (2, 1)],
+        "every sample hears an explicit end"
     );
     for (_, _, reason) in &ends {
         match reason {
-            FinishReason::Abort(AbortReason::Internal(m)) => {
-                assert!(m.contains("kernel bug"), "{m}")
+            FinishReason::Abort(AbortReason::Forward(m)) => {
+                assert!(m.contains("panicked") && m.contains("kernel bug"), "{m}")
             }
             other => panic!("ended with {other:?}"),
         }
     }
-    join.join()
-        .expect("the thread ends without re-raising the panic");
-    assert!(!handle.is_alive());
-    assert_eq!(
-        handle.submit(request(3, (1..9).collect(), 4)).err(),
-        Some(SchedError::Shutdown)
+    // The scheduler still serves, with the same answers as before.
+    assert!(handle.is_alive());
+    let mut rx = handle.submit(request(3, (1..9).collect(), 4)).unwrap();
+    let ends = finishes(&mut rx);
+    assert_eq!(ends.len(), 1);
+    assert!(
+        matches!(ends[0].2, FinishReason::Length(4)),
+        "ended with {:?}",
+        ends[0].2
     );
+    drop(handle);
+    join.join().expect("the thread ends without a panic");
 }
