@@ -275,18 +275,22 @@ struct Known {
 /// host tier after the device dropped it).
 const RECENT: usize = 1 << 16;
 
+/// Lower-tier pages whose tokens are not known yet, remembered at most this many.
+const PENDING: usize = 1 << 18;
+
 /// Turns the scheduler's events into wire events. The device's events carry each page's
 /// tokens; the lower tiers' name pages by hash only, so a page is announced in the host
 /// (`CPU`) or disk (`DISK`) medium once its tokens are known from the device, and never
-/// twice in one medium. Pages of other namespaces than the default are never announced.
+/// twice in one medium: a lower-tier page whose tokens are unknown (fetched from a remote
+/// store, or found on disk from an earlier run) waits in `pending` until the device stores
+/// it. Pages of other namespaces than the default are never announced.
 #[derive(Default)]
 pub struct Announcer {
     known: std::collections::HashMap<u64, Known>,
     recent: std::collections::HashMap<u64, Known>,
     recent_order: VecDeque<u64>,
-    /// Lower-tier pages not announced because their tokens were unknown (pages fetched
-    /// from a remote store, or found on disk from an earlier run).
-    pub unannounced: u64,
+    pending: std::collections::HashMap<u64, u8>,
+    pending_order: VecDeque<u64>,
 }
 
 impl Announcer {
@@ -299,6 +303,24 @@ impl Announcer {
                 if let Some(old) = self.recent_order.pop_front() {
                     self.recent.remove(&old);
                 }
+            }
+        }
+    }
+
+    /// Lower-tier pages not announced yet because their tokens are unknown.
+    pub fn unannounced(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn hold(&mut self, h: u64, bit: u8) {
+        let e = self.pending.entry(h).or_insert(0);
+        if *e == 0 {
+            self.pending_order.push_back(h);
+        }
+        *e |= bit;
+        while self.pending_order.len() > PENDING {
+            if let Some(old) = self.pending_order.pop_front() {
+                self.pending.remove(&old);
             }
         }
     }
@@ -327,14 +349,19 @@ impl Announcer {
                 } if namespace == default && !hashes.is_empty() => {
                     let hashes: Vec<u64> = hashes.into_iter().map(low).collect();
                     let parent = parent.map(low);
+                    let mut waited = Vec::new();
                     for (i, &h) in hashes.iter().enumerate() {
                         let p = if i == 0 { parent } else { Some(hashes[i - 1]) };
                         let t = tokens
                             .get(i * page_size..(i + 1) * page_size)
                             .unwrap_or_default()
                             .to_vec();
+                        let held = self.pending.remove(&h).unwrap_or(0);
                         match self.lookup(h) {
-                            Some(k) => k.media |= GPU,
+                            Some(k) => {
+                                k.media |= GPU;
+                                // Announced in those media when the tokens were first known.
+                            }
                             None => {
                                 self.known.insert(
                                     h,
@@ -342,9 +369,12 @@ impl Announcer {
                                         parent: p,
                                         tokens: t,
                                         block_size: page_size,
-                                        media: GPU,
+                                        media: GPU | held,
                                     },
                                 );
+                                if held != 0 {
+                                    waited.push(h);
+                                }
                             }
                         }
                     }
@@ -355,6 +385,23 @@ impl Announcer {
                         block_size: page_size,
                         medium: "GPU",
                     });
+                    // Lower-tier copies that waited for these tokens.
+                    for h in waited {
+                        let Some(k) = self.known.get(&h) else {
+                            continue;
+                        };
+                        for bit in [CPU, DISK] {
+                            if k.media & bit != 0 {
+                                out.push(WireEvent::Stored {
+                                    hashes: vec![h],
+                                    parent: k.parent,
+                                    tokens: k.tokens.clone(),
+                                    block_size: k.block_size,
+                                    medium: medium(bit),
+                                });
+                            }
+                        }
+                    }
                 }
                 KvEvent::Removed { namespace, hashes } if namespace == default => {
                     let hashes: Vec<u64> = hashes.into_iter().map(low).collect();
@@ -424,7 +471,7 @@ impl Announcer {
                 let mut run: Option<WireEvent> = None;
                 for h in hashes.into_iter().map(low) {
                     let Some(k) = self.lookup(h) else {
-                        self.unannounced += 1;
+                        self.hold(h, bit);
                         continue;
                     };
                     if k.media & bit != 0 {
@@ -455,6 +502,12 @@ impl Announcer {
             } else {
                 let mut gone = Vec::new();
                 for h in hashes.into_iter().map(low) {
+                    if let Some(held) = self.pending.get_mut(&h) {
+                        *held &= !bit;
+                        if *held == 0 {
+                            self.pending.remove(&h);
+                        }
+                    }
                     if let Some(k) = self.known.get_mut(&h) {
                         if k.media & bit != 0 {
                             k.media &= !bit;
@@ -536,7 +589,7 @@ impl KvEventPublisher {
             "unannounced_pages": self
                 .announcer
                 .lock()
-                .map_or(0, |a| a.unannounced),
+                .map_or(0, |a| a.unannounced()),
         })
     }
 }
@@ -872,7 +925,7 @@ mod tests {
             },
             "{w:?}"
         );
-        assert_eq!(a.unannounced, 1, "page 9's tokens are unknown");
+        assert_eq!(a.unannounced(), 1, "page 9's tokens are unknown");
         // Dropped from the device, the pages stay known in the host tier; a second store
         // in the same medium is not announced again.
         let w = a.convert(
@@ -918,5 +971,22 @@ mod tests {
             .collect();
         again.sort();
         assert_eq!(again, vec![(1, "DISK"), (2, "CPU")]);
+        // Page 9 (in the host tier, tokens unknown) is announced there once the device
+        // stores it with its tokens.
+        let w = a.convert(
+            vec![KvEvent::Stored {
+                namespace: Namespace::DEFAULT,
+                parent: Some(h(2)),
+                hashes: vec![h(9)],
+                tokens: vec![90, 91],
+                page_size: 2,
+            }],
+            Vec::new(),
+        );
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            matches!(&w[1], WireEvent::Stored { hashes, parent: Some(2), medium: "CPU", tokens, .. } if hashes == &vec![9] && tokens == &vec![90, 91])
+        );
+        assert_eq!(a.unannounced(), 0);
     }
 }
