@@ -12,7 +12,9 @@ SOAK_SECONDS ?= 600
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= wire_decode transfer_proto store_segment grammar request gguf chat_template
 # cargo-fuzz builds on nightly with its own flags: a target directory of its own.
-FUZZ_TARGET_DIR ?= $(HOME)/.cache/sglrs/target-fuzz-nightly
+# `none` (debug assertions on) or `address` (AddressSanitizer); each builds into its own folder.
+FUZZ_SANITIZER ?= none
+FUZZ_TARGET_DIR ?= $(HOME)/.cache/sglrs/target-fuzz-nightly-$(FUZZ_SANITIZER)
 # New inputs found by `make fuzz` go here; fuzz/corpus/ (replayed by `make test`) is only read.
 FUZZ_WORK ?= $(HOME)/.cache/sglrs/fuzz-corpus
 
@@ -51,13 +53,14 @@ soak: deps model build
 	SOAK_SECONDS=$(SOAK_SECONDS) SGLRS_BIN=$(SGLRS) python3 -m pytest -q -s tests/python/test_soak.py
 
 ## Runs each cargo-fuzz target (FUZZ_TARGETS) for FUZZ_SECONDS (60) on its corpus; nightly,
-## not part of `make test` (which replays the corpora). One target: `make fuzz FUZZ_TARGETS=grammar`.
+## not part of `make test` (which replays the corpora). One target: `make fuzz FUZZ_TARGETS=grammar`;
+## under AddressSanitizer: `make fuzz FUZZ_SANITIZER=address`.
 fuzz: deps
 	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
 	@rustup toolchain list | grep -q '^nightly' || { echo "make fuzz needs the nightly toolchain (rustup toolchain install nightly)"; exit 1; }
 	cd fuzz && for t in $(FUZZ_TARGETS); do \
 		mkdir -p $(FUZZ_WORK)/$$t && \
-		cargo +nightly fuzz run --sanitizer none --debug-assertions --target-dir $(FUZZ_TARGET_DIR) \
+		cargo +nightly fuzz run --sanitizer $(FUZZ_SANITIZER) $(if $(filter none,$(FUZZ_SANITIZER)),--debug-assertions) --target-dir $(FUZZ_TARGET_DIR) \
 			$$t $(FUZZ_WORK)/$$t corpus/$$t -- \
 			-max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 || exit 1; \
 	done

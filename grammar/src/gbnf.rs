@@ -150,7 +150,11 @@ impl<'a> Parser<'a> {
 
     /// One UTF-8 char (or escape) as a code point.
     fn char_at(&mut self) -> Result<u32, CompileError> {
-        if self.s[self.pos] == b'\\' {
+        let Some(&c) = self.s.get(self.pos) else {
+            // `[a-` at the very end: a range with no upper end.
+            return Err(self.err("unterminated class"));
+        };
+        if c == b'\\' {
             self.pos += 1;
             return self.char_escape();
         }

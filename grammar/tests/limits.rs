@@ -83,6 +83,25 @@ fn gbnf_deep_nesting_with_repetitions_compiles_on_a_small_stack() {
 }
 
 #[test]
+fn gbnf_classes_cut_off_anywhere_are_refused() {
+    // Found by the `grammar` fuzz target under AddressSanitizer: a range with no upper end
+    // at the end of the grammar read past it.
+    for g in [
+        "root ::= [a-",
+        "root ::= [a",
+        "root ::= [",
+        "root ::= [^",
+        "root ::= [\\",
+    ] {
+        let e = compile_small(GrammarSpec::Ebnf(g.into())).unwrap_err();
+        assert!(
+            e.to_string().contains("class") || e.to_string().contains("escape"),
+            "{g}: {e}"
+        );
+    }
+}
+
+#[test]
 fn gbnf_size_limits_name_the_limit() {
     // Too many rules.
     let mut g = String::from("root ::= r0\n");
