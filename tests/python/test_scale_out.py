@@ -25,7 +25,7 @@ import urllib.request
 
 import pytest
 
-from test_pd import BINARY, Namespaces, Proc, free_udp_port, info, post, sh
+from test_pd import BINARY, Namespaces, Proc, free_udp_port, identity, info, post, sh  # noqa: F401 (identity: a fixture)
 
 # A prompt far longer than a page: ~1,000 tokens of prose, different for every seed.
 WORDS = ["river", "stone", "lantern", "harbor", "meadow", "copper", "violet", "engine", "orchard",
@@ -173,14 +173,6 @@ def wait_connected(s, connects, timeout=30):
             return st
         assert time.time() < deadline, st
         time.sleep(0.2)
-
-
-@pytest.fixture(scope="module")
-def identity():
-    d = tempfile.mkdtemp(prefix="sglrs-id-")
-    subprocess.run([BINARY, "cluster-identity", "--out", d], check=True, capture_output=True)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
