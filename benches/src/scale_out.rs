@@ -220,13 +220,17 @@ fn remote_info(s: &Server) -> Value {
     })
 }
 
-/// Pages `s` has handed to the store so far (written, skipped as held, or dropped).
-fn offered_pages(s: &Server) -> u64 {
-    let r = remote_info(s);
+/// Pages handed to the store so far (written, skipped as held, or dropped), from a
+/// replica's `hicache_remote` info.
+fn offered(r: &Value) -> u64 {
     ["written_pages", "skipped_pages", "dropped_pages"]
         .iter()
         .map(|k| r[*k].as_u64().unwrap_or(0))
         .sum()
+}
+
+fn offered_pages(s: &Server) -> u64 {
+    offered(&remote_info(s))
 }
 
 /// Waits until `s` has offered the store `pages` more pages than `before` and has no
@@ -235,7 +239,7 @@ fn wait_written(s: &Server, before: u64, pages: u64) -> anyhow::Result<()> {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(30) {
         let r = remote_info(s);
-        if offered_pages(s) >= before + pages && r["writes_pending"] == json!(false) {
+        if offered(&r) >= before + pages && r["writes_pending"] == json!(false) {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -231,6 +231,19 @@ def post(base, path, body, timeout=120):
             return e.code, raw.decode(errors="replace")
 
 
+def served_again(base, text, within):
+    """Retries a 4-token greedy `/generate` of `text` each second until it answers 200
+    (at most `within` seconds); returns the answer."""
+    deadline = time.time() + within
+    while True:
+        status, ok = post(base, "/generate",
+                          {"text": text, "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
+        if status == 200:
+            return ok
+        assert time.time() < deadline, (status, ok)
+        time.sleep(1)
+
+
 def stream(base, body):
     """The chunks of a streamed `/generate` (parsed JSON), up to `[DONE]`."""
     req = urllib.request.Request(base + "/generate", data=json.dumps({**body, "stream": True}).encode(),
@@ -440,14 +453,7 @@ def test_a_killed_decode_server_frees_the_room_and_its_restart_serves(identity):
             assert time.time() < deadline, d
             time.sleep(0.5)
         c.decode.start()
-        deadline = time.time() + 90
-        while True:
-            status, ok = post(c.router.base, "/generate",
-                              {"text": "Hello", "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
-            if status == 200:
-                break
-            assert time.time() < deadline, (status, ok)
-            time.sleep(1)
+        ok = served_again(c.router.base, "Hello", within=90)
         assert len(ok["output_ids"]) == 4
         c.assert_idle()
     finally:
@@ -505,14 +511,7 @@ def test_a_stopped_prefill_server_fails_the_transfer_in_time_and_serves_once_res
         assert "KV transfer failed" in text, text
         assert waited < 30, waited
         # Resumed: a routed request is served, and neither side holds a page or a room.
-        deadline = time.time() + 60
-        while True:
-            rs, ok = post(c.router.base, "/generate",
-                          {"text": "Hello there", "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
-            if rs == 200:
-                break
-            assert time.time() < deadline, (rs, ok)
-            time.sleep(1)
+        ok = served_again(c.router.base, "Hello there", within=60)
         assert len(ok["output_ids"]) == 4
         c.assert_idle()
     finally:
