@@ -210,7 +210,12 @@ def test_a_prompt_computed_on_one_replica_is_a_remote_hit_on_the_other(cluster):
     assert rb["hit_pages"] == (n - 1) // 16 and rb["read_timeouts"] == 0, rb
     st = info(b.base)
     assert st["cached_tokens_by_source"]["remote"] == m["cached_tokens"], st
-    assert st["cache"]["running_pages"] == 0 and st["cache"]["held_locks"] == 0, st
+    # B's write-through of its pages may still hold its pin for a moment; then nothing.
+    deadline = time.time() + 10
+    while st["cache"]["running_pages"] or st["cache"]["held_locks"]:
+        assert time.time() < deadline, st
+        time.sleep(0.05)
+        st = info(b.base)
     # The counters are in /metrics too.
     with urllib.request.urlopen(b.base + "/metrics", timeout=30) as resp:
         metrics = resp.read().decode()
