@@ -38,6 +38,8 @@ CANARY = {
     "sampling_params": {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True},
 }
 CANARY_PRIORITY = 100
+# The message of a waiting request whose place a request of higher priority took.
+DISPLACED = "took this request's place"
 
 
 def canary(base: str, priority: int, within: float = 10.0) -> tuple[Outcome, float, int]:
@@ -138,7 +140,10 @@ def run() -> dict:
         ok = [o for o in outcomes if o.kind == "ok"]
         errors = [o for o in outcomes if o.kind == "error"]
         lost = [o for o in outcomes if o.kind == "lost"]
-        refusals = [o.latency for o in errors]
+        # A load request that waited in the full queue until a priority canary took its
+        # place ends in the same 503; the refusal latency is that of refusals at arrival.
+        displaced = [o for o in errors if DISPLACED in o.detail]
+        refusals = [o.latency for o in errors if DISPLACED not in o.detail]
         ttfts = [c[1] for c in canaries]
         accepted = [c[0].ttft or float("inf") for c in canaries]
         plain_accepted = [c[0].ttft or float("inf") for c in plain_canaries]
@@ -151,6 +156,7 @@ def run() -> dict:
             "requests": len(outcomes),
             "served": len(ok),
             "refused_503": len(errors),
+            "displaced_503": len(displaced),
             "lost": len(lost),
             "refusal_ms_p50": round(percentile(refusals, 50) * 1000, 2),
             "refusal_ms_p99": round(percentile(refusals, 99) * 1000, 2),
@@ -197,8 +203,16 @@ def test_every_request_ends_in_a_result_or_a_503_with_retry_after(run: dict) -> 
 
 
 def test_refusals_come_back_within_50_ms(run: dict) -> None:
-    refusals = [o.latency for o in run["outcomes"] if o.kind == "error"]
+    refusals = [o.latency for o in run["outcomes"] if o.kind == "error" and DISPLACED not in o.detail]
     assert percentile(refusals, 99) < 0.050, run["figures"]
+
+
+def test_a_priority_canary_finds_a_place_and_displaces_at_most_one_request(run: dict) -> None:
+    """With the queue full, a canary of higher priority takes the place of the lowest-priority
+    waiting request (which gets the 503 it would have got at arrival); a priority-0 canary
+    still has to retry like any request."""
+    assert sum(c[2] for c in run["canaries"]) == 0, run["figures"]
+    assert run["figures"]["displaced_503"] <= len(run["canaries"]), run["figures"]
 
 
 def test_rss_stays_flat_under_overload(run: dict) -> None:
@@ -214,10 +228,5 @@ def test_a_priority_canary_is_served_ahead_of_the_queue(run: dict) -> None:
     assert high < 0.5 * low, run["figures"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the queue bound refuses the canary like any request (priority reserves no place) "
-    "and a running request is never preempted for it: see docs/reliability.md, Overload and soak",
-)
 def test_the_canary_ttft_stays_within_3x_its_unloaded_value(run: dict) -> None:
     assert max(c[1] for c in run["canaries"]) <= 3 * run["unloaded"], run["figures"]

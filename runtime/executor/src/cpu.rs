@@ -123,6 +123,8 @@ pub struct CpuExecutor {
     s: Scratch,
     /// Bundle decode steps over shared pages into one attention pass (on by default).
     shared_attention: bool,
+    /// Stops a pass between layers when raised ([`Executor::set_interrupt`]).
+    interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl std::fmt::Debug for CpuExecutor {
@@ -353,6 +355,7 @@ impl CpuExecutor {
             isa,
             s: Scratch::default(),
             shared_attention: true,
+            interrupt: None,
         })
     }
 
@@ -451,6 +454,7 @@ impl Executor for CpuExecutor {
             isa,
             s,
             shared_attention,
+            interrupt,
         } = self;
         let flat = Flat::new(batch);
         let mut logits = Logits {
@@ -478,7 +482,15 @@ impl Executor for CpuExecutor {
             };
         let plan = AttnPlan::new(&p, &bundles);
         let distinct_slots = flat.distinct_slots(batch, p.d.ps);
+        let interrupted = || {
+            interrupt
+                .as_ref()
+                .is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire))
+        };
         for (li, layer) in layers.iter().enumerate() {
+            if interrupted() {
+                return Err(ExecError::Interrupted);
+            }
             forward::attention_block(&p, li, layer, kv, &plan, distinct_slots, s);
             forward::mlp_block(&p, layer, s);
         }
@@ -501,5 +513,9 @@ impl Executor for CpuExecutor {
 
     fn page_io(&self) -> Option<crate::kv::PageIo> {
         Some(self.kv.page_io())
+    }
+
+    fn set_interrupt(&mut self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        self.interrupt = Some(flag);
     }
 }

@@ -103,6 +103,11 @@ pub use sglrs_radix_cache::{KvDtype, KvLayout};
 /// Why a forward pass or a page copy failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
+    /// The pass stopped between layers because its interrupt flag was raised
+    /// ([`Executor::set_interrupt`]): it produced nothing, and the K and V it wrote are in
+    /// the batch's chunk positions only (rewritten identically when the chunks run again).
+    #[error("the forward pass was interrupted")]
+    Interrupted,
     /// A page id is outside the KV pool.
     #[error("page id {0} is outside the KV pool")]
     BadPage(u32),
@@ -160,6 +165,13 @@ pub trait Executor: Send {
     /// and lower tiers are then off.
     fn page_io(&self) -> Option<kv::PageIo> {
         None
+    }
+    /// A flag that, once raised while a pass runs, stops it at the next layer boundary with
+    /// [`ExecError::Interrupted`] (a request that must not wait for the pass in flight).
+    /// The caller lowers it before each pass. Executors without layer boundaries to stop
+    /// at ignore it (the default).
+    fn set_interrupt(&mut self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        let _ = flag;
     }
 }
 

@@ -8,6 +8,7 @@
 mod admit;
 mod disagg;
 mod hold;
+mod preempt;
 mod tier;
 
 pub use disagg::{DisaggStats, ExportJob, ImportJob};
@@ -63,6 +64,11 @@ pub struct SchedulerConfig {
     /// that a tenant flooding the server cannot take every place; refused like a full queue.
     /// Must be positive.
     pub max_queued_per_tenant: usize,
+    /// Priority preemption: when every running place is taken, a waiting sequence whose
+    /// priority exceeds a running one's (of its tenant) by more than this retracts it and
+    /// takes its place (`core/preempt.rs`). `None`: never. The waiting queue is ordered by
+    /// priority either way.
+    pub priority_preemption: Option<i64>,
     /// The hierarchical cache's lower tiers (host RAM, disk); `None`: the device tier only.
     pub hicache: Option<crate::hicache::HiCacheConfig>,
     /// KV events for cache-aware routers (`None`: none are recorded).
@@ -131,8 +137,13 @@ pub struct CoreStats {
     pub cached_remote_tokens: u64,
     /// Output tokens produced.
     pub generated_tokens: u64,
-    /// Sequences retracted under memory pressure.
+    /// Sequences retracted (under memory pressure, or preempted).
     pub retractions: u64,
+    /// Of those, preempted for a waiting sequence of higher priority.
+    pub preemptions: u64,
+    /// Passes that ran only a high-priority prompt (and its priority class), leaving the
+    /// other sequences' steps to the next pass.
+    pub urgent_passes: u64,
     /// Tokens appended by jump-forward.
     pub jump_forward_tokens: u64,
     /// Requests finished.
@@ -369,6 +380,7 @@ impl SchedulerCore {
     /// Plans the next forward pass, allocating pages (evicting and retracting as needed).
     /// `None` when there is nothing to run.
     pub fn poll_batch(&mut self, now: Instant) -> Option<PlannedBatch> {
+        self.preempt_for_priority(now);
         let mut hold = self.hold_admission(now);
         let mut budget = self.cfg.max_batch_tokens;
         let mut items: Vec<PlanItem> = Vec::new();
@@ -406,6 +418,7 @@ impl SchedulerCore {
         {
             self.admit(&mut budget, &mut items, now);
         }
+        self.urgent_prefill_first(&mut items);
         if items.is_empty() {
             if hold || self.loading() || self.io_pending() || self.receiving() {
                 // Admission waits (bounded; see `core/hold.rs`), or a copy to or from a

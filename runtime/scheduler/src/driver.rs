@@ -28,6 +28,11 @@ pub enum Command {
     /// Queue several requests at once (each with its sender): they are all waiting before
     /// the next step is planned, so they are admitted together (e.g. a fork's branches).
     SubmitGroup(Vec<(Box<SchedRequest>, mpsc::UnboundedSender<SchedEvent>)>),
+    /// Queue a request that found the queue (or its tenant's share) full but may take the
+    /// place of a waiting request of its tenant with lower priority: the thread ends that
+    /// one ([`AbortReason::Overloaded`]) and queues this one in its place, or, if there is
+    /// none any more, ends this one the same way.
+    Displace(Box<SchedRequest>, mpsc::UnboundedSender<SchedEvent>),
     /// Abort a request.
     Abort(RequestId),
     /// Drop the cache (device and host tiers) if idle; answers whether it did.
@@ -74,6 +79,9 @@ pub struct DriverStats {
     pub forward_tokens: u64,
     /// Seconds spent in forward passes.
     pub forward_seconds: f64,
+    /// Of the forward passes, those stopped between layers for a newcomer of much higher
+    /// priority (they produced nothing and ran again).
+    pub interrupted_passes: u64,
     /// Lower cache tiers: the scheduler's counters.
     pub tiers: Option<TierStats>,
     /// Lower cache tiers: the store's counters and occupancy.
@@ -87,13 +95,16 @@ pub struct DriverStats {
 /// cannot overshoot while the thread is busy in a forward pass); the thread gives them back
 /// when the request is admitted or ends without having been admitted. Besides the total,
 /// each tenant (not 0) holds at most `per_tenant` places, counted in a map behind a mutex
-/// held only to check and bump one tenant's count.
+/// held only to check and bump one tenant's count. The thread also publishes, per tenant,
+/// the lowest priority among its waiting requests: a submit that finds no place but has a
+/// higher priority than that is sent on to take one ([`Command::Displace`]).
 #[derive(Debug)]
 struct Queue {
     queued: AtomicUsize,
     limit: usize,
     per_tenant: usize,
     tenants: Mutex<HashMap<u64, usize>>,
+    lowest: Mutex<HashMap<u64, i64>>,
 }
 
 impl Queue {
@@ -103,6 +114,22 @@ impl Queue {
             limit,
             per_tenant,
             tenants: Mutex::new(HashMap::new()),
+            lowest: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether a request of `tenant` at `priority` may take a waiting request's place.
+    fn may_displace(&self, tenant: u64, priority: i64) -> bool {
+        let lowest = self.lowest.lock().unwrap_or_else(|p| p.into_inner());
+        lowest.get(&tenant).is_some_and(|&p| p < priority)
+    }
+
+    /// Takes a place for a request of `tenant` whatever the bounds (a place handed over
+    /// from a displaced request, given back right after).
+    fn take(&self, tenant: u64) {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        if tenant != 0 {
+            *self.tenants().entry(tenant).or_default() += 1;
         }
     }
 
@@ -162,6 +189,29 @@ impl Queue {
     }
 }
 
+/// Lets a submit stop the pass in flight when it must not wait for it (priority
+/// preemption, `core/preempt.rs`): the executor checks `flag` between layers.
+#[derive(Debug, Default)]
+struct Interrupt {
+    flag: Arc<AtomicBool>,
+    /// Per tenant, the priority above which a newcomer stops the pass in flight; empty
+    /// between passes and during a pass that may not be interrupted.
+    bars: Mutex<HashMap<u64, i64>>,
+}
+
+impl Interrupt {
+    fn bars(&self) -> std::sync::MutexGuard<'_, HashMap<u64, i64>> {
+        self.bars.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A request of `tenant` at `priority` was just sent to the thread.
+    fn arrived(&self, tenant: u64, priority: i64) {
+        if self.bars().get(&tenant).is_some_and(|&bar| priority > bar) {
+            self.flag.store(true, Ordering::Release);
+        }
+    }
+}
+
 /// The server's handle on the scheduler thread.
 #[derive(Clone)]
 pub struct SchedulerHandle {
@@ -171,13 +221,16 @@ pub struct SchedulerHandle {
     store: Option<Arc<PageStore>>,
     queue: Arc<Queue>,
     alive: Arc<AtomicBool>,
+    interrupt: Arc<Interrupt>,
 }
 
 impl SchedulerHandle {
     /// Queues a request; events arrive on the returned receiver until `Finished` for every
     /// sample. Dropping the receiver aborts the request. Refused at once, without queueing,
     /// with [`SchedError::Overloaded`] when [`SchedulerConfig::max_queued`] requests are
-    /// already waiting.
+    /// already waiting, unless one of them (of the same tenant) has a lower priority: then
+    /// this request takes its place and that one ends with [`AbortReason::Overloaded`]
+    /// (as does this one, should the other have been admitted meanwhile).
     ///
     /// [`SchedulerConfig::max_queued`]: crate::SchedulerConfig::max_queued
     pub fn submit(
@@ -185,14 +238,24 @@ impl SchedulerHandle {
         req: SchedRequest,
     ) -> Result<mpsc::UnboundedReceiver<SchedEvent>, SchedError> {
         let tenant = [req.tenant];
-        self.queue.reserve(&tenant)?;
+        let (who, priority) = (req.tenant, req.priority);
         let (tx, rx) = mpsc::unbounded_channel();
-        self.tx
-            .send(Command::Submit(Box::new(req), tx))
-            .map_err(|_| {
-                self.queue.release(&tenant);
-                SchedError::Shutdown
-            })?;
+        if let Err(full) = self.queue.reserve(&tenant) {
+            if !self.queue.may_displace(req.tenant, req.priority) {
+                return Err(full);
+            }
+            self.tx
+                .send(Command::Displace(Box::new(req), tx))
+                .map_err(|_| SchedError::Shutdown)?;
+        } else {
+            self.tx
+                .send(Command::Submit(Box::new(req), tx))
+                .map_err(|_| {
+                    self.queue.release(&tenant);
+                    SchedError::Shutdown
+                })?;
+        }
+        self.interrupt.arrived(who, priority);
         Ok(rx)
     }
 
@@ -206,6 +269,7 @@ impl SchedulerHandle {
     ) -> Result<Vec<mpsc::UnboundedReceiver<SchedEvent>>, SchedError> {
         let k = reqs.len();
         let tenants: Vec<u64> = reqs.iter().map(|r| r.tenant).collect();
+        let priorities: Vec<(u64, i64)> = reqs.iter().map(|r| (r.tenant, r.priority)).collect();
         self.queue.reserve(&tenants)?;
         let mut items = Vec::with_capacity(k);
         let mut rxs = Vec::with_capacity(k);
@@ -218,6 +282,9 @@ impl SchedulerHandle {
             self.queue.release(&tenants);
             SchedError::Shutdown
         })?;
+        for (tenant, priority) in priorities {
+            self.interrupt.arrived(tenant, priority);
+        }
         Ok(rxs)
     }
 
@@ -310,9 +377,14 @@ pub fn spawn(
 /// marked [`crate::Disagg::Import`] fail at admission).
 pub fn spawn_with(
     core: SchedulerCore,
-    exec: Box<dyn Executor>,
+    mut exec: Box<dyn Executor>,
     importer: Option<Arc<dyn KvImporter>>,
 ) -> Result<(SchedulerHandle, std::thread::JoinHandle<()>), SchedError> {
+    let interrupt = Arc::new(Interrupt::default());
+    if core.config().priority_preemption.is_some() {
+        exec.set_interrupt(interrupt.flag.clone());
+    }
+    let int = interrupt.clone();
     let (tx, rx) = crossbeam::channel::unbounded();
     let stats = Arc::new(Mutex::new(DriverStats::default()));
     let st = stats.clone();
@@ -355,12 +427,15 @@ pub fn spawn_with(
                 senders: HashMap::new(),
                 queue: q,
                 queued: HashMap::new(),
+                queued_changed: false,
                 stats: st,
                 totals: Totals::default(),
                 trace: std::env::var_os("SGLRS_TRACE_STEPS").map(|_| Instant::now()),
                 io,
                 store,
                 importer,
+                interrupt: int,
+                interrupted_last: false,
             }
             .run()
         })
@@ -372,6 +447,7 @@ pub fn spawn_with(
             store: live_store,
             queue,
             alive,
+            interrupt,
         },
         join,
     ))
@@ -388,6 +464,8 @@ impl Drop for Stopped {
 
 #[derive(Default)]
 struct Totals {
+    /// Passes stopped for a newcomer of higher priority (also counted in `steps`).
+    interrupted: u64,
     steps: u64,
     tokens: u64,
     seconds: f64,
@@ -399,9 +477,11 @@ struct Driver {
     rx: Receiver<Command>,
     /// Per request: its event channel and which samples have finished.
     senders: HashMap<RequestId, (mpsc::UnboundedSender<SchedEvent>, Vec<bool>)>,
-    /// The handle's bounded queue, and the requests holding a place in it.
+    /// The handle's bounded queue, and the requests holding a place in it (tenant,
+    /// priority); `queued_changed` when the lowest priorities are to be published again.
     queue: Arc<Queue>,
-    queued: HashMap<RequestId, u64>,
+    queued: HashMap<RequestId, (u64, i64)>,
+    queued_changed: bool,
     stats: Arc<Mutex<DriverStats>>,
     totals: Totals,
     /// With `SGLRS_TRACE_STEPS` set: when the thread started; every submit and forward
@@ -413,9 +493,31 @@ struct Driver {
     store: Option<Arc<PageStore>>,
     /// Decode host: fills imported pages.
     importer: Option<Arc<dyn KvImporter>>,
+    /// Stops a pass for a newcomer of much higher priority.
+    interrupt: Arc<Interrupt>,
+    /// The last pass was interrupted (this one may not be).
+    interrupted_last: bool,
 }
 
 impl Driver {
+    /// Publishes the pass's preemption bars (a newcomer above one stops it), none after an
+    /// interrupted pass. Until then the last pass's bars stand, so a newcomer that arrives
+    /// while this pass is planned (too late for its plan) stops it before its first layer.
+    fn arm_interrupt(&mut self, plan: &super::core::PlannedBatch) {
+        if self.core.config().priority_preemption.is_none() {
+            return;
+        }
+        let bars = if self.interrupted_last {
+            HashMap::new()
+        } else {
+            self.core.preemption_bars(plan)
+        };
+        *self.interrupt.bars() = bars;
+        if self.interrupted_last {
+            self.interrupt.flag.store(false, Ordering::Release);
+        }
+    }
+
     /// One line per forward pass under `SGLRS_TRACE_STEPS`: end time, duration, and
     /// `request:tokens` per sequence.
     fn trace_step(&self, start: Instant, plan: &super::core::PlannedBatch) {
@@ -467,11 +569,15 @@ impl Driver {
 
     fn serve(&mut self) {
         loop {
+            // Commands taken from here on are in the next plan: a newcomer that raised the
+            // flag before is in it already.
+            self.interrupt.flag.store(false, Ordering::Release);
             self.pump_io();
             if self.core.is_idle() {
                 self.settle_queue();
                 self.publish();
                 self.emit_kv_events();
+                self.interrupt.bars().clear();
                 match self.wait(None) {
                     Ok(Some(cmd)) => self.command(cmd),
                     Ok(None) => continue,
@@ -505,6 +611,7 @@ impl Driver {
             self.settle_queue();
             match planned {
                 Some(plan) => {
+                    self.arm_interrupt(&plan);
                     let t = Instant::now();
                     // A pass that panics (a kernel bug an input triggers) ends the requests
                     // of its batch, as a failed pass does, and the server goes on: their
@@ -512,12 +619,21 @@ impl Driver {
                     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         self.exec.forward(&plan.batch())
                     }));
+                    self.interrupted_last =
+                        matches!(result, Ok(Err(sglrs_executor::ExecError::Interrupted)));
                     self.trace_step(t, &plan);
                     self.totals.seconds += t.elapsed().as_secs_f64();
                     self.totals.steps += 1;
-                    self.totals.tokens += plan.num_tokens() as u64;
+                    if !self.interrupted_last {
+                        self.totals.tokens += plan.num_tokens() as u64;
+                    }
                     match result {
                         Ok(Ok(logits)) => self.core.handle_forward(plan, &logits, Instant::now()),
+                        // Nothing ran: the plan's sequences keep their pages and state and
+                        // are planned again next, with the newcomer that stopped the pass.
+                        Ok(Err(sglrs_executor::ExecError::Interrupted)) => {
+                            self.totals.interrupted += 1
+                        }
                         Ok(Err(e)) => self.core.handle_forward_error(plan, &e.to_string()),
                         Err(payload) => self.core.handle_forward_error(
                             plan,
@@ -674,12 +790,9 @@ impl Driver {
 
     /// Gives back the queue places of requests admitted or ended since the last call.
     fn settle_queue(&mut self) {
-        if self.queued.is_empty() {
-            return;
-        }
         let core = &self.core;
         let mut left = Vec::new();
-        self.queued.retain(|id, tenant| {
+        self.queued.retain(|id, (tenant, _)| {
             let still = core.is_queued(*id);
             if !still {
                 left.push(*tenant);
@@ -688,7 +801,58 @@ impl Driver {
         });
         if !left.is_empty() {
             self.queue.release(&left);
+            self.queued_changed = true;
         }
+        if std::mem::take(&mut self.queued_changed) {
+            let mut lowest: HashMap<u64, i64> = HashMap::new();
+            for &(tenant, priority) in self.queued.values() {
+                let p = lowest.entry(tenant).or_insert(priority);
+                *p = (*p).min(priority);
+            }
+            *self.queue.lowest.lock().unwrap_or_else(|p| p.into_inner()) = lowest;
+        }
+    }
+
+    /// [`Command::Displace`]: the waiting request of `req`'s tenant with the lowest
+    /// priority below `req`'s (the newest among equals) ends, and `req` takes its place.
+    fn displace(&mut self, req: Box<SchedRequest>, tx: mpsc::UnboundedSender<SchedEvent>) {
+        let core = &self.core;
+        let victim = self
+            .queued
+            .iter()
+            .filter(|(id, (t, p))| *t == req.tenant && *p < req.priority && core.is_queued(**id))
+            .min_by_key(|(id, (_, p))| (*p, std::cmp::Reverse(**id)))
+            .map(|(id, _)| *id);
+        let Some(victim) = victim else {
+            let reason = AbortReason::Overloaded(format!(
+                "the server is overloaded: {} requests are already waiting; retry later",
+                self.queue.limit
+            ));
+            for sample in 0..req.n.max(1) {
+                let _ = tx.send(SchedEvent::Finished {
+                    id: req.id,
+                    sample,
+                    reason: FinishReason::Abort(reason.clone()),
+                    prompt_tokens: req.input_ids.len(),
+                    completion_tokens: 0,
+                    cached: CachedTokens::default(),
+                });
+            }
+            return;
+        };
+        self.core.handle_abort(
+            victim,
+            AbortReason::Overloaded(format!(
+                "the waiting queue is full and a request of higher priority ({}) took this \
+                 request's place; retry later",
+                req.priority
+            )),
+        );
+        // The victim's place, handed over: it is given back for the victim just below.
+        self.queue.take(req.tenant);
+        self.command(Command::Submit(req, tx));
+        self.route_events();
+        self.settle_queue();
     }
 
     fn command(&mut self, cmd: Command) {
@@ -703,7 +867,8 @@ impl Driver {
                 }
                 let n = req.n.max(1);
                 self.senders.insert(req.id, (tx, vec![false; n]));
-                self.queued.insert(req.id, req.tenant);
+                self.queued.insert(req.id, (req.tenant, req.priority));
+                self.queued_changed = true;
                 self.core.handle_request(*req, Instant::now());
             }
             Command::SubmitGroup(items) => {
@@ -711,6 +876,7 @@ impl Driver {
                     self.command(Command::Submit(req, tx));
                 }
             }
+            Command::Displace(req, tx) => self.displace(req, tx),
             Command::Abort(id) => {
                 self.core.handle_abort(id, AbortReason::Requested);
                 self.route_events();
@@ -856,6 +1022,7 @@ impl Driver {
             steps: self.totals.steps,
             forward_tokens: self.totals.tokens,
             forward_seconds: self.totals.seconds,
+            interrupted_passes: self.totals.interrupted,
             tiers: self.core.tier_stats(),
             store: self.store.as_ref().map(|s| s.stats()),
             disagg: self.core.disagg_stats().clone(),

@@ -45,6 +45,7 @@
 //!     admission_hold: Duration::from_millis(15),
 //!     max_queued: 256,
 //!     max_queued_per_tenant: 128,
+//!     priority_preemption: Some(10),
 //!     hicache: None,
 //!     kv_events: None,
 //! };

@@ -152,6 +152,10 @@ pub enum AbortReason {
     /// prefill host and the cause).
     #[error("KV transfer failed: {0}")]
     Transfer(String),
+    /// The waiting queue is full: this request lost its place to one of higher priority
+    /// (or found none to take). Like a refusal at submit, worth retrying later.
+    #[error("{0}")]
+    Overloaded(String),
     /// A bug: the scheduler panicked while serving this request (the panic's message). A
     /// panic in one request's sampling step ends only that request; one anywhere else
     /// ends every request in flight and stops the scheduler.

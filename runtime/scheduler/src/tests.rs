@@ -7,6 +7,7 @@
 use super::*;
 
 mod disagg;
+mod priority;
 mod tiers;
 use crate::detok::{DetokError, TokenDecoder};
 use crate::sampler::SamplingConfig;
@@ -148,6 +149,7 @@ fn config(num_pages: usize, page_size: usize) -> SchedulerConfig {
         admission_hold: std::time::Duration::ZERO,
         max_queued: 16,
         max_queued_per_tenant: 8,
+        priority_preemption: Some(10),
         hicache: None,
         kv_events: None,
     }

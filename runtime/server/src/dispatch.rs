@@ -306,6 +306,20 @@ pub async fn submit_all(
         .collect())
 }
 
+/// A request that lost its place in the full waiting queue to one of higher priority (or
+/// found none to take) is refused as a full queue is at submit: 503 with `Retry-After`.
+pub fn refused_in_queue(all: &[Vec<SampleResult>]) -> Result<(), ApiError> {
+    for r in all.iter().flatten() {
+        if let Some(FinishReason::Abort(AbortReason::Overloaded(m))) = &r.finish {
+            return Err(ApiError::Overloaded {
+                message: m.clone(),
+                retry_after_s: super::error::RETRY_AFTER_S,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Everything one sample produced.
 #[derive(Clone, Debug, Default)]
 pub struct SampleResult {

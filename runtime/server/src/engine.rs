@@ -82,6 +82,19 @@ pub struct EngineConfig {
     /// total bound.
     #[arg(long)]
     pub max_queued_requests_per_tenant: Option<usize>,
+    /// Priority preemption (SGLang's flag): when every running place is taken, a waiting
+    /// request whose `priority` exceeds a running request's (of the same tenant) by more
+    /// than this pauses it and runs first; the paused request keeps its output and its KV
+    /// (in the radix cache) and resumes where it stopped. With the queue full, a request of
+    /// higher priority also takes the place of the lowest-priority waiting request of its
+    /// tenant, which gets 503 and `Retry-After`. Higher `priority` values go first.
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true)]
+    pub priority_scheduling_preemption_threshold: i64,
+    /// Never pause a running request for a waiting one of higher priority (the waiting
+    /// queue is still ordered by priority, and a full queue still takes requests of higher
+    /// priority in place of lower ones).
+    #[arg(long)]
+    pub disable_priority_preemption: bool,
     /// Most grammar compiles (`json_schema`, `regex`, `ebnf`, tools) running at once; more
     /// are answered 503 with `Retry-After` instead of queueing for blocking-pool threads.
     /// Compiled grammars are cached, so this bounds only new ones.
@@ -305,6 +318,8 @@ impl Engine {
             admission_hold: Duration::from_millis(cfg.admission_hold_ms),
             max_queued: cfg.max_queued_requests,
             max_queued_per_tenant: per_tenant,
+            priority_preemption: (!cfg.disable_priority_preemption)
+                .then_some(cfg.priority_scheduling_preemption_threshold),
             hicache,
             kv_events,
         };
@@ -486,6 +501,8 @@ fn server_args(cfg: &EngineConfig, num_pages: usize, threads: usize) -> serde_js
             .unwrap_or(cfg.max_queued_requests / 2)
             .max(1),
         "max_concurrent_grammar_compiles": cfg.max_concurrent_grammar_compiles,
+        "priority_scheduling_preemption_threshold": cfg.priority_scheduling_preemption_threshold,
+        "disable_priority_preemption": cfg.disable_priority_preemption,
         "threads": threads,
         "api_key_required": !in_process && (cfg.api_key.is_some() || cfg.api_keys_file.is_some()),
         "tenants": !in_process && cfg.api_keys_file.is_some(),

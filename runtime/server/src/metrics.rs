@@ -312,8 +312,20 @@ impl Metrics {
         counter(
             &mut out,
             "sglrs_retractions_total",
-            "Sequences retracted under memory pressure.",
+            "Sequences retracted (under memory pressure, or preempted for priority).",
             s.core.retractions as f64,
+        );
+        counter(
+            &mut out,
+            "sglrs_priority_preemptions_total",
+            "Running sequences retracted for a waiting one of higher priority.",
+            s.core.preemptions as f64,
+        );
+        counter(
+            &mut out,
+            "sglrs_interrupted_passes_total",
+            "Forward passes stopped between layers for a request of much higher priority.",
+            s.interrupted_passes as f64,
         );
         counter(
             &mut out,

@@ -196,6 +196,7 @@ pub async fn generate(
     }
     let ids: Vec<u64> = running.iter().map(|r| r.id).collect();
     let mut results = dispatch::collect_all(&state, running, start).await;
+    dispatch::refused_in_queue(&results)?;
     if exporting {
         // The decode server's answer carries the prompt's logprobs, and SGLang's router
         // puts the prefill's in front of them: the prefill's are left out.

@@ -372,6 +372,7 @@ fn usage_sum(all: &[Vec<SampleResult>]) -> Value {
 
 /// Internal failures surface as HTTP 500 for non-streaming requests.
 fn fail_on_abort(all: &[Vec<SampleResult>]) -> Result<(), ApiError> {
+    crate::dispatch::refused_in_queue(all)?;
     for r in all.iter().flatten() {
         if let Some(FinishReason::Abort(m)) = &r.finish {
             return Err(ApiError::Internal(format!("generation aborted: {m}")));
