@@ -8,6 +8,7 @@
 mod admit;
 mod disagg;
 mod hold;
+mod logprobs;
 mod preempt;
 mod tier;
 
@@ -175,6 +176,9 @@ pub struct SchedulerCore {
     tiers: Option<tier::Tiers>,
     /// Prefill/decode disaggregation: imports and exports in flight.
     disagg: disagg::DisaggState,
+    /// Tests: planning panics while a waiting sequence holds this token.
+    #[cfg(test)]
+    pub(crate) planning_fault: Option<u32>,
 }
 
 const ARRIVAL_BASE: u64 = 1 << 40;
@@ -238,7 +242,26 @@ impl SchedulerCore {
             burst: None,
             tiers,
             disagg: disagg::DisaggState::default(),
+            #[cfg(test)]
+            planning_fault: None,
         })
+    }
+
+    /// A fresh core over the same pool and configuration (empty cache, nothing in flight)
+    /// that carries on this one's counters: the driver's recovery from a panic that left
+    /// this one in no state to trust (`driver/recover.rs`).
+    pub(crate) fn rebuilt(&self) -> Result<SchedulerCore, SchedError> {
+        let mut fresh = SchedulerCore::new(self.cfg.clone(), self.tokenizer.clone())?;
+        fresh.stats = self.stats.clone();
+        fresh.disagg.carry_stats(&self.disagg);
+        if let (Some(new), Some(old)) = (fresh.tiers.as_mut(), self.tiers.as_ref()) {
+            new.carry_stats(old);
+        }
+        #[cfg(test)]
+        {
+            fresh.planning_fault = self.planning_fault;
+        }
+        Ok(fresh)
     }
 
     /// The KV events the radix cache recorded since the last call (none unless
@@ -380,6 +403,16 @@ impl SchedulerCore {
     /// Plans the next forward pass, allocating pages (evicting and retracting as needed).
     /// `None` when there is nothing to run.
     pub fn poll_batch(&mut self, now: Instant) -> Option<PlannedBatch> {
+        #[cfg(test)]
+        if let Some(t) = self.planning_fault {
+            if self
+                .waiting
+                .iter()
+                .any(|k| self.seqs[k].tokens.contains(&t))
+            {
+                panic!("planning fault");
+            }
+        }
         self.preempt_for_priority(now);
         let mut hold = self.hold_admission(now);
         let mut budget = self.cfg.max_batch_tokens;
@@ -499,34 +532,6 @@ impl SchedulerCore {
         })
     }
 
-    /// Logits rows a chunk needs: the last (to sample) and, while in the prompt, the
-    /// positions whose next token's input logprob was asked for.
-    fn logits_wanted(&self, s: &Seq, start: usize, n: usize, sample_after: bool) -> LogitsWanted {
-        let input_start = s.shared.logprobs.as_ref().and_then(|l| l.input_start);
-        if let Some(first) = input_start.filter(|_| start < s.shared.prompt_len) {
-            // Row at position p scores token p + 1; input logprobs cover tokens first.. .
-            let offs: Vec<usize> = (0..n)
-                .filter(|&o| {
-                    let p = start + o;
-                    (p + 1 >= first.max(1) && p + 1 < s.shared.prompt_len)
-                        || (sample_after && o == n - 1)
-                })
-                .collect();
-            return if offs.len() == n {
-                LogitsWanted::All
-            } else if offs.is_empty() {
-                LogitsWanted::None
-            } else {
-                LogitsWanted::Offsets(offs)
-            };
-        }
-        if sample_after {
-            LogitsWanted::Last
-        } else {
-            LogitsWanted::None
-        }
-    }
-
     /// Returns a running sequence to the front of the waiting queue, keeping its computed
     /// full pages in the cache (so re-admission finds them) and freeing the rest.
     fn retract(&mut self, key: SeqKey) {
@@ -640,62 +645,6 @@ impl SchedulerCore {
                 continue;
             };
             self.step_seq_or_abort(key, logits.row(row));
-        }
-    }
-
-    fn collect_input_logprobs(
-        &mut self,
-        key: SeqKey,
-        item: &PlanItem,
-        rows: &[(usize, usize)],
-        logits: &Logits,
-    ) {
-        let s = self.seqs.get_mut(&key).expect("live key");
-        let Some(lp) = s.shared.logprobs.clone() else {
-            return;
-        };
-        let Some(first) = lp.input_start else {
-            return;
-        };
-        if s.input_logprobs_sent {
-            return;
-        }
-        let prompt_len = s.shared.prompt_len;
-        if first == 0 && item.start_pos == 0 && s.input_logprobs.is_empty() {
-            s.input_logprobs.push(TokenLogprob {
-                token: s.tokens[0],
-                logprob: None,
-                top: vec![],
-                chosen: vec![],
-            });
-        }
-        for &(r, off) in rows {
-            let p = item.start_pos + off;
-            let t = p + 1;
-            if t < first.max(1) || t >= prompt_len {
-                continue;
-            }
-            let row = logits.row(r);
-            let ls = LogSoftmax::new(row);
-            let token = s.tokens[t];
-            s.input_logprobs.push(TokenLogprob {
-                token,
-                logprob: Some(ls.logprob(token)),
-                top: ls.top(lp.top_n),
-                chosen: lp
-                    .token_ids
-                    .iter()
-                    .map(|&id| (id, ls.logprob(id)))
-                    .collect(),
-            });
-        }
-        if !s.in_prompt() {
-            s.input_logprobs_sent = true;
-            self.events.push_back(SchedEvent::InputLogprobs {
-                id: key.0,
-                sample: key.1,
-                logprobs: std::mem::take(&mut s.input_logprobs),
-            });
         }
     }
 

@@ -19,7 +19,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 mod queue;
+mod recover;
 use queue::{Interrupt, Queue};
+#[cfg(test)]
+pub(crate) use recover::MAX_RESTARTS;
 
 /// Longest sleep of the scheduler thread while sequences wait and nothing runs.
 const IDLE_POLL: Duration = Duration::from_millis(5);
@@ -85,6 +88,9 @@ pub struct DriverStats {
     /// Of the forward passes, those stopped between layers for a newcomer of much higher
     /// priority (they produced nothing and ran again).
     pub interrupted_passes: u64,
+    /// Times the scheduler recovered from a panic outside one request's work (every request
+    /// in flight then ended with an error, and the cache started empty).
+    pub scheduler_restarts: u64,
     /// Lower cache tiers: the scheduler's counters.
     pub tiers: Option<TierStats>,
     /// Lower cache tiers: the store's counters and occupancy.
@@ -226,8 +232,8 @@ impl SchedulerHandle {
         let _ = self.tx.send(Command::KvImported(id, result));
     }
 
-    /// False once the scheduler thread has stopped (after a panic outside one request's
-    /// sampling step, or when every handle is gone): submits then fail with
+    /// False once the scheduler thread has stopped (after a panic it could not recover
+    /// from, see `driver/recover.rs`, or when every handle is gone): submits then fail with
     /// [`SchedError::Shutdown`].
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Acquire)
@@ -317,6 +323,10 @@ pub fn spawn_with(
                 importer,
                 interrupt: int,
                 interrupted_last: false,
+                pool_io_in_flight: 0,
+                imports_in_flight: 0,
+                restarts: Vec::new(),
+                replay: Vec::new(),
             }
             .run()
         })
@@ -347,6 +357,8 @@ impl Drop for Stopped {
 struct Totals {
     /// Passes stopped for a newcomer of higher priority (also counted in `steps`).
     interrupted: u64,
+    /// Recoveries from a panic outside the per-request guards.
+    restarts: u64,
     steps: u64,
     tokens: u64,
     seconds: f64,
@@ -378,6 +390,14 @@ struct Driver {
     interrupt: Arc<Interrupt>,
     /// The last pass was interrupted (this one may not be).
     interrupted_last: bool,
+    /// Loads into and writes out of the pool's pages the I/O thread has not finished.
+    pool_io_in_flight: usize,
+    /// Decode imports started and not yet reported ([`Command::KvImported`]).
+    imports_in_flight: usize,
+    /// When the thread recovered from a panic (`driver/recover.rs`).
+    restarts: Vec<Instant>,
+    /// Commands set aside while recovering, served first when serving resumes.
+    replay: Vec<Command>,
 }
 
 impl Driver {
@@ -419,13 +439,20 @@ impl Driver {
     }
 
     /// Serves until every handle is gone. A panic that escapes the per-request guards (in
-    /// planning, the cache, the executor) leaves the core in no state to trust: every
-    /// request in flight then ends with [`AbortReason::Internal`] instead of hanging, and the
-    /// thread stops, so later submits fail at once ([`SchedulerHandle::is_alive`]).
+    /// planning, the cache) leaves the core in no state to trust: every request in flight
+    /// then ends with [`AbortReason::Internal`] instead of hanging, and the thread goes on
+    /// with a fresh core (`driver/recover.rs`), or, when it cannot, stops, so later submits
+    /// fail at once ([`SchedulerHandle::is_alive`]).
     fn run(mut self) {
-        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve()));
-        if let Err(payload) = served {
+        loop {
+            let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve()));
+            let Err(payload) = served else {
+                return;
+            };
             self.fail_all(&panic_message(payload.as_ref()));
+            if !self.recover() {
+                return;
+            }
         }
     }
 
@@ -449,6 +476,9 @@ impl Driver {
     }
 
     fn serve(&mut self) {
+        for cmd in std::mem::take(&mut self.replay) {
+            self.command(cmd);
+        }
         loop {
             // Commands taken from here on are in the next plan: a newcomer that raised the
             // flag before is in it already.
@@ -591,6 +621,7 @@ impl Driver {
             recv(self.rx) -> c => c.map(Some).map_err(|_| ()),
             recv(done) -> d => {
                 if let Ok(d) = d {
+                    self.pool_io_in_flight -= usize::from(recover::touches_pool_done(&d));
                     self.core.handle_io_done(d);
                 }
                 self.pump_io();
@@ -606,9 +637,11 @@ impl Driver {
             return;
         };
         while let Ok(d) = io.done.try_recv() {
+            self.pool_io_in_flight -= usize::from(recover::touches_pool_done(&d));
             self.core.handle_io_done(d);
         }
         while let Some(job) = self.core.poll_io() {
+            self.pool_io_in_flight += usize::from(recover::touches_pool_job(&job));
             let tx = match job {
                 IoJob::Load { .. } => &io.loads,
                 _ => &io.background,
@@ -651,7 +684,10 @@ impl Driver {
             let Some(io) = &self.io else { return };
             let left = deadline.saturating_duration_since(Instant::now());
             match io.done.recv_timeout(left) {
-                Ok(d) => self.core.handle_io_done(d),
+                Ok(d) => {
+                    self.pool_io_in_flight -= usize::from(recover::touches_pool_done(&d));
+                    self.core.handle_io_done(d)
+                }
                 Err(_) => return,
             }
             self.pump_io();
@@ -787,6 +823,7 @@ impl Driver {
                 let _ = reply.send(r);
             }
             Command::KvImported(id, result) => {
+                self.imports_in_flight = self.imports_in_flight.saturating_sub(1);
                 self.core.handle_kv_imported(id, result);
                 self.route_events();
             }
@@ -824,7 +861,10 @@ impl Driver {
     fn start_imports(&mut self) {
         while let Some(job) = self.core.poll_import() {
             match &self.importer {
-                Some(imp) => imp.start(job),
+                Some(imp) => {
+                    self.imports_in_flight += 1;
+                    imp.start(job)
+                }
                 None => self.core.handle_kv_imported(
                     job.id,
                     Err("this server has no KV transfer endpoint (not a decode server)".into()),
@@ -904,6 +944,7 @@ impl Driver {
             forward_tokens: self.totals.tokens,
             forward_seconds: self.totals.seconds,
             interrupted_passes: self.totals.interrupted,
+            scheduler_restarts: self.totals.restarts,
             tiers: self.core.tier_stats(),
             store: self.store.as_ref().map(|s| s.stats()),
             disagg: self.core.disagg_stats().clone(),

@@ -157,8 +157,8 @@ pub enum AbortReason {
     #[error("{0}")]
     Overloaded(String),
     /// A bug: the scheduler panicked while serving this request (the panic's message). A
-    /// panic in one request's sampling step ends only that request; one anywhere else
-    /// ends every request in flight and stops the scheduler.
+    /// panic in one request's sampling step ends only that request; one in planning or the
+    /// cache ends every request in flight, and the scheduler goes on with an empty cache.
     #[error("internal error: {0}")]
     Internal(String),
 }

@@ -8,6 +8,7 @@ use super::*;
 
 mod disagg;
 mod priority;
+mod recover;
 mod tiers;
 use crate::detok::{DetokError, TokenDecoder};
 use crate::sampler::SamplingConfig;

@@ -329,6 +329,12 @@ impl Metrics {
         );
         counter(
             &mut out,
+            "sglrs_scheduler_restarts_total",
+            "Recoveries of the scheduler from a panic outside one request's work.",
+            s.scheduler_restarts as f64,
+        );
+        counter(
+            &mut out,
             "sglrs_forward_passes_total",
             "Forward passes run.",
             s.steps as f64,

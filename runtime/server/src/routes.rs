@@ -123,6 +123,7 @@ pub async fn server_info(State(state): State<Arc<AppState>>) -> Json<Value> {
                 "priority_preemptions": s.core.preemptions,
                 "urgent_passes": s.core.urgent_passes,
                 "interrupted_passes": s.interrupted_passes,
+                "scheduler_restarts": s.scheduler_restarts,
                 "jump_forward_tokens": s.core.jump_forward_tokens,
                 "forward_passes": s.steps,
                 "forward_tokens": s.forward_tokens,

@@ -74,6 +74,13 @@ pub(crate) struct DisaggState {
     stats: DisaggStats,
 }
 
+impl DisaggState {
+    /// Takes over another state's counters (a rebuilt core's).
+    pub(crate) fn carry_stats(&mut self, old: &DisaggState) {
+        self.stats = old.stats.clone();
+    }
+}
+
 impl SchedulerCore {
     /// The next import for the driver to start (decode host).
     pub fn poll_import(&mut self) -> Option<ImportJob> {

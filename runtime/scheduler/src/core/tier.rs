@@ -52,6 +52,13 @@ impl Tiers {
     }
 }
 
+impl Tiers {
+    /// Takes over another state's counters (a rebuilt core's).
+    pub(crate) fn carry_stats(&mut self, old: &Tiers) {
+        self.stats = old.stats.clone();
+    }
+}
+
 impl SchedulerCore {
     /// The next copy for the cache I/O thread.
     pub fn poll_io(&mut self) -> Option<IoJob> {

@@ -235,10 +235,10 @@ fn a_full_queue_takes_a_higher_priority_request_in_place_of_the_lowest_waiting_o
 
 /// An executor whose passes take `pass` each unless its interrupt flag is raised meanwhile
 /// (then it stops with [`ExecError::Interrupted`], as the CPU executor does between layers).
-struct SlowExec {
-    toy: ToyExec,
-    pass: std::time::Duration,
-    flag: Option<Arc<std::sync::atomic::AtomicBool>>,
+pub(super) struct SlowExec {
+    pub(super) toy: ToyExec,
+    pub(super) pass: std::time::Duration,
+    pub(super) flag: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 impl Executor for SlowExec {
     fn kv_layout(&self) -> KvLayout {
@@ -279,7 +279,7 @@ impl Executor for SlowExec {
 }
 
 /// Every token and the end of one request (bounded: the channel closes after its end).
-fn tokens_and_end(
+pub(super) fn tokens_and_end(
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<SchedEvent>,
 ) -> (Vec<u32>, Option<FinishReason>) {
     let (mut out, mut end) = (Vec::new(), None);
