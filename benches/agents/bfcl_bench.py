@@ -1,7 +1,8 @@
 """BFCL on live servers, one engine at a time: what `sglrs bench agents` runs.
 
 Single-turn categories (simple_python, multiple, parallel, parallel_multiple) are asked once
-each and scored with BFCL's own AST checker; the multi-turn base category runs as agent loops
+each and scored with BFCL's own AST checker; `irrelevance` is asked with `tool_choice: "auto"`
+and scored right when the answer calls nothing; the multi-turn base category runs as agent loops
 against BFCL's executable environments (file system, trading, travel, …), several sessions
 in flight, scored with BFCL's multi-turn checker. Every engine gets the same questions, the
 same tools (BFCL's schemas mapped to JSON Schema as BFCL's OpenAI handler maps them), the
@@ -30,6 +31,9 @@ from collections import defaultdict
 from typing import Any
 
 SINGLE = ["simple_python", "multiple", "parallel", "parallel_multiple"]
+# Questions none of the offered functions can answer: asked with `tool_choice: "auto"`,
+# right when the answer calls nothing (BFCL's relevance check).
+IRRELEVANCE = "irrelevance"
 MULTI = "multi_turn_base"
 MAX_STEPS = 5  # model calls per user turn in the agent loop
 
@@ -238,6 +242,27 @@ def single_turn(engine: Engine, bfcl: dict, category: str, limit: int, workers: 
     return sum(ok) / len(ok) if ok else 0.0
 
 
+def irrelevance(engine: Engine, bfcl: dict, limit: int, tally: Tally, max_tokens: int) -> float:
+    """Share of `irrelevance` questions answered without a call (in `auto`, the model may
+    answer in text; an enforced engine must not force a call there)."""
+    data = read_jsonl(os.path.join(bfcl["data"], f"BFCL_v4_{IRRELEVANCE}.json"))[:limit]
+    ok = []
+    for entry in data:
+        tools, names = tools_of(entry["function"])
+        schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+        try:
+            r = engine.chat(entry["question"][0], tools, "auto", max_tokens)
+        except urllib.error.HTTPError as e:
+            with tally.lock:
+                tally.errors.append(f"{entry['id']}: HTTP {e.code} {e.read()[:200]!r}")
+            ok.append(False)
+            continue
+        tally.usage(r)
+        calls = decode_calls(r["choices"][0]["message"], names, schemas, tally, False)
+        ok.append(not calls)
+    return sum(ok) / len(ok) if ok else 0.0
+
+
 def call_string(name: str, args: dict) -> str:
     return f"{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})"
 
@@ -387,6 +412,7 @@ def main() -> None:
             tally = Tally()
             t0 = time.time()
             acc = {c: single_turn(e, bfcl, c, args.limit, 1, tally, args.max_tokens) for c in SINGLE}
+            acc[IRRELEVANCE] = irrelevance(e, bfcl, args.limit, tally, args.max_tokens)
             single_s = time.time() - t0
             mt = multi_turn(e, bfcl, args.sessions, args.concurrency, tally, args.max_tokens)
             acc[MULTI] = mt["accuracy"]
@@ -413,7 +439,7 @@ def main() -> None:
             e.stop()
     print(json.dumps({"engines": result,
                       "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "config": {
-        "categories": SINGLE + [MULTI], "limit_per_single_turn_category": args.limit,
+        "categories": SINGLE + [IRRELEVANCE, MULTI], "limit_per_single_turn_category": args.limit,
         "multi_turn_sessions": args.sessions, "sessions_in_flight": args.concurrency,
         "max_steps_per_turn": MAX_STEPS, "max_tokens": args.max_tokens, "temperature": 0,
         "threads": args.threads}}))

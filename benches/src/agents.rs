@@ -9,7 +9,8 @@
 //! script, and adds the machine and the command line to its result.
 //!
 //! Per engine: `accuracy` by category (`simple_python`, `multiple`, `parallel`,
-//! `parallel_multiple` with BFCL's AST checker; `multi_turn_base` as agent loops against
+//! `parallel_multiple` with BFCL's AST checker; `irrelevance` asked with `tool_choice:
+//! "auto"`, right when the answer calls nothing; `multi_turn_base` as agent loops against
 //! BFCL's executable environments with its multi-turn checker), `valid_call_rate` (calls
 //! whose arguments parse as a JSON object valid against the function's schema, over all
 //! calls plus answers that had to call and did not), `turns_per_s` and `turn_latency_ms`
@@ -193,12 +194,13 @@ fn print_table(v: &Value) {
         return;
     };
     eprintln!(
-        "{:<12} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>9} {:>6}",
+        "{:<12} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>9} {:>6}",
         "engine",
         "simple",
         "multi",
         "par",
         "par_mul",
+        "irrel",
         "m_turn",
         "valid",
         "turns/s",
@@ -210,12 +212,13 @@ fn print_table(v: &Value) {
     for (name, e) in engines {
         let acc = &e["accuracy"];
         eprintln!(
-            "{:<12} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>9} {:>6}",
+            "{:<12} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>9} {:>6}",
             name,
             f(&acc["simple_python"]),
             f(&acc["multiple"]),
             f(&acc["parallel"]),
             f(&acc["parallel_multiple"]),
+            f(&acc["irrelevance"]),
             f(&acc["multi_turn_base"]),
             f(&e["valid_call_rate"]),
             f(&e["turns_per_s"]),
