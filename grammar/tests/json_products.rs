@@ -181,6 +181,28 @@ fn one_of_closed_objects_sharing_keys_needs_few_pairs() {
 }
 
 #[test]
+fn small_products_over_96_pairs_compile() {
+    // 12 x 12 overlapping pairs of small branches: under the byte budget.
+    let schema =
+        json!({"allOf": [requires_one_of(&keys("a", 12)), requires_one_of(&keys("b", 12))]});
+    check(
+        schema,
+        &[
+            r#"{"a3":1,"b7":2}"#,
+            r#"{"a11":[],"b0":{},"c":1}"#,
+            r#"{"a1":2,"b1":1}"#,
+        ],
+        &[
+            r#"{"a3":1}"#,
+            r#"{"b7":1}"#,
+            r#"{"a12":1,"b0":1}"#,
+            "{}",
+            "1",
+        ],
+    );
+}
+
+#[test]
 fn products_beyond_the_limits_are_still_refused() {
     // 20 x 20 pairs of large, overlapping branches: refused, not loosened.
     let side = |p: &str| {

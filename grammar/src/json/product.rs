@@ -14,7 +14,8 @@
 //!   (`not: {type: object}`, a key absent, …), so this is what keeps `b_i & ¬b_j & ¬b_k`
 //!   small.
 //!
-//! The pairs left are merged when there are at most 96; more is refused.
+//! The pairs left are merged when there are at most 96, or at most 256 whose schema texts
+//! add up to at most 64 KiB (small pairs compile to small automata); more is refused.
 
 use serde_json::{Map, Value};
 
@@ -29,6 +30,13 @@ const MAX_ANY_OF_PAIRS: usize = 4096;
 /// Most (not provably disjoint, not redundant) branch pairs two `anyOf` merged in an
 /// `allOf` may leave.
 const MAX_ANY_OF_MERGED: usize = 96;
+
+/// Most pairs when they are small: their schema texts together at most
+/// `MAX_ANY_OF_MERGED_BYTES` (each merged pair compiles to about the size of its two texts).
+const MAX_ANY_OF_MERGED_SMALL: usize = 256;
+
+/// Most bytes of schema text (both sides of every pair) beyond `MAX_ANY_OF_MERGED` pairs.
+const MAX_ANY_OF_MERGED_BYTES: usize = 64 * 1024;
 
 /// Most `enum` values checked one by one to tell two schemas apart.
 const MAX_VALUE_CHECKS: usize = 64;
@@ -98,7 +106,14 @@ impl JsonCompiler<'_> {
                 pairs.push((x, y));
             }
         }
-        if pairs.len() > MAX_ANY_OF_MERGED {
+        if pairs.len() > MAX_ANY_OF_MERGED_SMALL
+            || (pairs.len() > MAX_ANY_OF_MERGED
+                && pairs
+                    .iter()
+                    .map(|(x, y)| text_len(x) + text_len(y))
+                    .sum::<usize>()
+                    > MAX_ANY_OF_MERGED_BYTES)
+        {
             return Err(too_large());
         }
         let mut alts: Vec<Value> = Vec::new();
@@ -119,6 +134,11 @@ impl JsonCompiler<'_> {
         }
         Ok(alts)
     }
+}
+
+/// The length of a schema's JSON text.
+fn text_len(v: &Value) -> usize {
+    serde_json::to_vec(v).map_or(usize::MAX / 1024, |t| t.len())
 }
 
 /// Keywords whose meaning depends on siblings: `x ⇒ y` through them only when the whole
