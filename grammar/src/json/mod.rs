@@ -16,6 +16,7 @@ mod norm;
 mod normalized;
 mod numbers;
 mod object;
+mod product;
 mod switch;
 mod types;
 mod unique;

@@ -4,6 +4,7 @@
 
 use serde_json::{Map, Value};
 
+pub(super) use super::product::disjoint;
 use super::{is_annotation, json_eq, JsonCompiler};
 use crate::CompileError;
 
@@ -24,12 +25,6 @@ const OBJECT_KEYWORDS: &[&str] = &[
     "__forbidden",
     "__has_other",
 ];
-
-/// Most branch pairs two `anyOf` merged in an `allOf` are checked for disjointness.
-const MAX_ANY_OF_PAIRS: usize = 4096;
-
-/// Most (not provably disjoint) branch pairs two `anyOf` merged in an `allOf` may leave.
-const MAX_ANY_OF_MERGED: usize = 96;
 
 impl JsonCompiler<'_> {
     /// Merges `allOf` and a sibling `$ref` into the schema.
@@ -237,60 +232,7 @@ impl JsonCompiler<'_> {
                 "anyOf" => {
                     let xa = av.as_array().cloned().unwrap_or_default();
                     let xb = bv.as_array().cloned().unwrap_or_default();
-                    let too_large = || CompileError::Unsupported {
-                        keyword: "allOf".into(),
-                        pointer: ptr.into(),
-                        reason: "intersection of two large anyOf".into(),
-                    };
-                    if xa.len() * xb.len() > MAX_ANY_OF_PAIRS * 16 {
-                        return Err(too_large());
-                    }
-                    // Pairs of branches provably disjoint (types, values, a discriminating
-                    // property) are empty: only the others are merged and counted. Branches
-                    // that contradict the keywords beside the two `anyOf` (a type, count
-                    // bounds, a forbidden key) are empty too and dropped first.
-                    let mut na = Vec::new();
-                    for x in xa.iter().chain(&xb) {
-                        let x = match x {
-                            Value::Object(m) => Value::Object(self.normalize(m, ptr, depth + 1)?),
-                            other => other.clone(),
-                        };
-                        if x.as_object().is_some_and(|m| contradicts(m, &a, &b)) {
-                            na.push(Value::Bool(false));
-                        } else {
-                            na.push(x);
-                        }
-                    }
-                    let mut nb = na.split_off(xa.len());
-                    na.retain(|x| x != &Value::Bool(false));
-                    nb.retain(|x| x != &Value::Bool(false));
-                    if na.len() * nb.len() > MAX_ANY_OF_PAIRS {
-                        return Err(too_large());
-                    }
-                    let mut pairs = Vec::new();
-                    for x in &na {
-                        for y in &nb {
-                            if let (Value::Object(p), Value::Object(q)) = (x, y) {
-                                if disjoint(p, q) {
-                                    continue;
-                                }
-                            }
-                            pairs.push((x, y));
-                        }
-                    }
-                    if pairs.len() > MAX_ANY_OF_MERGED {
-                        return Err(too_large());
-                    }
-                    let mut alts = Vec::new();
-                    for (x, y) in pairs {
-                        let m = self.merge_schemas(x, y, ptr, depth + 1)?;
-                        if !m.as_object().is_some_and(|m| contradicts(m, &a, &b)) {
-                            alts.push(m);
-                        }
-                    }
-                    if alts.is_empty() {
-                        alts.push(Value::Bool(false));
-                    }
+                    let alts = self.merge_any_of(&xa, &xb, &a, &b, ptr, depth)?;
                     out.insert(k.clone(), Value::Array(alts));
                 }
                 _ if is_annotation(k) => {}
@@ -717,108 +659,6 @@ pub(super) fn type_bits(s: &Map<String, Value>) -> u8 {
             })
             .fold(0, |a, b| a | b),
     }
-}
-
-/// True when no value satisfies `x` together with `a` and `b` for a reason read off their
-/// keywords directly (conservative: false when unsure): no common type, or — when the
-/// common type is one kind — contradictory count bounds for that kind, or a key required by
-/// one and forbidden by another.
-fn contradicts(x: &Map<String, Value>, a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
-    let t = type_bits(x) & type_bits(a) & type_bits(b);
-    if t == 0 {
-        return true;
-    }
-    let all = [x, a, b];
-    let bounds = |lo: &str, hi: &str| {
-        let lo = all
-            .iter()
-            .filter_map(|m| m.get(lo).and_then(|v| v.as_f64()))
-            .fold(f64::NEG_INFINITY, f64::max);
-        let hi = all
-            .iter()
-            .filter_map(|m| m.get(hi).and_then(|v| v.as_f64()))
-            .fold(f64::INFINITY, f64::min);
-        lo > hi
-    };
-    let conflict = match t {
-        8 => bounds("minItems", "maxItems"),
-        16 => bounds("minLength", "maxLength"),
-        4 => {
-            bounds("minProperties", "maxProperties") || {
-                let list = |m: &Map<String, Value>, k: &str| -> Vec<Value> {
-                    m.get(k)
-                        .and_then(|v| v.as_array())
-                        .cloned()
-                        .unwrap_or_default()
-                };
-                let req: Vec<Value> = all.iter().flat_map(|m| list(m, "required")).collect();
-                all.iter()
-                    .flat_map(|m| list(m, "__forbidden"))
-                    .any(|k| req.contains(&k))
-            }
-        }
-        _ => false,
-    };
-    conflict
-}
-
-fn value_set(s: &Map<String, Value>) -> Option<Vec<Value>> {
-    if let Some(c) = s.get("const") {
-        return Some(vec![c.clone()]);
-    }
-    s.get("enum").and_then(|e| e.as_array()).cloned()
-}
-
-/// True when no JSON value can satisfy both (conservative: false when unsure).
-pub(super) fn disjoint(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
-    if type_bits(a) & type_bits(b) == 0 {
-        return true;
-    }
-    if let (Some(x), Some(y)) = (value_set(a), value_set(b)) {
-        if !x.iter().any(|p| y.iter().any(|q| json_eq(p, q))) {
-            return true;
-        }
-    }
-    // Both must be objects from here (non-object values could match both).
-    if type_bits(a) != 4 || type_bits(b) != 4 {
-        return false;
-    }
-    let req = |s: &Map<String, Value>| -> Vec<String> {
-        s.get("required")
-            .and_then(|r| r.as_array())
-            .map(|r| {
-                r.iter()
-                    .filter_map(|x| x.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let props = |s: &Map<String, Value>| {
-        s.get("properties")
-            .and_then(|p| p.as_object())
-            .cloned()
-            .unwrap_or_default()
-    };
-    let (ra, rb, pa, pb) = (req(a), req(b), props(a), props(b));
-    // A discriminating property: required in both with disjoint value sets.
-    for k in ra.iter().filter(|k| rb.contains(k)) {
-        if let (Some(Value::Object(x)), Some(Value::Object(y))) = (pa.get(k), pb.get(k)) {
-            if disjoint(x, y) {
-                return true;
-            }
-        }
-    }
-    // A key one side requires and the other forbids.
-    let closed = |s: &Map<String, Value>| {
-        s.get("additionalProperties") == Some(&Value::Bool(false))
-            && !s.contains_key("patternProperties")
-    };
-    if (closed(b) && ra.iter().any(|k| !pb.contains_key(k)))
-        || (closed(a) && rb.iter().any(|k| !pa.contains_key(k)))
-    {
-        return true;
-    }
-    false
 }
 
 /// Appends `vals` to the list under `key` (created when absent), skipping duplicates.
