@@ -740,16 +740,7 @@ impl SchedulerCore {
         let lp_entry = raw
             .as_ref()
             .zip(s.shared.logprobs.as_ref())
-            .map(|(ls, lp)| TokenLogprob {
-                token,
-                logprob: Some(ls.logprob(token)),
-                top: ls.top(lp.top_n),
-                chosen: lp
-                    .token_ids
-                    .iter()
-                    .map(|&id| (id, ls.logprob(id)))
-                    .collect(),
-            });
+            .map(|(ls, lp)| ls.entry(token, lp));
         self.append_tokens(key, &[token], lp_entry.into_iter().collect(), true);
     }
 

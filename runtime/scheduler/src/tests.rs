@@ -728,34 +728,70 @@ fn a_panic_in_one_requests_step_aborts_only_that_request() {
     assert_eq!(outs[&(3, 0)].reason, Some(FinishReason::Length(4)));
 }
 
-/// An executor whose forward pass panics (a kernel bug) on batches holding token 999 and
-/// works otherwise.
-struct PanickingExec(ToyExec);
-impl Executor for PanickingExec {
+/// [`ToyExec`] behind a hook that runs before each pass with the batch and the interrupt
+/// flag ([`Executor::set_interrupt`]): it may fail the pass (or panic, or wait) instead.
+struct HookExec<F> {
+    toy: ToyExec,
+    hook: F,
+    flag: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl<F> HookExec<F>
+where
+    F: FnMut(&Batch<'_>, Option<&std::sync::atomic::AtomicBool>) -> Result<(), ExecError> + Send,
+{
+    fn new(toy: ToyExec, hook: F) -> Self {
+        Self {
+            toy,
+            hook,
+            flag: None,
+        }
+    }
+}
+
+impl<F> Executor for HookExec<F>
+where
+    F: FnMut(&Batch<'_>, Option<&std::sync::atomic::AtomicBool>) -> Result<(), ExecError> + Send,
+{
     fn kv_layout(&self) -> KvLayout {
-        self.0.kv_layout()
+        self.toy.kv_layout()
     }
     fn num_pages(&self) -> usize {
-        self.0.num_pages()
+        self.toy.num_pages()
     }
     fn vocab_size(&self) -> usize {
-        self.0.vocab_size()
+        self.toy.vocab_size()
     }
     fn max_context(&self) -> usize {
-        self.0.max_context()
+        self.toy.max_context()
     }
     fn forward(&mut self, b: &Batch<'_>) -> Result<Logits, ExecError> {
-        if b.seqs.iter().any(|s| s.tokens.contains(&999)) {
-            panic!("kernel bug");
-        }
-        self.0.forward(b)
+        (self.hook)(b, self.flag.as_deref())?;
+        self.toy.forward(b)
     }
     fn read_pages(&self, p: &[u32], out: &mut [u8]) -> Result<(), ExecError> {
-        self.0.read_pages(p, out)
+        self.toy.read_pages(p, out)
     }
     fn write_pages(&mut self, p: &[u32], data: &[u8]) -> Result<(), ExecError> {
-        self.0.write_pages(p, data)
+        self.toy.write_pages(p, data)
     }
+    fn set_interrupt(&mut self, flag: Arc<std::sync::atomic::AtomicBool>) {
+        self.flag = Some(flag);
+    }
+}
+
+/// An executor whose forward pass panics (a kernel bug) on batches holding token 999 and
+/// works otherwise.
+fn panicking_exec(toy: ToyExec) -> impl Executor {
+    HookExec::new(
+        toy,
+        |b: &Batch<'_>, _: Option<&std::sync::atomic::AtomicBool>| {
+            if b.seqs.iter().any(|s| s.tokens.contains(&999)) {
+                panic!("kernel bug");
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Every event of one request until its channel closes (bounded: it closes after the last
@@ -777,7 +813,7 @@ fn finishes(
 
 #[test]
 fn a_forward_pass_that_panics_ends_its_batch_with_an_error_and_the_scheduler_goes_on() {
-    let (handle, join) = spawn(core(64, 4), Box::new(PanickingExec(ToyExec::new(64, 4)))).unwrap();
+    let (handle, join) = spawn(core(64, 4), Box::new(panicking_exec(ToyExec::new(64, 4)))).unwrap();
     let mut two = request(2, vec![1, 2, 999, 4, 5, 6, 7, 8], 4);
     two.n = 2;
     let mut rx = handle.submit(two).unwrap();

@@ -77,16 +77,7 @@ impl SchedulerCore {
             let row = logits.row(r);
             let ls = LogSoftmax::new(row);
             let token = s.tokens[t];
-            s.input_logprobs.push(TokenLogprob {
-                token,
-                logprob: Some(ls.logprob(token)),
-                top: ls.top(lp.top_n),
-                chosen: lp
-                    .token_ids
-                    .iter()
-                    .map(|&id| (id, ls.logprob(id)))
-                    .collect(),
-            });
+            s.input_logprobs.push(ls.entry(token, &lp));
         }
         if !s.in_prompt() {
             s.input_logprobs_sent = true;

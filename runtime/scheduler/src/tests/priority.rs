@@ -147,30 +147,14 @@ fn another_tenants_running_request_is_not_preempted() {
 
 /// An executor whose forward passes each wait for a token on `gate` (free once the sender
 /// is dropped), so a test can hold the scheduler thread while it fills the queue.
-struct GatedExec(ToyExec, crossbeam::channel::Receiver<()>);
-impl Executor for GatedExec {
-    fn kv_layout(&self) -> KvLayout {
-        self.0.kv_layout()
-    }
-    fn num_pages(&self) -> usize {
-        self.0.num_pages()
-    }
-    fn vocab_size(&self) -> usize {
-        self.0.vocab_size()
-    }
-    fn max_context(&self) -> usize {
-        self.0.max_context()
-    }
-    fn forward(&mut self, b: &Batch<'_>) -> Result<Logits, ExecError> {
-        let _ = self.1.recv();
-        self.0.forward(b)
-    }
-    fn read_pages(&self, p: &[u32], out: &mut [u8]) -> Result<(), ExecError> {
-        self.0.read_pages(p, out)
-    }
-    fn write_pages(&mut self, p: &[u32], data: &[u8]) -> Result<(), ExecError> {
-        self.0.write_pages(p, data)
-    }
+fn gated_exec(toy: ToyExec, gate: crossbeam::channel::Receiver<()>) -> impl Executor {
+    HookExec::new(
+        toy,
+        move |_: &Batch<'_>, _: Option<&std::sync::atomic::AtomicBool>| {
+            let _ = gate.recv();
+            Ok(())
+        },
+    )
 }
 
 #[test]
@@ -181,7 +165,7 @@ fn a_full_queue_takes_a_higher_priority_request_in_place_of_the_lowest_waiting_o
     cfg.max_queued_per_tenant = 2;
     let (gate, rx) = crossbeam::channel::unbounded();
     let core = SchedulerCore::new(cfg, Arc::new(ToyTok)).unwrap();
-    let (handle, join) = spawn(core, Box::new(GatedExec(ToyExec::new(64, 4), rx))).unwrap();
+    let (handle, join) = spawn(core, Box::new(gated_exec(ToyExec::new(64, 4), rx))).unwrap();
     let mut a = handle.submit(prio(1, (1..9).collect(), 20, 0)).unwrap();
     // A is admitted (its place given back) before its first pass, which waits at the gate.
     for _ in 0..1000 {
@@ -235,47 +219,20 @@ fn a_full_queue_takes_a_higher_priority_request_in_place_of_the_lowest_waiting_o
 
 /// An executor whose passes take `pass` each unless its interrupt flag is raised meanwhile
 /// (then it stops with [`ExecError::Interrupted`], as the CPU executor does between layers).
-pub(super) struct SlowExec {
-    pub(super) toy: ToyExec,
-    pub(super) pass: std::time::Duration,
-    pub(super) flag: Option<Arc<std::sync::atomic::AtomicBool>>,
-}
-impl Executor for SlowExec {
-    fn kv_layout(&self) -> KvLayout {
-        self.toy.kv_layout()
-    }
-    fn num_pages(&self) -> usize {
-        self.toy.num_pages()
-    }
-    fn vocab_size(&self) -> usize {
-        self.toy.vocab_size()
-    }
-    fn max_context(&self) -> usize {
-        self.toy.max_context()
-    }
-    fn forward(&mut self, b: &Batch<'_>) -> Result<Logits, ExecError> {
-        let end = Instant::now() + self.pass;
-        while Instant::now() < end {
-            if self
-                .flag
-                .as_ref()
-                .is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire))
-            {
-                return Err(ExecError::Interrupted);
+pub(super) fn slow_exec(toy: ToyExec, pass: std::time::Duration) -> impl Executor {
+    HookExec::new(
+        toy,
+        move |_: &Batch<'_>, flag: Option<&std::sync::atomic::AtomicBool>| {
+            let end = Instant::now() + pass;
+            while Instant::now() < end {
+                if flag.is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire)) {
+                    return Err(ExecError::Interrupted);
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
             }
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        }
-        self.toy.forward(b)
-    }
-    fn read_pages(&self, p: &[u32], out: &mut [u8]) -> Result<(), ExecError> {
-        self.toy.read_pages(p, out)
-    }
-    fn write_pages(&mut self, p: &[u32], data: &[u8]) -> Result<(), ExecError> {
-        self.toy.write_pages(p, data)
-    }
-    fn set_interrupt(&mut self, flag: Arc<std::sync::atomic::AtomicBool>) {
-        self.flag = Some(flag);
-    }
+            Ok(())
+        },
+    )
 }
 
 /// Every token and the end of one request (bounded: the channel closes after its end).
@@ -299,11 +256,7 @@ fn a_much_higher_priority_arrival_stops_the_pass_in_flight_and_nothing_changes_b
         let mut cfg = config(64, 4);
         cfg.max_running = 1;
         cfg.priority_preemption = threshold;
-        let exec = SlowExec {
-            toy: ToyExec::new(64, 4),
-            pass: std::time::Duration::from_millis(300),
-            flag: None,
-        };
+        let exec = slow_exec(ToyExec::new(64, 4), std::time::Duration::from_millis(300));
         let core = SchedulerCore::new(cfg, Arc::new(ToyTok)).unwrap();
         let (handle, join) = spawn(core, Box::new(exec)).unwrap();
         let low: Vec<u32> = (1..9).collect();

@@ -2,7 +2,7 @@
 //! an explicit error, the thread swaps in a fresh core and serves on, and a fault that keeps
 //! coming back stops it after a few recoveries.
 
-use super::priority::{tokens_and_end, SlowExec};
+use super::priority::{slow_exec, tokens_and_end};
 use super::*;
 use crate::driver::DriverStats;
 
@@ -27,11 +27,7 @@ fn internal_failure(end: &Option<FinishReason>) -> bool {
 fn a_panic_in_planning_fails_the_requests_in_flight_and_the_scheduler_serves_on() {
     let mut core = SchedulerCore::new(config(64, 4), Arc::new(ToyTok)).unwrap();
     core.planning_fault = Some(FAULT);
-    let exec = SlowExec {
-        toy: ToyExec::new(64, 4),
-        pass: std::time::Duration::from_millis(5),
-        flag: None,
-    };
+    let exec = slow_exec(ToyExec::new(64, 4), std::time::Duration::from_millis(5));
     let (handle, join) = spawn(core, Box::new(exec)).unwrap();
     let mut a = handle.submit(request(1, (1..9).collect(), 100)).unwrap();
     wait_for("A admitted", || handle.queued() == 0);
