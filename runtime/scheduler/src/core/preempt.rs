@@ -12,11 +12,13 @@
 //! other's priorities. A sequence that is loading pages from a lower tier, receiving or
 //! exporting KV (disaggregation) is never a victim.
 //!
-//! A pass that holds the prompt of such a sequence (one whose priority exceeds the pass's
-//! lowest by more than the threshold) runs only the sequences of that high priority: the
-//! others' decode steps wait one pass, so the urgent request's first token comes after its
-//! own prefill rather than after a full mixed batch. Its decode steps then share passes with
-//! everyone again.
+//! A pass that holds the prompt of such a sequence (one whose priority exceeds the lowest
+//! of its tenant's in the pass by more than the threshold) leaves out that tenant's
+//! sequences below the bar, so the urgent request's first token comes after its own
+//! prefill rather than after a full mixed batch; their decode steps wait one pass, and
+//! other tenants' sequences run as planned. Its decode steps then share passes with
+//! everyone again. An interrupt (below) does delay every tenant of the pass in flight, by
+//! at most that pass, and never two passes in a row.
 //!
 //! The pass in flight when such a request arrives does not make it wait either: the driver
 //! publishes these bars for each pass ([`SchedulerCore::preemption_bars`]), and a submit
@@ -76,25 +78,30 @@ impl SchedulerCore {
         }
     }
 
-    /// Keeps only the high-priority sequences in a planned pass that prefills the prompt of
-    /// one (see the module docs). The others keep the pages planning gave them and run in
+    /// Leaves a tenant's low-priority sequences out of a planned pass that prefills the
+    /// prompt of one of its high-priority ones (see the module docs). The others keep the pages planning gave them and run in
     /// the next pass.
     pub(super) fn urgent_prefill_first(&mut self, items: &mut Vec<PlanItem>) {
-        let Some(threshold) = self.cfg.priority_preemption else {
-            return;
-        };
-        let priority = |it: &PlanItem| self.seqs[&it.key].shared.priority;
-        let Some(floor) = items.iter().map(priority).min() else {
-            return;
-        };
-        let bar = floor.saturating_add(threshold);
-        if !items
-            .iter()
-            .any(|it| priority(it) > bar && self.seqs[&it.key].in_prompt())
-        {
+        if self.cfg.priority_preemption.is_none() {
             return;
         }
-        items.retain(|it| priority(it) > bar);
+        let bars = self.bars_of(items);
+        let shared = |it: &PlanItem| &self.seqs[&it.key].shared;
+        let urgent: Vec<u64> = items
+            .iter()
+            .filter(|it| {
+                let s = shared(it);
+                s.priority > bars[&s.tenant] && self.seqs[&it.key].in_prompt()
+            })
+            .map(|it| shared(it).tenant)
+            .collect();
+        if urgent.is_empty() {
+            return;
+        }
+        items.retain(|it| {
+            let s = shared(it);
+            !urgent.contains(&s.tenant) || s.priority > bars[&s.tenant]
+        });
         self.stats.urgent_passes += 1;
     }
 
@@ -102,11 +109,16 @@ impl SchedulerCore {
     /// lowest-priority sequence of that tenant (its priority plus the threshold); empty
     /// without priority preemption.
     pub(crate) fn preemption_bars(&self, plan: &super::PlannedBatch) -> HashMap<u64, i64> {
+        self.bars_of(&plan.items)
+    }
+
+    /// [`SchedulerCore::preemption_bars`] of a pass's items.
+    fn bars_of(&self, items: &[PlanItem]) -> HashMap<u64, i64> {
         let mut bars = HashMap::new();
         let Some(threshold) = self.cfg.priority_preemption else {
             return bars;
         };
-        for it in &plan.items {
+        for it in items {
             let s = &self.seqs[&it.key].shared;
             let bar = s.priority.saturating_add(threshold);
             let b = bars.entry(s.tenant).or_insert(bar);

@@ -307,3 +307,33 @@ fn a_much_higher_priority_arrival_stops_the_pass_in_flight_and_nothing_changes_b
         join.join().expect("the thread ends without a panic");
     }
 }
+
+#[test]
+fn an_urgent_prompt_leaves_out_only_its_own_tenants_low_priority_steps() {
+    let mut cfg = config(64, 4);
+    cfg.max_running = 3;
+    let mut c = SchedulerCore::new(cfg, Arc::new(ToyTok)).unwrap();
+    let mut e = ToyExec::new(64, 4);
+    let now = Instant::now();
+    let of = |tenant, r| SchedRequest { tenant, ..r };
+    c.handle_request(of(7, prio(1, (1..9).collect(), 20, 0)), now);
+    c.handle_request(of(8, prio(2, (2..10).collect(), 20, 0)), now);
+    for _ in 0..3 {
+        step_once(&mut c, &mut e, now);
+    }
+    c.handle_request(of(7, prio(3, (3..11).collect(), 4, 50)), now);
+    let mut ids = step_once(&mut c, &mut e, now);
+    ids.sort();
+    assert_eq!(
+        ids,
+        [2, 3],
+        "tenant 7's low-priority decode waits, tenant 8's runs"
+    );
+    assert_eq!(c.stats().urgent_passes, 1);
+    let outs = run(&mut c, &mut e, &[]);
+    for (id, prompt, n) in [(1, 1..9, 20), (2, 2..10, 20), (3, 3..11, 4)] {
+        let prompt: Vec<u32> = prompt.collect();
+        assert_eq!(outs[&(id, 0)].tokens, reference(&prompt, n), "request {id}");
+    }
+    assert_no_leaks(&c);
+}
