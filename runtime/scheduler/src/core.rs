@@ -740,7 +740,7 @@ impl SchedulerCore {
         let lp_entry = raw
             .as_ref()
             .zip(s.shared.logprobs.as_ref())
-            .map(|(ls, lp)| ls.entry(token, lp));
+            .map(|(ls, lp)| logprobs::entry(ls, token, lp));
         self.append_tokens(key, &[token], lp_entry.into_iter().collect(), true);
     }
 

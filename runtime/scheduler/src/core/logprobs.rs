@@ -2,10 +2,25 @@
 //! logprobs gathered from them.
 
 use super::{PlanItem, SchedulerCore, SeqKey};
-use crate::request::{SchedEvent, TokenLogprob};
+use crate::request::{LogprobConfig, SchedEvent, TokenLogprob};
 use crate::sampler::LogSoftmax;
 use crate::seq::Seq;
 use sglrs_executor::{Logits, LogitsWanted};
+
+/// `token`'s entry as a request's logprob settings ask for it: its logprob, the top
+/// `top_n`, and the requested ids'.
+pub(super) fn entry(ls: &LogSoftmax, token: u32, lp: &LogprobConfig) -> TokenLogprob {
+    TokenLogprob {
+        token,
+        logprob: Some(ls.logprob(token)),
+        top: ls.top(lp.top_n),
+        chosen: lp
+            .token_ids
+            .iter()
+            .map(|&id| (id, ls.logprob(id)))
+            .collect(),
+    }
+}
 
 impl SchedulerCore {
     /// Logits rows a chunk needs: the last (to sample) and, while in the prompt, the
@@ -77,7 +92,7 @@ impl SchedulerCore {
             let row = logits.row(r);
             let ls = LogSoftmax::new(row);
             let token = s.tokens[t];
-            s.input_logprobs.push(ls.entry(token, &lp));
+            s.input_logprobs.push(entry(&ls, token, &lp));
         }
         if !s.in_prompt() {
             s.input_logprobs_sent = true;

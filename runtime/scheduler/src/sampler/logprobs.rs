@@ -34,20 +34,6 @@ impl<'a> LogSoftmax<'a> {
             .map(|(t, l)| (t, l - self.log_z))
             .collect()
     }
-    /// `token`'s entry as a request's logprob settings ask for it: its logprob, the top
-    /// `top_n`, and the requested ids'.
-    pub fn entry(&self, token: u32, lp: &crate::request::LogprobConfig) -> crate::TokenLogprob {
-        crate::TokenLogprob {
-            token,
-            logprob: Some(self.logprob(token)),
-            top: self.top(lp.top_n),
-            chosen: lp
-                .token_ids
-                .iter()
-                .map(|&id| (id, self.logprob(id)))
-                .collect(),
-        }
-    }
 }
 
 /// The `n` largest entries of `logits` as `(token, logit)`, largest first (lowest id on ties).
