@@ -44,6 +44,14 @@ impl SchedulerCore {
         if self.running.len() < self.cfg.max_running || self.waiting.is_empty() {
             return;
         }
+        // Every step of a full server comes here: without a waiting sequence above the
+        // lowest running one by more than the threshold (the usual case), nothing to sort.
+        let priority = |k: &SeqKey| self.seqs[k].shared.priority;
+        let lowest = self.running.iter().map(priority).min().unwrap_or(i64::MAX);
+        let highest = self.waiting.iter().map(priority).max().unwrap_or(i64::MIN);
+        if highest <= lowest.saturating_add(threshold) {
+            return;
+        }
         // The best waiting candidates, highest priority first; no more of them than there
         // are running places.
         let mut candidates: Vec<(i64, u64, u64)> = self
@@ -60,13 +68,8 @@ impl SchedulerCore {
             .collect();
         candidates.sort_by_key(|&(p, order, _)| (std::cmp::Reverse(p), order));
         candidates.truncate(self.cfg.max_running);
-        // Places freed so far (each goes to the next candidate).
-        let mut free = self.cfg.max_running.saturating_sub(self.running.len());
+        // Every running place is taken: each candidate needs a victim's.
         for (priority, _, tenant) in candidates {
-            if free > 0 {
-                free -= 1;
-                continue;
-            }
             let Some(victim) = self.preemption_victim(tenant) else {
                 continue;
             };
@@ -79,10 +82,14 @@ impl SchedulerCore {
     }
 
     /// Leaves a tenant's low-priority sequences out of a planned pass that prefills the
-    /// prompt of one of its high-priority ones (see the module docs). The others keep the pages planning gave them and run in
-    /// the next pass.
+    /// prompt of one of its high-priority ones (see the module docs). Those left out keep
+    /// the pages planning gave them and run in the next pass.
     pub(super) fn urgent_prefill_first(&mut self, items: &mut Vec<PlanItem>) {
-        if self.cfg.priority_preemption.is_none() {
+        let priority = |it: &PlanItem| self.seqs[&it.key].shared.priority;
+        let mut priorities = items.iter().map(priority);
+        let first = priorities.next();
+        // One priority in the pass (the usual case): nothing can be urgent.
+        if self.cfg.priority_preemption.is_none() || priorities.all(|p| Some(p) == first) {
             return;
         }
         let bars = self.bars_of(items);

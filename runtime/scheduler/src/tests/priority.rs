@@ -21,13 +21,17 @@ fn step_once(c: &mut SchedulerCore, e: &mut ToyExec, now: Instant) -> Vec<u64> {
     ids
 }
 
-fn two_running(threshold: Option<i64>) -> (SchedulerCore, ToyExec, Instant) {
+/// A core with `max_running` places and the preemption `threshold`, its executor, a clock.
+fn with_places(max_running: usize, threshold: Option<i64>) -> (SchedulerCore, ToyExec, Instant) {
     let mut cfg = config(64, 4);
-    cfg.max_running = 2;
+    cfg.max_running = max_running;
     cfg.priority_preemption = threshold;
-    let mut c = SchedulerCore::new(cfg, Arc::new(ToyTok)).unwrap();
-    let mut e = ToyExec::new(64, 4);
-    let now = Instant::now();
+    let c = SchedulerCore::new(cfg, Arc::new(ToyTok)).unwrap();
+    (c, ToyExec::new(64, 4), Instant::now())
+}
+
+fn two_running(threshold: Option<i64>) -> (SchedulerCore, ToyExec, Instant) {
+    let (mut c, mut e, now) = with_places(2, threshold);
     c.handle_request(prio(1, (1..9).collect(), 30, 0), now);
     c.handle_request(prio(2, (2..10).collect(), 30, 5), now);
     for _ in 0..4 {
@@ -119,11 +123,7 @@ fn a_gap_within_the_threshold_or_no_threshold_preempts_nothing() {
 
 #[test]
 fn another_tenants_running_request_is_not_preempted() {
-    let mut cfg = config(64, 4);
-    cfg.max_running = 1;
-    let mut c = SchedulerCore::new(cfg, Arc::new(ToyTok)).unwrap();
-    let mut e = ToyExec::new(64, 4);
-    let now = Instant::now();
+    let (mut c, mut e, now) = with_places(1, Some(10));
     c.handle_request(
         SchedRequest {
             tenant: 7,
@@ -310,11 +310,7 @@ fn a_much_higher_priority_arrival_stops_the_pass_in_flight_and_nothing_changes_b
 
 #[test]
 fn an_urgent_prompt_leaves_out_only_its_own_tenants_low_priority_steps() {
-    let mut cfg = config(64, 4);
-    cfg.max_running = 3;
-    let mut c = SchedulerCore::new(cfg, Arc::new(ToyTok)).unwrap();
-    let mut e = ToyExec::new(64, 4);
-    let now = Instant::now();
+    let (mut c, mut e, now) = with_places(3, Some(10));
     let of = |tenant, r| SchedRequest { tenant, ..r };
     c.handle_request(of(7, prio(1, (1..9).collect(), 20, 0)), now);
     c.handle_request(of(8, prio(2, (2..10).collect(), 20, 0)), now);
