@@ -88,7 +88,13 @@ pub struct EngineConfig {
     /// (in the radix cache) and resumes where it stopped. With the queue full, a request of
     /// higher priority also takes the place of the lowest-priority waiting request of its
     /// tenant, which gets 503 and `Retry-After`. Higher `priority` values go first.
-    #[arg(long, default_value_t = 10, allow_negative_numbers = true)]
+    /// Must be at least 0 (below it, requests of equal priority would pause each other).
+    #[arg(
+        long,
+        default_value_t = 10,
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i64).range(0..)
+    )]
     pub priority_scheduling_preemption_threshold: i64,
     /// Never pause a running request for a waiting one of higher priority (the waiting
     /// queue is still ordered by priority, and a full queue still takes requests of higher
@@ -512,4 +518,42 @@ fn server_args(cfg: &EngineConfig, num_pages: usize, threads: usize) -> serde_js
         "jump_forward": !cfg.disable_jump_forward,
         "tool_grammar": !cfg.disable_tool_grammar,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EngineConfig;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct P {
+        #[command(flatten)]
+        e: EngineConfig,
+    }
+
+    #[test]
+    fn a_negative_preemption_threshold_is_refused_by_name() {
+        let parse = |v: &str| {
+            P::try_parse_from(["x", "--priority-scheduling-preemption-threshold", v]).map(|p| p.e)
+        };
+        let err = match parse("-1") {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a negative threshold was accepted"),
+        };
+        assert!(
+            err.contains("--priority-scheduling-preemption-threshold"),
+            "{err}"
+        );
+        assert_eq!(
+            parse("0").unwrap().priority_scheduling_preemption_threshold,
+            0
+        );
+        assert_eq!(
+            P::try_parse_from(["x"])
+                .unwrap()
+                .e
+                .priority_scheduling_preemption_threshold,
+            10
+        );
+    }
 }
