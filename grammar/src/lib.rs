@@ -479,7 +479,7 @@ impl CompiledGrammar {
 
     /// True when matching must enforce `uniqueItems` on string items (`unique.rs`).
     pub(crate) fn has_unique(&self) -> bool {
-        !self.nfa.unique_ranges.is_empty()
+        !self.nfa.unique_ranges.is_empty() || !self.nfa.unique_arrays.is_empty()
     }
 
     pub(crate) fn with_lazy<R>(&self, f: impl FnOnce(&Nfa, &mut Lazy) -> R) -> R {

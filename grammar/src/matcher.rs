@@ -128,7 +128,7 @@ impl Matcher {
         grammar.with_lazy(|nfa, lazy| match uniq {
             Some(u) => {
                 let cp = u.tracker.checkpoint();
-                let n = unique::advance(nfa, lazy, c, &mut u.tracker, bytes);
+                let n = unique::advance_live(nfa, lazy, c, &mut u.tracker, bytes);
                 if n == DEAD {
                     u.tracker.restore(cp);
                 }
@@ -409,10 +409,10 @@ impl Matcher {
                 if m == 0 || m == u32::MAX {
                     break;
                 }
-                // With unique items, a closing quote that would repeat an item is replaced
-                // by a character no earlier item has here (one byte longer than shortest).
+                // With unique items, where the shortest close could repeat an item, the
+                // shortest step that keeps a new item possible.
                 if let Some(t) = &mut tracker {
-                    if let Some(b) = unique::distinguishing_byte(nfa, lazy, c, t) {
+                    if let Some(b) = unique::closing_step(nfa, lazy, c, t) {
                         c = unique::advance(nfa, lazy, c, t, &[b]);
                         if c == DEAD {
                             break;

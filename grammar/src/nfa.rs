@@ -70,6 +70,10 @@ pub(crate) struct Builder {
     /// `[lo, hi)` state ranges that are the string bodies of `uniqueItems` array items
     /// (`json/unique.rs`); the matcher enforces the uniqueness there.
     pub unique_ranges: Vec<(StateId, StateId)>,
+    /// `[lo, hi)` state ranges that are whole `uniqueItems` arrays of strings whose items
+    /// may run out of completions (`json/unique.rs`): the matcher also checks, inside them,
+    /// that a prefix can still end as a new item.
+    pub unique_arrays: Vec<(StateId, StateId)>,
     /// Regex × character-count products with a maximum (`regex::emit_hir_len`); the mask
     /// code shares masks between their counts (see [`Nfa::count_representatives`]).
     pub counted: Vec<CountedProduct>,
@@ -85,6 +89,7 @@ impl Builder {
             rules: Vec::new(),
             key_rules: Vec::new(),
             unique_ranges: Vec::new(),
+            unique_arrays: Vec::new(),
             counted: Vec::new(),
             budget,
             checks: 0,
@@ -211,10 +216,13 @@ impl Builder {
             rules: self.rules,
             key_rules: self.key_rules,
             unique_ranges: self.unique_ranges,
+            unique_arrays: self.unique_arrays,
             counted: self.counted,
             dist: Vec::new(),
             rule_min: Vec::new(),
         };
+        nfa.unique_ranges.sort_unstable();
+        nfa.unique_arrays.sort_unstable();
         nfa.trim(self.budget.deadline)?;
         nfa.compute_distances(self.budget.deadline)?;
         Ok(nfa)
@@ -230,6 +238,8 @@ pub(crate) struct Nfa {
     pub key_rules: Vec<RuleId>,
     /// See [`Builder::unique_ranges`] (sorted, disjoint).
     pub unique_ranges: Vec<(StateId, StateId)>,
+    /// See [`Builder::unique_arrays`] (sorted, disjoint, apart from `unique_ranges`).
+    pub unique_arrays: Vec<(StateId, StateId)>,
     /// See [`Builder::counted`].
     pub counted: Vec<CountedProduct>,
     /// Fewest bytes from a state to its rule's end (`u32::MAX`: unreachable).
@@ -239,10 +249,15 @@ pub(crate) struct Nfa {
 }
 
 impl Nfa {
-    /// True when `s` is inside the string body of a `uniqueItems` item.
+    /// True when `s` is inside the string body of a `uniqueItems` item, or inside a whole
+    /// `uniqueItems` array of bounded strings.
     pub fn in_unique(&self, s: StateId) -> bool {
-        let i = self.unique_ranges.partition_point(|&(lo, _)| lo <= s);
-        i > 0 && s < self.unique_ranges[i - 1].1
+        in_ranges(&self.unique_ranges, s) || in_ranges(&self.unique_arrays, s)
+    }
+
+    /// True when `s` is inside a whole `uniqueItems` array of bounded strings.
+    pub fn in_unique_array(&self, s: StateId) -> bool {
+        in_ranges(&self.unique_arrays, s)
     }
 
     /// Return states of long counted call chains that are interchangeable for any text of
@@ -570,6 +585,12 @@ impl Nfa {
         self.rule_min = rule_min;
         Ok(())
     }
+}
+
+/// `s` lies in one of the sorted, disjoint `[lo, hi)` ranges.
+fn in_ranges(ranges: &[(StateId, StateId)], s: StateId) -> bool {
+    let i = ranges.partition_point(|&(lo, _)| lo <= s);
+    i > 0 && s < ranges[i - 1].1
 }
 
 #[cfg(test)]

@@ -1,13 +1,20 @@
-//! Enforcing `uniqueItems` on arrays of free strings while matching (see `json/unique.rs`
-//! for what the compiler guarantees).
+//! Enforcing `uniqueItems` on arrays of strings while matching (see `json/unique.rs` for
+//! what the compiler guarantees).
 //!
-//! The matcher of a grammar with unique-item bodies keeps the text it accepted and a
+//! The matcher of a grammar with unique-item arrays keeps the text it accepted and a
 //! [`JsonTracker`] over it. Before the closing quote of a string that repeats an earlier
 //! string item of the innermost array, every thread inside a unique-item body is dropped
 //! (threads of other readings of the text, e.g. another `anyOf` branch, go on). Masks are
 //! the automaton's mask minus the tokens that would close such a repeat, found by walking
 //! the token trie along `rest of the earlier item + '"'`; tokens with two or more quotes
 //! (which may close a later item inside the token) are checked by following them.
+//!
+//! Items of bounded kinds (`enum`, `maxLength`, patterns) may run out of new values: a
+//! prefix can be one whose every completion is an earlier item, or a new item may have no
+//! value left. Inside such arrays ([`crate::nfa::Nfa::unique_arrays`]) every step is also
+//! checked with [`can_end_new`] (a walk along the earlier items' rests, looking for a byte
+//! off all of them that the automaton takes), so the text never enters a dead end: masks,
+//! `accept_token` and `try_advance_bytes` agree, and the planned close avoids repeats.
 
 use crate::lazy::{ConfigId, Lazy, DEAD};
 use crate::nfa::Nfa;
@@ -20,6 +27,8 @@ struct Frame {
     array: bool,
     /// Byte ranges (content, no quotes) of the complete strings directly in this array.
     items: Vec<(u32, u32)>,
+    /// An array where the next value would be a new item (after `[` or `,`).
+    expect_item: bool,
 }
 
 /// Follows JSON text byte by byte: open containers, strings, the string items of each open
@@ -67,6 +76,13 @@ impl JsonTracker {
             }
             return;
         }
+        if let Some(f) = self.frames.last_mut() {
+            match b {
+                b' ' | b'\t' | b'\n' | b'\r' => {}
+                b',' => f.expect_item = f.array,
+                _ => f.expect_item = false,
+            }
+        }
         match b {
             b'"' => {
                 self.in_str = true;
@@ -75,6 +91,7 @@ impl JsonTracker {
             b'[' | b'{' => self.frames.push(Frame {
                 array: b == b'[',
                 items: Vec::new(),
+                expect_item: b == b'[',
             }),
             b']' | b'}' => {
                 self.frames.pop();
@@ -136,6 +153,36 @@ impl JsonTracker {
         f.items
             .iter()
             .any(|&(a, b)| &self.bytes[a as usize..b as usize] == cur)
+    }
+
+    /// The texts that would make the value being written here repeat an earlier string
+    /// item of the innermost array, each up to and including its closing quote: inside an
+    /// open item, the rests of the earlier items it starts; where a new item may start,
+    /// the earlier items, quoted. Empty when nothing here can repeat.
+    fn pending_rests(&self) -> Vec<Vec<u8>> {
+        if self.in_str {
+            let mut rests = self.repeat_rests();
+            for r in &mut rests {
+                r.push(b'"');
+            }
+            return rests;
+        }
+        let Some(f) = self.frames.last().filter(|f| f.array && f.expect_item) else {
+            return Vec::new();
+        };
+        let mut out: Vec<Vec<u8>> = f
+            .items
+            .iter()
+            .map(|&(a, b)| [b"\"", &self.bytes[a as usize..b as usize], b"\""].concat())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Inside a string.
+    fn in_string(&self) -> bool {
+        self.in_str
     }
 
     /// For each earlier item of the innermost array that starts with the open string: the
@@ -205,6 +252,103 @@ pub(crate) fn advance(
     c
 }
 
+/// Most steps [`can_end_new`] takes along the earlier items before it gives up (and the
+/// prefix counts as unable to end: stricter, never looser).
+const LIVE_BUDGET: u32 = 4096;
+
+/// Can the text at `c` still end as a new item where it could repeat one? Inside whole
+/// unique arrays (`Nfa::unique_arrays`) an item may have finitely many completions, all of
+/// them earlier items (an `enum` used up, a `maxLength` string written up to an earlier
+/// one's end). Elsewhere every prefix can end as a new item (free strings have infinitely
+/// many completions) and this is true. Walks the earlier items' rests: a byte off all of
+/// them that the automaton takes proves it.
+pub(crate) fn can_end_new(
+    nfa: &Nfa,
+    lazy: &mut Lazy,
+    c: ConfigId,
+    tracker: &mut JsonTracker,
+) -> bool {
+    let mut budget = LIVE_BUDGET;
+    can_end_new_within(nfa, lazy, c, tracker, &mut budget)
+}
+
+fn can_end_new_within(
+    nfa: &Nfa,
+    lazy: &mut Lazy,
+    c: ConfigId,
+    tracker: &mut JsonTracker,
+    budget: &mut u32,
+) -> bool {
+    if c == DEAD {
+        return false;
+    }
+    if !lazy.configs[c as usize]
+        .threads
+        .iter()
+        .any(|&(_, s)| nfa.in_unique_array(s))
+    {
+        return true;
+    }
+    let rests = tracker.pending_rests();
+    if rests.is_empty() {
+        return true;
+    }
+    let mut firsts: Vec<u8> = rests.iter().filter_map(|r| r.first().copied()).collect();
+    firsts.sort_unstable();
+    firsts.dedup();
+    let set = lazy.next_bytes(nfa, c);
+    let in_str = tracker.in_string();
+    for (wi, &w) in set.iter().enumerate() {
+        let mut w = w;
+        while w != 0 {
+            let b = (wi as u32 * 64 + w.trailing_zeros()) as u8;
+            w &= w - 1;
+            // Whitespace between values never tells items apart: skipping it is safe.
+            if firsts.binary_search(&b).is_ok() || (!in_str && b.is_ascii_whitespace()) {
+                continue;
+            }
+            let cp = tracker.checkpoint();
+            let n = advance(nfa, lazy, c, tracker, &[b]);
+            tracker.restore(cp);
+            if n != DEAD {
+                return true;
+            }
+        }
+    }
+    for b in firsts {
+        if *budget == 0 {
+            return false;
+        }
+        *budget -= 1;
+        let cp = tracker.checkpoint();
+        let n = advance(nfa, lazy, c, tracker, &[b]);
+        let ok = n != DEAD && can_end_new_within(nfa, lazy, n, tracker, budget);
+        tracker.restore(cp);
+        if ok {
+            return true;
+        }
+    }
+    false
+}
+
+/// Follows `bytes` like [`advance`], and refuses (`DEAD`) a text that can no longer end as
+/// a new item ([`can_end_new`]); the tracker follows when the result is not `DEAD`.
+pub(crate) fn advance_live(
+    nfa: &Nfa,
+    lazy: &mut Lazy,
+    c: ConfigId,
+    tracker: &mut JsonTracker,
+    bytes: &[u8],
+) -> ConfigId {
+    let cp = tracker.checkpoint();
+    let n = advance(nfa, lazy, c, tracker, bytes);
+    if n == DEAD || !can_end_new(nfa, lazy, n, tracker) {
+        tracker.restore(cp);
+        return DEAD;
+    }
+    n
+}
+
 /// Would `bytes` keep the text alive from `c`? (Tracker unchanged.)
 pub(crate) fn allows(
     nfa: &Nfa,
@@ -214,21 +358,21 @@ pub(crate) fn allows(
     bytes: &[u8],
 ) -> bool {
     let cp = tracker.checkpoint();
-    let ok = advance(nfa, lazy, c, tracker, bytes) != DEAD;
+    let ok = advance_live(nfa, lazy, c, tracker, bytes) != DEAD;
     tracker.restore(cp);
     ok
 }
 
-/// When the shortest way on from `c` may be a `"` that would close a repeated item: an
-/// ASCII letter or digit that the automaton allows and that no earlier item has at this
-/// position (so the item cannot end as a repeat). `None` when no repeat is pending.
-pub(crate) fn distinguishing_byte(
+/// The next byte of the shortest close from `c` when a repeat is pending: the allowed byte
+/// with the fewest bytes left after it that keeps the text able to end as a new item.
+/// `None` when nothing here can repeat (the automaton's shortest step is then safe).
+pub(crate) fn closing_step(
     nfa: &Nfa,
     lazy: &mut Lazy,
     c: ConfigId,
-    tracker: &JsonTracker,
+    tracker: &mut JsonTracker,
 ) -> Option<u8> {
-    if !tracker.closing_repeats()
+    if tracker.pending_rests().is_empty()
         || !lazy.configs[c as usize]
             .threads
             .iter()
@@ -236,18 +380,28 @@ pub(crate) fn distinguishing_byte(
     {
         return None;
     }
-    let taken: Vec<u8> = tracker
-        .repeat_rests()
-        .iter()
-        .filter_map(|r| r.first().copied())
-        .collect();
-    (b'a'..=b'z')
-        .chain(b'0'..=b'9')
-        .filter(|b| !taken.contains(b))
-        .find(|&b| lazy.step(nfa, c, b) != DEAD)
+    let set = lazy.next_bytes(nfa, c);
+    let mut options: Vec<(u32, u8)> = Vec::new();
+    for (wi, &w) in set.iter().enumerate() {
+        let mut w = w;
+        while w != 0 {
+            let b = (wi as u32 * 64 + w.trailing_zeros()) as u8;
+            w &= w - 1;
+            let n = lazy.step(nfa, c, b);
+            if n != DEAD {
+                options.push((lazy.configs[n as usize].min_bytes, b));
+            }
+        }
+    }
+    options.sort_unstable();
+    options
+        .into_iter()
+        .map(|(_, b)| b)
+        .find(|&b| allows(nfa, lazy, c, tracker, &[b]))
 }
 
-/// Clears from `mask` (the automaton's mask of `c`) the tokens that would repeat an item.
+/// Clears from `mask` (the automaton's mask of `c`) the tokens that would repeat an item,
+/// or leave an item that can only end as a repeat.
 pub(crate) fn refine_mask(
     nfa: &Nfa,
     lazy: &mut Lazy,
@@ -260,39 +414,59 @@ pub(crate) fn refine_mask(
     let clear = |mask: &mut [u32], t: u32| mask[(t >> 5) as usize] &= !(1u32 << (t & 31));
     let threads = &lazy.configs[c as usize].threads;
     let has_unique = threads.iter().any(|&(_, s)| nfa.in_unique(s));
-    let mixed = has_unique && threads.iter().any(|&(_, s)| !nfa.in_unique(s));
+    let in_array = threads.iter().any(|&(_, s)| nfa.in_unique_array(s));
+    let check = |lazy: &mut Lazy, mask: &mut [u32], tracker: &mut JsonTracker, t: u32| {
+        if is_set(mask, t)
+            && !vocab
+                .token_bytes(t)
+                .is_some_and(|b| allows(nfa, lazy, c, tracker, b))
+        {
+            clear(mask, t);
+        }
+    };
+    if in_array && !tracker.in_string() {
+        // Between items the automaton allows few tokens: check each.
+        let words = mask.len();
+        for wi in 0..words {
+            let mut w = mask[wi];
+            while w != 0 {
+                let t = wi as u32 * 32 + w.trailing_zeros();
+                w &= w - 1;
+                check(lazy, mask, tracker, t);
+            }
+        }
+        return;
+    }
     if has_unique {
         let trie = vocab.trie();
-        for rest in tracker.repeat_rests() {
-            let mut path = rest;
-            path.push(b'"');
-            let Some(node) = trie_find(trie, &path) else {
-                continue;
-            };
-            for &t in trie.subtree_ids(node) {
-                if !is_set(mask, t) {
-                    continue;
+        for rest in tracker.pending_rests() {
+            // Tokens that end inside an earlier item's rest (bounded items only), and
+            // those that write it to its closing quote.
+            let mut node = None;
+            for d in 1..=rest.len() {
+                node = trie_find(trie, &rest[..d]);
+                let Some(n) = node else { break };
+                if d < rest.len() && in_array {
+                    for &t in trie.own_ids(n) {
+                        check(lazy, mask, tracker, t);
+                    }
                 }
-                // Other readings of the text may still take the token.
-                let keep = mixed
-                    && vocab
-                        .token_bytes(t)
-                        .is_some_and(|b| allows(nfa, lazy, c, tracker, b));
-                if !keep {
-                    clear(mask, t);
+            }
+            if let Some(n) = node {
+                for &t in trie.subtree_ids(n) {
+                    check(lazy, mask, tracker, t);
                 }
+            }
+        }
+        if in_array {
+            // A token that closes the item and starts another may find none left.
+            for &t in vocab.tokens_with_byte(b',').iter() {
+                check(lazy, mask, tracker, t);
             }
         }
     }
     for &t in vocab.multi_quote_tokens() {
-        if is_set(mask, t) {
-            let ok = vocab
-                .token_bytes(t)
-                .is_some_and(|b| allows(nfa, lazy, c, tracker, b));
-            if !ok {
-                clear(mask, t);
-            }
-        }
+        check(lazy, mask, tracker, t);
     }
 }
 

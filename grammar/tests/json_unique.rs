@@ -74,12 +74,16 @@ fn other_readings_keep_a_repeat() {
 }
 
 #[test]
-fn unbounded_items_of_other_kinds_stay_refused() {
+fn items_of_other_kinds_stay_refused() {
     for s in [
-        r#"{"type":"array","items":{"type":"string","maxLength":3},"uniqueItems":true}"#,
-        r#"{"type":"array","items":{"type":"string","format":"email"},"uniqueItems":true}"#,
         r#"{"type":"array","items":{"type":"object"},"uniqueItems":true}"#,
         r#"{"type":"array","uniqueItems":true}"#,
+        r#"{"type":"array","items":{"type":["string","null"],"maxLength":3},"uniqueItems":true}"#,
+        // A finite item set might not reach minItems.
+        r#"{"type":"array","items":{"type":"string","maxLength":3},"uniqueItems":true,"minItems":2}"#,
+        // Escapes (beyond the 8 values the automaton tracks): two texts could spell one
+        // value.
+        r#"{"type":"array","items":{"enum":["a\"b","c","d","e","f","g","h","i","j"]},"uniqueItems":true}"#,
     ] {
         let e = common::compile_bytes(&serde_json::from_str(s).unwrap())
             .err()
@@ -189,6 +193,117 @@ fn random_walks_stay_valid_and_masks_match_the_byte_reference() {
             } else {
                 allowed[rng.random_range(0..allowed.len())]
             };
+            m.accept_token(next).unwrap();
+            text.extend_from_slice(vocab.token_bytes(next).unwrap());
+        }
+    }
+}
+
+/// Bounded string items (more than 8 `enum` values, `maxLength`, `pattern`, formats): repeats
+/// are refused, and so is a prefix that can only end as an earlier item or a new item where
+/// none is left, while the text is followed byte by byte.
+#[test]
+fn bounded_string_items_refuse_repeats_and_dead_ends() {
+    let methods = r#"{"type":"array","items":{"enum":["GET","POST","HEAD","PUT","PATCH","TRACE","DELETE","OPTIONS","CONNECT"]},"uniqueItems":true,"minItems":1}"#;
+    let g = g_bytes(methods);
+    assert!(common::accepts_text(&g, r#"["GET"]"#));
+    assert!(common::accepts_text(&g, r#"["GET","POST","PUT","PATCH"]"#));
+    assert!(!common::accepts_text(&g, r#"[]"#));
+    assert!(!common::accepts_text(&g, r#"["GET","POST","GET"]"#));
+    assert!(!common::accepts_text(&g, r#"["PUT","PATCH","PUT"]"#));
+    // "G" can only become "GET", which is taken: refused at the "G" already.
+    let mut m = Matcher::new(g.clone());
+    assert!(m.try_advance_bytes(br#"["GET","P"#));
+    assert!(!m.clone().try_advance_bytes(b"\""));
+    let mut m = Matcher::new(g.clone());
+    assert!(m.try_advance_bytes(br#"["GET",""#));
+    assert!(!m.clone().try_advance_bytes(b"G"));
+    assert!(m.clone().try_advance_bytes(b"P"));
+
+    // Two values: once both are used, no new item can start.
+    let g = g_bytes(
+        r#"{"type":"array","items":{"type":"string","pattern":"^[ab]$"},"uniqueItems":true}"#,
+    );
+    let mut m = Matcher::new(g.clone());
+    assert!(m.try_advance_bytes(br#"["a","b""#));
+    assert!(!m.clone().try_advance_bytes(b","));
+    assert!(m.try_advance_bytes(b"]") && m.is_accepting());
+
+    // maxLength: "ab" written, "a" may still end new ("a" itself), but "ab" is taken.
+    let g = g_bytes(
+        r#"{"type":"array","items":{"type":"string","maxLength":2,"pattern":"^[ab]+$"},"uniqueItems":true}"#,
+    );
+    assert!(common::accepts_text(&g, r#"["ab","a","b","ba","aa","bb"]"#));
+    assert!(!common::accepts_text(&g, r#"["ab","a","ab"]"#));
+    let mut m = Matcher::new(g.clone());
+    assert!(m.try_advance_bytes(br#"["ab","a","b","aa","#));
+    // Left: "ba" and "bb"; "a…" is used up.
+    assert!(!m.clone().try_advance_bytes(br#""a"#));
+    assert!(m.clone().try_advance_bytes(br#""b"#));
+    assert!(m.try_advance_bytes(br#""bb","ba""#));
+    assert!(!m.clone().try_advance_bytes(b","));
+    assert!(m.try_advance_bytes(b"]") && m.is_accepting());
+
+    // Formats and patterns with infinitely many values.
+    let g = g_bytes(
+        r#"{"type":"array","items":{"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_]*$"},"uniqueItems":true}"#,
+    );
+    assert!(common::accepts_text(&g, r#"["a","a1","_"]"#));
+    assert!(!common::accepts_text(&g, r#"["a1","a","a1"]"#));
+}
+
+/// Independent check for the bounded-items schema below: every item is one of `VALUES`,
+/// and no value repeats.
+fn bounded_ok(v: &Value) -> bool {
+    let Some(items) = v.as_array() else {
+        return false;
+    };
+    let mut seen = std::collections::HashSet::new();
+    !items.is_empty()
+        && items.iter().all(|t| {
+            t.as_str()
+                .is_some_and(|s| VALUES.contains(&s) && seen.insert(s.to_string()))
+        })
+}
+
+const VALUES: [&str; 9] = ["a", "ab", "abc", "b", "ba", "c", "ca", "cab", "d"];
+
+/// Masks over the Llama-3 vocabulary agree with following each token byte by byte (which
+/// refuses dead ends too), and from every text a walk reaches, the planned close gives a
+/// valid document. The values share prefixes, so prefixes get used up often.
+#[test]
+fn bounded_items_masks_match_the_byte_reference_on_random_walks() {
+    let Some(tok) = common::llama3() else { return };
+    let vocab = &tok.vocab;
+    let values: Vec<String> = VALUES.iter().map(|v| format!("\"{v}\"")).collect();
+    let schema = format!(
+        r#"{{"type":"array","items":{{"enum":[{}]}},"uniqueItems":true,"minItems":1}}"#,
+        values.join(",")
+    );
+    let g =
+        CompiledGrammar::json_schema(&schema, vocab.clone(), &CompileOptions::default()).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut mask = vec![0u32; vocab.mask_words()];
+    for _ in 0..12 {
+        let mut m = Matcher::new(g.clone());
+        let mut text: Vec<u8> = Vec::new();
+        for _ in 0..40 {
+            let allowed: Vec<u32> = common::check_mask(vocab, &m, &mut mask, &text)
+                .into_iter()
+                .filter(|t| !vocab.eos().contains(t))
+                .collect();
+            if !m.is_accepting() || !text.is_empty() {
+                let close = m.closing_bytes();
+                let mut c = m.clone();
+                assert!(c.try_advance_bytes(&close) && c.is_accepting(), "{close:?}");
+                let full = [text.as_slice(), close.as_slice()].concat();
+                let v: Value = serde_json::from_slice(&full).expect("valid JSON");
+                assert!(bounded_ok(&v), "{}", String::from_utf8_lossy(&full));
+            }
+            if allowed.is_empty() {
+                break;
+            }
+            let next = allowed[rng.random_range(0..allowed.len())];
             m.accept_token(next).unwrap();
             text.extend_from_slice(vocab.token_bytes(next).unwrap());
         }

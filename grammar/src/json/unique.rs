@@ -1,12 +1,13 @@
-//! `uniqueItems` on arrays of free strings.
+//! `uniqueItems` on arrays of strings.
 //!
 //! Uniqueness of unbounded strings is not a regular property, so the automaton alone cannot
-//! enforce it. The compiler builds the array as usual but gives every item's string body its
-//! own NFA states and records them (`Builder::unique_ranges`); the matcher then follows the
-//! text with a JSON tracker and drops, at an item's closing quote, every thread inside such a
-//! body when the item repeats an earlier item of the same array (`crate::unique`).
+//! enforce it. The compiler builds the array as usual but records its states; the matcher
+//! then follows the text with a JSON tracker and drops, at an item's closing quote, every
+//! thread inside such an array when the item repeats an earlier item of the same array
+//! (`crate::unique`).
 //!
-//! Exactness rests on three facts the compiler guarantees here:
+//! Free strings (`unique_strings`): only the item bodies are recorded
+//! (`Builder::unique_ranges`). Exactness rests on three facts the compiler guarantees:
 //! - the item strings are canonical (free strings never contain an escape), so two items are
 //!   equal as JSON values iff their texts are equal;
 //! - from every state of an item body infinitely many completions remain (no `maxLength`),
@@ -14,6 +15,13 @@
 //!   item is ever refused;
 //! - JSON's structure is unambiguous, so the array a thread inside an item body belongs to is
 //!   the innermost array the tracker sees.
+//!
+//! Bounded strings (`unique_bounded_strings`: `enum` beyond the 8 values
+//! `types.rs::unique_finite` tracks in the automaton, `pattern`, `format`, `maxLength`): the
+//! second fact does not hold, so the whole array is recorded (`Builder::unique_arrays`) and
+//! the matcher also refuses every prefix that can no longer end as a new item. The first
+//! fact is checked on the compiled states (no `\` move, no call inside the array), and
+//! `minItems` may be at most 1, so a used-up item set never keeps the array from closing.
 
 use serde_json::{Map, Value};
 
@@ -42,7 +50,7 @@ impl JsonCompiler<'_> {
             return Ok(None);
         };
         let Some(item_min) = free_string_min(&item) else {
-            return Ok(None);
+            return self.unique_bounded_strings(from, &item, min, max, ptr);
         };
         if item_min > MAX_UNROLLED || min > MAX_UNROLLED || max.is_some_and(|m| m > MAX_UNROLLED) {
             return Ok(None);
@@ -70,6 +78,61 @@ impl JsonCompiler<'_> {
         }
         let c = self.ws(close)?;
         Ok(Some(self.b.lit(c, b"]")?))
+    }
+
+    /// `uniqueItems: true` on an array whose items are strings of any other kind (`enum`,
+    /// `pattern`, `format`, `maxLength`…), which may run out of new values: the whole array
+    /// is recorded (`Builder::unique_arrays`), so that the matcher also refuses a prefix
+    /// that can only end as an earlier item, or a new item when none is left. `None` when
+    /// not applicable; refused when the items' text is not canonical (an escape) or runs
+    /// through a call, and for `minItems` above 1 (a finite item set could not reach it).
+    fn unique_bounded_strings(
+        &mut self,
+        from: StateId,
+        item: &Map<String, Value>,
+        min: u64,
+        max: Option<u64>,
+        ptr: &str,
+    ) -> Result<Option<StateId>, CompileError> {
+        if !string_only(item) || min > 1 || max.is_some_and(|m| m > MAX_UNROLLED) {
+            return Ok(None);
+        }
+        let lo = self.b.states.len() as StateId;
+        let from_moves = self.b.states[from as usize].bytes.len();
+        let open = self.b.lit(from, b"[")?;
+        let open = self.ws(open)?;
+        let close = self.b.state()?;
+        if min == 0 {
+            self.b.eps(open, close);
+        }
+        let n = max.unwrap_or(1).max(1);
+        let mut cur = open;
+        for k in 1..=n {
+            let st = if k == 1 { cur } else { self.punct(cur, b',')? };
+            cur = self.normalized(st, item, ptr)?;
+            self.b.eps(cur, close);
+        }
+        if max.is_none() {
+            let st = self.punct(cur, b',')?;
+            let e = self.normalized(st, item, ptr)?;
+            self.b.eps(e, cur);
+        }
+        let c = self.ws(close)?;
+        let end = self.b.lit(c, b"]")?;
+        let hi = self.b.states.len() as StateId;
+        // Equal texts must mean equal values (no escapes), and every thread inside an item
+        // must be in the range (no calls).
+        let exact = (lo..hi).all(|s| {
+            let st = &self.b.states[s as usize];
+            st.calls.is_empty() && st.bytes.iter().all(|&(a, b, _)| !(a..=b).contains(&b'\\'))
+        });
+        if !exact {
+            // Unhook the array built for nothing (its states stay unreachable).
+            self.b.states[from as usize].bytes.truncate(from_moves);
+            return Ok(None);
+        }
+        self.b.unique_arrays.push((lo, hi));
+        Ok(Some(end))
     }
 
     /// The normalised schema every item of the array `s` has (no tuple part), if any.
@@ -136,4 +199,19 @@ fn free_string_min(item: &Map<String, Value>) -> Option<u64> {
         }
     }
     Some(min)
+}
+
+/// The normalised item schema admits strings only (`type: string`, or an `enum`/`const` of
+/// strings).
+fn string_only(item: &Map<String, Value>) -> bool {
+    match item.get("type") {
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(ts)) => ts.len() == 1 && ts[0] == "string",
+        Some(_) => false,
+        None => match (item.get("enum"), item.get("const")) {
+            (Some(Value::Array(e)), _) => !e.is_empty() && e.iter().all(|v| v.is_string()),
+            (None, Some(c)) => c.is_string(),
+            _ => false,
+        },
+    }
 }
