@@ -55,29 +55,41 @@ impl JsonCompiler<'_> {
         if item_min > MAX_UNROLLED || min > MAX_UNROLLED || max.is_some_and(|m| m > MAX_UNROLLED) {
             return Ok(None);
         }
+        let end = self.unrolled_array(from, min, max, &mut |c, st| c.unique_item(st, item_min))?;
+        Ok(Some(end))
+    }
+
+    /// `[item, …]` with items 1..=n written out (n = maxItems, or max(minItems, 1) followed
+    /// by a loop), so that each item has states of its own; returns the state after `]`.
+    fn unrolled_array(
+        &mut self,
+        from: StateId,
+        min: u64,
+        max: Option<u64>,
+        item: &mut dyn FnMut(&mut Self, StateId) -> Result<StateId, CompileError>,
+    ) -> Result<StateId, CompileError> {
         let open = self.b.lit(from, b"[")?;
         let open = self.ws(open)?;
         let close = self.b.state()?;
         if min == 0 {
             self.b.eps(open, close);
         }
-        // Items 1..=n written out (n = maxItems, or max(minItems, 1) followed by a loop).
         let n = max.unwrap_or(min.max(1));
         let mut cur = open;
         for k in 1..=n {
             let st = if k == 1 { cur } else { self.punct(cur, b',')? };
-            cur = self.unique_item(st, item_min)?;
+            cur = item(self, st)?;
             if k >= min {
                 self.b.eps(cur, close);
             }
         }
         if max.is_none() {
             let st = self.punct(cur, b',')?;
-            let e = self.unique_item(st, item_min)?;
+            let e = item(self, st)?;
             self.b.eps(e, cur);
         }
         let c = self.ws(close)?;
-        Ok(Some(self.b.lit(c, b"]")?))
+        self.b.lit(c, b"]")
     }
 
     /// `uniqueItems: true` on an array whose items are strings of any other kind (`enum`,
@@ -99,26 +111,7 @@ impl JsonCompiler<'_> {
         }
         let lo = self.b.states.len() as StateId;
         let from_moves = self.b.states[from as usize].bytes.len();
-        let open = self.b.lit(from, b"[")?;
-        let open = self.ws(open)?;
-        let close = self.b.state()?;
-        if min == 0 {
-            self.b.eps(open, close);
-        }
-        let n = max.unwrap_or(1).max(1);
-        let mut cur = open;
-        for k in 1..=n {
-            let st = if k == 1 { cur } else { self.punct(cur, b',')? };
-            cur = self.normalized(st, item, ptr)?;
-            self.b.eps(cur, close);
-        }
-        if max.is_none() {
-            let st = self.punct(cur, b',')?;
-            let e = self.normalized(st, item, ptr)?;
-            self.b.eps(e, cur);
-        }
-        let c = self.ws(close)?;
-        let end = self.b.lit(c, b"]")?;
+        let end = self.unrolled_array(from, min, max, &mut |c, st| c.normalized(st, item, ptr))?;
         let hi = self.b.states.len() as StateId;
         // Equal texts must mean equal values (no escapes), and every thread inside an item
         // must be in the range (no calls).
