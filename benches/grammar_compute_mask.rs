@@ -56,6 +56,36 @@ fn bench(c: &mut Criterion) {
             )
         });
     }
+    // `uniqueItems`: the cached automaton mask plus the repeat checks, beside the same
+    // array without `uniqueItems` (the automaton mask alone) as the baseline.
+    let methods =
+        r#"{"enum":["GET","POST","HEAD","PUT","PATCH","TRACE","DELETE","OPTIONS","CONNECT"]}"#;
+    let pattern = r#"{"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_]*$"}"#;
+    let free = r#"{"type":"string"}"#;
+    let unique_cases: [(&str, &str, &str); 5] = [
+        ("free_in_item", free, r#"["ab","cd","a"#),
+        ("enum_between", methods, r#"["GET","POST""#),
+        ("enum_item_start", methods, r#"["GET","POST",""#),
+        ("enum_in_item", methods, r#"["GET","POST","P"#),
+        ("pattern_in_item", pattern, r#"["ab","cd","a"#),
+    ];
+    for (label, item, prefix) in unique_cases {
+        for unique in [true, false] {
+            let schema = format!(r#"{{"type":"array","items":{item},"uniqueItems":{unique}}}"#);
+            let g = CompiledGrammar::json_schema(
+                &schema,
+                tok.vocab.clone(),
+                &CompileOptions::default(),
+            )
+            .unwrap();
+            let mut m = Matcher::new(g);
+            assert!(m.try_advance_bytes(prefix.as_bytes()));
+            let kind = if unique { "unique" } else { "plain" };
+            c.bench_function(&format!("grammar_mask_{kind}/{label}"), |b| {
+                b.iter(|| m.fill_mask(&mut buf).unwrap())
+            });
+        }
+    }
     let src = vec![0xAAAA_AAAAu32; tok.vocab.mask_words()];
     c.bench_function("grammar_mask_copy_floor", |b| {
         b.iter(|| buf.copy_from_slice(std::hint::black_box(&src)))
