@@ -232,8 +232,11 @@ fn a_tenant_flooding_the_queue_neither_delays_nor_crowds_out_another() {
     assert!(a_ok.load(Ordering::Relaxed) > 0, "{report}");
     // Counted in the server's own steps (what other load on the machine does not change):
     // admitted at the next free place, bob's request spans a few passes, HTTP included
-    // (2 to 9 measured); behind alice's queue about twenty.
-    assert!(percentile(&steps, 99) <= 12, "{report}");
+    // (2 to 9 measured, once 13 on a loaded 2-core CI machine, where the client's own
+    // threads compete with the server's); behind alice's queue about twenty for every one
+    // of them. So the bound is on the 90th percentile: the queue would lift them all.
+    assert!(percentile(&steps, 90) <= 12, "{report}");
+    assert!(percentile(&steps, 50) <= 8, "{report}");
     assert!(loaded_p99 <= unloaded_p50 * 2, "{report}");
 }
 
