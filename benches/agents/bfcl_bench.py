@@ -4,9 +4,15 @@ Single-turn categories (simple_python, multiple, parallel, parallel_multiple) ar
 each and scored with BFCL's own AST checker; `irrelevance` is asked with `tool_choice: "auto"`
 and scored right when the answer calls nothing; the multi-turn base category runs as agent loops
 against BFCL's executable environments (file system, trading, travel, …), several sessions
-in flight, scored with BFCL's multi-turn checker. Every engine gets the same questions, the
-same tools (BFCL's schemas mapped to JSON Schema as BFCL's OpenAI handler maps them), the
-same sampling (T=0) and the same threads. The last line printed is one JSON object.
+in flight, scored with BFCL's multi-turn checker. The same sessions are also replayed along
+BFCL's ground truth (`replay`): each step asks the engine for the next call, then appends the
+ground truth's call and its executed result, so every engine answers the same prompts and
+its turns/s measure the same work (in the live loop an engine whose calls do not parse ends
+each turn in one short answer). Every engine gets the same questions, the same tools (BFCL's
+schemas mapped to JSON Schema as BFCL's OpenAI handler maps them), the same prompt text (a
+peer serving the model's own template, which renders no tools, gets the tool list written
+into its messages as sglrs writes it), the same sampling (T=0) and the same threads.
+`--parts` picks what runs. The last line printed is one JSON object.
 
 Only BFCL's non-live categories are used here; `live_*` is kept for independent checks.
 """
@@ -14,6 +20,7 @@ Only BFCL's non-live categories are used here; `live_*` is kept for independent 
 from __future__ import annotations
 
 import argparse
+import ast
 import concurrent.futures
 import copy
 import json
@@ -102,6 +109,48 @@ def tools_of(functions: list[dict]) -> tuple[list[dict], dict[str, str]]:
     return tools, names
 
 
+def compact(v: Any) -> str:
+    return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+
+def render_tools_as_text(messages: list[dict], tools: list[dict]) -> list[dict]:
+    """The messages as sglrs renders them for a chat template that knows no tools
+    (`prompt_messages` in runtime/server/src/openai/tools.rs): the tool list appended to the
+    system message, past calls written as the assistant's text in the `<tool_call>[…]` list."""
+    out = []
+    for m in messages:
+        m = dict(m)
+        if m.get("tool_calls"):
+            calls = []
+            for c in m.pop("tool_calls"):
+                f = c["function"]
+                args = f.get("arguments")
+                args = json.loads(args) if isinstance(args, str) else (args or {})
+                calls.append(f'{{"name": {json.dumps(f["name"], ensure_ascii=False)}, '
+                             f'"arguments": {compact(args)}}}')
+            text = "<tool_call>[" + ", ".join(calls) + "]</tool_call>"
+            before = (m.get("content") or "").rstrip()
+            m["content"] = f"{before}\n{text}" if before else text
+        out.append(m)
+    text = ("You can call functions. Each one is described below with a JSON Schema of its "
+            "arguments:\n<tools>\n")
+    for t in tools:
+        f = t["function"]
+        d = {"name": f["name"], "parameters": f.get("parameters")}
+        if f.get("description") is not None:
+            d["description"] = f["description"]
+        text += compact(d) + "\n"
+    text += ("</tools>\nTo call functions, answer with only <tool_call>[{\"name\": \"function "
+             "name\", \"arguments\": {…}}, …]</tool_call>, one list item per call. If no function "
+             "fits, answer in plain text.")
+    if out and out[0].get("role") == "system":
+        before = out[0].get("content") or ""
+        out[0] = {**out[0], "content": f"{before}\n\n{text}" if before else text}
+    else:
+        out.insert(0, {"role": "system", "content": text})
+    return out
+
+
 def percentile(xs: list[float], q: float) -> float | None:
     if not xs:
         return None
@@ -113,10 +162,15 @@ class Engine:
     """One server, started for this engine's runs and stopped after."""
 
     def __init__(self, name: str, cmd: list[str], env: dict[str, str], model: str, port: int,
-                 tool_choice_required: str = "required") -> None:
+                 tool_choice_required: str = "required", render_tools: bool = False) -> None:
         self.name, self.cmd, self.env, self.model, self.port = name, cmd, env, model, port
         self.base = f"http://127.0.0.1:{port}"
         self.required = tool_choice_required
+        # The model's template renders no tools: sglrs then writes them into the system
+        # message itself. A peer serving the same template gets that same text from here,
+        # so both read the same prompt (`tools` is still sent for the peer's own parsing
+        # and guided decoding).
+        self.render_tools = render_tools
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float) -> None:
@@ -146,6 +200,8 @@ class Engine:
 
     def chat(self, messages: list[dict], tools: list[dict], tool_choice: Any,
              max_tokens: int) -> dict:
+        if self.render_tools:
+            messages = render_tools_as_text(messages, tools)
         body = {"model": self.model, "messages": messages, "tools": tools,
                 "tool_choice": tool_choice, "temperature": 0, "max_tokens": max_tokens}
         req = urllib.request.Request(self.base + "/v1/chat/completions",
@@ -342,6 +398,99 @@ def multi_turn(engine: Engine, bfcl: dict, sessions: int, concurrency: int, tall
             "turn_latency_ms": {"p50": percentile(turn_ms, 50), "p99": percentile(turn_ms, 99)}}
 
 
+def ground_truth_call(text: str, functions: dict[str, dict], legal: dict[str, str]) -> tuple[str, dict]:
+    """One of BFCL's ground-truth call strings (`cd(folder='document')`, `sort('a.pdf')`) as
+    (OpenAI-legal name, arguments); positional arguments take the parameters' order."""
+    call = ast.parse(text, mode="eval").body
+    assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name), text
+    name = call.func.id
+    params = list((functions[name].get("parameters") or {}).get("properties") or {})
+    args = {params[i]: ast.literal_eval(a) for i, a in enumerate(call.args)}
+    args.update({k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg})
+    return legal[name], args
+
+
+def multi_turn_replay(engine: Engine, bfcl: dict, sessions: int, concurrency: int,
+                      max_tokens: int) -> dict:
+    """The multi-turn sessions replayed along BFCL's ground truth, the same prompts for every
+    engine: each step asks the engine for the next call (`tool_choice` as a turn's first
+    answer gets it), then the ground truth's call and its executed result are appended
+    whatever the engine answered. A turn is one request per ground-truth call (one in
+    `auto` where the ground truth calls nothing), so every engine does the same work over
+    the same growing conversation, unlike the live loop, where an engine whose calls do not
+    parse ends each turn in one short answer."""
+    data = read_jsonl(os.path.join(bfcl["data"], f"BFCL_v4_{MULTI}.json"))[:sessions]
+    answers = {a["id"]: a for a in read_jsonl(
+        os.path.join(bfcl["data"], "possible_answer", f"BFCL_v4_{MULTI}.json"))}
+    docs_dir = os.path.join(bfcl["data"], "multi_turn_func_doc")
+    tally = Tally()
+    turn_ms: list[float] = []
+    steps = [0, 0]  # requests, first call named as the ground truth's
+    completion = [0]
+    lock = threading.Lock()
+    tag = re.sub(r"[^A-Za-z0-9]", "_", engine.name) + "_replay"
+
+    def one(entry: dict) -> None:
+        functions = []
+        for cls in entry["involved_classes"]:
+            functions += read_jsonl(os.path.join(docs_dir, bfcl["func_doc_files"][cls]))
+        excluded = set(entry.get("excluded_function", []))
+        functions = [f for f in functions if f["name"] not in excluded]
+        tools, names = tools_of(functions)
+        legal = {v: k for k, v in names.items()}
+        by_name = {f["name"]: f for f in functions}
+        schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+        messages: list[dict] = []
+        for t, (turn, truth) in enumerate(zip(entry["question"], answers[entry["id"]]["ground_truth"])):
+            messages += copy.deepcopy(turn)
+            t0 = time.time()
+            for k, text in enumerate(truth or [None]):
+                choice = (engine.required if k == 0 else "auto") if text else "auto"
+                try:
+                    r = engine.chat(messages, tools, choice, max_tokens)
+                except urllib.error.HTTPError as e:
+                    with tally.lock:
+                        tally.errors.append(f"{entry['id']}: HTTP {e.code} {e.read()[:200]!r}")
+                    r = None
+                if r is not None:
+                    tally.usage(r)
+                    msg = r["choices"][0]["message"]
+                    calls = decode_calls(msg, names, schemas, tally, choice != "auto")
+                    with lock:
+                        steps[0] += 1
+                        completion[0] += (r.get("usage") or {}).get("completion_tokens", 0)
+                        if text and calls and calls[0][0] == text.split("(")[0]:
+                            steps[1] += 1
+                if text is None:
+                    messages.append({"role": "assistant", "content": "Done."})
+                    continue
+                name, args = ground_truth_call(text, by_name, legal)
+                results, _ = bfcl["execute"]([text], entry["initial_config"],
+                                             entry["involved_classes"], tag, entry["id"])
+                cid = f"call_{t}_{k}"
+                messages.append({"role": "assistant", "content": None, "tool_calls": [
+                    {"id": cid, "type": "function",
+                     "function": {"name": name, "arguments": json.dumps(args)}}]})
+                messages.append({"role": "tool", "tool_call_id": cid, "content": str(results[0])})
+            with lock:
+                turn_ms.append((time.time() - t0) * 1000)
+
+    t0 = time.time()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, data))
+    wall = time.time() - t0
+    return {"turns": len(turn_ms), "steps": steps[0], "wall_s": wall,
+            "turns_per_s": len(turn_ms) / wall if wall else None,
+            "steps_per_s": steps[0] / wall if wall else None,
+            "turn_latency_ms": {"p50": percentile(turn_ms, 50), "p99": percentile(turn_ms, 99)},
+            "next_call_named_right": steps[1] / steps[0] if steps[0] else None,
+            "valid_call_rate": tally.valid / tally.calls if tally.calls else None,
+            "prompt_tokens_per_step": tally.prompt / steps[0] if steps[0] else None,
+            "completion_tokens_per_step": completion[0] / steps[0] if steps[0] else None,
+            "cache_hit_rate": tally.cached / tally.prompt if tally.cached_known and tally.prompt else None,
+            "errors": len(tally.errors), "error_examples": tally.errors[:3]}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -376,7 +525,7 @@ def engines(args: argparse.Namespace) -> list[Engine]:
                    "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
             env = {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_HOST_IP": "127.0.0.1",
                    "OMP_NUM_THREADS": t, "VLLM_CPU_OMP_THREADS_BIND": f"0-{args.threads - 1}"}
-            out.append(Engine(name, cmd, env, "smollm2", port))
+            out.append(Engine(name, cmd, env, "smollm2", port, render_tools=True))
         else:
             raise SystemExit(f"unknown engine {name!r} (sglrs, sglrs-free, llamacpp, vllm)")
     return out
@@ -397,7 +546,13 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=4, help="sessions in flight")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--start-timeout", type=float, default=600)
+    ap.add_argument("--parts", default="single,loop,replay",
+                    help="what to run: single (single-turn categories and irrelevance), loop "
+                         "(multi-turn live agent loops), replay (multi-turn along the ground truth)")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    if not parts or parts - {"single", "loop", "replay"}:
+        raise SystemExit(f"--parts: {args.parts!r} (single, loop, replay)")
     bfcl = load_bfcl(args.bfcl_root)
     result: dict[str, Any] = {}
     for e in engines(args):
@@ -411,11 +566,20 @@ def main() -> None:
         try:
             tally = Tally()
             t0 = time.time()
-            acc = {c: single_turn(e, bfcl, c, args.limit, 1, tally, args.max_tokens) for c in SINGLE}
-            acc[IRRELEVANCE] = irrelevance(e, bfcl, args.limit, tally, args.max_tokens)
+            acc: dict[str, float] = {}
+            if "single" in parts:
+                for c in SINGLE:
+                    acc[c] = single_turn(e, bfcl, c, args.limit, 1, tally, args.max_tokens)
+                acc[IRRELEVANCE] = irrelevance(e, bfcl, args.limit, tally, args.max_tokens)
             single_s = time.time() - t0
-            mt = multi_turn(e, bfcl, args.sessions, args.concurrency, tally, args.max_tokens)
-            acc[MULTI] = mt["accuracy"]
+            mt: dict[str, Any] = {"turns_per_s": None, "turn_latency_ms": {"p50": None, "p99": None},
+                                  "turns": 0, "steps": 0, "steps_per_s": None, "wall_s": None}
+            if "loop" in parts:
+                mt = multi_turn(e, bfcl, args.sessions, args.concurrency, tally, args.max_tokens)
+                acc[MULTI] = mt["accuracy"]
+            replay = None
+            if "replay" in parts:
+                replay = multi_turn_replay(e, bfcl, args.sessions, args.concurrency, args.max_tokens)
             result[e.name] = {
                 "accuracy": acc,
                 "valid_call_rate": tally.valid / tally.calls if tally.calls else None,
@@ -431,6 +595,8 @@ def main() -> None:
                 "single_turn_wall_s": single_s,
                 "cache_hit_rate": tally.cached / tally.prompt if tally.cached_known and tally.prompt else None,
                 "tool_choice_first_step": e.required,
+                "tools_rendered_by_client": e.render_tools,
+                "replay": replay,
                 "errors": len(tally.errors),
                 "error_examples": tally.errors[:3],
             }
@@ -442,6 +608,7 @@ def main() -> None:
         "categories": SINGLE + [IRRELEVANCE, MULTI], "limit_per_single_turn_category": args.limit,
         "multi_turn_sessions": args.sessions, "sessions_in_flight": args.concurrency,
         "max_steps_per_turn": MAX_STEPS, "max_tokens": args.max_tokens, "temperature": 0,
+        "parts": sorted(parts),
         "threads": args.threads}}))
 
 

@@ -18,8 +18,10 @@
 //! (model answers per second in those loops: a turn takes one answer per executed call
 //! plus the last, so an engine whose calls do not parse finishes turns in one answer), and
 //! `cache_hit_rate` (cached over prompt tokens, from each answer's usage; `null` where the
-//! engine does not report it). Only BFCL's non-live categories are used; `live_*` is kept for
-//! independent checks.
+//! engine does not report it), and `replay`: the same sessions along BFCL's ground truth
+//! (each step asks for the next call, then the ground truth's call and result are appended),
+//! the same prompts for every engine, so its `turns_per_s` compares engines on the same work.
+//! Only BFCL's non-live categories are used; `live_*` is kept for independent checks.
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
@@ -69,6 +71,11 @@ pub struct AgentsArgs {
     /// `max_tokens` of every answer.
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
+    /// What runs, comma-separated: `single` (the single-turn categories and `irrelevance`),
+    /// `loop` (the multi-turn sessions as live agent loops), `replay` (the same sessions
+    /// along BFCL's ground truth: the same prompts for every engine).
+    #[arg(long, default_value = "single,loop,replay")]
+    pub parts: String,
 }
 
 fn run_ok(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
@@ -156,6 +163,7 @@ pub fn run(a: &AgentsArgs) -> anyhow::Result<Value> {
         .args(["--sessions", &a.sessions.to_string()])
         .args(["--concurrency", &a.concurrency.to_string()])
         .args(["--max-tokens", &a.max_tokens.to_string()])
+        .args(["--parts", &a.parts])
         .stderr(std::process::Stdio::inherit())
         .output()
         .with_context(|| format!("running {}", script.display()))?;
@@ -169,6 +177,7 @@ pub fn run(a: &AgentsArgs) -> anyhow::Result<Value> {
         .context("the workload printed nothing")?;
     let mut v: Value = serde_json::from_str(last).context("the workload's last line")?;
     let rate = |e: &str, k: &str| v["engines"][e][k].as_f64();
+    let replay = |e: &str, k: &str| v["engines"][e]["replay"][k].as_f64();
     let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
         (Some(x), Some(y)) if y > 0.0 => json!(x / y),
         _ => Value::Null,
@@ -179,6 +188,10 @@ pub fn run(a: &AgentsArgs) -> anyhow::Result<Value> {
         "sglrs_vs_free_turns_per_s": ratio(rate("sglrs", "turns_per_s"), rate("sglrs-free", "turns_per_s")),
         "sglrs_vs_vllm_steps_per_s": ratio(rate("sglrs", "steps_per_s"), rate("vllm", "steps_per_s")),
         "sglrs_vs_llamacpp_steps_per_s": ratio(rate("sglrs", "steps_per_s"), rate("llamacpp", "steps_per_s")),
+        // The replay gives every engine the same prompts: the comparable agent-loop rate.
+        "sglrs_vs_vllm_replay_turns_per_s": ratio(replay("sglrs", "turns_per_s"), replay("vllm", "turns_per_s")),
+        "sglrs_vs_llamacpp_replay_turns_per_s": ratio(replay("sglrs", "turns_per_s"), replay("llamacpp", "turns_per_s")),
+        "sglrs_vs_free_replay_turns_per_s": ratio(replay("sglrs", "turns_per_s"), replay("sglrs-free", "turns_per_s")),
     });
     v["bench"] = json!("agents");
     v["bfcl_eval"] = json!(a.bfcl_version);
@@ -194,7 +207,7 @@ fn print_table(v: &Value) {
         return;
     };
     eprintln!(
-        "{:<12} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>9} {:>6}",
+        "{:<12} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>9} {:>6} {:>8} {:>9}",
         "engine",
         "simple",
         "multi",
@@ -206,13 +219,15 @@ fn print_table(v: &Value) {
         "turns/s",
         "p50 ms",
         "p99 ms",
-        "cache"
+        "cache",
+        "replay/s",
+        "rp p50 ms"
     );
     let f = |x: &Value| x.as_f64().map_or("-".to_string(), |x| format!("{x:.3}"));
     for (name, e) in engines {
         let acc = &e["accuracy"];
         eprintln!(
-            "{:<12} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>9} {:>6}",
+            "{:<12} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>9} {:>6} {:>8} {:>9}",
             name,
             f(&acc["simple_python"]),
             f(&acc["multiple"]),
@@ -225,6 +240,8 @@ fn print_table(v: &Value) {
             f(&e["turn_latency_ms"]["p50"]),
             f(&e["turn_latency_ms"]["p99"]),
             f(&e["cache_hit_rate"]),
+            f(&e["replay"]["turns_per_s"]),
+            f(&e["replay"]["turn_latency_ms"]["p50"]),
         );
     }
 }
