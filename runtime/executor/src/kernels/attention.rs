@@ -254,6 +254,10 @@ pub struct AttnTile<'a> {
 /// Query rows per [`attend`] call: their scores share one pass over K.
 pub const MAX_ROWS: usize = 8;
 
+/// How far ahead of the page being summed [`Src::prefetch_v`] reaches, in positions.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_V_AHEAD: usize = 16;
+
 /// Largest head dimension of the AVX-512 path (larger heads take the portable one).
 const MAX_HEAD_DIM: usize = 256;
 
@@ -363,6 +367,11 @@ trait Src {
     fn v_run(&self, p: usize, maxlen: usize, c: usize, cn: usize) -> (*const u8, usize, usize);
     /// The 16 values of chunk `j` of the V row at `p`, as f32.
     unsafe fn load_v(p: *const u8, j: usize) -> __m512;
+    /// Hints the caches to fetch the keys of block `b` (if below `maxlen`).
+    fn prefetch_k(&self, _b: usize, _maxlen: usize) {}
+    /// Hints the caches to fetch dimensions `16c..16(c + cn)` of the V rows of the page
+    /// holding position `p` (if below `maxlen`).
+    fn prefetch_v(&self, _p: usize, _maxlen: usize, _c: usize, _cn: usize) {}
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -397,6 +406,49 @@ impl Src for PagedKv<'_> {
     #[inline]
     unsafe fn load_v(p: *const u8, j: usize) -> __m512 {
         _mm512_cvtph_ps(_mm256_loadu_si256(p.add(j * 32) as *const __m256i))
+    }
+
+    // A sequence's pages lie a whole KV page (every layer) apart, so the hardware
+    // prefetchers lose the stream at each page; decode over long contexts waits on memory
+    // without these hints.
+    #[inline]
+    fn prefetch_k(&self, b: usize, maxlen: usize) {
+        let p0 = b * 16;
+        if p0 >= maxlen {
+            return;
+        }
+        let ps = self.page_size;
+        let off = self.page_base(p0) + self.k_off + (p0 % ps) * 2;
+        // One 32-byte row of 16 slots per dimension, `ps * 2` bytes apart.
+        let span = ((self.head_dim - 1) * ps + 16) * 2;
+        prefetch_lines(self.raw, off, span, (ps * 2).max(64));
+    }
+
+    #[inline]
+    fn prefetch_v(&self, p: usize, maxlen: usize, c: usize, cn: usize) {
+        if p >= maxlen {
+            return;
+        }
+        let ps = self.page_size;
+        let first = self.page_base(p) + self.v_off + c * 32;
+        let rows = (maxlen - p / ps * ps).min(ps);
+        for r in 0..rows {
+            prefetch_lines(self.raw, first + r * self.v_stride, cn * 32, 64);
+        }
+    }
+}
+
+/// Prefetches the cache lines of `raw[off..off + len]`, one hint every `step` bytes (no hint
+/// outside `raw`).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn prefetch_lines(raw: &[u8], off: usize, len: usize, step: usize) {
+    let end = (off + len).min(raw.len());
+    let mut o = off;
+    while o < end {
+        // SAFETY: `o` is inside `raw`; a prefetch only hints the cache and faults on nothing.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(raw.as_ptr().add(o) as *const i8) };
+        o += step;
     }
 }
 
@@ -511,6 +563,9 @@ unsafe fn attend_n<S: Src, const N: usize>(
         if N <= 4 && b + 3 < blocks {
             // Few rows (decode): four blocks per tile, so that enough independent FMA chains
             // hide the latency.
+            for j in 4..8 {
+                kv.prefetch_k(b + j, maxlen);
+            }
             let k0 = kv.k_block(b, maxlen, t0);
             let k1 = kv.k_block(b + 1, maxlen, t1);
             let k2 = kv.k_block(b + 2, maxlen, t2);
@@ -679,6 +734,7 @@ unsafe fn pv<S: Src, const N: usize, const C: usize>(
     let mut p = 0;
     while p < maxlen {
         let (mut vp, end, vstride) = kv.v_run(p, maxlen, c, C);
+        kv.prefetch_v(end + PREFETCH_V_AHEAD, maxlen, c, C);
         for pos in p..end {
             let mut vv = [_mm512_setzero_ps(); C];
             for j in 0..C {

@@ -152,6 +152,7 @@ unsafe fn shared_avx512(
     scores: &mut [f32],
     out: &mut [&mut [f32]],
 ) {
+    use super::Src;
     let n = tile.q.len();
     let rpm = tile.rows_per_member;
     let sp = scores.as_mut_ptr();
@@ -162,6 +163,9 @@ unsafe fn shared_avx512(
     let mut b = 0;
     while b < sb {
         let nb = (sb - b).min(4);
+        for j in 4..8 {
+            kv0.prefetch_k(b + j, tile.shared);
+        }
         let mut r = 0;
         while r < n {
             let nr = (n - r).min(4);
@@ -178,6 +182,9 @@ unsafe fn shared_avx512(
         let mut b = sb;
         while b < blocks {
             let nb = (blocks - b).min(4);
+            for j in 4..8 {
+                kv.prefetch_k(b + j, mlen);
+            }
             let mut r = rows.start;
             while r < rows.end {
                 let nr = (rows.end - r).min(4);
@@ -234,12 +241,13 @@ unsafe fn pv_shared<const N: usize, const C: usize>(
     inv: &[f32],
     out: &mut [&mut [f32]],
 ) {
-    use super::Src;
+    use super::{Src, PREFETCH_V_AHEAD};
     let mut acc = [[_mm512_setzero_ps(); C]; N];
     let kv0 = &tile.kv[0];
     let mut p = 0;
     while p < tile.shared {
         let (mut vp, end, vstride) = kv0.v_run(p, tile.shared, c, C);
+        kv0.prefetch_v(end + PREFETCH_V_AHEAD, tile.shared, c, C);
         for pos in p..end {
             let mut vv = [_mm512_setzero_ps(); C];
             for j in 0..C {
@@ -263,6 +271,7 @@ unsafe fn pv_shared<const N: usize, const C: usize>(
         let mut p = tile.shared;
         while p < len {
             let (mut vp, end, vstride) = kv.v_run(p, len, c, C);
+            kv.prefetch_v(end + PREFETCH_V_AHEAD, len, c, C);
             for pos in p..end {
                 let w = _mm512_set1_ps(*sp.add(row * stride + pos));
                 for j in 0..C {
