@@ -17,8 +17,8 @@ use std::sync::Arc;
 ///
 /// On Linux the mapping asks for transparent huge pages: one KV page holds every layer, so
 /// an attention task reads a few KiB per KV page and then jumps a whole KV page ahead, and
-/// with 4 KiB pages nearly every such read is a TLB miss (decode over a 3,400-token context
-/// spent most of its attention time there; `sglrs bench executor --decode-prompt 3400`).
+/// with 4 KiB pages such a read often misses the TLB (a few percent of decode over a
+/// 3,400-token context; `sglrs bench executor --decode-prompt 3400`).
 #[derive(Debug)]
 struct PoolBuf {
     /// Owns the mapping `ptr` points into (unmapped on drop).

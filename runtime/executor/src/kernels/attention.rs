@@ -254,6 +254,11 @@ pub struct AttnTile<'a> {
 /// Query rows per [`attend`] call: their scores share one pass over K.
 pub const MAX_ROWS: usize = 8;
 
+/// Key blocks per decode score tile, and how many blocks beyond the tile
+/// [`Src::prefetch_k_ahead`] hints.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_K_AHEAD: usize = 4;
+
 /// How far ahead of the page being summed [`Src::prefetch_v`] reaches, in positions.
 #[cfg(target_arch = "x86_64")]
 const PREFETCH_V_AHEAD: usize = 16;
@@ -367,8 +372,9 @@ trait Src {
     fn v_run(&self, p: usize, maxlen: usize, c: usize, cn: usize) -> (*const u8, usize, usize);
     /// The 16 values of chunk `j` of the V row at `p`, as f32.
     unsafe fn load_v(p: *const u8, j: usize) -> __m512;
-    /// Hints the caches to fetch the keys of block `b` (if below `maxlen`).
-    fn prefetch_k(&self, _b: usize, _maxlen: usize) {}
+    /// Hints the caches to fetch the keys of the [`PREFETCH_K_AHEAD`] blocks that follow a
+    /// tile of that many blocks from `b` (those below `maxlen`).
+    fn prefetch_k_ahead(&self, _b: usize, _maxlen: usize) {}
     /// Hints the caches to fetch dimensions `16c..16(c + cn)` of the V rows of the page
     /// holding position `p` (if below `maxlen`).
     fn prefetch_v(&self, _p: usize, _maxlen: usize, _c: usize, _cn: usize) {}
@@ -412,16 +418,18 @@ impl Src for PagedKv<'_> {
     // prefetchers lose the stream at each page; decode over long contexts waits on memory
     // without these hints.
     #[inline]
-    fn prefetch_k(&self, b: usize, maxlen: usize) {
-        let p0 = b * 16;
-        if p0 >= maxlen {
-            return;
-        }
+    fn prefetch_k_ahead(&self, b: usize, maxlen: usize) {
         let ps = self.page_size;
-        let off = self.page_base(p0) + self.k_off + (p0 % ps) * 2;
         // One 32-byte row of 16 slots per dimension, `ps * 2` bytes apart.
         let span = ((self.head_dim - 1) * ps + 16) * 2;
-        prefetch_lines(self.raw, off, span, (ps * 2).max(64));
+        for blk in b + PREFETCH_K_AHEAD..b + 2 * PREFETCH_K_AHEAD {
+            let p0 = blk * 16;
+            if p0 >= maxlen {
+                return;
+            }
+            let off = self.page_base(p0) + self.k_off + (p0 % ps) * 2;
+            prefetch_lines(self.raw, off, span, (ps * 2).max(64));
+        }
     }
 
     #[inline]
@@ -563,9 +571,7 @@ unsafe fn attend_n<S: Src, const N: usize>(
         if N <= 4 && b + 3 < blocks {
             // Few rows (decode): four blocks per tile, so that enough independent FMA chains
             // hide the latency.
-            for j in 4..8 {
-                kv.prefetch_k(b + j, maxlen);
-            }
+            kv.prefetch_k_ahead(b, maxlen);
             let k0 = kv.k_block(b, maxlen, t0);
             let k1 = kv.k_block(b + 1, maxlen, t1);
             let k2 = kv.k_block(b + 2, maxlen, t2);

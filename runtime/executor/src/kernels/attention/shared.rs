@@ -163,9 +163,7 @@ unsafe fn shared_avx512(
     let mut b = 0;
     while b < sb {
         let nb = (sb - b).min(4);
-        for j in 4..8 {
-            kv0.prefetch_k(b + j, tile.shared);
-        }
+        kv0.prefetch_k_ahead(b, tile.shared);
         let mut r = 0;
         while r < n {
             let nr = (n - r).min(4);
@@ -182,9 +180,7 @@ unsafe fn shared_avx512(
         let mut b = sb;
         while b < blocks {
             let nb = (blocks - b).min(4);
-            for j in 4..8 {
-                kv.prefetch_k(b + j, mlen);
-            }
+            kv.prefetch_k_ahead(b, mlen);
             let mut r = rows.start;
             while r < rows.end {
                 let nr = (rows.end - r).min(4);
