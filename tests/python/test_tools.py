@@ -188,10 +188,27 @@ def test_an_agent_loop_with_tool_messages_reuses_its_prefix(server):
     assert cached[1] > 0 and cached[2] > cached[1], cached
 
 
+def test_arguments_are_an_object_when_the_schema_leaves_the_type_open(server):
+    # `parameters: {}` and `properties` without `type` would, read as JSON Schema, let the
+    # arguments be a number or a string; clients pass them on as keyword arguments.
+    loose = [{"type": "function", "function": {"name": "ping", "parameters": {}}},
+             {"type": "function", "function": {"name": "locate", "parameters": {
+                 "properties": {"city": {"type": "string", "maxLength": 20}}}}}]
+    for seed in range(4):
+        r = chat(server, tools=loose, tool_choice="required", temperature=1.0, seed=seed,
+                 max_tokens=60)
+        calls = r.choices[0].message.tool_calls
+        assert calls, r
+        for c in calls:
+            assert isinstance(json.loads(c.function.arguments), dict), c
+
+
 @pytest.mark.parametrize("kw,field", [
     (dict(tools=[{"type": "function", "function": {"name": "a b"}}]), "tools[0].function.name"),
     (dict(tools=[WEATHER, WEATHER]), "tools"),
     (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": []}}]),
+     "tools[0].function.parameters"),
+    (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]),
      "tools[0].function.parameters"),
     (dict(tool_choice={"type": "function", "function": {"name": "nope"}}), "tool_choice"),
     (dict(response_format={"type": "json_object"}), "response_format"),

@@ -353,16 +353,8 @@ fn check_tools(tools: &[Tool]) -> Result<Vec<Function>, ApiError> {
         // `strict` asks for the schema to be followed exactly: sglrs's enforcement always
         // does, so both values give the same output.
         let _ = f.strict;
-        let parameters = match &f.parameters {
-            None => json!({"type": "object"}),
-            Some(p @ Value::Object(_)) => p.clone(),
-            Some(_) => {
-                return Err(ApiError::bad(
-                    format!("tools[{i}].function.parameters"),
-                    "is not a JSON Schema object",
-                ))
-            }
-        };
+        let parameters = object_parameters(f.parameters.as_ref())
+            .map_err(|m| ApiError::bad(format!("tools[{i}].function.parameters"), m))?;
         out.push(Function {
             name: f.name.clone(),
             description: f.description.clone(),
@@ -370,6 +362,34 @@ fn check_tools(tools: &[Tool]) -> Result<Vec<Function>, ApiError> {
         });
     }
     Ok(out)
+}
+
+/// The schema a function's arguments are enforced with. Arguments are a JSON object
+/// (OpenAI's `function.arguments` is the text of one, and clients pass it on as keyword
+/// arguments), so a schema that leaves the type open (`{}`, or `properties` without `type`,
+/// which JSON Schema would let match a number or a string) gets `type: object`, a type list
+/// is narrowed to its `object`, and a schema that cannot describe an object is refused.
+/// Omitted `parameters` mean a function of no declared parameters: any object.
+fn object_parameters(p: Option<&Value>) -> Result<Value, String> {
+    let mut m = match p {
+        None => return Ok(json!({"type": "object"})),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => return Err("is not a JSON Schema object".into()),
+    };
+    let object = match m.get("type") {
+        None => true,
+        Some(Value::String(t)) => t == "object",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+        Some(_) => return Err("`type` is neither a type name nor a list of them".into()),
+    };
+    if !object {
+        return Err(format!(
+            "function arguments are a JSON object, but `type` is {}",
+            m["type"]
+        ));
+    }
+    m.insert("type".into(), json!("object"));
+    Ok(Value::Object(m))
 }
 
 /// How `tool_choice` (and the presence of tools) shapes the output.
@@ -691,6 +711,27 @@ fn stream_chat(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn function_arguments_are_always_objects() {
+        let p = |v: Value| object_parameters(Some(&v));
+        assert_eq!(object_parameters(None).unwrap(), json!({"type": "object"}));
+        assert_eq!(p(json!({})).unwrap(), json!({"type": "object"}));
+        let props = json!({"properties": {"x": {"type": "string"}}, "required": ["x"]});
+        let typed = p(props).unwrap();
+        assert_eq!(typed["type"], "object");
+        assert_eq!(typed["required"], json!(["x"]));
+        assert_eq!(
+            p(json!({"type": ["object", "null"]})).unwrap(),
+            json!({"type": "object"})
+        );
+        assert!(p(json!({"type": "string"}))
+            .unwrap_err()
+            .contains("\"string\""));
+        assert!(p(json!({"type": ["array", "null"]})).is_err());
+        assert!(p(json!({"type": 3})).is_err());
+        assert!(p(json!([])).is_err());
+    }
 
     #[test]
     fn unknown_fields_are_rejected() {
