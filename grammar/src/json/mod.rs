@@ -19,6 +19,7 @@ mod object;
 mod product;
 mod switch;
 mod types;
+mod unevaluated;
 mod unique;
 
 use std::collections::HashMap;
@@ -584,6 +585,11 @@ impl<'a> JsonCompiler<'a> {
             Value::Object(m) => m,
             _ => return Err(self.invalid(ptr, "a schema must be an object or a boolean")),
         };
+        // `unevaluated*` become keywords of the parts that decide them (`unevaluated.rs`);
+        // where that does not apply the keyword is refused, with the reason.
+        if let Some(s) = self.own_unevaluated(map, ptr)? {
+            return self.value(from, &s, ptr);
+        }
         // A bare `$ref`: inline, or call when recursive / reused a lot.
         if let Some(reference) = map.get("$ref").and_then(|r| r.as_str()) {
             let only_ref =
@@ -680,7 +686,7 @@ impl<'a> JsonCompiler<'a> {
         r
     }
 
-    fn is_modern_draft(&self) -> bool {
+    pub(super) fn is_modern_draft(&self) -> bool {
         match self.root.get("$schema").and_then(|s| s.as_str()) {
             Some(s) => {
                 !(s.contains("draft-04")

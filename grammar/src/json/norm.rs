@@ -97,6 +97,14 @@ impl JsonCompiler<'_> {
             (Value::Object(a), Value::Object(b)) => (a, b),
             _ => return Err(self.invalid(ptr, "a schema must be an object or a boolean")),
         };
+        // An `unevaluated*` sees only its own schema's evaluations, so it is rewritten on its
+        // side before the sides merge (the other side's keys would count as evaluated).
+        let (ra, rb) = (self.own_unevaluated(a, ptr)?, self.own_unevaluated(b, ptr)?);
+        if ra.is_some() || rb.is_some() {
+            let a = ra.unwrap_or_else(|| Value::Object(a.clone()));
+            let b = rb.unwrap_or_else(|| Value::Object(b.clone()));
+            return self.merge_schemas(&a, &b, ptr, depth + 1);
+        }
         let a = self.normalize(a, ptr, depth + 1)?;
         let mut b = self.normalize(b, ptr, depth + 1)?;
         // Two different `if` or `oneOf`: b's one is rewritten as an `anyOf` (exact), which
