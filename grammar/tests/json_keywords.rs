@@ -649,3 +649,42 @@ fn numbers_that_are_not_integers() {
         &["1", "0", "3.0", "\"a\""],
     );
 }
+
+#[test]
+fn anchors_and_references_through_the_root_id_resolve() {
+    // `$anchor` (2019+), a draft-7 `$id: "#name"`, and a reference spelt with the root's `$id`.
+    check(
+        json!({"$defs": {"n": {"$anchor": "num", "type": "integer", "maximum": 9}},
+               "properties": {"a": {"$ref": "#num"}}, "required": ["a"]}),
+        &[r#"{"a":3}"#],
+        &[r#"{"a":10}"#, r#"{"a":"x"}"#],
+    );
+    check(
+        json!({"$schema": "http://json-schema.org/draft-07/schema#",
+               "definitions": {"s": {"$id": "#short", "type": "string", "maxLength": 2}},
+               "items": {"$ref": "#short"}, "type": "array"}),
+        &[r#"["ab"]"#, "[]"],
+        &[r#"["abc"]"#],
+    );
+    check(
+        json!({"$id": "https://example.com/tree.json", "type": "object",
+               "properties": {"kids": {"type": "array", "maxItems": 2,
+                                       "items": {"$ref": "https://example.com/tree.json#"}},
+                              "v": {"$ref": "https://example.com/tree.json#/$defs/v"}},
+               "$defs": {"v": {"type": "boolean"}}}),
+        &[r#"{"kids":[{"v":true},{"kids":[]}]}"#],
+        &[r#"{"v":1}"#, r#"{"kids":[{"v":"x"}]}"#],
+    );
+    // An anchor inside another resource (its own `$id`) is not the root's.
+    let other = json!({"$defs": {"x": {"$id": "https://other.example/x.json",
+                                       "$defs": {"y": {"$anchor": "y", "type": "null"}}}},
+                       "$ref": "#y"});
+    assert!(compile(&other).is_err());
+    // Another document stays refused.
+    let remote = json!({"$ref": "https://example.com/elsewhere.json#/a"});
+    let e = compile(&remote)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("only local references"), "{e}");
+}

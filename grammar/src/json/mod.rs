@@ -60,6 +60,8 @@ pub(crate) struct JsonCompiler<'a> {
     /// NFA states (estimated) spent on any-order objects so far (bounded by
     /// `object::MAX_ANY_ORDER_TOTAL`).
     any_order_cost: usize,
+    /// Anchors of the root resource by name (`resolve`), collected on first use.
+    anchors: std::cell::OnceCell<HashMap<String, Vec<&'a Value>>>,
     /// The keyword `negate` last found no complement for (for error messages).
     unnegatable: Option<String>,
     /// Rules made by `schema_rule`, by schema text.
@@ -213,6 +215,7 @@ impl<'a> JsonCompiler<'a> {
             depth: 0,
             merged_refs: Vec::new(),
             any_order_cost: 0,
+            anchors: std::cell::OnceCell::new(),
             unnegatable: None,
             merge_rules: HashMap::new(),
             schema_rules: HashMap::new(),
@@ -305,6 +308,41 @@ pub(crate) const CONSTRAINTS: &[&str] = &[
     "__not_ref",
 ];
 
+/// Anchors of the resource at `v` (its root when `top`), by name.
+fn collect_anchors<'a>(v: &'a Value, top: bool, out: &mut HashMap<String, Vec<&'a Value>>) {
+    match v {
+        Value::Object(m) => {
+            let id = m
+                .get("$id")
+                .or_else(|| m.get("id"))
+                .and_then(|i| i.as_str());
+            if let Some(id) = id {
+                match id.strip_prefix('#') {
+                    Some(name) if !name.is_empty() => {
+                        out.entry(name.to_string()).or_default().push(v)
+                    }
+                    Some(_) => {}
+                    // Another resource: its anchors are its own.
+                    None if !top => return,
+                    None => {}
+                }
+            }
+            for k in ["$anchor", "$dynamicAnchor"] {
+                if let Some(name) = m.get(k).and_then(|a| a.as_str()) {
+                    out.entry(name.to_string()).or_default().push(v);
+                }
+            }
+            for (k, x) in m {
+                if !matches!(k.as_str(), "enum" | "const" | "default" | "examples") {
+                    collect_anchors(x, false, out);
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| collect_anchors(x, false, out)),
+        _ => {}
+    }
+}
+
 /// True for keywords that carry no constraint.
 pub(crate) fn is_annotation(k: &str) -> bool {
     !CONSTRAINTS.contains(&k)
@@ -367,9 +405,12 @@ impl<'a> JsonCompiler<'a> {
         self.ws(b)
     }
 
-    /// Resolves a local `$ref` ("#", "#/definitions/x", "#/$defs/x", any JSON pointer).
+    /// Resolves a local `$ref` ("#", "#/definitions/x", "#/$defs/x", any JSON pointer, an
+    /// anchor "#name"), also when written against the root's own `$id`
+    /// ("https://example.com/s.json#/$defs/x").
     pub fn resolve(&self, reference: &str, pointer: &str) -> Result<&'a Value, CompileError> {
-        let Some(frag) = reference.strip_prefix('#') else {
+        let (uri, frag) = reference.split_at(reference.find('#').unwrap_or(reference.len()));
+        if !uri.is_empty() && !self.is_root_id(uri) {
             return Err(CompileError::Unsupported {
                 keyword: "$ref".into(),
                 pointer: pointer.into(),
@@ -378,20 +419,13 @@ impl<'a> JsonCompiler<'a> {
                     crate::excerpt(reference)
                 ),
             });
-        };
-        let decoded = percent_decode(frag);
+        }
+        let decoded = percent_decode(frag.strip_prefix('#').unwrap_or(""));
         if decoded.is_empty() {
             return Ok(self.root);
         }
         if !decoded.starts_with('/') {
-            return Err(CompileError::Unsupported {
-                keyword: "$ref".into(),
-                pointer: pointer.into(),
-                reason: format!(
-                    "anchor references are not supported: {:?}",
-                    crate::excerpt(reference)
-                ),
-            });
+            return self.anchor(&decoded, reference, pointer);
         }
         self.root
             .pointer(&decoded)
@@ -399,6 +433,37 @@ impl<'a> JsonCompiler<'a> {
                 pointer: pointer.into(),
                 reason: format!("unresolvable $ref {:?}", crate::excerpt(reference)),
             })
+    }
+
+    /// Whether `uri` (a `$ref` without its fragment) names the root schema by its `$id`.
+    fn is_root_id(&self, uri: &str) -> bool {
+        let id = self.root.get("$id").or_else(|| self.root.get("id"));
+        id.and_then(|i| i.as_str())
+            .is_some_and(|i| !i.is_empty() && i.trim_end_matches('#') == uri)
+    }
+
+    /// The subschema of the root resource that declares the anchor `name` (`$anchor`,
+    /// `$dynamicAnchor`, or draft-7's `$id: "#name"`). Subschemas with an `$id` of their own
+    /// are other resources, whose anchors a root-relative "#name" does not reach.
+    fn anchor(
+        &self,
+        name: &str,
+        reference: &str,
+        pointer: &str,
+    ) -> Result<&'a Value, CompileError> {
+        let anchors = self.anchors.get_or_init(|| {
+            let mut out = HashMap::new();
+            collect_anchors(self.root, true, &mut out);
+            out
+        });
+        match anchors.get(name).map(|v| v.as_slice()) {
+            Some([one]) => Ok(one),
+            Some(_) => Err(self.invalid(pointer, &format!("anchor {name:?} is declared twice"))),
+            None => Err(CompileError::InvalidSchema {
+                pointer: pointer.into(),
+                reason: format!("unresolvable $ref {:?}", crate::excerpt(reference)),
+            }),
+        }
     }
 
     /// A fragment that accepts nothing (its exit is unreachable, so it gets trimmed).
