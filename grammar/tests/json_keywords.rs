@@ -688,3 +688,66 @@ fn anchors_and_references_through_the_root_id_resolve() {
         .unwrap_or_default();
     assert!(e.contains("only local references"), "{e}");
 }
+
+#[test]
+fn min_and_max_contains_count_the_matching_items() {
+    let ints = |extra: serde_json::Value| {
+        let mut s = json!({"type": "array", "items": {"type": "integer"},
+                           "contains": {"type": "integer", "minimum": 5}});
+        for (k, v) in extra.as_object().unwrap() {
+            s[k] = v.clone();
+        }
+        s
+    };
+    check(
+        ints(json!({"minContains": 2})),
+        &["[5,6]", "[1,5,9]", "[5,5,5]"],
+        &["[5]", "[1,2]", "[]"],
+    );
+    check(
+        ints(json!({"maxContains": 1})),
+        &["[5]", "[1,5,2]"],
+        &["[5,6]", "[1,2]", "[]"],
+    );
+    check(
+        ints(json!({"minContains": 2, "maxContains": 3})),
+        &["[5,6]", "[5,1,6,7]"],
+        &["[5]", "[5,6,7,8]", "[1,5,2]"],
+    );
+    check(
+        ints(json!({"minContains": 0, "maxContains": 1})),
+        &["[]", "[1]", "[5,1]"],
+        &["[5,6]"],
+    );
+    check(
+        ints(json!({"minContains": 0})),
+        &["[]", "[1,2]", "[7]"],
+        &["[\"x\"]"],
+    );
+    // No array can have at least 2 and at most 1: nothing is valid.
+    let none = compile(&ints(json!({"minContains": 2, "maxContains": 1}))).err();
+    assert!(none.is_some_and(|e| e.to_string().contains("accepts no text")));
+}
+
+#[test]
+fn contains_counts_apply_to_their_own_contains_only() {
+    // A count beside no `contains` says nothing, also once `allOf` merges it with one.
+    let strs = |parts: serde_json::Value| json!({"type": "array", "items": {"type": "string"}, "allOf": parts});
+    check(
+        strs(json!([{"contains": {"const": "a"}}, {"minContains": 0}])),
+        &[r#"["a"]"#, r#"["b","a"]"#],
+        &["[]", r#"["b"]"#],
+    );
+    check(
+        strs(json!([{"contains": {"const": "a"}, "minContains": 2}, {"maxContains": 1}])),
+        &[r#"["a","a"]"#, r#"["a","b","a","a"]"#],
+        &[r#"["a"]"#, r#"["a","b"]"#],
+    );
+    // The same `contains` on both sides: the bounds meet.
+    check(
+        strs(json!([{"contains": {"const": "a"}, "minContains": 2},
+                    {"contains": {"const": "a"}, "maxContains": 3}])),
+        &[r#"["a","a"]"#, r#"["a","a","a"]"#],
+        &[r#"["a"]"#, r#"["a","a","a","a"]"#],
+    );
+}

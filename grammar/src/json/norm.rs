@@ -105,8 +105,16 @@ impl JsonCompiler<'_> {
             let b = rb.unwrap_or_else(|| Value::Object(b.clone()));
             return self.merge_schemas(&a, &b, ptr, depth + 1);
         }
-        let a = self.normalize(a, ptr, depth + 1)?;
+        let mut a = self.normalize(a, ptr, depth + 1)?;
         let mut b = self.normalize(b, ptr, depth + 1)?;
+        // `minContains` / `maxContains` count only their own side's `contains`: without one
+        // they say nothing, and kept they would count the other side's.
+        for m in [&mut a, &mut b] {
+            if !m.contains_key("contains") && !m.contains_key("__contains") {
+                m.remove("minContains");
+                m.remove("maxContains");
+            }
+        }
         // Two different `if` or `oneOf`: b's one is rewritten as an `anyOf` (exact), which
         // merges with anything by distribution.
         for kw in ["if", "oneOf"] {

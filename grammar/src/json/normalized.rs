@@ -255,12 +255,7 @@ impl JsonCompiler<'_> {
         }
         for kw in s.keys() {
             match kw.as_str() {
-                "unevaluatedProperties"
-                | "unevaluatedItems"
-                | "minContains"
-                | "maxContains"
-                | "$dynamicRef"
-                | "$recursiveRef" => {
+                "unevaluatedProperties" | "unevaluatedItems" | "$dynamicRef" | "$recursiveRef" => {
                     self.unsupported(kw, ptr, "cannot be enforced exactly")?;
                 }
                 _ => {}

@@ -10,6 +10,8 @@ use crate::CompileError;
 
 /// Most different `contains` schemas on one array (layers: 2^n).
 const MAX_CONTAINS: usize = 3;
+/// Largest `minContains` / `maxContains` counted (one layer of array states per count).
+const MAX_CONTAINS_COUNT: u64 = 16;
 
 /// Bounded repetitions longer than this are refused (they would not be enforced cheaply).
 const MAX_COUNT: u64 = 4096;
@@ -446,10 +448,39 @@ impl JsonCompiler<'_> {
                 .flatten()
                 .cloned(),
         );
-        if !contains.is_empty() && (s.contains_key("minContains") || s.contains_key("maxContains"))
-        {
-            self.unsupported("minContains", ptr, "counted `contains` is not enforced")?;
-        }
+        // `minContains` / `maxContains` on one `contains`: layers count the matching items
+        // instead (`counted`); several `contains` with counts are refused.
+        let counted = if s.contains_key("minContains") || s.contains_key("maxContains") {
+            let lo = f(s.get("minContains")).unwrap_or(1.0).max(0.0) as u64;
+            let hi = f(s.get("maxContains")).map(|m| m.max(0.0) as u64);
+            if contains.len() != 1 {
+                if !contains.is_empty() {
+                    self.unsupported(
+                        "minContains",
+                        ptr,
+                        "counted `contains` over several merged `contains` is not enforced",
+                    )?;
+                }
+                None
+            } else if hi.is_some_and(|h| h < lo) {
+                return self.nothing();
+            } else if lo == 0 && hi.is_none() {
+                // At least none: `contains` asks for nothing.
+                contains.clear();
+                None
+            } else if lo.max(hi.unwrap_or(0)) > MAX_CONTAINS_COUNT {
+                self.unsupported(
+                    "minContains",
+                    ptr,
+                    &format!("`contains` counts above {MAX_CONTAINS_COUNT} are not enforced"),
+                )?;
+                None
+            } else {
+                Some((lo, hi))
+            }
+        } else {
+            None
+        };
         if contains.len() > MAX_CONTAINS {
             self.unsupported(
                 "contains",
@@ -459,40 +490,101 @@ impl JsonCompiler<'_> {
             contains.truncate(MAX_CONTAINS);
         }
         let cptr = format!("{ptr}/contains");
-        let layers = 1usize << contains.len();
-        let top = layers - 1;
-        // The item schema merged with each nonempty set of `contains` schemas (the ones
-        // that can match at all).
-        let witness = |c: &mut Self, item: &Value| -> Result<Vec<(usize, Value)>, CompileError> {
-            let mut out = Vec::new();
-            for set in 1..layers {
-                let mut m = item.clone();
-                for (i, x) in contains.iter().enumerate() {
-                    if set >> i & 1 == 1 {
-                        m = c.merge_schemas(&m, x, &cptr, 0)?;
+        // Layers: for `contains` schemas, the set of them matched so far (2^n, only the full
+        // set closes the array); counted, the number of matching items so far, capped at
+        // `minContains` without a maximum (then any item may stay, so a matching one need
+        // not be counted: the count is a witness) and at `maxContains` with one (then an
+        // item stays only if it does not match, and one that matches at the cap is refused).
+        let (layers, closes): (usize, Vec<bool>) = match counted {
+            Some((lo, hi)) => {
+                let k = hi.unwrap_or(lo) as usize;
+                (k + 1, (0..=k).map(|w| w as u64 >= lo).collect())
+            }
+            None => {
+                let n = 1usize << contains.len();
+                (n, (0..n).map(|w| w == n - 1).collect())
+            }
+        };
+        let not_x = match counted {
+            Some((_, Some(_))) => match self.negate(&contains[0], &cptr, 0)? {
+                Some(n) => Some(n),
+                None => {
+                    let k = self.unnegatable.take().unwrap_or_default();
+                    self.unsupported(
+                        "maxContains",
+                        ptr,
+                        &format!("the `contains` schema has no complement (`{k}`)"),
+                    )?;
+                    None
+                }
+            },
+            _ => None,
+        };
+        // Where an item from layer `w` leads: (next layer, the item's schema there).
+        let transitions =
+            |c: &mut Self, item: &Value| -> Result<Vec<Vec<(usize, Value)>>, CompileError> {
+                let mut out = vec![Vec::new(); layers];
+                if counted.is_some() {
+                    let stay = match &not_x {
+                        Some(n) => c.merge_schemas(item, n, &cptr, 0)?,
+                        None => item.clone(),
+                    };
+                    let up = c.merge_schemas(item, &contains[0], &cptr, 0)?;
+                    for (w, t) in out.iter_mut().enumerate() {
+                        if stay != Value::Bool(false) {
+                            t.push((w, stay.clone()));
+                        }
+                        // At the cap: without a maximum `stay` (any item) covers a match;
+                        // with one, a match is refused.
+                        if w + 1 < layers && up != Value::Bool(false) {
+                            t.push((w + 1, up.clone()));
+                        }
+                    }
+                    return Ok(out);
+                }
+                // The item schema merged with each nonempty set of `contains` schemas (the
+                // ones that can match at all); only sets that add new schemas move up.
+                let mut wit = Vec::new();
+                for set in 1..layers {
+                    let mut m = item.clone();
+                    for (i, x) in contains.iter().enumerate() {
+                        if set >> i & 1 == 1 {
+                            m = c.merge_schemas(&m, x, &cptr, 0)?;
+                        }
+                    }
+                    if m != Value::Bool(false) {
+                        wit.push((set, m));
                     }
                 }
-                if m != Value::Bool(false) {
-                    out.push((set, m));
+                for (w, t) in out.iter_mut().enumerate() {
+                    t.push((w, item.clone()));
+                    for (set, wv) in &wit {
+                        if set & w == 0 {
+                            t.push((w | set, wv.clone()));
+                        }
+                    }
                 }
-            }
-            Ok(out)
+                Ok(out)
+            };
+        // Whether layer `w` can lead to layer `v`.
+        let reaches = |w: usize, v: usize| match counted {
+            Some(_) => w <= v,
+            None => w & !v == 0,
         };
         let open = self.b.lit(from, b"[")?;
         let open = self.ws(open)?;
         let close = self.b.state()?;
-        // cur[w]: the state after the items so far, w = the `contains` schemas matched.
+        // cur[w]: the state after the items so far, in layer w.
         let mut cur: Vec<Option<StateId>> = vec![None; layers];
         cur[0] = Some(open);
-        if min == 0 && top == 0 {
+        if min == 0 && closes[0] {
             self.b.eps(open, close);
         }
         // One item after `cur` (a comma first unless it is the first item).
         let step = |c: &mut Self,
                     cur: &[Option<StateId>],
                     first: bool,
-                    item: &Value,
-                    wit: &[(usize, Value)],
+                    trans: &[Vec<(usize, Value)>],
                     iptr: &str,
                     call: bool|
          -> Result<Vec<Option<StateId>>, CompileError> {
@@ -507,21 +599,11 @@ impl JsonCompiler<'_> {
             for w in 0..cur.len() {
                 let Some(st) = cur[w] else { continue };
                 let st = if first { st } else { c.punct(st, b',')? };
-                let e = emit(c, st, item)?;
-                let j = match next[w] {
-                    Some(j) => j,
-                    None => *next[w].insert(c.b.state()?),
-                };
-                c.b.eps(e, j);
-                // Only sets that add new schemas move up.
-                for (set, wv) in wit {
-                    if set & !w == 0 || set & w != 0 {
-                        continue;
-                    }
-                    let e = emit(c, st, wv)?;
-                    let j = match next[w | set] {
+                for (to, v) in &trans[w] {
+                    let e = emit(c, st, v)?;
+                    let j = match next[*to] {
                         Some(j) => j,
-                        None => *next[w | set].insert(c.b.state()?),
+                        None => *next[*to].insert(c.b.state()?),
                     };
                     c.b.eps(e, j);
                 }
@@ -533,46 +615,52 @@ impl JsonCompiler<'_> {
             if max.is_some_and(|m| n >= m) {
                 break;
             }
-            let wit = witness(self, t)?;
+            let trans = transitions(self, t)?;
             let tptr = format!("{ptr}/prefixItems/{i}");
-            cur = step(self, &cur, i == 0, t, &wit, &tptr, false)?;
+            cur = step(self, &cur, i == 0, &trans, &tptr, false)?;
             n += 1;
             if n >= min {
-                if let Some(st) = cur[top] {
-                    self.b.eps(st, close);
+                for (w, st) in cur.iter().enumerate() {
+                    if let (true, Some(st)) = (closes[w], *st) {
+                        self.b.eps(st, close);
+                    }
                 }
             }
         }
         let rptr = format!("{ptr}/items");
         if rest_ok && max.is_none_or(|m| n < m) {
-            let wit = witness(self, &rest)?;
+            let trans = transitions(self, &rest)?;
             // Required rest items, then optional ones (bounded) or a loop.
             let req = min.saturating_sub(n).min(MAX_COUNT);
             let opt = max.map(|m| m.min(MAX_COUNT).saturating_sub(n).saturating_sub(req));
             let copies = req + opt.unwrap_or(0);
             let use_call = copies > 2;
             for _ in 0..req {
-                cur = step(self, &cur, n == 0, &rest, &wit, &rptr, use_call)?;
+                cur = step(self, &cur, n == 0, &trans, &rptr, use_call)?;
                 n += 1;
             }
             if n >= min {
-                if let Some(st) = cur[top] {
-                    self.b.eps(st, close);
+                for (w, st) in cur.iter().enumerate() {
+                    if let (true, Some(st)) = (closes[w], *st) {
+                        self.b.eps(st, close);
+                    }
                 }
             }
             match opt {
                 Some(k) => {
                     for _ in 0..k {
-                        cur = step(self, &cur, n == 0, &rest, &wit, &rptr, use_call)?;
+                        cur = step(self, &cur, n == 0, &trans, &rptr, use_call)?;
                         n += 1;
-                        if let Some(st) = cur[top] {
-                            self.b.eps(st, close);
+                        for (w, st) in cur.iter().enumerate() {
+                            if let (true, Some(st)) = (closes[w], *st) {
+                                self.b.eps(st, close);
+                            }
                         }
                     }
                 }
                 None if n == 0 => {
                     // One copy of the item: start[w] -item-> end[w] -','-> start[w], with
-                    // `[` entering layer 0 and the top layer's ends leaving by `]`.
+                    // `[` entering layer 0 and the ends of closing layers leaving by `]`.
                     let mut starts: Vec<Option<StateId>> = vec![None; layers];
                     for st in starts.iter_mut() {
                         *st = Some(self.b.state()?);
@@ -580,25 +668,26 @@ impl JsonCompiler<'_> {
                     if let (Some(o), Some(s0)) = (cur[0], starts[0]) {
                         self.b.eps(o, s0);
                     }
-                    let e = step(self, &starts, true, &rest, &wit, &rptr, use_call)?;
+                    let e = step(self, &starts, true, &trans, &rptr, use_call)?;
                     for w in 0..layers {
                         if let (Some(e), Some(st)) = (e[w], starts[w]) {
                             let end = self.b.state()?;
                             self.b.eps(e, end);
                             let comma = self.punct(end, b',')?;
                             self.b.eps(comma, st);
-                            if w == top {
+                            if closes[w] {
                                 self.b.eps(end, close);
                             }
                         }
                     }
                 }
                 None => {
-                    // A loop per layer; an item matching more `contains` schemas moves up.
+                    // A loop per layer; an item matching more `contains` schemas (or one
+                    // more, counted) moves up.
                     let mut lps: Vec<Option<StateId>> = vec![None; layers];
                     for w in 0..layers {
                         let reachable = cur[w].is_some()
-                            || (w > 0 && (0..w).any(|v| cur[v].is_some() && v & !w == 0));
+                            || (w > 0 && (0..w).any(|v| cur[v].is_some() && reaches(v, w)));
                         if reachable {
                             let lp = self.b.state()?;
                             if let Some(st) = cur[w] {
@@ -607,14 +696,16 @@ impl JsonCompiler<'_> {
                             lps[w] = Some(lp);
                         }
                     }
-                    let e = step(self, &lps, false, &rest, &wit, &rptr, use_call)?;
+                    let e = step(self, &lps, false, &trans, &rptr, use_call)?;
                     for w in 0..layers {
                         if let (Some(e), Some(lp)) = (e[w], lps[w]) {
                             self.b.eps(e, lp);
                         }
                     }
-                    if let Some(lp) = lps[top] {
-                        self.b.eps(lp, close);
+                    for (w, lp) in lps.iter().enumerate() {
+                        if let (true, Some(lp)) = (closes[w], *lp) {
+                            self.b.eps(lp, close);
+                        }
                     }
                 }
             }
