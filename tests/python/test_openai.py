@@ -162,6 +162,38 @@ def test_json_schema():
             jsonschema.validate(out, PERSON)
 
 
+# 2020-12 keywords whose meaning depends on other subschemas: `unevaluatedProperties` (keys
+# declared by the `allOf` part and the `oneOf` branch taken are evaluated) and counted
+# `contains`. Validated with jsonschema's 2020-12 validator, at tight budgets too.
+RECORD = {
+    "type": "object",
+    "allOf": [{"properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999}}, "required": ["id"]}],
+    "oneOf": [
+        {"properties": {"kind": {"const": "a"}, "x": {"type": "string", "maxLength": 8}}, "required": ["kind", "x"]},
+        {"properties": {"kind": {"const": "b"}, "tags": {
+            "type": "array", "maxItems": 3, "items": {"type": "string", "maxLength": 5},
+            "contains": {"type": "string", "const": "t"}, "minContains": 1, "maxContains": 2}},
+         "required": ["kind", "tags"]},
+    ],
+    "unevaluatedProperties": False,
+}
+
+
+def test_json_schema_2020_keywords():
+    for seed in range(3):
+        for max_tokens in (200, 25):
+            r = client().chat.completions.create(
+                model=model(),
+                messages=[{"role": "user", "content": "Give me a record."}],
+                max_tokens=max_tokens,
+                temperature=1.0,
+                seed=seed,
+                response_format={"type": "json_schema", "json_schema": {"name": "record", "schema": RECORD}},
+            )
+            out = json.loads(r.choices[0].message.content)
+            jsonschema.Draft202012Validator(RECORD).validate(out)
+
+
 def test_named_tool_choice():
     r = client().chat.completions.create(
         model=model(),
