@@ -7,6 +7,7 @@
 //! [`CompileError::Unsupported`] naming the keyword and its JSON pointer.
 
 mod any_order;
+mod array;
 mod check;
 mod formats;
 mod keys;
