@@ -1,6 +1,6 @@
 //! Compiling one normalised schema (no `allOf` or sibling `$ref` left): the types it admits,
 //! `enum`/`const` filtered by the rest of the schema, and the dispatch to the emitters of each
-//! type (`types.rs`, `object.rs`) and of `anyOf`/`oneOf`/`not`.
+//! type (`types.rs`, `array.rs`, `object.rs`) and of `anyOf`/`oneOf`/`not`.
 
 use serde_json::{Map, Value};
 

@@ -17,7 +17,7 @@
 //!   the innermost array the tracker sees.
 //!
 //! Bounded strings (`unique_bounded_strings`: `enum` beyond the 8 values
-//! `types.rs::unique_finite` tracks in the automaton, `pattern`, `format`, `maxLength`): the
+//! `array.rs::unique_finite` tracks in the automaton, `pattern`, `format`, `maxLength`): the
 //! second fact does not hold, so the whole array is recorded (`Builder::unique_arrays`) and
 //! the matcher also refuses every prefix that can no longer end as a new item. The first
 //! fact is checked on the compiled states (no `\` move, no call inside the array), and
