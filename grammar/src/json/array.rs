@@ -203,6 +203,14 @@ impl JsonCompiler<'_> {
         let open = self.b.lit(from, b"[")?;
         let open = self.ws(open)?;
         let close = self.b.state()?;
+        // The states of the layers that may close the array lead to `]`.
+        let close_from = |c: &mut Self, states: &[Option<StateId>]| {
+            for (w, st) in states.iter().enumerate() {
+                if let (true, Some(st)) = (closes[w], *st) {
+                    c.b.eps(st, close);
+                }
+            }
+        };
         // cur[w]: the state after the items so far, in layer w.
         let mut cur: Vec<Option<StateId>> = vec![None; layers];
         cur[0] = Some(open);
@@ -249,11 +257,7 @@ impl JsonCompiler<'_> {
             cur = step(self, &cur, i == 0, &trans, &tptr, false)?;
             n += 1;
             if n >= min {
-                for (w, st) in cur.iter().enumerate() {
-                    if let (true, Some(st)) = (closes[w], *st) {
-                        self.b.eps(st, close);
-                    }
-                }
+                close_from(self, &cur);
             }
         }
         let rptr = format!("{ptr}/items");
@@ -269,22 +273,14 @@ impl JsonCompiler<'_> {
                 n += 1;
             }
             if n >= min {
-                for (w, st) in cur.iter().enumerate() {
-                    if let (true, Some(st)) = (closes[w], *st) {
-                        self.b.eps(st, close);
-                    }
-                }
+                close_from(self, &cur);
             }
             match opt {
                 Some(k) => {
                     for _ in 0..k {
                         cur = step(self, &cur, n == 0, &trans, &rptr, use_call)?;
                         n += 1;
-                        for (w, st) in cur.iter().enumerate() {
-                            if let (true, Some(st)) = (closes[w], *st) {
-                                self.b.eps(st, close);
-                            }
-                        }
+                        close_from(self, &cur);
                     }
                 }
                 None if n == 0 => {
@@ -331,11 +327,7 @@ impl JsonCompiler<'_> {
                             self.b.eps(e, lp);
                         }
                     }
-                    for (w, lp) in lps.iter().enumerate() {
-                        if let (true, Some(lp)) = (closes[w], *lp) {
-                            self.b.eps(lp, close);
-                        }
-                    }
+                    close_from(self, &lps);
                 }
             }
         }
