@@ -25,14 +25,30 @@ fn repeated_string_items_are_refused() {
         r#"["a"]"#,
         r#"["a","b","ab","ba",""]"#,
         r#"["é","e"]"#,
+        // Escapes in their canonical spelling (serde_json's).
+        r#"["a\"b","a\\b","\n","\t","\u0001","\u001f","\u000b"]"#,
     ] {
         assert!(common::accepts_text(&g, ok), "{ok}");
+    }
+    // Items have one spelling each (so equal texts are equal values): other spellings of a
+    // character are refused even when nothing repeats — stricter, never looser.
+    for other in [
+        r#"["\/"]"#,
+        r#"["\u0041"]"#,
+        r#"["\u000a"]"#,
+        r#"["\u001F"]"#,
+    ] {
+        assert!(!common::accepts_text(&g, other), "{other}");
     }
     for bad in [
         r#"["a","a"]"#,
         r#"["a","b","a"]"#,
         r#"["","x",""]"#,
         r#"["é","é"]"#,
+        // One value, two spellings.
+        r#"["A","\u0041"]"#,
+        r#"["/","\/"]"#,
+        r#"["\u00e9","é"]"#,
     ] {
         assert!(!common::accepts_text(&g, bad), "{bad}");
     }

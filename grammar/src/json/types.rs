@@ -382,34 +382,10 @@ impl JsonCompiler<'_> {
     }
 }
 
-/// One JSON string character into a bare builder.
+/// One JSON string character into a bare builder: any character, literal or escaped.
 fn json_char_into(b: &mut crate::nfa::Builder, from: StateId) -> Result<StateId, CompileError> {
     let exit = b.state()?;
-    for (lo, hi) in [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7F)] {
-        b.range(from, lo, hi, exit);
-    }
-    let c1 = b.state()?;
-    b.range(c1, 0x80, 0xBF, exit);
-    let c2 = b.state()?;
-    b.range(c2, 0x80, 0xBF, c1);
-    let c3 = b.state()?;
-    b.range(c3, 0x80, 0xBF, c2);
-    b.range(from, 0xC2, 0xDF, c1);
-    let e0 = b.state()?;
-    b.range(from, 0xE0, 0xE0, e0);
-    b.range(e0, 0xA0, 0xBF, c1);
-    b.range(from, 0xE1, 0xEC, c2);
-    b.range(from, 0xEE, 0xEF, c2);
-    let ed = b.state()?;
-    b.range(from, 0xED, 0xED, ed);
-    b.range(ed, 0x80, 0x9F, c1);
-    let f0 = b.state()?;
-    b.range(from, 0xF0, 0xF0, f0);
-    b.range(f0, 0x90, 0xBF, c2);
-    b.range(from, 0xF1, 0xF3, c3);
-    let f4 = b.state()?;
-    b.range(from, 0xF4, 0xF4, f4);
-    b.range(f4, 0x80, 0x8F, c2);
+    json_literal_char_into(b, from, exit)?;
     let bs = b.state()?;
     b.range(from, b'\\', b'\\', bs);
     for c in [b'"', b'\\', b'/', b'b', b'f', b'n', b'r', b't'] {
@@ -438,6 +414,75 @@ fn json_char_into(b: &mut crate::nfa::Builder, from: StateId) -> Result<StateId,
     b.range(u, b'd', b'd', d);
     b.range(u, b'D', b'D', d);
     b.range(d, b'0', b'7', h2);
+    Ok(exit)
+}
+
+/// A character written as itself (printable ASCII but `"` and `\\`, and well-formed UTF-8
+/// beyond ASCII), from `from` to `exit`.
+fn json_literal_char_into(
+    b: &mut crate::nfa::Builder,
+    from: StateId,
+    exit: StateId,
+) -> Result<(), CompileError> {
+    for (lo, hi) in [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7F)] {
+        b.range(from, lo, hi, exit);
+    }
+    let c1 = b.state()?;
+    b.range(c1, 0x80, 0xBF, exit);
+    let c2 = b.state()?;
+    b.range(c2, 0x80, 0xBF, c1);
+    let c3 = b.state()?;
+    b.range(c3, 0x80, 0xBF, c2);
+    b.range(from, 0xC2, 0xDF, c1);
+    let e0 = b.state()?;
+    b.range(from, 0xE0, 0xE0, e0);
+    b.range(e0, 0xA0, 0xBF, c1);
+    b.range(from, 0xE1, 0xEC, c2);
+    b.range(from, 0xEE, 0xEF, c2);
+    let ed = b.state()?;
+    b.range(from, 0xED, 0xED, ed);
+    b.range(ed, 0x80, 0x9F, c1);
+    let f0 = b.state()?;
+    b.range(from, 0xF0, 0xF0, f0);
+    b.range(f0, 0x90, 0xBF, c2);
+    b.range(from, 0xF1, 0xF3, c3);
+    let f4 = b.state()?;
+    b.range(from, 0xF4, 0xF4, f4);
+    b.range(f4, 0x80, 0x8F, c2);
+    Ok(())
+}
+
+/// One JSON string character in its one canonical spelling (serde_json's, `JSON.stringify`'s):
+/// itself where JSON allows that, `\"` `\\` `\b` `\f` `\n` `\r` `\t`, and `\u00xx` (lower-case
+/// hex) for the other control characters. Two strings are then equal values iff their texts
+/// are equal, which `uniqueItems` on strings rests on (`unique.rs`).
+pub(super) fn json_char_canonical_into(
+    b: &mut crate::nfa::Builder,
+    from: StateId,
+) -> Result<StateId, CompileError> {
+    let exit = b.state()?;
+    json_literal_char_into(b, from, exit)?;
+    let bs = b.state()?;
+    b.range(from, b'\\', b'\\', bs);
+    for c in [b'"', b'\\', b'b', b'f', b'n', b'r', b't'] {
+        b.range(bs, c, c, exit);
+    }
+    // \u0000–\u001f but the five with a short escape (\b \t \n \f \r: 08 09 0a 0c 0d).
+    let u = b.state()?;
+    let u0 = b.state()?;
+    let u00 = b.state()?;
+    let lo = b.state()?;
+    let hi = b.state()?;
+    b.range(bs, b'u', b'u', u);
+    b.range(u, b'0', b'0', u0);
+    b.range(u0, b'0', b'0', u00);
+    b.range(u00, b'0', b'0', lo);
+    b.range(u00, b'1', b'1', hi);
+    for (a, z) in [(b'0', b'7'), (b'b', b'b'), (b'e', b'f')] {
+        b.range(lo, a, z, exit);
+    }
+    b.range(hi, b'0', b'9', exit);
+    b.range(hi, b'a', b'f', exit);
     Ok(exit)
 }
 

@@ -8,8 +8,9 @@
 //!
 //! Free strings (`unique_strings`): only the item bodies are recorded
 //! (`Builder::unique_ranges`). Exactness rests on three facts the compiler guarantees:
-//! - the item strings are canonical (free strings never contain an escape), so two items are
-//!   equal as JSON values iff their texts are equal;
+//! - the item strings are canonical (each character in its one spelling,
+//!   `types::json_char_canonical_into`: no `\/`, no `\u` for a character that has a literal
+//!   or short form), so two items are equal as JSON values iff their texts are equal;
 //! - from every state of an item body infinitely many completions remain (no `maxLength`),
 //!   so a prefix is always completable to a new item: only the closing quote of a repeated
 //!   item is ever refused;
@@ -150,8 +151,11 @@ impl JsonCompiler<'_> {
     /// recorded as a unique-item body.
     fn unique_item(&mut self, from: StateId, min: u64) -> Result<StateId, CompileError> {
         let a = self.b.lit(from, b"\"")?;
-        // min ≤ 64: the characters are written inline, inside the recorded range (no call).
-        let e = self.string_body_free(a, min, None)?;
+        // min ≤ 64: the characters are written inline, inside the recorded range (no call),
+        // each in its one canonical spelling (equal texts iff equal values).
+        let e = self
+            .b
+            .repeat(a, min, None, &mut super::types::json_char_canonical_into)?;
         let hi = self.b.states.len() as StateId;
         self.b.unique_ranges.push((a, hi));
         self.b.lit(e, b"\"")
