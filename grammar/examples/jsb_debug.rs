@@ -1,5 +1,6 @@
 //! Shows where JSONSchemaBench instances stop matching:
-//! `cargo run --release -p sglrs-grammar --example jsb_debug -- PATH NAME_SUBSTRING...`.
+//! `cargo run --release -p sglrs-grammar --example jsb_debug -- PATH NAME_SUBSTRING...
+//! [--any-order]` (`--any-order`: `CompileOptions::any_property_order`, as `jsb_coverage`'s).
 //!
 //! `PATH` is one `SUBSET.tar.gz` or the folder holding them; every schema whose name contains
 //! one of the substrings is compiled (default options, then `Whitespace::Flexible`) and each
@@ -49,7 +50,8 @@ fn show(name: &str, form: &str, valid: bool, text: &str, at: usize) {
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().collect();
     let path = std::path::PathBuf::from(args.get(1).ok_or("usage: jsb_debug PATH NAME...")?);
-    let needles = &args[2..];
+    let any_order = args.iter().any(|a| a == "--any-order");
+    let needles: Vec<&String> = args[2..].iter().filter(|a| *a != "--any-order").collect();
     let mut toks: Vec<Vec<u8>> = vec![Vec::new()];
     toks.extend((0u8..=255).map(|b| vec![b]));
     let vocab = Arc::new(TokenVocab::new(toks, &[], &[0])?);
@@ -64,10 +66,13 @@ fn main() -> Res<()> {
     } else {
         vec![path]
     };
-    let copts = CompileOptions::default();
+    let copts = CompileOptions {
+        any_property_order: any_order,
+        ..CompileOptions::default()
+    };
     let fopts = CompileOptions {
         whitespace: Whitespace::Flexible,
-        ..CompileOptions::default()
+        ..copts.clone()
     };
     for f in files {
         let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(std::fs::File::open(&f)?));
