@@ -751,3 +751,32 @@ fn contains_counts_apply_to_their_own_contains_only() {
         &[r#"["a"]"#, r#"["a","a","a","a"]"#],
     );
 }
+
+#[test]
+fn an_integral_number_written_with_a_fraction_also_matches_its_integer_spelling() {
+    // `enum: [2.0]` holds for `2` (equal numbers); `2` in the schema keeps its one spelling.
+    common::check(
+        json!({"type":"object","properties":{"since":{"enum":[2.0]},"n":{"const":-3.0}}}),
+        &[
+            r#"{"since":2}"#,
+            r#"{"since":2.0}"#,
+            r#"{"n":-3}"#,
+            r#"{"n":-3.0}"#,
+        ],
+        &[
+            r#"{"since":2.5}"#,
+            r#"{"since":20}"#,
+            r#"{"since":2.}"#,
+            r#"{"n":3}"#,
+        ],
+    );
+    common::check(
+        json!({"enum":[1.5, 2, {"a":[4.0]}]}),
+        &["1.5", "2", r#"{"a":[4]}"#, r#"{"a":[4.0]}"#],
+        &["1.6", "15", r#"{"a":[40]}"#],
+    );
+    // Stricter, by choice: an integer in the schema is not matched by `2.0` (valid from
+    // draft 6 on, not an integer under draft 4) nor by other spellings of 1.5.
+    let g = compile(&json!({"enum":[1.5, 2]})).unwrap();
+    assert!(!accepts(&g, "2.0") && !accepts(&g, "1.50"));
+}
