@@ -705,16 +705,10 @@ impl<'a> JsonCompiler<'a> {
                 // integer spelling: `enum: [2.0]` holds for the instance `2`. (Not the other
                 // way: under draft 4, `2.0` is not an integer.)
                 let text = n.to_string();
-                let int = match n.as_f64() {
+                match n.as_f64() {
                     Some(x) if n.is_f64() && x.fract() == 0.0 && x.abs() < 1e15 => {
-                        Some(format!("{}", x as i64))
-                    }
-                    _ => None,
-                };
-                match int {
-                    Some(i) if i != text => {
                         let exit = self.b.state()?;
-                        for t in [i, text] {
+                        for t in [(x as i64).to_string(), text] {
                             let e = self.b.lit(from, t.as_bytes())?;
                             self.b.eps(e, exit);
                         }
