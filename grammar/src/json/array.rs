@@ -359,16 +359,29 @@ impl JsonCompiler<'_> {
                 _ => return Ok(None),
             }
         };
+        // The distinct candidates the item admits, up to 9 (more: not tracked here). The
+        // candidates are the item's own list, so the check skips the lists themselves
+        // (`enum`, `const`, `__not_enum` through sets): linear in a list however long.
+        let rest = super::normalized::without_value_lists(&item);
+        let excluded = match item.get("__not_enum") {
+            Some(Value::Array(e)) => super::ValueSet::of(e),
+            _ => super::ValueSet::default(),
+        };
+        let konst = item.get("const");
+        let mut seen = super::ValueSet::default();
         let mut vals: Vec<Value> = Vec::new();
         for v in candidates {
-            match super::check::check_value(&v, &item) {
-                Some(true) if !vals.iter().any(|x| super::json_eq(x, &v)) => vals.push(v),
+            if konst.is_some_and(|c| !super::json_eq(c, &v)) || excluded.contains(&v) {
+                continue;
+            }
+            match super::check::check_value(&v, &rest) {
+                Some(true) if seen.insert(&v) => vals.push(v),
                 Some(_) => {}
                 None => return Ok(None),
             }
-        }
-        if vals.len() > 8 {
-            return Ok(None);
+            if vals.len() > 8 {
+                return Ok(None);
+            }
         }
         let n = vals.len();
         let max = max.unwrap_or(n as u64).min(n as u64);

@@ -10,19 +10,37 @@ use super::{is_annotation, json_eq};
 use crate::regex::{parse, Flavor};
 
 /// Full match of `re` (parsed as `flavor`) against `t`; `None` when it cannot be compiled.
+/// Compiled patterns are kept per thread: an `enum` of thousands of strings beside a
+/// `pattern` checks every value against the same one.
 pub(super) fn regex_full_match(re: &str, flavor: Flavor, t: &str) -> Option<bool> {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    type Cache = HashMap<(String, Flavor), Option<regex_automata::meta::Regex>>;
+    thread_local! {
+        static CACHE: RefCell<Cache> = RefCell::new(HashMap::new());
+    }
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() > 256 {
+            c.clear();
+        }
+        c.entry((re.to_string(), flavor))
+            .or_insert_with(|| full_match(re, flavor))
+            .as_ref()
+            .map(|r| r.is_match(t))
+    })
+}
+
+fn full_match(re: &str, flavor: Flavor) -> Option<regex_automata::meta::Regex> {
     let hir = parse(re, flavor).ok()?;
     let full = regex_syntax::hir::Hir::concat(vec![
         regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),
         hir,
         regex_syntax::hir::Hir::look(regex_syntax::hir::Look::End),
     ]);
-    Some(
-        regex_automata::meta::Regex::builder()
-            .build_from_hir(&full)
-            .ok()?
-            .is_match(t),
-    )
+    regex_automata::meta::Regex::builder()
+        .build_from_hir(&full)
+        .ok()
 }
 
 /// Checks `v` against a schema value (`true`, `false` or an object).

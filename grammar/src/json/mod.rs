@@ -23,6 +23,7 @@ mod switch;
 mod types;
 mod unevaluated;
 mod unique;
+mod values;
 
 use std::collections::HashMap;
 
@@ -30,6 +31,8 @@ use serde_json::{Map, Value};
 
 use crate::nfa::{Builder, RuleId, StateId};
 use crate::{CompileError, CompileOptions, Whitespace};
+pub(crate) use values::json_eq;
+use values::ValueSet;
 
 /// A schema body a rule will hold: either a `$ref` target or an inline schema.
 enum Pending {
@@ -778,16 +781,14 @@ impl JsonCompiler<'_> {
     }
 }
 
-/// Appends `v` to the list under `key` (created when absent).
-fn push_list(m: &mut Map<String, Value>, key: &str, v: Value) {
-    let mut list = m
-        .get(key)
-        .and_then(|x| x.as_array())
-        .cloned()
-        .unwrap_or_default();
-    if !list.iter().any(|x| json_eq(x, &v)) {
-        list.push(v);
-    }
+/// Appends `vals` to the list under `key` (created when absent), each value once.
+fn push_list(m: &mut Map<String, Value>, key: &str, vals: impl IntoIterator<Item = Value>) {
+    let mut list = match m.remove(key) {
+        Some(Value::Array(l)) => l,
+        _ => Vec::new(),
+    };
+    let mut seen = ValueSet::of(&list);
+    list.extend(vals.into_iter().filter(|v| seen.insert(v)));
     m.insert(key.into(), Value::Array(list));
 }
 
@@ -802,22 +803,6 @@ fn static_type(t: &str) -> Option<&'static str> {
         "integer" => "integer",
         _ => return None,
     })
-}
-
-/// JSON Schema equality (numbers by value).
-pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q))
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
-        }
-        _ => a == b,
-    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 
 pub(super) use super::product::disjoint;
-use super::{is_annotation, json_eq, JsonCompiler};
+use super::{is_annotation, json_eq, JsonCompiler, ValueSet};
 use crate::CompileError;
 
 const MAX_MERGE_DEPTH: u32 = 24;
@@ -206,11 +206,8 @@ impl JsonCompiler<'_> {
                 }
                 "enum" => {
                     let ea = av.as_array().cloned().unwrap_or_default();
-                    let eb = bv.as_array().cloned().unwrap_or_default();
-                    let both: Vec<Value> = ea
-                        .into_iter()
-                        .filter(|x| eb.iter().any(|y| json_eq(x, y)))
-                        .collect();
+                    let eb = ValueSet::of(bv.as_array().into_iter().flatten());
+                    let both: Vec<Value> = ea.into_iter().filter(|x| eb.contains(x)).collect();
                     out.insert(k.clone(), Value::Array(both));
                 }
                 "const" => unsat(&mut out),
@@ -419,6 +416,9 @@ impl JsonCompiler<'_> {
         }
         let mut out = Vec::new();
         for i in 0..sigs.len() {
+            // Quadratic in the branches (a `oneOf` of thousands of `const`s): the deadline
+            // is looked at once per branch.
+            self.b.check_deadline()?;
             for j in i + 1..sigs.len() {
                 if let (Some(a), Some(b)) = (&sigs[i], &sigs[j]) {
                     if !disjoint(a, b) && self.deep_type_bits(a, 0) & self.deep_type_bits(b, 0) != 0

@@ -4,7 +4,9 @@
 
 use serde_json::{Map, Value};
 
-use super::{check, is_annotation, json_eq, push_list, static_type, JsonCompiler, NotForm};
+use super::{
+    check, is_annotation, json_eq, push_list, static_type, JsonCompiler, NotForm, ValueSet,
+};
 use crate::nfa::StateId;
 use crate::CompileError;
 
@@ -44,7 +46,11 @@ impl JsonCompiler<'_> {
             .cloned()
             .or_else(|| s.get("const").map(|c| vec![c.clone()]))
         {
-            if values.iter().all(|v| check::check_value(v, s).is_some()) {
+            let rest = without_value_lists(s);
+            if values
+                .iter()
+                .all(|v| check::check_value(v, &rest).is_some())
+            {
                 return self.enum_values(from, &values, s, ptr);
             }
         }
@@ -68,12 +74,8 @@ impl JsonCompiler<'_> {
                             _ => return self.nothing(),
                         };
                     }
-                    NotForm::NotPattern(p) => push_list(&mut owned, "__not_pattern", p),
-                    NotForm::NotValues(vals) => {
-                        for v in vals {
-                            push_list(&mut owned, "__not_enum", v);
-                        }
-                    }
+                    NotForm::NotPattern(p) => push_list(&mut owned, "__not_pattern", [p]),
+                    NotForm::NotValues(vals) => push_list(&mut owned, "__not_enum", vals),
                     NotForm::Positive(v) => {
                         let mark = self.merged_refs.len();
                         let m = self.merge_schemas(&Value::Object(owned), &v, ptr, 0);
@@ -386,18 +388,28 @@ impl JsonCompiler<'_> {
         ptr: &str,
     ) -> Result<StateId, CompileError> {
         let exit = self.b.state()?;
-        for v in values {
-            if let Some(c) = s.get("const") {
-                if !json_eq(c, v) {
-                    continue;
-                }
+        // Membership in the lists beside the values through sets, the other keywords
+        // checked value by value: linear in the list, however long.
+        let listed = match s.get("enum") {
+            Some(Value::Array(e)) => Some(ValueSet::of(e)),
+            _ => None,
+        };
+        let excluded = match s.get("__not_enum") {
+            Some(Value::Array(e)) => ValueSet::of(e),
+            _ => ValueSet::default(),
+        };
+        let rest = without_value_lists(s);
+        for (i, v) in values.iter().enumerate() {
+            if i % 256 == 255 {
+                self.b.check_deadline()?;
             }
-            if let Some(Value::Array(e)) = s.get("enum") {
-                if !e.iter().any(|x| json_eq(x, v)) {
-                    continue;
-                }
+            if s.get("const").is_some_and(|c| !json_eq(c, v))
+                || listed.as_ref().is_some_and(|l| !l.contains(v))
+                || excluded.contains(v)
+            {
+                continue;
             }
-            match check::check_value(v, s) {
+            match check::check_value(v, &rest) {
                 Some(true) => {}
                 Some(false) => continue,
                 None => {
@@ -413,6 +425,16 @@ impl JsonCompiler<'_> {
         }
         Ok(exit)
     }
+}
+
+/// `s` without the keywords that list values (`enum`, `const`, `__not_enum`), which
+/// [`JsonCompiler::enum_values`] checks through sets.
+pub(super) fn without_value_lists(s: &Map<String, Value>) -> Map<String, Value> {
+    let mut rest = s.clone();
+    for k in ["enum", "const", "__not_enum"] {
+        rest.remove(k);
+    }
+    rest
 }
 
 /// Schemas whose union is every value but `v` (an array or an object): another type,

@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 
 use super::check::check_value;
 use super::norm::type_bits;
-use super::{is_annotation, json_eq, JsonCompiler};
+use super::{is_annotation, json_eq, JsonCompiler, ValueSet};
 use crate::CompileError;
 
 /// Most branch pairs two `anyOf` merged in an `allOf` are checked for disjointness.
@@ -221,7 +221,7 @@ fn implies(x: &Value, y: &Value) -> bool {
 fn contradicts(x: &Map<String, Value>, a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     // A side with finite values (`enum`/`const`): none of them satisfies `x`.
     if let Some(vals) = value_set(a).or_else(|| value_set(b)) {
-        if values_excluded(&vals, x, x) {
+        if values_excluded(vals, x, x) {
             return true;
         }
     }
@@ -367,11 +367,22 @@ fn cached_match(pattern: &str, text: &str) -> Option<bool> {
     })
 }
 
-fn value_set(s: &Map<String, Value>) -> Option<Vec<Value>> {
+fn value_set(s: &Map<String, Value>) -> Option<&[Value]> {
     if let Some(c) = s.get("const") {
-        return Some(vec![c.clone()]);
+        return Some(std::slice::from_ref(c));
     }
-    s.get("enum").and_then(|e| e.as_array()).cloned()
+    s.get("enum")
+        .and_then(|e| e.as_array())
+        .map(|e| e.as_slice())
+}
+
+/// Whether the two lists share a value (pairwise for short lists, through a set for long).
+fn share_a_value(x: &[Value], y: &[Value]) -> bool {
+    if x.len().min(y.len()) <= 16 {
+        return x.iter().any(|p| y.iter().any(|q| json_eq(p, q)));
+    }
+    let ys = ValueSet::of(y);
+    x.iter().any(|p| ys.contains(p))
 }
 
 /// The types a schema admits, also through the branches of its `anyOf`/`oneOf` (a
@@ -413,10 +424,10 @@ pub(super) fn disjoint(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
         return true;
     }
     match (value_set(a), value_set(b)) {
-        (Some(x), Some(y)) if !x.iter().any(|p| y.iter().any(|q| json_eq(p, q))) => return true,
+        (Some(x), Some(y)) if !share_a_value(x, y) => return true,
         // The finite side's values checked against the other side.
-        (Some(x), None) if values_excluded(&x, a, b) => return true,
-        (None, Some(y)) if values_excluded(&y, a, b) => return true,
+        (Some(x), None) if values_excluded(x, a, b) => return true,
+        (None, Some(y)) if values_excluded(y, a, b) => return true,
         _ => {}
     }
     // A value of both is an object from here (non-object values could match both).
