@@ -251,6 +251,22 @@ impl GrammarCache {
         let key = (spec, opts);
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = inner.map.get(&key).cloned() {
+            // A grammar whose automaton ran past its thread limits while matching (too
+            // ambiguous) is refused from now on, as a failed compile is.
+            let poisoned = match &*slot.state.lock().unwrap_or_else(|e| e.into_inner()) {
+                HandleState::Ready(g) => g.poison_error().is_some(),
+                _ => false,
+            };
+            if poisoned {
+                let e = CompileError::LimitExceeded {
+                    limit: "parse threads of one step of an ambiguous recursion",
+                    max: crate::lazy::MAX_CLOSURE_VISITS,
+                };
+                inner.record_failure(key, &slot, e.clone(), self.cfg.max_failures);
+                return Handle {
+                    slot: Slot::new(HandleState::Failed(e)),
+                };
+            }
             if let Some(i) = inner.lru.iter().position(|k| *k == key) {
                 let k = inner.lru.remove(i);
                 inner.lru.extend(k);

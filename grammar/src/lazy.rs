@@ -50,6 +50,22 @@ const INITIAL_CONFIGS: usize = 512;
 /// Deepest call stack the matcher follows; deeper nesting is rejected.
 pub(crate) const MAX_STACK_DEPTH: u32 = 256;
 
+/// Most `(stack, state)` threads one closure may visit beyond the automaton's own states
+/// (a flat automaton visits each state at most once). An ambiguous recursion (`x ::= "a" x
+/// | "a" x "b" | ""`, or left recursion beside right recursion) has one stack per parse
+/// of the text so far, exponentially many in its length; following them all exhausted the
+/// host's memory within a few dozen tokens. Past the limit the automaton is poisoned
+/// ([`Lazy::poisoned`]) and every matcher of the grammar reports
+/// [`crate::MatchError::TooAmbiguous`].
+pub(crate) const MAX_CLOSURE_VISITS: usize = 1 << 20;
+
+/// Most threads all the closures of one call into the automaton may visit together (a
+/// mask, a token, a budget plan): one call stays within about half a second of CPU and
+/// 128 MiB of threads however the grammar is written (the grammar tests, real vocabularies
+/// and JSONSchemaBench masks included, stay under 200,000 per call). Past it the automaton
+/// is poisoned, as above.
+pub(crate) const MAX_CALL_VISITS: u64 = 1 << 24;
+
 /// A donor must be the successor of at least this many plain ASCII characters (see
 /// [`Lazy::fill_mask`]).
 const DONOR_MIN_BYTES: u32 = 16;
@@ -191,6 +207,12 @@ pub(crate) struct Lazy {
     equiv: donor::EquivScratch,
     /// Token-budget planning (see [`budget`]).
     budget: budget::BudgetMemo,
+    /// Closure visits left to the current call ([`MAX_CALL_VISITS`], refilled by
+    /// [`Lazy::begin_call`]).
+    visits_left: u64,
+    /// A closure ran past [`MAX_CLOSURE_VISITS`] or a call past [`MAX_CALL_VISITS`]: the
+    /// transitions computed since may be cut short, so none is trusted again.
+    pub(crate) poisoned: bool,
 }
 
 impl Lazy {
@@ -227,6 +249,8 @@ impl Lazy {
             mask_bytes: 0,
             mask_budget,
             max_configs,
+            visits_left: MAX_CALL_VISITS,
+            poisoned: false,
             sentinels: FastMap::default(),
             thread_parts: FastMap::default(),
             overflowing: FastSet::default(),
@@ -355,6 +379,9 @@ impl Lazy {
 
     /// Epsilon closure of `seeds`, interned.
     pub fn closure(&mut self, nfa: &Nfa, seeds: &[(u32, StateId)]) -> ConfigId {
+        if self.poisoned {
+            return DEAD;
+        }
         let mut visited = std::mem::take(&mut self.visited);
         visited.clear();
         self.closure_gen = self.closure_gen.wrapping_add(1);
@@ -371,7 +398,14 @@ impl Lazy {
         out.clear();
         let mut accept = false;
         let mut top = false;
+        let cap = (MAX_CLOSURE_VISITS + nfa.states.len()) as u64;
+        let mut visits = 0u64;
         while let Some((stk, s)) = work.pop() {
+            visits += 1;
+            if visits > cap || visits > self.visits_left {
+                self.poisoned = true;
+                break;
+            }
             let si = s as usize;
             if self.seen_gen[si] != gen {
                 self.seen_gen[si] = gen;
@@ -410,6 +444,11 @@ impl Lazy {
         }
         self.visited = visited;
         self.work = work;
+        self.visits_left = self.visits_left.saturating_sub(visits);
+        if self.poisoned {
+            self.out_buf = out;
+            return DEAD;
+        }
         out.sort_unstable();
         out.dedup();
         let id = if top {
@@ -421,6 +460,12 @@ impl Lazy {
         };
         self.out_buf = out;
         id
+    }
+
+    /// Starts one call into the automaton: its closures may visit [`MAX_CALL_VISITS`]
+    /// threads together.
+    pub fn begin_call(&mut self) {
+        self.visits_left = MAX_CALL_VISITS;
     }
 
     /// The configuration at the start of the root rule.

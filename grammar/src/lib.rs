@@ -206,6 +206,17 @@ pub enum MatchError {
         /// Tokens available.
         available: usize,
     },
+    /// Following the text needs more parse threads than the matcher keeps (an ambiguous
+    /// recursion: one per way to parse the text so far); the grammar stays unusable.
+    #[error(
+        "the grammar is too ambiguous to follow: one step needs more than {max} parse \
+         threads (a recursion that can parse the same text in many ways, e.g. `x ::= \"a\" x \
+         | \"a\" x \"b\" | \"\"`)"
+    )]
+    TooAmbiguous {
+        /// The limit on the threads of one step.
+        max: usize,
+    },
 }
 
 /// Whitespace policy for JSON output.
@@ -293,6 +304,8 @@ pub struct CompiledGrammar {
     nfa: Nfa,
     vocab: Arc<TokenVocab>,
     lazy: Mutex<Lazy>,
+    /// The automaton ran past its thread limits ([`lazy::MAX_CLOSURE_VISITS`]).
+    poisoned: std::sync::atomic::AtomicBool,
     start: ConfigId,
 }
 
@@ -339,6 +352,12 @@ impl CompiledGrammar {
         lazy.share_chain_masks(&nfa, vocab.max_token_len());
         lazy.mark_key_calls(&nfa);
         let start = lazy.start(&nfa);
+        if lazy.poisoned {
+            return Err(CompileError::LimitExceeded {
+                limit: "parse threads at the start of an ambiguous recursion",
+                max: lazy::MAX_CLOSURE_VISITS,
+            });
+        }
         if start == lazy::DEAD {
             return Err(CompileError::Empty);
         }
@@ -351,6 +370,7 @@ impl CompiledGrammar {
             nfa,
             vocab,
             lazy: Mutex::new(lazy),
+            poisoned: Default::default(),
             start,
         }))
     }
@@ -482,9 +502,26 @@ impl CompiledGrammar {
         !self.nfa.unique_ranges.is_empty() || !self.nfa.unique_arrays.is_empty()
     }
 
+    /// Runs `f` on the automaton as one call (its closures share one visit budget).
     pub(crate) fn with_lazy<R>(&self, f: impl FnOnce(&Nfa, &mut Lazy) -> R) -> R {
         let mut guard = self.lazy.lock().unwrap_or_else(|e| e.into_inner());
-        f(&self.nfa, &mut guard)
+        guard.begin_call();
+        let r = f(&self.nfa, &mut guard);
+        if guard.poisoned {
+            self.poisoned
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// The error every matcher of this grammar reports once its automaton ran past the
+    /// thread limits (see [`MatchError::TooAmbiguous`]).
+    pub(crate) fn poison_error(&self) -> Option<MatchError> {
+        self.poisoned
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then_some(MatchError::TooAmbiguous {
+                max: lazy::MAX_CLOSURE_VISITS,
+            })
     }
 
     /// A matcher at the start of this grammar.

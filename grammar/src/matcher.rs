@@ -87,6 +87,10 @@ impl Matcher {
             }
             lazy.configs[c as usize].accept
         });
+        if let Some(e) = self.grammar.poison_error() {
+            mask[..words].fill(0);
+            return Err(e);
+        }
         if accept {
             for &e in vocab.eos() {
                 mask[(e >> 5) as usize] |= 1u32 << (e & 31);
@@ -111,10 +115,11 @@ impl Matcher {
             return false;
         }
         let bytes = vocab.token_bytes(token).unwrap_or(&[]);
-        self.grammar.with_lazy(|nfa, lazy| match &self.uniq {
+        let ok = self.grammar.with_lazy(|nfa, lazy| match &self.uniq {
             Some(u) => unique::allows(nfa, lazy, c, &mut u.tracker.clone(), bytes),
             None => lazy.step_bytes(nfa, c, bytes) != DEAD,
-        })
+        });
+        ok && self.grammar.poison_error().is_none()
     }
 
     /// Follows `bytes` from `c` (tracking the text when the grammar needs it); `DEAD` leaves
@@ -180,6 +185,10 @@ impl Matcher {
         } else {
             DEAD
         };
+        if let Some(e) = self.grammar.poison_error() {
+            self.error = Some(e.clone());
+            return Err(e);
+        }
         if next == DEAD {
             let e = MatchError::Rejected {
                 token,
@@ -200,6 +209,10 @@ impl Matcher {
         }
         let c = self.current();
         let n = Self::advance(&self.grammar, &mut self.uniq, c, bytes);
+        if let Some(e) = self.grammar.poison_error() {
+            self.error = Some(e);
+            return false;
+        }
         if n == DEAD {
             return false;
         }

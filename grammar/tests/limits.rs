@@ -517,3 +517,84 @@ fn json_value_lists_checked_through_sets_keep_the_language() {
     assert!(accepts(&g, "1") && accepts(&g, "1.5") && accepts(&g, "4.5"));
     assert!(!accepts(&g, "2.5") && !accepts(&g, "3.5") && !accepts(&g, "\"1\""));
 }
+
+/// Grammars whose recursion parses the same text in exponentially many ways: each parse is
+/// a call stack, and following them all filled the host's memory within a few dozen bytes
+/// (`x ::= "a" x | "a" x "b" | ""` doubled its stacks per `a`: 17 s for the 21st byte,
+/// then 2.4 GB for one hash table; the left-recursive one at the second byte). Now the
+/// matcher stops at its thread limits with `MatchError::TooAmbiguous`, within a fraction
+/// of a second per step, and every later matcher of the grammar reports it too; grammars
+/// ambiguous from their first byte are refused at compile time.
+#[test]
+fn ambiguous_recursions_end_in_an_error_not_a_runaway() {
+    use sglrs_grammar::MatchError;
+    let mask_words = common::byte_vocab().mask_words();
+    for g in [
+        "root ::= x\nx ::= \"a\" x | \"a\" x \"b\" | \"\"\n",
+        "root ::= x+\nx ::= \"a\" | \"a\" x | x \"a\" | \"b\"\n",
+    ] {
+        let t = Instant::now();
+        let cg = compile_small(GrammarSpec::Ebnf(g.into())).unwrap();
+        let mut m = Matcher::new(cg.clone());
+        let mut mask = vec![0u32; mask_words];
+        let mut failed = None;
+        for i in 0..64 {
+            let step = Instant::now();
+            let r = m.fill_mask(&mut mask);
+            let ok = m.try_advance_bytes(b"a");
+            assert!(
+                step.elapsed() < Duration::from_secs(3),
+                "{g:?} byte {i}: {:?}",
+                step.elapsed()
+            );
+            if r.is_err() || !ok {
+                failed = Some((i, r.err().or(m.error().cloned())));
+                break;
+            }
+        }
+        let (at, err) = failed.unwrap_or_else(|| panic!("{g:?}: 64 bytes followed"));
+        assert!(
+            matches!(err, Some(MatchError::TooAmbiguous { .. })),
+            "{g:?} at byte {at}: {err:?}"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{g:?}: {:?}",
+            t.elapsed()
+        );
+        // Sticky for the grammar: a new matcher reports it at once.
+        let fresh = Matcher::new(cg);
+        assert!(matches!(
+            fresh.fill_mask(&mut mask),
+            Err(MatchError::TooAmbiguous { .. })
+        ));
+    }
+    // Ambiguous from the start: refused by the compile, naming the limit.
+    let e = compile_small(GrammarSpec::Ebnf(
+        "root ::= e\ne ::= e \"+\" e | e \"*\" e | \"(\" e \")\" | [a-z]+ | e e\n".into(),
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(e, CompileError::LimitExceeded { .. }) && e.to_string().contains("ambiguous"),
+        "{e}"
+    );
+}
+
+/// Recursions that are not ambiguous keep working up to the stack depth: `a^n b^n` with
+/// n = 200, and left recursion (`root ::= root "a" | "b"`).
+#[test]
+fn unambiguous_recursions_still_match_deep() {
+    let g = compile_small(GrammarSpec::Ebnf(
+        "root ::= x\nx ::= \"a\" x \"b\" | \"\"\n".into(),
+    ))
+    .unwrap();
+    let text = format!("{}{}", "a".repeat(200), "b".repeat(200));
+    assert!(accepts(&g, &text));
+    assert!(!accepts(
+        &g,
+        &format!("{}{}", "a".repeat(200), "b".repeat(199))
+    ));
+    let g = compile_small(GrammarSpec::Ebnf("root ::= root \"a\" | \"b\"\n".into())).unwrap();
+    assert!(accepts(&g, &format!("b{}", "a".repeat(100))));
+    assert!(!accepts(&g, "ab"));
+}

@@ -625,3 +625,59 @@ fn hostile_inputs_get_an_answer_never_an_internal_error_and_the_server_keeps_ser
     let r = s.request("POST", "/generate", &[], Some(&long_request(4).to_string()));
     assert_eq!(r.status, 200, "{}", r.body);
 }
+
+/// An EBNF grammar whose recursion parses one text in exponentially many ways used to make
+/// the matcher follow every parse: one request froze the scheduler and filled the host's
+/// memory (21 GB in 5 minutes, `root ::= x+`, `x ::= "a" | "a" x | x "a" | "b"`). Now each
+/// such request ends with an explicit error naming the ambiguity (a 400, or an abort in
+/// `/generate`'s `meta_info`), or with its text when the model stops before the grammar
+/// gets ambiguous, and the server keeps serving.
+#[test]
+fn an_ambiguous_grammar_gets_an_explicit_error_and_the_server_keeps_serving() {
+    let (s, _g) = server(&[]);
+    let grammars = [
+        "root ::= x+\nx ::= \"a\" | \"a\" x | x \"a\" | \"b\"",
+        "root ::= x \"c\"\nx ::= \"a\" x | \"a\" x \"b\" | \"a\"",
+        "root ::= e\ne ::= e \"+\" e | e \"*\" e | \"(\" e \")\" | [a-z]+ | e e",
+    ];
+    let mut explicit = 0;
+    for g in grammars {
+        for (path, body) in [
+            (
+                "/v1/completions",
+                json!({"prompt": "Write:", "max_tokens": 64, "temperature": 1.0, "seed": 3, "ebnf": g}),
+            ),
+            (
+                "/generate",
+                json!({"text": "aaaaaaaa", "sampling_params": {"max_new_tokens": 64, "ebnf": g}}),
+            ),
+        ] {
+            let t = Instant::now();
+            let r = s.request("POST", path, &[], Some(&body.to_string()));
+            let text = r.body.to_string();
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "{path} {g:?}: {:?}",
+                t.elapsed()
+            );
+            assert!(
+                r.status == 200 || r.status == 400,
+                "{path} {g:?}: {} {text:.300}",
+                r.status
+            );
+            if text.contains("ambiguous") {
+                explicit += 1;
+            } else {
+                assert_eq!(r.status, 200, "{path} {g:?}: {text:.300}");
+                assert!(!text.contains("abort"), "{path} {g:?}: {text:.300}");
+            }
+            let (status, _) = s.get("/health");
+            assert_eq!(status, 200, "after {path} {g:?}");
+        }
+    }
+    // The expression grammar is refused by its compile; the left recursion fails at its
+    // first `a` whatever the model writes after it.
+    assert!(explicit >= 2, "{explicit} explicit errors");
+    let r = s.request("POST", "/generate", &[], Some(&long_request(4).to_string()));
+    assert_eq!(r.status, 200, "{}", r.body);
+}

@@ -13,17 +13,23 @@ use sglrs_grammar::Matcher;
 /// ([`Matcher::restrict_mask_to_budget`]): the close plans through every open call, so a
 /// recursive schema nested deep still closes by the limit. A request admitted with room for
 /// the close from the start (the server checks) thus always ends with a complete output. A
-/// complete output with one token left may only end.
-pub(crate) fn fill_mask(m: &Matcher, mask: &mut [u32], remaining: usize) {
-    if m.fill_mask(mask).is_err() {
+/// complete output with one token left may only end. An error of the matcher (a grammar
+/// too ambiguous to follow) leaves an empty mask and is returned: the request ends with it.
+pub(crate) fn fill_mask(
+    m: &Matcher,
+    mask: &mut [u32],
+    remaining: usize,
+) -> Result<(), sglrs_grammar::MatchError> {
+    if let Err(e) = m.fill_mask(mask) {
         mask.fill(0);
-        return;
+        return Err(e);
     }
     if remaining <= 1 && m.is_accepting() {
         only(mask, m.grammar().vocab().eos());
-        return;
+        return Ok(());
     }
     m.restrict_mask_to_budget(mask, remaining);
+    Ok(())
 }
 
 fn only(mask: &mut [u32], tokens: &[u32]) {
@@ -111,7 +117,7 @@ mod tests {
         for budget in [g.min_output_tokens(), 10, 40, 200] {
             let mut m = Matcher::new(g.clone());
             for used in 0..budget {
-                fill_mask(&m, &mut mask, budget - used);
+                fill_mask(&m, &mut mask, budget - used).unwrap();
                 // Highest id first: the level-opening token, then EOS last of all.
                 let pick = (1..v.len() as u32)
                     .rev()

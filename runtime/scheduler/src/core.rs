@@ -716,7 +716,13 @@ impl SchedulerCore {
         let mut use_mask = false;
         if let Some(m) = s.matcher.as_ref() {
             let remaining = stop.max_new_tokens - s.output_len();
-            constrain::fill_mask(m, &mut self.mask, remaining);
+            if let Err(e) = constrain::fill_mask(m, &mut self.mask, remaining) {
+                self.finish(
+                    key,
+                    FinishReason::Abort(AbortReason::Grammar(e.to_string())),
+                );
+                return;
+            }
             use_mask = true;
         }
         let want_lp = s.shared.logprobs.is_some();

@@ -139,6 +139,9 @@ pub enum AbortReason {
     /// The grammar rejected the sampled token.
     #[error("grammar rejected token {0}")]
     GrammarRejected(u32),
+    /// The grammar cannot be followed further (e.g. too ambiguous).
+    #[error("grammar: {0}")]
+    Grammar(String),
     /// Decoding the output (stop strings, stop regex) failed.
     #[error("{0}")]
     Detokenize(String),

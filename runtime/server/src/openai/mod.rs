@@ -19,7 +19,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sglrs_model::chat::RenderOptions;
-use sglrs_scheduler::{FinishReason, SchedEvent, TokenLogprob};
+use sglrs_scheduler::{AbortReason, FinishReason, SchedEvent, TokenLogprob};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -374,8 +374,18 @@ fn usage_sum(all: &[Vec<SampleResult>]) -> Value {
 fn fail_on_abort(all: &[Vec<SampleResult>]) -> Result<(), ApiError> {
     crate::dispatch::refused_in_queue(all)?;
     for r in all.iter().flatten() {
-        if let Some(FinishReason::Abort(m)) = &r.finish {
-            return Err(ApiError::Internal(format!("generation aborted: {m}")));
+        match &r.finish {
+            // The request's own grammar cannot be followed (too ambiguous): its fault.
+            Some(FinishReason::Abort(AbortReason::Grammar(m))) => {
+                return Err(ApiError::BadRequest {
+                    message: format!("grammar: {m}"),
+                    param: None,
+                });
+            }
+            Some(FinishReason::Abort(m)) => {
+                return Err(ApiError::Internal(format!("generation aborted: {m}")));
+            }
+            _ => {}
         }
     }
     Ok(())
