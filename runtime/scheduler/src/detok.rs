@@ -274,13 +274,7 @@ impl DetokStream {
         let t = self.text.as_bytes();
         let mut hold = 0;
         for s in &self.stops {
-            let s = s.as_bytes();
-            for k in (1..s.len().min(t.len() + 1)).rev() {
-                if t.ends_with(&s[..k]) {
-                    hold = hold.max(k);
-                    break;
-                }
-            }
+            hold = hold.max(longest_prefix_at_end(s.as_bytes(), t));
         }
         let mut end = self.text.len() - hold;
         while !self.text.is_char_boundary(end) {
@@ -290,9 +284,81 @@ impl DetokStream {
     }
 }
 
+/// The longest proper prefix of `s` that `t` ends with, in O(|s|) time whatever the bytes
+/// (the prefix function of `s`, then Knuth–Morris–Pratt over `t`'s last `|s| - 1` bytes),
+/// where trying every prefix length is O(|s|²) on text like `aaaa…` against `a…aba…a`.
+fn longest_prefix_at_end(s: &[u8], t: &[u8]) -> usize {
+    let m = s.len();
+    if m < 2 {
+        return 0;
+    }
+    // pi[i]: length of the longest proper border of s[..=i].
+    let mut pi = vec![0usize; m];
+    let mut k = 0;
+    for i in 1..m {
+        while k > 0 && s[i] != s[k] {
+            k = pi[k - 1];
+        }
+        if s[i] == s[k] {
+            k += 1;
+        }
+        pi[i] = k;
+    }
+    // A prefix shorter than `m` that `t` ends with starts in its last `m - 1` bytes.
+    let mut k = 0;
+    for &c in &t[t.len().saturating_sub(m - 1)..] {
+        while k > 0 && (k == m || s[k] != c) {
+            k = pi[k - 1];
+        }
+        if s[k] == c {
+            k += 1;
+        }
+    }
+    if k == m {
+        pi[m - 1]
+    } else {
+        k
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The linear hold-back agrees with trying every prefix length, on all short strings
+    /// over a two-letter alphabet and on a long adversarial one.
+    #[test]
+    fn the_longest_stop_prefix_at_the_end_is_found_in_linear_time() {
+        let naive = |s: &[u8], t: &[u8]| -> usize {
+            (1..s.len().min(t.len() + 1))
+                .rev()
+                .find(|&k| t.ends_with(&s[..k]))
+                .unwrap_or(0)
+        };
+        let words = |n: usize| -> Vec<Vec<u8>> {
+            (0..1u32 << n)
+                .map(|b| {
+                    (0..n)
+                        .map(|i| if b >> i & 1 == 1 { b'a' } else { b'b' })
+                        .collect()
+                })
+                .collect()
+        };
+        for ls in 0..=6 {
+            for s in words(ls) {
+                for lt in 0..=7 {
+                    for t in words(lt) {
+                        assert_eq!(longest_prefix_at_end(&s, &t), naive(&s, &t), "{s:?} {t:?}");
+                    }
+                }
+            }
+        }
+        // A long stop string whose long prefixes all fail late against the text's end.
+        let stop = [vec![b'a'; 2048], vec![b'b'], vec![b'a'; 2047]].concat();
+        let text = vec![b'a'; 8000];
+        assert_eq!(longest_prefix_at_end(&stop, &text), 2048);
+        assert_eq!(longest_prefix_at_end(&stop, &text[..100]), 100);
+    }
 
     /// A byte-level decoder: each token is one byte; invalid UTF-8 decodes lossily (U+FFFD),
     /// as byte-level BPE tokenizers do.

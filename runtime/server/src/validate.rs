@@ -11,6 +11,9 @@ use sglrs_scheduler::sampler::SamplingConfig;
 use sglrs_scheduler::{LogprobConfig, StopConfig};
 use std::collections::HashMap;
 
+/// Longest stop string accepted, in bytes.
+pub const MAX_STOP_BYTES: usize = 4096;
+
 /// Largest `n`.
 pub const MAX_N: usize = 16;
 /// Largest `top_logprobs_num` / `top_logprobs`.
@@ -244,6 +247,21 @@ pub fn check_params(
     if stop_strings.len() > 16 {
         return Err(ApiError::bad("stop", "at most 16 stop strings"));
     }
+    // Each token is checked against every stop string: a 5 MB one cost 13 ms per token of
+    // the scheduler thread, which every other request waits on.
+    if let Some((i, s)) = stop_strings
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.len() > MAX_STOP_BYTES)
+    {
+        return Err(ApiError::bad(
+            "stop",
+            format!(
+                "stop string {i} is {} bytes; at most {MAX_STOP_BYTES}",
+                s.len()
+            ),
+        ));
+    }
     let mut logit_bias = Vec::new();
     for (k, &v) in raw.logit_bias.iter().flatten() {
         let id: u32 = k
@@ -465,6 +483,12 @@ mod tests {
         let e = check_params(&raw(r#"{"logit_bias": {"5000": 1}}"#), 10, L, "m").unwrap_err();
         assert!(e.to_string().contains("logit_bias"));
         assert!(serde_json::from_str::<RawSamplingParams>(r#"{"bogus": 1}"#).is_err());
+        // Stop strings: at most 16, each at most MAX_STOP_BYTES.
+        let long = serde_json::json!({"stop": ["ok", "x".repeat(MAX_STOP_BYTES + 1)]});
+        let e = check_params(&raw(&long.to_string()), 10, L, "m").unwrap_err();
+        assert!(e.to_string().starts_with("stop: stop string 1 is 4097 bytes"), "{e}");
+        let fits = serde_json::json!({"stop": ["x".repeat(MAX_STOP_BYTES)]});
+        assert!(check_params(&raw(&fits.to_string()), 10, L, "m").is_ok());
     }
 
     #[test]
