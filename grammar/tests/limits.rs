@@ -598,3 +598,17 @@ fn unambiguous_recursions_still_match_deep() {
     assert!(accepts(&g, &format!("b{}", "a".repeat(100))));
     assert!(!accepts(&g, "ab"));
 }
+
+/// Equal branches of an `anyOf` are one branch: under a recursive `$ref` two equal ones
+/// doubled the matcher's threads per level, and nesting 17 deep ran past the thread limit.
+#[test]
+fn equal_any_of_branches_do_not_multiply_parses() {
+    let v = json!({"anyOf": [
+        {"type": "array", "items": {"$ref": "#"}},
+        {"type": "array", "items": {"$ref": "#"}},
+    ]});
+    let g = compile_small(GrammarSpec::JsonSchema(v.to_string())).unwrap();
+    let deep = format!("{}{}", "[".repeat(60), "]".repeat(60));
+    assert!(accepts(&g, &deep));
+    assert!(!accepts(&g, "[[]"));
+}

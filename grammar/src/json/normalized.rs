@@ -229,7 +229,14 @@ impl JsonCompiler<'_> {
                 }
                 let branches = &owned_branches;
                 let exit = self.b.state()?;
+                // A branch of an `anyOf` equal to an earlier one adds no value, only a second
+                // parse of each value it matches (under a recursive `$ref`, one more per
+                // level: the matcher's threads double at each).
+                let mut seen = ValueSet::default();
                 for (i, br) in branches.iter().enumerate() {
+                    if kw == "anyOf" && !seen.insert(br) {
+                        continue;
+                    }
                     let bptr = format!("{ptr}/{kw}/{i}");
                     let e = if rest.keys().all(|k| is_annotation(k)) {
                         self.value(from, br, &bptr)?

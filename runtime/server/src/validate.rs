@@ -486,7 +486,11 @@ mod tests {
         // Stop strings: at most 16, each at most MAX_STOP_BYTES.
         let long = serde_json::json!({"stop": ["ok", "x".repeat(MAX_STOP_BYTES + 1)]});
         let e = check_params(&raw(&long.to_string()), 10, L, "m").unwrap_err();
-        assert!(e.to_string().starts_with("stop: stop string 1 is 4097 bytes"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("stop: stop string 1 is 4097 bytes"),
+            "{e}"
+        );
         let fits = serde_json::json!({"stop": ["x".repeat(MAX_STOP_BYTES)]});
         assert!(check_params(&raw(&fits.to_string()), 10, L, "m").is_ok());
     }
