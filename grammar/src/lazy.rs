@@ -207,6 +207,8 @@ pub(crate) struct Lazy {
     equiv: donor::EquivScratch,
     /// Token-budget planning (see [`budget`]).
     budget: budget::BudgetMemo,
+    /// Threads held by all configurations (for [`Lazy::heap_bytes`]).
+    config_threads: usize,
     /// Closure visits left to the current call ([`MAX_CALL_VISITS`], refilled by
     /// [`Lazy::begin_call`]).
     visits_left: u64,
@@ -249,6 +251,7 @@ impl Lazy {
             mask_bytes: 0,
             mask_budget,
             max_configs,
+            config_threads: 0,
             visits_left: MAX_CALL_VISITS,
             poisoned: false,
             sentinels: FastMap::default(),
@@ -323,6 +326,7 @@ impl Lazy {
         let h = Self::config_hash(&threads, accept);
         let prev = self.config_map.insert(h, id).unwrap_or(UNKNOWN);
         self.config_next.push(prev);
+        self.config_threads += threads.len();
         self.configs.push(Config {
             threads,
             accept,
@@ -829,6 +833,8 @@ impl Lazy {
         self.trans.len() * 4
             + self.mask_bytes
             + self.configs.len() * 64
+            + self.config_threads * 8
+            + (self.visited.capacity() + self.work.capacity() + self.out_buf.capacity()) * 8
             + self.stacks.len() * 24
             + self.seen_gen.len() * 8
             + self.equiv.heap_bytes()

@@ -562,6 +562,12 @@ fn ambiguous_recursions_end_in_an_error_not_a_runaway() {
             "{g:?}: {:?}",
             t.elapsed()
         );
+        // What the automaton holds is counted, so the grammar cache's byte limit sees it.
+        assert!(
+            cg.heap_bytes() > 1 << 20,
+            "{g:?}: {} bytes",
+            cg.heap_bytes()
+        );
         // Sticky for the grammar: a new matcher reports it at once.
         let fresh = Matcher::new(cg);
         assert!(matches!(
