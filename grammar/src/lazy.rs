@@ -65,6 +65,8 @@ pub(crate) const MAX_CLOSURE_VISITS: usize = 1 << 20;
 /// and JSONSchemaBench masks included, stay under 200,000 per call). Past it the automaton
 /// is poisoned, as above.
 pub(crate) const MAX_CALL_VISITS: u64 = 1 << 24;
+// `MatchError::TooAmbiguous`'s message says "16 times that per step".
+const _: () = assert!(MAX_CALL_VISITS == 16 * MAX_CLOSURE_VISITS as u64);
 
 /// A donor must be the successor of at least this many plain ASCII characters (see
 /// [`Lazy::fill_mask`]).

@@ -209,12 +209,12 @@ pub enum MatchError {
     /// Following the text needs more parse threads than the matcher keeps (an ambiguous
     /// recursion: one per way to parse the text so far); the grammar stays unusable.
     #[error(
-        "the grammar is too ambiguous to follow: one step needs more than {max} parse \
-         threads (a recursion that can parse the same text in many ways, e.g. `x ::= \"a\" x \
-         | \"a\" x \"b\" | \"\"`)"
+        "the grammar is too ambiguous to follow: a step needs more parse threads than the \
+         matcher keeps ({max} per closure, 16 times that per step; a recursion that can parse \
+         the same text in many ways, e.g. `x ::= \"a\" x | \"a\" x \"b\" | \"\"`)"
     )]
     TooAmbiguous {
-        /// The limit on the threads of one step.
+        /// The limit on the threads of one closure.
         max: usize,
     },
 }
