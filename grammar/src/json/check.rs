@@ -7,11 +7,12 @@ use serde_json::{Map, Value};
 use super::formats::format_regex;
 use super::norm::{num, type_bits};
 use super::{is_annotation, json_eq};
-use crate::regex::{parse, Flavor};
+use crate::regex::Flavor;
 
 /// Full match of `re` (parsed as `flavor`) against `t`; `None` when it cannot be compiled.
 /// Compiled patterns are kept per thread: an `enum` of thousands of strings beside a
-/// `pattern` checks every value against the same one.
+/// `pattern` checks every value against the same one, and product checks the same few key
+/// patterns against many branch pairs.
 pub(super) fn regex_full_match(re: &str, flavor: Flavor, t: &str) -> Option<bool> {
     use std::cell::RefCell;
     use std::collections::HashMap;
@@ -25,22 +26,10 @@ pub(super) fn regex_full_match(re: &str, flavor: Flavor, t: &str) -> Option<bool
             c.clear();
         }
         c.entry((re.to_string(), flavor))
-            .or_insert_with(|| full_match(re, flavor))
+            .or_insert_with(|| super::norm::full_match_regex_as(re, flavor).ok())
             .as_ref()
             .map(|r| r.is_match(t))
     })
-}
-
-fn full_match(re: &str, flavor: Flavor) -> Option<regex_automata::meta::Regex> {
-    let hir = parse(re, flavor).ok()?;
-    let full = regex_syntax::hir::Hir::concat(vec![
-        regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),
-        hir,
-        regex_syntax::hir::Hir::look(regex_syntax::hir::Look::End),
-    ]);
-    regex_automata::meta::Regex::builder()
-        .build_from_hir(&full)
-        .ok()
 }
 
 /// Checks `v` against a schema value (`true`, `false` or an object).

@@ -694,7 +694,15 @@ fn push_all(m: &mut Map<String, Value>, key: &str, vals: &[Value]) {
 
 /// A full-match regex for a JSON Schema pattern (search semantics included).
 pub(super) fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, String> {
-    let hir = crate::regex::parse(p, crate::regex::Flavor::EcmaSearch)?;
+    full_match_regex_as(p, crate::regex::Flavor::EcmaSearch)
+}
+
+/// [`full_match_regex`] for a pattern of any flavor.
+pub(super) fn full_match_regex_as(
+    p: &str,
+    flavor: crate::regex::Flavor,
+) -> Result<regex_automata::meta::Regex, String> {
+    let hir = crate::regex::parse(p, flavor)?;
     let full = regex_syntax::hir::Hir::concat(vec![
         regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),
         hir,

@@ -346,25 +346,9 @@ fn witness_excluded(m: &Map<String, Value>, keys: &[String], pats: &[String]) ->
     })
 }
 
-/// `check::regex_full_match` with ECMA search semantics, the compiled patterns kept per
-/// thread (the same few key patterns are checked against many branch pairs).
+/// Full match of an ECMA `pattern` against `text` (`check::regex_full_match`, cached).
 fn cached_match(pattern: &str, text: &str) -> Option<bool> {
-    use std::cell::RefCell;
-    use std::collections::HashMap;
-    thread_local! {
-        static CACHE: RefCell<HashMap<String, Option<regex_automata::meta::Regex>>> =
-            RefCell::new(HashMap::new());
-    }
-    CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.len() > 256 {
-            c.clear();
-        }
-        let re = c
-            .entry(pattern.to_string())
-            .or_insert_with(|| super::norm::full_match_regex(pattern).ok());
-        re.as_ref().map(|r| r.is_match(text))
-    })
+    super::check::regex_full_match(pattern, crate::regex::Flavor::EcmaSearch, text)
 }
 
 fn value_set(s: &Map<String, Value>) -> Option<&[Value]> {
