@@ -359,22 +359,13 @@ impl JsonCompiler<'_> {
                 _ => return Ok(None),
             }
         };
-        // The distinct candidates the item admits, up to 9 (more: not tracked here). The
-        // candidates are the item's own list, so the check skips the lists themselves
-        // (`enum`, `const`, `__not_enum` through sets): linear in a list however long.
-        let rest = super::normalized::without_value_lists(&item);
-        let excluded = match item.get("__not_enum") {
-            Some(Value::Array(e)) => super::ValueSet::of(e),
-            _ => super::ValueSet::default(),
-        };
-        let konst = item.get("const");
+        // The distinct candidates the item admits, up to 9 (more: not tracked here); the
+        // lists beside them are checked through sets, linear however long.
+        let vc = super::normalized::ValueCheck::of(&item);
         let mut seen = super::ValueSet::default();
         let mut vals: Vec<Value> = Vec::new();
         for v in candidates {
-            if konst.is_some_and(|c| !super::json_eq(c, &v)) || excluded.contains(&v) {
-                continue;
-            }
-            match super::check::check_value(&v, &rest) {
+            match vc.check(&v) {
                 Some(true) if seen.insert(&v) => vals.push(v),
                 Some(_) => {}
                 None => return Ok(None),

@@ -46,12 +46,12 @@ impl JsonCompiler<'_> {
             .cloned()
             .or_else(|| s.get("const").map(|c| vec![c.clone()]))
         {
-            let rest = without_value_lists(s);
+            let vc = ValueCheck::of(s);
             if values
                 .iter()
-                .all(|v| check::check_value(v, &rest).is_some())
+                .all(|v| check::check_value(v, &vc.rest).is_some())
             {
-                return self.enum_values(from, &values, s, ptr);
+                return self.enum_values(from, &values, &vc, ptr);
             }
         }
         if let Some(n) = s.get("not") {
@@ -271,10 +271,10 @@ impl JsonCompiler<'_> {
             }
         }
         if let Some(values) = s.get("enum").and_then(|e| e.as_array()).cloned() {
-            return self.enum_values(from, &values, s, ptr);
+            return self.enum_values(from, &values, &ValueCheck::of(s), ptr);
         }
         if let Some(c) = s.get("const").cloned() {
-            return self.enum_values(from, &[c], s, ptr);
+            return self.enum_values(from, &[c], &ValueCheck::of(s), ptr);
         }
         // Excluded arrays and objects (`not: {const: [..]}`, from complements of `enum`):
         // a value differs from one of them iff it is of another type, has another length
@@ -386,37 +386,21 @@ impl JsonCompiler<'_> {
         Ok(out)
     }
 
-    /// `enum`/`const`: the listed values that also satisfy the rest of the schema.
+    /// `enum`/`const`: the listed values that also satisfy the rest of the schema (`vc`,
+    /// the schema's [`ValueCheck`]).
     pub(super) fn enum_values(
         &mut self,
         from: StateId,
         values: &[Value],
-        s: &Map<String, Value>,
+        vc: &ValueCheck,
         ptr: &str,
     ) -> Result<StateId, CompileError> {
         let exit = self.b.state()?;
-        // Membership in the lists beside the values through sets, the other keywords
-        // checked value by value: linear in the list, however long.
-        let listed = match s.get("enum") {
-            Some(Value::Array(e)) => Some(ValueSet::of(e)),
-            _ => None,
-        };
-        let excluded = match s.get("__not_enum") {
-            Some(Value::Array(e)) => ValueSet::of(e),
-            _ => ValueSet::default(),
-        };
-        let rest = without_value_lists(s);
         for (i, v) in values.iter().enumerate() {
             if i % 256 == 255 {
                 self.b.check_deadline()?;
             }
-            if s.get("const").is_some_and(|c| !json_eq(c, v))
-                || listed.as_ref().is_some_and(|l| !l.contains(v))
-                || excluded.contains(v)
-            {
-                continue;
-            }
-            match check::check_value(v, &rest) {
+            match vc.check(v) {
                 Some(true) => {}
                 Some(false) => continue,
                 None => {
@@ -434,14 +418,47 @@ impl JsonCompiler<'_> {
     }
 }
 
-/// `s` without the keywords that list values (`enum`, `const`, `__not_enum`), which
-/// [`JsonCompiler::enum_values`] checks through sets.
-pub(super) fn without_value_lists(s: &Map<String, Value>) -> Map<String, Value> {
-    let mut rest = s.clone();
-    for k in ["enum", "const", "__not_enum"] {
-        rest.remove(k);
+/// A schema's keywords as a listed value (an `enum`/`const` member, a candidate item) is
+/// checked against them: `const`, `enum` and `__not_enum` through sets, linear in the lists
+/// however long, the others by `check::check_value` on [`ValueCheck::rest`].
+pub(super) struct ValueCheck {
+    konst: Option<Value>,
+    listed: Option<ValueSet>,
+    excluded: ValueSet,
+    /// The schema without its value lists.
+    pub(super) rest: Map<String, Value>,
+}
+
+impl ValueCheck {
+    pub(super) fn of(s: &Map<String, Value>) -> Self {
+        let mut rest = s.clone();
+        let konst = rest.remove("const");
+        let listed = match rest.remove("enum") {
+            Some(Value::Array(e)) => Some(ValueSet::of(&e)),
+            _ => None,
+        };
+        let excluded = match rest.remove("__not_enum") {
+            Some(Value::Array(e)) => ValueSet::of(&e),
+            _ => ValueSet::default(),
+        };
+        ValueCheck {
+            konst,
+            listed,
+            excluded,
+            rest,
+        }
     }
-    rest
+
+    /// Whether `v` satisfies the schema (`None`: a keyword cannot be decided here).
+    pub(super) fn check(&self, v: &Value) -> Option<bool> {
+        if self.konst.as_ref().is_some_and(|c| !json_eq(c, v))
+            || self.listed.as_ref().is_some_and(|l| !l.contains(v))
+            || self.excluded.contains(v)
+        {
+            return Some(false);
+        }
+        check::check_value(v, &self.rest)
+    }
 }
 
 /// Schemas whose union is every value but `v` (an array or an object): another type,
