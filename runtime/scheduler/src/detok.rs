@@ -121,6 +121,8 @@ pub struct DetokStream {
     text: String,
     sent: usize,
     stops: Vec<String>,
+    /// Per stop string, its prefix function (see [`borders`]), for the hold-back.
+    stop_borders: Vec<Vec<usize>>,
     max_stop_len: usize,
     regex: Option<RegexScan>,
     no_stop_trim: bool,
@@ -151,11 +153,13 @@ impl DetokStream {
         } = opts;
         let stops: Vec<String> = stops.into_iter().filter(|s| !s.is_empty()).collect();
         let max_stop_len = stops.iter().map(String::len).max().unwrap_or(0);
+        let stop_borders = stops.iter().map(|s| borders(s.as_bytes())).collect();
         Self {
             decoder: IncrementalDecoder::new(context, skip_special),
             text: String::new(),
             sent: 0,
             stops,
+            stop_borders,
             max_stop_len,
             regex: stop_regex.map(RegexScan::new),
             no_stop_trim,
@@ -273,8 +277,8 @@ impl DetokStream {
     fn safe_end(&self) -> usize {
         let t = self.text.as_bytes();
         let mut hold = 0;
-        for s in &self.stops {
-            hold = hold.max(longest_prefix_at_end(s.as_bytes(), t));
+        for (s, pi) in self.stops.iter().zip(&self.stop_borders) {
+            hold = hold.max(longest_prefix_at_end(s.as_bytes(), pi, t));
         }
         let mut end = self.text.len() - hold;
         while !self.text.is_char_boundary(end) {
@@ -284,18 +288,12 @@ impl DetokStream {
     }
 }
 
-/// The longest proper prefix of `s` that `t` ends with, in O(|s|) time whatever the bytes
-/// (the prefix function of `s`, then Knuth–Morris–Pratt over `t`'s last `|s| - 1` bytes),
-/// where trying every prefix length is O(|s|²) on text like `aaaa…` against `a…aba…a`.
-fn longest_prefix_at_end(s: &[u8], t: &[u8]) -> usize {
-    let m = s.len();
-    if m < 2 {
-        return 0;
-    }
-    // pi[i]: length of the longest proper border of s[..=i].
-    let mut pi = vec![0usize; m];
+/// The prefix function of `s`: entry `i` is the length of the longest proper border of
+/// `s[..=i]` (a prefix that is also a suffix).
+fn borders(s: &[u8]) -> Vec<usize> {
+    let mut pi = vec![0usize; s.len()];
     let mut k = 0;
-    for i in 1..m {
+    for i in 1..s.len() {
         while k > 0 && s[i] != s[k] {
             k = pi[k - 1];
         }
@@ -303,6 +301,17 @@ fn longest_prefix_at_end(s: &[u8], t: &[u8]) -> usize {
             k += 1;
         }
         pi[i] = k;
+    }
+    pi
+}
+
+/// The longest proper prefix of `s` that `t` ends with, in O(|s|) time whatever the bytes
+/// (Knuth–Morris–Pratt with `s`'s prefix function `pi` over `t`'s last `|s| - 1` bytes),
+/// where trying every prefix length is O(|s|²) on text like `aaaa…` against `a…aba…a`.
+fn longest_prefix_at_end(s: &[u8], pi: &[usize], t: &[u8]) -> usize {
+    let m = s.len();
+    if m < 2 {
+        return 0;
     }
     // A prefix shorter than `m` that `t` ends with starts in its last `m - 1` bytes.
     let mut k = 0;
@@ -348,7 +357,11 @@ mod tests {
             for s in words(ls) {
                 for lt in 0..=7 {
                     for t in words(lt) {
-                        assert_eq!(longest_prefix_at_end(&s, &t), naive(&s, &t), "{s:?} {t:?}");
+                        assert_eq!(
+                            longest_prefix_at_end(&s, &borders(&s), &t),
+                            naive(&s, &t),
+                            "{s:?} {t:?}"
+                        );
                     }
                 }
             }
@@ -356,8 +369,11 @@ mod tests {
         // A long stop string whose long prefixes all fail late against the text's end.
         let stop = [vec![b'a'; 2048], vec![b'b'], vec![b'a'; 2047]].concat();
         let text = vec![b'a'; 8000];
-        assert_eq!(longest_prefix_at_end(&stop, &text), 2048);
-        assert_eq!(longest_prefix_at_end(&stop, &text[..100]), 100);
+        assert_eq!(longest_prefix_at_end(&stop, &borders(&stop), &text), 2048);
+        assert_eq!(
+            longest_prefix_at_end(&stop, &borders(&stop), &text[..100]),
+            100
+        );
     }
 
     /// A byte-level decoder: each token is one byte; invalid UTF-8 decodes lossily (U+FFFD),
