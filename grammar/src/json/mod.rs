@@ -620,7 +620,7 @@ impl<'a> JsonCompiler<'a> {
             return self.b.call(from, rule);
         }
         let mark = self.merged_refs.len();
-        let norm = self.normalize(map, ptr, 0);
+        let norm = self.normalize_cow(map, ptr, 0);
         self.normalized_marked(from, norm, mark, ptr)
     }
 
@@ -647,7 +647,7 @@ impl<'a> JsonCompiler<'a> {
     fn normalized_marked(
         &mut self,
         from: StateId,
-        norm: Result<Map<String, Value>, CompileError>,
+        norm: Result<std::borrow::Cow<'_, Map<String, Value>>, CompileError>,
         mark: usize,
         ptr: &str,
     ) -> Result<StateId, CompileError> {

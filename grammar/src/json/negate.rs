@@ -59,13 +59,14 @@ impl JsonCompiler<'_> {
             return Ok(None);
         }
         let mark = self.merged_refs.len();
-        let m = self.normalize(m, ptr, depth + 1);
+        let m = self.normalize_cow(m, ptr, depth + 1);
         self.merged_refs.truncate(mark);
-        let m = m?;
+        let m_cow = m?;
+        let m: &Map<String, Value> = &m_cow;
         let mut alts: Vec<Value> = Vec::new();
         let excl_min = m.get("exclusiveMinimum") == Some(&Value::Bool(true));
         let excl_max = m.get("exclusiveMaximum") == Some(&Value::Bool(true));
-        for (k, v) in &m {
+        for (k, v) in m {
             if is_annotation(k) {
                 continue;
             }
@@ -192,8 +193,8 @@ impl JsonCompiler<'_> {
                 // pattern.
                 "additionalProperties" if v == &Value::Bool(false) => {
                     let (keys, pats) = (
-                        member_keys(&m, "properties"),
-                        member_keys(&m, "patternProperties"),
+                        member_keys(m, "properties"),
+                        member_keys(m, "patternProperties"),
                     );
                     alts.push(json!({"type": "object",
                         "__has_other": [{"keys": keys, "patterns": pats}]}));
@@ -208,8 +209,8 @@ impl JsonCompiler<'_> {
                         None => return Ok(None),
                     };
                     let (keys, pats) = (
-                        member_keys(&m, "properties"),
-                        member_keys(&m, "patternProperties"),
+                        member_keys(m, "properties"),
+                        member_keys(m, "patternProperties"),
                     );
                     alts.push(json!({"type": "object",
                         "__has_other": [{"keys": keys, "patterns": pats, "value": neg,

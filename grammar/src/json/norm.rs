@@ -2,6 +2,8 @@
 //! intersection where the keywords allow it, an error otherwise), `oneOf` is checked for
 //! disjoint branches, and values are checked against simple schemas (for `enum`).
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 pub(super) use super::product::disjoint;
@@ -34,6 +36,17 @@ impl JsonCompiler<'_> {
         ptr: &str,
         depth: u32,
     ) -> Result<Map<String, Value>, CompileError> {
+        self.normalize_cow(map, ptr, depth).map(Cow::into_owned)
+    }
+
+    /// [`Self::normalize`] without a copy of a schema that has nothing to merge (most of
+    /// them): copying every subschema at every level made compiles quadratic in depth.
+    pub(super) fn normalize_cow<'m>(
+        &mut self,
+        map: &'m Map<String, Value>,
+        ptr: &str,
+        depth: u32,
+    ) -> Result<Cow<'m, Map<String, Value>>, CompileError> {
         if depth > MAX_MERGE_DEPTH {
             return Err(CompileError::Unsupported {
                 keyword: "allOf".into(),
@@ -42,7 +55,7 @@ impl JsonCompiler<'_> {
             });
         }
         if !map.contains_key("allOf") && !map.contains_key("$ref") {
-            return Ok(map.clone());
+            return Ok(Cow::Borrowed(map));
         }
         let mut out = map.clone();
         let mut parts: Vec<(Value, String)> = Vec::new();
@@ -71,12 +84,12 @@ impl JsonCompiler<'_> {
             acc = self.merge_schemas(&acc, &p, &pptr, depth + 1)?;
         }
         match acc {
-            Value::Object(m) => Ok(m),
-            Value::Bool(true) => Ok(Map::new()),
+            Value::Object(m) => Ok(Cow::Owned(m)),
+            Value::Bool(true) => Ok(Cow::Owned(Map::new())),
             _ => {
                 let mut m = Map::new();
                 m.insert("__false".into(), Value::Bool(true));
-                Ok(m)
+                Ok(Cow::Owned(m))
             }
         }
     }
@@ -105,12 +118,17 @@ impl JsonCompiler<'_> {
             let b = rb.unwrap_or_else(|| Value::Object(b.clone()));
             return self.merge_schemas(&a, &b, ptr, depth + 1);
         }
-        let mut a = self.normalize(a, ptr, depth + 1)?;
-        let mut b = self.normalize(b, ptr, depth + 1)?;
+        // Borrowed where there is nothing to merge: only `out` below is a copy.
+        let mut a = self.normalize_cow(a, ptr, depth + 1)?;
+        let mut b = self.normalize_cow(b, ptr, depth + 1)?;
         // `minContains` / `maxContains` count only their own side's `contains`: without one
         // they say nothing, and kept they would count the other side's.
         for m in [&mut a, &mut b] {
-            if !m.contains_key("contains") && !m.contains_key("__contains") {
+            if !m.contains_key("contains")
+                && !m.contains_key("__contains")
+                && (m.contains_key("minContains") || m.contains_key("maxContains"))
+            {
+                let m = m.to_mut();
                 m.remove("minContains");
                 m.remove("maxContains");
             }
@@ -121,19 +139,19 @@ impl JsonCompiler<'_> {
             if let (Some(x), Some(y)) = (a.get(kw), b.get(kw)) {
                 if !json_eq(x, y) {
                     if let Some(d) = self.desugar(&b, kw, ptr)? {
-                        b = d;
+                        b = Cow::Owned(d);
                     }
                 }
             }
         }
-        let mut out = a.clone();
+        let mut out = a.clone().into_owned();
         let unsat = |out: &mut Map<String, Value>| {
             out.insert("__false".into(), Value::Bool(true));
         };
         // Tuples (`prefixItems`, or `items` as an array): merged position by position below,
         // each side's rest schema applying to the other side's extra positions.
         let tuple_mode = has_tuple(&a) || has_tuple(&b);
-        for (k, bv) in &b {
+        for (k, bv) in b.iter() {
             if tuple_mode && matches!(k.as_str(), "items" | "prefixItems" | "additionalItems") {
                 continue;
             }
@@ -575,7 +593,7 @@ impl JsonCompiler<'_> {
                     Value::Bool(false) => 0,
                     Value::Object(bm) => {
                         let mark = self.merged_refs.len();
-                        let n = self.normalize(bm, "#", depth + 1);
+                        let n = self.normalize_cow(bm, "#", depth + 1);
                         self.merged_refs.truncate(mark);
                         match n {
                             Ok(n) => self.deep_type_bits(&n, depth + 1),

@@ -194,9 +194,14 @@ impl JsonCompiler<'_> {
                 let branches = branches
                     .as_array()
                     .ok_or_else(|| self.invalid(ptr, &format!("{kw} must be an array")))?;
-                let mut rest = s.clone();
-                rest.remove(kw);
-                let mut owned_branches = branches.clone();
+                // The rest without the branches (a copy of those only where `oneOf` rewrites
+                // them): a large schema's `anyOf` copied nothing but its siblings.
+                let rest: Map<String, Value> = s
+                    .iter()
+                    .filter(|(k, _)| k.as_str() != kw)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let mut owned_branches = std::borrow::Cow::Borrowed(branches);
                 if kw == "oneOf" {
                     // Branches that may overlap: each excludes the others' values.
                     let overlaps = self.check_one_of(branches, &rest, ptr)?;
@@ -222,12 +227,15 @@ impl JsonCompiler<'_> {
                                 )?;
                                 continue;
                             };
-                            let cur = owned_branches[a].clone();
-                            owned_branches[a] = serde_json::json!({"allOf": [cur, neg]});
+                            let owned = owned_branches.to_mut();
+                            let cur = owned[a].take();
+                            owned[a] = serde_json::json!({"allOf": [cur, neg]});
                         }
                     }
                 }
-                let branches = &owned_branches;
+                let branches: &[Value] = &owned_branches;
+                let only_annotations = rest.keys().all(|k| is_annotation(k));
+                let rest = Value::Object(rest);
                 let exit = self.b.state()?;
                 // A branch of an `anyOf` equal to an earlier one adds no value, only a second
                 // parse of each value it matches (under a recursive `$ref`, one more per
@@ -238,15 +246,18 @@ impl JsonCompiler<'_> {
                         continue;
                     }
                     let bptr = format!("{ptr}/{kw}/{i}");
-                    let e = if rest.keys().all(|k| is_annotation(k)) {
+                    let e = if only_annotations {
                         self.value(from, br, &bptr)?
                     } else {
                         let mark = self.merged_refs.len();
-                        let merged = self.merge_schemas(&Value::Object(rest.clone()), br, &bptr, 0);
+                        let merged = self.merge_schemas(&rest, br, &bptr, 0);
                         match merged {
-                            Ok(Value::Object(m)) => {
-                                self.normalized_marked(from, Ok(m), mark, &bptr)?
-                            }
+                            Ok(Value::Object(m)) => self.normalized_marked(
+                                from,
+                                Ok(std::borrow::Cow::Owned(m)),
+                                mark,
+                                &bptr,
+                            )?,
                             Ok(other) => {
                                 self.merged_refs.truncate(mark);
                                 self.value(from, &other, &bptr)?
