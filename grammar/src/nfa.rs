@@ -425,21 +425,31 @@ impl Nfa {
             return Err(CompileError::Empty);
         }
         // Reverse edges: (target -> sources) for bytes/eps, and ret -> (caller, rule).
-        let mut rev: Vec<Vec<StateId>> = vec![Vec::new(); n];
-        let mut rev_call: Vec<Vec<(StateId, RuleId)>> = vec![Vec::new(); n];
-        let mut callers_by_rule: Vec<Vec<(StateId, StateId)>> = vec![Vec::new(); nr];
-        for (s, st) in self.states.iter().enumerate() {
-            for &(_, _, t) in &st.bytes {
-                rev[t as usize].push(s as StateId);
+        let states = &self.states;
+        let rev: Csr<StateId> = Csr::build(n, |add| {
+            for (s, st) in states.iter().enumerate() {
+                for &(_, _, t) in &st.bytes {
+                    add(t as usize, s as StateId);
+                }
+                for &t in &st.eps {
+                    add(t as usize, s as StateId);
+                }
             }
-            for &t in &st.eps {
-                rev[t as usize].push(s as StateId);
+        });
+        let rev_call: Csr<(StateId, RuleId)> = Csr::build(n, |add| {
+            for (s, st) in states.iter().enumerate() {
+                for &(r, ret) in &st.calls {
+                    add(ret as usize, (s as StateId, r));
+                }
             }
-            for &(r, ret) in &st.calls {
-                rev_call[ret as usize].push((s as StateId, r));
-                callers_by_rule[r as usize].push((s as StateId, ret));
+        });
+        let callers_by_rule: Csr<(StateId, StateId)> = Csr::build(nr, |add| {
+            for (s, st) in states.iter().enumerate() {
+                for &(r, ret) in &st.calls {
+                    add(r as usize, (s as StateId, ret));
+                }
             }
-        }
+        });
         // live[s]: s can reach its rule's end. A call edge counts once its rule is productive
         // (its start is live).
         let mut live = vec![false; n];
@@ -456,13 +466,13 @@ impl Nfa {
                 if popped.is_multiple_of(65_536) && deadline.is_some_and(|dl| Instant::now() > dl) {
                     return Err(CompileError::Timeout);
                 }
-                for &s in &rev[t as usize] {
+                for &s in rev.of(t as usize) {
                     if !live[s as usize] {
                         live[s as usize] = true;
                         stack.push(s);
                     }
                 }
-                for &(s, r) in &rev_call[t as usize] {
+                for &(s, r) in rev_call.of(t as usize) {
                     if productive[r as usize] && !live[s as usize] {
                         live[s as usize] = true;
                         stack.push(s);
@@ -474,7 +484,7 @@ impl Nfa {
                 if !productive[ri] && live[r.start as usize] {
                     productive[ri] = true;
                     changed = true;
-                    for &(caller, ret) in &callers_by_rule[ri] {
+                    for &(caller, ret) in callers_by_rule.of(ri) {
                         if live[ret as usize] && !live[caller as usize] {
                             live[caller as usize] = true;
                             stack.push(caller);
@@ -509,26 +519,38 @@ impl Nfa {
         let n = self.states.len();
         let nr = self.rules.len();
         // Reverse moves: target -> (source, weight) for bytes (1) and eps (0).
-        let mut rev: Vec<Vec<(StateId, u32)>> = vec![Vec::new(); n];
+        let states = &self.states;
+        let rev: Csr<(StateId, u32)> = Csr::build(n, |add| {
+            for (s, st) in states.iter().enumerate() {
+                for &(_, _, t) in &st.bytes {
+                    add(t as usize, (s as StateId, 1));
+                }
+                for &t in &st.eps {
+                    add(t as usize, (s as StateId, 0));
+                }
+            }
+        });
         // ret state -> (caller, rule); rule -> (caller, ret); start state -> rules.
-        let mut rev_ret: Vec<Vec<(StateId, RuleId)>> = vec![Vec::new(); n];
-        let mut callers: Vec<Vec<(StateId, StateId)>> = vec![Vec::new(); nr];
-        let mut starts: Vec<Vec<RuleId>> = vec![Vec::new(); n];
-        for (s, st) in self.states.iter().enumerate() {
-            for &(_, _, t) in &st.bytes {
-                rev[t as usize].push((s as StateId, 1));
+        let rev_ret: Csr<(StateId, RuleId)> = Csr::build(n, |add| {
+            for (s, st) in states.iter().enumerate() {
+                for &(r, ret) in &st.calls {
+                    add(ret as usize, (s as StateId, r));
+                }
             }
-            for &t in &st.eps {
-                rev[t as usize].push((s as StateId, 0));
+        });
+        let callers: Csr<(StateId, StateId)> = Csr::build(nr, |add| {
+            for (s, st) in states.iter().enumerate() {
+                for &(r, ret) in &st.calls {
+                    add(r as usize, (s as StateId, ret));
+                }
             }
-            for &(r, ret) in &st.calls {
-                rev_ret[ret as usize].push((s as StateId, r));
-                callers[r as usize].push((s as StateId, ret));
+        });
+        let rules = &self.rules;
+        let starts: Csr<RuleId> = Csr::build(n, |add| {
+            for (ri, r) in rules.iter().enumerate() {
+                add(r.start as usize, ri as RuleId);
             }
-        }
-        for (ri, r) in self.rules.iter().enumerate() {
-            starts[r.start as usize].push(ri as RuleId);
-        }
+        });
         let mut dist = vec![u32::MAX; n];
         let mut rule_min = vec![u32::MAX; nr];
         let mut done = vec![false; n];
@@ -556,11 +578,11 @@ impl Nfa {
             if settled.is_multiple_of(65_536) && deadline.is_some_and(|dl| Instant::now() > dl) {
                 return Err(CompileError::Timeout);
             }
-            for &(s, w) in &rev[t as usize] {
+            for &(s, w) in rev.of(t as usize) {
                 relax(&mut heap, &mut dist, s, d.saturating_add(w));
             }
             // t is the return state of calls whose rule is already settled.
-            for &(s, r) in &rev_ret[t as usize] {
+            for &(s, r) in rev_ret.of(t as usize) {
                 if rule_min[r as usize] != u32::MAX {
                     relax(
                         &mut heap,
@@ -571,9 +593,9 @@ impl Nfa {
                 }
             }
             // t is a rule's start: the rule's minimum is now final.
-            for &r in &starts[t as usize] {
+            for &r in starts.of(t as usize) {
                 rule_min[r as usize] = d;
-                for &(s, ret) in &callers[r as usize] {
+                for &(s, ret) in callers.of(r as usize) {
                     if done[ret as usize] {
                         let cand = d.saturating_add(dist[ret as usize]);
                         relax(&mut heap, &mut dist, s, cand);
@@ -584,6 +606,39 @@ impl Nfa {
         self.dist = dist;
         self.rule_min = rule_min;
         Ok(())
+    }
+}
+
+/// Adjacency lists of `n` nodes in one buffer (compressed sparse rows). The passes over a
+/// finished NFA walk its moves backwards; a `Vec` per state made building those reverse
+/// lists the larger part of their time (hundreds of thousands of small allocations).
+struct Csr<T> {
+    /// `items[start[v]..start[v + 1]]` is node `v`'s list.
+    start: Vec<u32>,
+    items: Vec<T>,
+}
+
+impl<T: Copy + Default> Csr<T> {
+    /// The lists `edges` yields, each in the order it yields them: `edges` is called twice
+    /// (once to count, once to fill) and must yield the same pairs both times.
+    fn build(n: usize, edges: impl Fn(&mut dyn FnMut(usize, T))) -> Self {
+        let mut start = vec![0u32; n + 1];
+        edges(&mut |v, _| start[v + 1] += 1);
+        for v in 0..n {
+            start[v + 1] += start[v];
+        }
+        let mut next: Vec<u32> = start[..n].to_vec();
+        let mut items = vec![T::default(); start[n] as usize];
+        edges(&mut |v, x| {
+            items[next[v] as usize] = x;
+            next[v] += 1;
+        });
+        Csr { start, items }
+    }
+
+    /// Node `v`'s list.
+    fn of(&self, v: usize) -> &[T] {
+        &self.items[self.start[v] as usize..self.start[v + 1] as usize]
     }
 }
 
