@@ -25,6 +25,12 @@ use std::time::Instant;
 use serde_json::{Map, Value};
 use sglrs_grammar::{CompileError, CompileOptions, CompiledGrammar, Matcher, TokenVocab};
 
+/// The allocator of the `sglrs` binary (`runtime/src/main.rs`): compiles allocate many
+/// small schema maps and NFA states, and glibc's malloc made them up to ~40% slower, so
+/// schemas near the deadline were refused here that the server compiles.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 #[derive(Default)]
