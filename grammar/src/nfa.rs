@@ -660,6 +660,21 @@ mod tests {
     }
 
     #[test]
+    fn csr_lists_keep_the_order_they_were_yielded_in() {
+        let edges = [(2usize, 7u32), (0, 1), (2, 5), (3, 9), (2, 6)];
+        let csr: Csr<u32> = Csr::build(5, |add| {
+            for &(v, x) in &edges {
+                add(v, x);
+            }
+        });
+        assert_eq!(csr.of(0), &[1]);
+        assert!(csr.of(1).is_empty());
+        assert_eq!(csr.of(2), &[7, 5, 6]);
+        assert_eq!(csr.of(3), &[9]);
+        assert!(csr.of(4).is_empty());
+    }
+
+    #[test]
     fn trim_removes_dead_branch() {
         let mut b = Builder::new(budget());
         let r = b.new_rule().unwrap();
