@@ -1,5 +1,5 @@
-//! Enforcing `uniqueItems` on arrays of strings while matching (see `json/unique.rs` for
-//! what the compiler guarantees).
+//! Enforcing `uniqueItems` on arrays of strings and of integers while matching (see
+//! `json/unique.rs` for what the compiler guarantees).
 //!
 //! The matcher of a grammar with unique-item arrays keeps the text it accepted and a
 //! [`JsonTracker`] over it. Before the closing quote of a string that repeats an earlier
@@ -9,7 +9,11 @@
 //! the token trie along `rest of the earlier item + '"'`; tokens with two or more quotes
 //! (which may close a later item inside the token) are checked by following them.
 //!
-//! Items of bounded kinds (`enum`, `maxLength`, patterns) may run out of new values: a
+//! Integer items (whole arrays only, below) have no closing byte: one ends at the byte after
+//! its last digit (`,`, `]` or whitespace), and a repeat is refused before that byte.
+//!
+//! Items of bounded kinds (`enum`, `maxLength`, patterns, integer bounds) may run out of new
+//! values: a
 //! prefix can be one whose every completion is an earlier item, or a new item may have no
 //! value left. Inside such arrays ([`crate::nfa::Nfa::unique_arrays`]) every step is also
 //! checked with [`can_end_new`] (a walk along the earlier items' rests, looking for a byte
@@ -25,15 +29,16 @@ use crate::vocab::TokenVocab;
 struct Frame {
     /// An array (else an object).
     array: bool,
-    /// Byte ranges (content, no quotes) of the complete strings directly in this array.
-    items: Vec<(u32, u32)>,
+    /// The complete strings and numbers directly in this array: byte ranges (a string's
+    /// content without its quotes, a number's text) and whether the item is a number.
+    items: Vec<(u32, u32, bool)>,
     /// An array where the next value would be a new item (after `[` or `,`).
     expect_item: bool,
 }
 
-/// Follows JSON text byte by byte: open containers, strings, the string items of each open
-/// array. JSON's structure is unambiguous, so this is the structure every reading of the
-/// text agrees on.
+/// Follows JSON text byte by byte: open containers, strings, the string and number items of
+/// each open array. JSON's structure is unambiguous, so this is the structure every reading
+/// of the text agrees on.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct JsonTracker {
     bytes: Vec<u8>,
@@ -41,6 +46,8 @@ pub(crate) struct JsonTracker {
     in_str: bool,
     esc: bool,
     str_start: u32,
+    /// Start of the number being written as an item of the innermost array.
+    num_start: Option<u32>,
 }
 
 /// What [`JsonTracker::restore`] needs to undo bytes pushed after [`JsonTracker::checkpoint`].
@@ -50,6 +57,16 @@ pub(crate) struct Checkpoint {
     in_str: bool,
     esc: bool,
     str_start: u32,
+    num_start: Option<u32>,
+}
+
+/// Stands in a number item's rest for "the byte that ends it" (`,`, `]`, whitespace): NUL
+/// never appears outside a string, so no automaton takes it there.
+const NUM_END: u8 = 0;
+
+/// A byte that can continue a JSON number.
+fn is_num_byte(b: u8) -> bool {
+    b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E')
 }
 
 impl JsonTracker {
@@ -71,10 +88,24 @@ impl JsonTracker {
                 self.in_str = false;
                 let start = self.str_start;
                 if let Some(f) = self.frames.last_mut().filter(|f| f.array) {
-                    f.items.push((start, pos));
+                    f.items.push((start, pos, false));
                 }
             }
             return;
+        }
+        if let Some(start) = self.num_start {
+            if is_num_byte(b) {
+                return;
+            }
+            self.num_start = None;
+            if let Some(f) = self.frames.last_mut().filter(|f| f.array) {
+                f.items.push((start, pos, true));
+            }
+        }
+        if (b == b'-' || b.is_ascii_digit())
+            && self.frames.last().is_some_and(|f| f.array && f.expect_item)
+        {
+            self.num_start = Some(pos);
         }
         if let Some(f) = self.frames.last_mut() {
             match b {
@@ -120,6 +151,7 @@ impl JsonTracker {
             in_str: self.in_str,
             esc: self.esc,
             str_start: self.str_start,
+            num_start: self.num_start,
         }
     }
 
@@ -130,6 +162,7 @@ impl JsonTracker {
         self.in_str = cp.in_str;
         self.esc = cp.esc;
         self.str_start = cp.str_start;
+        self.num_start = cp.num_start;
     }
 
     /// The content of the open string, when it is directly inside an array and the next
@@ -142,23 +175,31 @@ impl JsonTracker {
         Some(&self.bytes[self.str_start as usize..])
     }
 
-    /// True when a `"` now would close a string item equal to an earlier item of its array.
-    fn closing_repeats(&self) -> bool {
-        let Some(cur) = self.open_item() else {
-            return false;
+    /// True when `b` now would end an item equal to an earlier item of its array: the `"`
+    /// closing a string item, or the byte after a number item.
+    fn ending_repeats(&self, b: u8) -> bool {
+        let (cur, num) = match self.num_start {
+            Some(start) if !is_num_byte(b) => (&self.bytes[start as usize..], true),
+            Some(_) => return false,
+            None if b == b'"' => match self.open_item() {
+                Some(cur) => (cur, false),
+                None => return false,
+            },
+            None => return false,
         };
         let Some(f) = self.frames.last() else {
             return false;
         };
         f.items
             .iter()
-            .any(|&(a, b)| &self.bytes[a as usize..b as usize] == cur)
+            .any(|&(a, e, n)| n == num && &self.bytes[a as usize..e as usize] == cur)
     }
 
-    /// The texts that would make the value being written here repeat an earlier string
-    /// item of the innermost array, each up to and including its closing quote: inside an
-    /// open item, the rests of the earlier items it starts; where a new item may start,
-    /// the earlier items, quoted. Empty when nothing here can repeat.
+    /// The texts that would make the value being written here repeat an earlier item of
+    /// the innermost array, each up to and including what ends it (a string's closing
+    /// quote, [`NUM_END`] after a number): inside an open item, the rests of the earlier
+    /// items of its kind it starts; where a new item may start, the earlier items (strings
+    /// quoted). Empty when nothing here can repeat.
     fn pending_rests(&self) -> Vec<Vec<u8>> {
         if self.in_str {
             let mut rests = self.repeat_rests();
@@ -167,13 +208,37 @@ impl JsonTracker {
             }
             return rests;
         }
+        if let Some(start) = self.num_start {
+            let cur = &self.bytes[start as usize..];
+            let Some(f) = self.frames.last() else {
+                return Vec::new();
+            };
+            let mut out: Vec<Vec<u8>> = f
+                .items
+                .iter()
+                .filter(|&&(_, _, n)| n)
+                .map(|&(a, e, _)| &self.bytes[a as usize..e as usize])
+                .filter(|it| it.starts_with(cur))
+                .map(|it| [&it[cur.len()..], &[NUM_END]].concat())
+                .collect();
+            out.sort();
+            out.dedup();
+            return out;
+        }
         let Some(f) = self.frames.last().filter(|f| f.array && f.expect_item) else {
             return Vec::new();
         };
         let mut out: Vec<Vec<u8>> = f
             .items
             .iter()
-            .map(|&(a, b)| [b"\"", &self.bytes[a as usize..b as usize], b"\""].concat())
+            .map(|&(a, e, n)| {
+                let it = &self.bytes[a as usize..e as usize];
+                if n {
+                    [it, &[NUM_END]].concat()
+                } else {
+                    [b"\"", it, b"\""].concat()
+                }
+            })
             .collect();
         out.sort();
         out.dedup();
@@ -197,7 +262,8 @@ impl JsonTracker {
         let mut out: Vec<Vec<u8>> = f
             .items
             .iter()
-            .map(|&(a, b)| &self.bytes[a as usize..b as usize])
+            .filter(|&&(_, _, n)| !n)
+            .map(|&(a, e, _)| &self.bytes[a as usize..e as usize])
             .filter(|it| it.starts_with(cur))
             .map(|it| it[cur.len()..].to_vec())
             .collect();
@@ -237,7 +303,7 @@ pub(crate) fn advance(
     bytes: &[u8],
 ) -> ConfigId {
     for &b in bytes {
-        if b == b'"' && tracker.closing_repeats() {
+        if tracker.ending_repeats(b) {
             c = without_unique(nfa, lazy, c);
             if c == DEAD {
                 return DEAD;
@@ -309,8 +375,12 @@ fn can_end_new_within(
             }
             let cp = tracker.checkpoint();
             let n = advance(nfa, lazy, c, tracker, &[b]);
+            // A new number item ends at `,` or `]`; after a `,` another item must be able
+            // to start.
+            let ok = n != DEAD
+                && (in_str || b != b',' || can_end_new_within(nfa, lazy, n, tracker, budget));
             tracker.restore(cp);
-            if n != DEAD {
+            if ok {
                 return true;
             }
         }

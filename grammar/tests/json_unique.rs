@@ -1,6 +1,6 @@
-//! `uniqueItems` on arrays of free strings: repeats are refused exactly, by value, in the
-//! innermost array only, beside other readings of the same text (`anyOf`), and masks,
-//! closing bytes and rollback agree with it. Checked against an independent validator
+//! `uniqueItems` on arrays of free strings, bounded strings and integers: repeats are
+//! refused exactly, by value, in the innermost array only, beside other readings of the same
+//! text (`anyOf`), and masks, closing bytes and rollback agree with it. Checked against an independent validator
 //! (serde_json + a uniqueness check) on random walks with the Llama-3 vocabulary.
 
 mod common;
@@ -97,6 +97,11 @@ fn items_of_other_kinds_stay_refused() {
         r#"{"type":"array","items":{"type":["string","null"],"maxLength":3},"uniqueItems":true}"#,
         // A finite item set might not reach minItems.
         r#"{"type":"array","items":{"type":"string","maxLength":3},"uniqueItems":true,"minItems":2}"#,
+        r#"{"type":"array","items":{"type":"integer","minimum":0,"maximum":9},"uniqueItems":true,"minItems":2}"#,
+        // Numbers have several spellings of one value (`1`, `1.0`, `1e0`).
+        r#"{"type":"array","items":{"type":"number"},"uniqueItems":true}"#,
+        // Listed values keep their spellings (`2.0` beside `2`).
+        r#"{"type":"array","items":{"type":"integer","enum":[0,1,2,3,4,5,6,7,8,9]},"uniqueItems":true}"#,
         // Escapes (beyond the 8 values the automaton tracks): two texts could spell one
         // value.
         r#"{"type":"array","items":{"enum":["a\"b","c","d","e","f","g","h","i","j"]},"uniqueItems":true}"#,
@@ -322,6 +327,187 @@ fn bounded_items_masks_match_the_byte_reference_on_random_walks() {
             let next = allowed[rng.random_range(0..allowed.len())];
             m.accept_token(next).unwrap();
             text.extend_from_slice(vocab.token_bytes(next).unwrap());
+        }
+    }
+}
+
+/// Integer items (pydantic's `set[int]`, zod's `z.set(z.number().int())`): an item ends at
+/// the byte after its last digit, and that byte is refused after a repeat; a bounded set
+/// refuses a prefix that can only end as an earlier item, or a `,` when no value is left.
+#[test]
+fn integer_items_refuse_repeats_and_dead_ends() {
+    let g = g_bytes(r#"{"type":"array","items":{"type":"integer"},"uniqueItems":true}"#);
+    for ok in [
+        "[]",
+        "[1]",
+        "[1,2,3]",
+        "[1,12,123,-1,-12,0]",
+        "[12,1]",
+        "[100,10,1000]",
+    ] {
+        assert!(common::accepts_text(&g, ok), "{ok}");
+    }
+    for bad in [
+        "[1,1]",
+        "[12,3,12]",
+        "[-4,-4]",
+        "[0,0]",
+        "[10,1,10]",
+        "[-0]",
+        "[1.0]",
+    ] {
+        assert!(!common::accepts_text(&g, bad), "{bad}");
+    }
+    // "12" written again: it may go on ("120") but not end.
+    let mut m = Matcher::new(g.clone());
+    assert!(m.try_advance_bytes(b"[12,12"));
+    assert!(!m.clone().try_advance_bytes(b","));
+    assert!(!m.clone().try_advance_bytes(b"]"));
+    assert!(m.try_advance_bytes(b"0]") && m.is_accepting());
+
+    // Unbounded on a side: infinitely many values, so minItems above 1 is fine.
+    let g = g_bytes(
+        r#"{"type":"array","items":{"type":"integer","minimum":1},"uniqueItems":true,"minItems":2,"maxItems":3}"#,
+    );
+    assert!(common::accepts_text(&g, "[5,6]"));
+    assert!(common::accepts_text(&g, "[1,10,100]"));
+    assert!(!common::accepts_text(&g, "[5]"));
+    assert!(!common::accepts_text(&g, "[5,5]"));
+    assert!(!common::accepts_text(&g, "[0,5]"));
+    assert!(!common::accepts_text(&g, "[1,2,3,4]"));
+
+    // Bounded: 1..=3. After three items no new one can start.
+    let g = g_bytes(
+        r#"{"type":"array","items":{"type":"integer","exclusiveMinimum":0,"maximum":3},"uniqueItems":true}"#,
+    );
+    assert!(common::accepts_text(&g, "[3,1,2]"));
+    assert!(!common::accepts_text(&g, "[3,1,3]"));
+    let mut m = Matcher::new(g.clone());
+    assert!(m.try_advance_bytes(b"[2,3,1"));
+    assert!(!m.clone().try_advance_bytes(b","));
+    assert!(m.try_advance_bytes(b"]") && m.is_accepting());
+
+    // 0..=12: "1" may end new or become 10, 11 or 12; once all four are used "1" is refused.
+    let g = g_bytes(
+        r#"{"type":"array","items":{"type":"integer","minimum":0,"maximum":12},"uniqueItems":true}"#,
+    );
+    let mut m = Matcher::new(g.clone());
+    assert!(m.try_advance_bytes(b"[1,10,11,"));
+    assert!(m.clone().try_advance_bytes(b"1"));
+    assert!(m.try_advance_bytes(b"12,"));
+    assert!(!m.clone().try_advance_bytes(b"1"));
+    assert!(m.try_advance_bytes(b"2]") && m.is_accepting());
+
+    // multipleOf and negatives: {-10, -5, 0, 5, 10}.
+    let g = g_bytes(
+        r#"{"type":"array","items":{"type":"integer","minimum":-10,"maximum":10,"multipleOf":5},"uniqueItems":true}"#,
+    );
+    assert!(common::accepts_text(&g, "[-5,5,-10,10,0]"));
+    assert!(!common::accepts_text(&g, "[-5,5,-5]"));
+    let mut m = Matcher::new(g.clone());
+    assert!(m.try_advance_bytes(b"[-5,-10,"));
+    assert!(!m.clone().try_advance_bytes(b"-"));
+    assert!(m.try_advance_bytes(b"5"));
+
+    // Per array, and beside strings in other arrays of the same text.
+    let g = g_bytes(
+        r#"{"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"},"uniqueItems":true},"b":{"type":"array","items":{"type":"integer"},"uniqueItems":true},"s":{"type":"array","items":{"type":"string"},"uniqueItems":true}},"additionalProperties":false}"#,
+    );
+    assert!(common::accepts_text(
+        &g,
+        r#"{"a":[1,2],"b":[1,2],"s":["1","2"]}"#
+    ));
+    assert!(!common::accepts_text(&g, r#"{"a":[1,2],"b":[2,2]}"#));
+    // Another reading of the text keeps a repeat.
+    let g = g_bytes(
+        r#"{"anyOf":[{"type":"array","items":{"type":"integer"},"uniqueItems":true},{"type":"array","items":{"type":"integer","maximum":5}}]}"#,
+    );
+    assert!(common::accepts_text(&g, "[3,3]"));
+    assert!(common::accepts_text(&g, "[30,31]"));
+    assert!(!common::accepts_text(&g, "[30,30]"));
+}
+
+/// The flexible policy: whitespace after a number ends it as `,` and `]` do.
+#[test]
+fn integer_items_under_the_flexible_policy() {
+    let opts = CompileOptions {
+        whitespace: sglrs_grammar::Whitespace::Flexible,
+        ..CompileOptions::default()
+    };
+    let g = CompiledGrammar::json_schema(
+        r#"{"type":"array","items":{"type":"integer","minimum":0,"maximum":2},"uniqueItems":true}"#,
+        common::byte_vocab(),
+        &opts,
+    )
+    .unwrap();
+    assert!(common::accepts_text(&g, "[ 0, 2 ,1 ]"));
+    assert!(!common::accepts_text(&g, "[ 0, 2 ,0 ]"));
+    assert!(!common::accepts_text(&g, "[1 ,1]"));
+    let mut m = Matcher::new(g.clone());
+    assert!(m.try_advance_bytes(b"[ 0, 1"));
+    assert!(m.clone().try_advance_bytes(b" , 2"));
+    assert!(!m.clone().try_advance_bytes(b" , 0"));
+    assert!(m.try_advance_bytes(b" , 2 "));
+    // All three used: no `,`.
+    assert!(!m.clone().try_advance_bytes(b","));
+    assert!(m.try_advance_bytes(b"]") && m.is_accepting());
+}
+
+const INT_MAX: i64 = 12;
+
+/// Independent check for the integer schema below: 1..=12 distinct integers in 0..=12.
+fn ints_ok(v: &Value) -> bool {
+    let Some(items) = v.as_array() else {
+        return false;
+    };
+    let mut seen = std::collections::HashSet::new();
+    !items.is_empty()
+        && items.iter().all(|t| {
+            t.as_i64()
+                .is_some_and(|x| (0..=INT_MAX).contains(&x) && seen.insert(x))
+        })
+}
+
+/// Masks over the Llama-3 vocabulary (whose number tokens run up to three digits, and
+/// tokens such as `],` or `,"`) agree with following each token byte by byte, and every
+/// planned close gives a valid document. "1" prefixes four values, so items run out often.
+#[test]
+fn integer_items_masks_match_the_byte_reference_on_random_walks() {
+    let Some(tok) = common::llama3() else { return };
+    let vocab = &tok.vocab;
+    let schema = format!(
+        r#"{{"type":"array","items":{{"type":"integer","minimum":0,"maximum":{INT_MAX}}},"uniqueItems":true,"minItems":1}}"#
+    );
+    let g =
+        CompiledGrammar::json_schema(&schema, vocab.clone(), &CompileOptions::default()).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    let mut mask = vec![0u32; vocab.mask_words()];
+    for _ in 0..12 {
+        let mut m = Matcher::new(g.clone());
+        let mut text: Vec<u8> = Vec::new();
+        for _ in 0..40 {
+            let allowed: Vec<u32> = common::check_mask(vocab, &m, &mut mask, &text)
+                .into_iter()
+                .filter(|t| !vocab.eos().contains(t))
+                .collect();
+            if !m.is_accepting() || !text.is_empty() {
+                let close = m.closing_bytes();
+                let mut c = m.clone();
+                assert!(c.try_advance_bytes(&close) && c.is_accepting(), "{close:?}");
+                let full = [text.as_slice(), close.as_slice()].concat();
+                let v: Value = serde_json::from_slice(&full).expect("valid JSON");
+                assert!(ints_ok(&v), "{}", String::from_utf8_lossy(&full));
+            }
+            if allowed.is_empty() {
+                break;
+            }
+            let next = allowed[rng.random_range(0..allowed.len())];
+            m.accept_token(next).unwrap();
+            text.extend_from_slice(vocab.token_bytes(next).unwrap());
+        }
+        if m.is_accepting() {
+            let v: Value = serde_json::from_slice(&text).expect("valid JSON");
+            assert!(ints_ok(&v), "{}", String::from_utf8_lossy(&text));
         }
     }
 }

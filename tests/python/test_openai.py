@@ -194,6 +194,54 @@ def test_json_schema_2020_keywords():
             jsonschema.Draft202012Validator(RECORD).validate(out)
 
 
+# pydantic's `set[int]` / zod's `z.set(z.number().int())`, as MCP tools declare them: every
+# call's arguments hold distinct integers, also when the prompt asks for repeats and under a
+# tight budget (jsonschema checks `uniqueItems`).
+TAG_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "tag_items",
+        "description": "Tag the items with the given ids",
+        "parameters": {
+            "properties": {
+                "ids": {"items": {"type": "integer"}, "title": "Ids", "type": "array", "uniqueItems": True},
+                "ports": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 3},
+                          "uniqueItems": True, "minItems": 1},
+            },
+            "required": ["ids", "ports"],
+            "title": "tag_itemsArguments",
+            "type": "object",
+        },
+    },
+}
+
+
+def test_unique_integer_items():
+    params = TAG_TOOL["function"]["parameters"]
+    for seed in range(3):
+        for max_tokens in (120, 30):
+            r = client().chat.completions.create(
+                model=model(),
+                messages=[{"role": "user", "content": "Tag items 7, 7, 7, 12, 12 and 1 on ports 1, 1, 2, 3, 3."}],
+                tools=[TAG_TOOL],
+                tool_choice={"type": "function", "function": {"name": "tag_items"}},
+                max_tokens=max_tokens,
+                temperature=1.0,
+                seed=seed,
+            )
+            calls = r.choices[0].message.tool_calls
+            assert calls and calls[0].function.name == "tag_items", r
+            jsonschema.validate(json.loads(calls[0].function.arguments), params)
+    r = client().chat.completions.create(
+        model=model(),
+        messages=[{"role": "user", "content": "Count to five twice, as a JSON object with the numbers in ids."}],
+        max_tokens=80,
+        temperature=0.0,
+        response_format={"type": "json_schema", "json_schema": {"name": "tags", "schema": params}},
+    )
+    jsonschema.validate(json.loads(r.choices[0].message.content), params)
+
+
 def test_named_tool_choice():
     r = client().chat.completions.create(
         model=model(),

@@ -25,7 +25,7 @@ type Bound = Option<(f64, bool)>;
 
 impl JsonCompiler<'_> {
     /// Numeric bounds as `(value, inclusive)`, handling draft-4 boolean exclusives.
-    fn bounds(s: &Map<String, Value>) -> (Bound, Bound) {
+    pub(super) fn bounds(s: &Map<String, Value>) -> (Bound, Bound) {
         let mut lo =
             f(s.get("minimum")).map(|v| (v, s.get("exclusiveMinimum") != Some(&Value::Bool(true))));
         let mut hi =

@@ -1,4 +1,4 @@
-//! `uniqueItems` on arrays of strings.
+//! `uniqueItems` on arrays of strings and of integers.
 //!
 //! Uniqueness of unbounded strings is not a regular property, so the automaton alone cannot
 //! enforce it. The compiler builds the array as usual but records its states; the matcher
@@ -17,12 +17,17 @@
 //! - JSON's structure is unambiguous, so the array a thread inside an item body belongs to is
 //!   the innermost array the tracker sees.
 //!
-//! Bounded strings (`unique_bounded_strings`: `enum` beyond the 8 values
-//! `array.rs::unique_finite` tracks in the automaton, `pattern`, `format`, `maxLength`): the
-//! second fact does not hold, so the whole array is recorded (`Builder::unique_arrays`) and
-//! the matcher also refuses every prefix that can no longer end as a new item. The first
-//! fact is checked on the compiled states (no `\` move, no call inside the array), and
-//! `minItems` may be at most 1, so a used-up item set never keeps the array from closing.
+//! Bounded strings and integers (`unique_bounded`: strings under an `enum` beyond the 8
+//! values `array.rs::unique_finite` tracks in the automaton, `pattern`, `format`,
+//! `maxLength`; integers, bounded or not — pydantic's `set[int]`, zod's `z.set(z.number()
+//! .int())`): the second fact does not hold (a bounded item set runs out, and a number item
+//! has no closing byte, so it ends where it may also go on), so the whole array is recorded
+//! (`Builder::unique_arrays`) and the matcher also refuses every prefix that can no longer
+//! end as a new item. The first fact is checked on the compiled states (no `\` move, no
+//! call inside the array); integers are written in one spelling each (no fraction, no
+//! exponent, no leading zero, no `-0`: `formats::int_range`). A finite item set allows
+//! `minItems` of at most 1, so a used-up set never keeps the array from closing; integers
+//! unbounded on a side have infinitely many values and take any `minItems`.
 
 use serde_json::{Map, Value};
 
@@ -51,7 +56,7 @@ impl JsonCompiler<'_> {
             return Ok(None);
         };
         let Some(item_min) = free_string_min(&item) else {
-            return self.unique_bounded_strings(from, &item, min, max, ptr);
+            return self.unique_bounded(from, &item, min, max, ptr);
         };
         if item_min > MAX_UNROLLED || min > MAX_UNROLLED || max.is_some_and(|m| m > MAX_UNROLLED) {
             return Ok(None);
@@ -94,12 +99,13 @@ impl JsonCompiler<'_> {
     }
 
     /// `uniqueItems: true` on an array whose items are strings of any other kind (`enum`,
-    /// `pattern`, `format`, `maxLength`…), which may run out of new values: the whole array
-    /// is recorded (`Builder::unique_arrays`), so that the matcher also refuses a prefix
-    /// that can only end as an earlier item, or a new item when none is left. `None` when
-    /// not applicable; refused when the items' text is not canonical (an escape) or runs
-    /// through a call, and for `minItems` above 1 (a finite item set could not reach it).
-    fn unique_bounded_strings(
+    /// `pattern`, `format`, `maxLength`…) or integers, which may run out of new values or
+    /// end where they could go on: the whole array is recorded (`Builder::unique_arrays`),
+    /// so that the matcher also refuses a prefix that can only end as an earlier item, or a
+    /// new item when none is left. `None` when not applicable; refused when the items' text
+    /// is not canonical (an escape) or runs through a call, and for `minItems` above 1 over
+    /// a finite item set (it could not be reached).
+    fn unique_bounded(
         &mut self,
         from: StateId,
         item: &Map<String, Value>,
@@ -107,7 +113,15 @@ impl JsonCompiler<'_> {
         max: Option<u64>,
         ptr: &str,
     ) -> Result<Option<StateId>, CompileError> {
-        if !string_only(item) || min > 1 || max.is_some_and(|m| m > MAX_UNROLLED) {
+        let infinite = match (string_only(item), integer_only(item)) {
+            (true, _) => false,
+            (false, true) => {
+                let (lo, hi) = Self::bounds(item);
+                lo.is_none() || hi.is_none()
+            }
+            (false, false) => return Ok(None),
+        };
+        if (min > 1 && !infinite) || max.is_some_and(|m| m > MAX_UNROLLED) {
             return Ok(None);
         }
         let lo = self.b.states.len() as StateId;
@@ -196,6 +210,18 @@ fn free_string_min(item: &Map<String, Value>) -> Option<u64> {
         }
     }
     Some(min)
+}
+
+/// The normalised item schema admits integers only, each in its one spelling: `type:
+/// integer` without `enum`/`const` (listed values keep the spellings they are written in,
+/// `2.0` beside `2`).
+fn integer_only(item: &Map<String, Value>) -> bool {
+    let integer = match item.get("type") {
+        Some(Value::String(t)) => t == "integer",
+        Some(Value::Array(ts)) => ts.len() == 1 && ts[0] == "integer",
+        _ => false,
+    };
+    integer && !item.contains_key("enum") && !item.contains_key("const")
 }
 
 /// The normalised item schema admits strings only (`type: string`, or an `enum`/`const` of
