@@ -250,6 +250,29 @@ impl JsonTracker {
         self.in_str
     }
 
+    /// True when `digits` would continue (or start) a number item of the innermost array
+    /// that no earlier number item of it starts with.
+    fn digits_stay_new(&self, digits: &[u8]) -> bool {
+        let cur = match self.num_start {
+            Some(start) => &self.bytes[start as usize..],
+            None if !self.in_str
+                && self.frames.last().is_some_and(|f| f.array && f.expect_item) =>
+            {
+                &[][..]
+            }
+            None => return false,
+        };
+        let Some(f) = self.frames.last() else {
+            return false;
+        };
+        !f.items.iter().any(|&(a, e, n)| {
+            let it = &self.bytes[a as usize..e as usize];
+            n && it.len() >= cur.len() + digits.len()
+                && it.starts_with(cur)
+                && it[cur.len()..].starts_with(digits)
+        })
+    }
+
     /// For each earlier item of the innermost array that starts with the open string: the
     /// rest of it (what would complete the repeat before its closing quote).
     fn repeat_rests(&self) -> Vec<Vec<u8>> {
@@ -495,13 +518,21 @@ pub(crate) fn refine_mask(
         }
     };
     if in_array && !tracker.in_string() {
-        // Between items the automaton allows few tokens: check each.
+        // Between items the automaton allows few tokens: check each — but digits that leave
+        // the number being written (or started) a prefix of no earlier item cannot make a
+        // repeat, nor a dead end (the automaton's mask keeps the number completable), so
+        // they need no check: about 1,000 of Llama-3's number tokens are digits only.
         let words = mask.len();
         for wi in 0..words {
             let mut w = mask[wi];
             while w != 0 {
                 let t = wi as u32 * 32 + w.trailing_zeros();
                 w &= w - 1;
+                if vocab.token_bytes(t).is_some_and(|b| {
+                    !b.is_empty() && b.iter().all(u8::is_ascii_digit) && tracker.digits_stay_new(b)
+                }) {
+                    continue;
+                }
                 check(lazy, mask, tracker, t);
             }
         }

@@ -511,3 +511,72 @@ fn integer_items_masks_match_the_byte_reference_on_random_walks() {
         }
     }
 }
+
+/// Independent check for unbounded integer items: the text is `[`, integers in their one
+/// spelling separated by `,`, `]`, and no integer twice (compared as text: each has one).
+fn int_text_ok(text: &[u8]) -> bool {
+    let Some(body) = text.strip_prefix(b"[").and_then(|t| t.strip_suffix(b"]")) else {
+        return false;
+    };
+    if body.is_empty() {
+        return true;
+    }
+    let mut seen = std::collections::HashSet::new();
+    body.split(|&b| b == b',').all(|it| {
+        let digits = it.strip_prefix(b"-").unwrap_or(it);
+        !digits.is_empty()
+            && digits.iter().all(u8::is_ascii_digit)
+            && (digits == b"0" || digits[0] != b'0')
+            && it != b"-0"
+            && seen.insert(it.to_vec())
+    })
+}
+
+/// Unbounded integers over Llama-3, whose number tokens (up to three digits) extend an item
+/// or start one: digits that keep the item a prefix of no earlier item are not followed one
+/// by one (`refine_mask`), and the masks must still match the byte-by-byte reference.
+#[test]
+fn unbounded_integer_items_masks_match_the_byte_reference_on_random_walks() {
+    let Some(tok) = common::llama3() else { return };
+    let vocab = &tok.vocab;
+    let g = CompiledGrammar::json_schema(
+        r#"{"type":"array","items":{"type":"integer"},"uniqueItems":true,"maxItems":12}"#,
+        vocab.clone(),
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+    let mut mask = vec![0u32; vocab.mask_words()];
+    // Short tokens most of the time, so that items are short and prefixes shared.
+    for _ in 0..10 {
+        let mut m = Matcher::new(g.clone());
+        let mut text: Vec<u8> = Vec::new();
+        for _ in 0..30 {
+            let allowed: Vec<u32> = common::check_mask(vocab, &m, &mut mask, &text)
+                .into_iter()
+                .filter(|t| !vocab.eos().contains(t))
+                .collect();
+            let close = m.closing_bytes();
+            let mut c = m.clone();
+            assert!(c.try_advance_bytes(&close) && c.is_accepting(), "{close:?}");
+            let full = [text.as_slice(), close.as_slice()].concat();
+            assert!(int_text_ok(&full), "{}", String::from_utf8_lossy(&full));
+            if allowed.is_empty() {
+                break;
+            }
+            let short: Vec<u32> = allowed
+                .iter()
+                .copied()
+                .filter(|&t| vocab.token_bytes(t).is_some_and(|b| b.len() <= 2))
+                .collect();
+            let pool = if !short.is_empty() && rng.random_bool(0.7) {
+                &short
+            } else {
+                &allowed
+            };
+            let next = pool[rng.random_range(0..pool.len())];
+            m.accept_token(next).unwrap();
+            text.extend_from_slice(vocab.token_bytes(next).unwrap());
+        }
+    }
+}
