@@ -62,12 +62,17 @@ fn bench(c: &mut Criterion) {
         r#"{"enum":["GET","POST","HEAD","PUT","PATCH","TRACE","DELETE","OPTIONS","CONNECT"]}"#;
     let pattern = r#"{"type":"string","pattern":"^[A-Za-z_][A-Za-z0-9_]*$"}"#;
     let free = r#"{"type":"string"}"#;
-    let unique_cases: [(&str, &str, &str); 5] = [
+    let int = r#"{"type":"integer"}"#;
+    let unique_cases: [(&str, &str, &str); 8] = [
         ("free_in_item", free, r#"["ab","cd","a"#),
         ("enum_between", methods, r#"["GET","POST""#),
         ("enum_item_start", methods, r#"["GET","POST",""#),
         ("enum_in_item", methods, r#"["GET","POST","P"#),
         ("pattern_in_item", pattern, r#"["ab","cd","a"#),
+        // Integers: a new item, an item that prefixes earlier ones, one that prefixes none.
+        ("int_item_start", int, "[1,10,11,"),
+        ("int_in_prefix_item", int, "[1,10,11,1"),
+        ("int_in_new_item", int, "[1,10,11,2"),
     ];
     for (label, item, prefix) in unique_cases {
         for unique in [true, false] {
