@@ -98,8 +98,7 @@ fn items_of_other_kinds_stay_refused() {
         // A finite item set might not reach minItems.
         r#"{"type":"array","items":{"type":"string","maxLength":3},"uniqueItems":true,"minItems":2}"#,
         r#"{"type":"array","items":{"type":"integer","minimum":0,"maximum":9},"uniqueItems":true,"minItems":2}"#,
-        // Numbers have several spellings of one value (`1`, `1.0`, `1e0`).
-        r#"{"type":"array","items":{"type":"number"},"uniqueItems":true}"#,
+        r#"{"type":"array","items":{"type":"number","minimum":0,"maximum":1},"uniqueItems":true,"minItems":2}"#,
         // Listed values keep their spellings (`2.0` beside `2`).
         r#"{"type":"array","items":{"type":"integer","enum":[0,1,2,3,4,5,6,7,8,9]},"uniqueItems":true}"#,
         // Escapes (beyond the 8 values the automaton tracks): two texts could spell one
@@ -568,6 +567,146 @@ fn unbounded_integer_items_masks_match_the_byte_reference_on_random_walks() {
                 .iter()
                 .copied()
                 .filter(|&t| vocab.token_bytes(t).is_some_and(|b| b.len() <= 2))
+                .collect();
+            let pool = if !short.is_empty() && rng.random_bool(0.7) {
+                &short
+            } else {
+                &allowed
+            };
+            let next = pool[rng.random_range(0..pool.len())];
+            m.accept_token(next).unwrap();
+            text.extend_from_slice(vocab.token_bytes(next).unwrap());
+        }
+    }
+}
+
+/// Number items (zod's `z.set(z.number())`): written in one spelling per value (no exponent,
+/// no trailing zero after the point, no `.0`, no `-0`) so that equal texts are equal values
+/// — stricter than the schema, never looser — then handled as integer items are.
+#[test]
+fn number_items_take_one_spelling_and_refuse_repeats() {
+    let g = g_bytes(r#"{"type":"array","items":{"type":"number"},"uniqueItems":true}"#);
+    for ok in [
+        "[]",
+        "[1.5,2,-0.25,3.125]",
+        "[0,-1,1,0.5,-0.5]",
+        "[10,1,1.01,101]",
+    ] {
+        assert!(common::accepts_text(&g, ok), "{ok}");
+    }
+    for bad in ["[1.5,1.5]", "[2,3,2]", "[-0.25,-0.25]"] {
+        assert!(!common::accepts_text(&g, bad), "{bad}");
+    }
+    // Other spellings are refused even alone (they would repeat `1` as another text).
+    for other in [
+        "[1.0]", "[1.50]", "[1e2]", "[-0]", "[-0.0]", "[0.0]", "[1E0]",
+    ] {
+        assert!(!common::accepts_text(&g, other), "{other}");
+    }
+    // "1.5" again may go on to "1.55" but not end.
+    let mut m = Matcher::new(g.clone());
+    assert!(m.try_advance_bytes(b"[1.5,1.5"));
+    assert!(!m.clone().try_advance_bytes(b"]"));
+    assert!(m.try_advance_bytes(b"5]") && m.is_accepting());
+
+    // Bounds and a decimal multipleOf: 0, 0.5, 1 only.
+    let g = g_bytes(
+        r#"{"type":"array","items":{"type":"number","minimum":0,"maximum":1,"multipleOf":0.5},"uniqueItems":true}"#,
+    );
+    assert!(common::accepts_text(&g, "[0.5,0,1]"));
+    assert!(!common::accepts_text(&g, "[0.5,0.50]"));
+    assert!(!common::accepts_text(&g, "[1,0.5,1]"));
+    let mut m = Matcher::new(g.clone());
+    assert!(m.try_advance_bytes(b"[1,0,0.5"));
+    assert!(!m.clone().try_advance_bytes(b","));
+    assert!(m.try_advance_bytes(b"]") && m.is_accepting());
+    // Unbounded on a side: any minItems.
+    let g = g_bytes(
+        r#"{"type":"array","items":{"type":"number","exclusiveMinimum":0},"uniqueItems":true,"minItems":3}"#,
+    );
+    assert!(common::accepts_text(&g, "[0.1,0.2,3]"));
+    assert!(!common::accepts_text(&g, "[0.1,0.2,0.1]"));
+    assert!(!common::accepts_text(&g, "[0,0.2,3]"));
+}
+
+/// Independent check for the number schema below: `[`, canonical decimals in -2..=2
+/// separated by `,`, `]`, at most 8, distinct (texts are canonical, so distinct texts are
+/// distinct values).
+fn num_text_ok(text: &[u8]) -> bool {
+    let Ok(Value::Array(items)) = serde_json::from_slice::<Value>(text) else {
+        return false;
+    };
+    let body = &text[1..text.len() - 1];
+    let parts: Vec<&[u8]> = if body.is_empty() {
+        Vec::new()
+    } else {
+        body.split(|&b| b == b',').collect()
+    };
+    let canonical = regex_lite(parts.iter().copied());
+    let mut seen = std::collections::HashSet::new();
+    items.len() == parts.len()
+        && items.len() <= 8
+        && canonical
+        && items
+            .iter()
+            .all(|v| v.as_f64().is_some_and(|x| (-2.0..=2.0).contains(&x)))
+        && parts.iter().all(|p| seen.insert(p.to_vec()))
+}
+
+/// Every text is a number in its shortest spelling (no exponent, no trailing fraction zero,
+/// no `-0`, no leading zero).
+fn regex_lite<'a>(mut parts: impl Iterator<Item = &'a [u8]>) -> bool {
+    parts.all(|p| {
+        let s = std::str::from_utf8(p).unwrap_or("");
+        let unsigned = s.strip_prefix('-').unwrap_or(s);
+        let (int, frac) = match unsigned.split_once('.') {
+            Some((i, f)) => (i, Some(f)),
+            None => (unsigned, None),
+        };
+        !int.is_empty()
+            && int.bytes().all(|b| b.is_ascii_digit())
+            && (int == "0" || !int.starts_with('0'))
+            && frac.is_none_or(|f| {
+                !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()) && !f.ends_with('0')
+            })
+            && s != "-0"
+    })
+}
+
+/// Masks over Llama-3 inside a unique array of bounded numbers match the byte-by-byte
+/// reference, and every planned close is a valid document.
+#[test]
+fn number_items_masks_match_the_byte_reference_on_random_walks() {
+    let Some(tok) = common::llama3() else { return };
+    let vocab = &tok.vocab;
+    let g = CompiledGrammar::json_schema(
+        r#"{"type":"array","items":{"type":"number","minimum":-2,"maximum":2},"uniqueItems":true,"maxItems":8}"#,
+        vocab.clone(),
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(14);
+    let mut mask = vec![0u32; vocab.mask_words()];
+    for _ in 0..10 {
+        let mut m = Matcher::new(g.clone());
+        let mut text: Vec<u8> = Vec::new();
+        for _ in 0..30 {
+            let allowed: Vec<u32> = common::check_mask(vocab, &m, &mut mask, &text)
+                .into_iter()
+                .filter(|t| !vocab.eos().contains(t))
+                .collect();
+            let close = m.closing_bytes();
+            let mut c = m.clone();
+            assert!(c.try_advance_bytes(&close) && c.is_accepting(), "{close:?}");
+            let full = [text.as_slice(), close.as_slice()].concat();
+            assert!(num_text_ok(&full), "{}", String::from_utf8_lossy(&full));
+            if allowed.is_empty() {
+                break;
+            }
+            let short: Vec<u32> = allowed
+                .iter()
+                .copied()
+                .filter(|&t| vocab.token_bytes(t).is_some_and(|b| b.len() <= 1))
                 .collect();
             let pool = if !short.is_empty() && rng.random_bool(0.7) {
                 &short

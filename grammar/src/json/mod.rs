@@ -85,6 +85,9 @@ pub(crate) struct JsonCompiler<'a> {
     negating: Vec<String>,
     /// [`stack_address`] where the compile began (see [`JsonCompiler::check_stack`]).
     stack_base: usize,
+    /// Numbers are written in one spelling per value (the items of a unique-number array,
+    /// `unique.rs`): no exponent, no trailing zero in a fraction, no `.0`, no `-0`.
+    pub(super) canonical_numbers: bool,
 }
 
 /// Most NFA states a JSON Schema may compile to (the post-passes are not interruptible).
@@ -229,6 +232,7 @@ impl<'a> JsonCompiler<'a> {
             not_ref_rules: HashMap::new(),
             negating: Vec::new(),
             stack_base: stack_address(),
+            canonical_numbers: false,
         }
     }
 }

@@ -20,6 +20,10 @@ fn power_of_ten(m: &serde_json::Number) -> Option<i32> {
         .then(|| e + t.len() as i32 - 1)
 }
 
+/// Numbers in their one shortest spelling: no exponent, no trailing zero after the point
+/// (no `.0` at all), no `-0` (an intersection with the number's other regexes).
+pub(super) const CANONICAL_NUMBER: &str = r"(0|-?[1-9][0-9]*)(\.[0-9]*[1-9])?|-0\.[0-9]*[1-9]";
+
 /// A numeric bound: `(value, inclusive)`.
 type Bound = Option<(f64, bool)>;
 
@@ -151,7 +155,8 @@ impl JsonCompiler<'_> {
         // `not: {enum: [..]}` values: every spelling without an exponent (trailing zeros,
         // `-0`) is excluded; numbers with excluded values have no exponent (stricter).
         let excluded = excluded_numbers(s, false);
-        let plain = excluded.is_empty() && !fraction && residue.is_none();
+        let plain =
+            excluded.is_empty() && !fraction && residue.is_none() && !self.canonical_numbers;
         if lo.is_none() && hi.is_none() && mult.is_none() && plain {
             return self.number_plain(from);
         }
@@ -203,6 +208,9 @@ impl JsonCompiler<'_> {
         }
         if fraction {
             res.push(r"-?(0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*".into());
+        }
+        if self.canonical_numbers {
+            res.push(CANONICAL_NUMBER.into());
         }
         let dec = |v: f64| -> Option<Dec> {
             let n = serde_json::Number::from_f64(v)?;

@@ -113,26 +113,37 @@ impl JsonCompiler<'_> {
         max: Option<u64>,
         ptr: &str,
     ) -> Result<Option<StateId>, CompileError> {
-        let infinite = match (string_only(item), integer_only(item)) {
-            (true, _) => false,
-            (false, true) => {
-                let (lo, hi) = Self::bounds(item);
-                lo.is_none() || hi.is_none()
-            }
-            (false, false) => return Ok(None),
+        let numbers = number_only(item);
+        let infinite = if string_only(item) {
+            false
+        } else if integer_only(item) || numbers {
+            let (lo, hi) = Self::bounds(item);
+            lo.is_none() || hi.is_none()
+        } else {
+            return Ok(None);
         };
         if (min > 1 && !infinite) || max.is_some_and(|m| m > MAX_UNROLLED) {
             return Ok(None);
         }
         let lo = self.b.states.len() as StateId;
         let from_moves = self.b.states[from as usize].bytes.len();
-        let end = self.unrolled_array(from, min, max, &mut |c, st| c.normalized(st, item, ptr))?;
+        // Numbers in their one spelling each, so that equal texts are equal values.
+        let was = std::mem::replace(&mut self.canonical_numbers, numbers);
+        let end = self.unrolled_array(from, min, max, &mut |c, st| c.normalized(st, item, ptr));
+        self.canonical_numbers = was;
+        let end = end?;
         let hi = self.b.states.len() as StateId;
         // Equal texts must mean equal values (no escapes), and every thread inside an item
-        // must be in the range (no calls).
+        // must be in the range (no calls). Moves into states that cannot reach the array's
+        // end are left out (regex intersections emit a sink taking every byte; trimming
+        // drops it).
+        let live = live_within(&self.b.states, lo, hi, end);
         let exact = (lo..hi).all(|s| {
             let st = &self.b.states[s as usize];
-            st.calls.is_empty() && st.bytes.iter().all(|&(a, b, _)| !(a..=b).contains(&b'\\'))
+            st.calls.is_empty()
+                && st.bytes.iter().all(|&(a, b, t)| {
+                    !(a..=b).contains(&b'\\') || !(lo..hi).contains(&t) || !live[(t - lo) as usize]
+                })
         });
         if !exact {
             // Unhook the array built for nothing (its states stay unreachable).
@@ -174,6 +185,39 @@ impl JsonCompiler<'_> {
         self.b.unique_ranges.push((a, hi));
         self.b.lit(e, b"\"")
     }
+}
+
+/// Which states of `lo..hi` reach `end` (inside the range) by byte and epsilon moves: the
+/// range has no calls, so the others are dead and trimming removes the moves into them.
+fn live_within(states: &[crate::nfa::State], lo: StateId, hi: StateId, end: StateId) -> Vec<bool> {
+    let n = (hi - lo) as usize;
+    let mut rev: Vec<Vec<StateId>> = vec![Vec::new(); n];
+    for s in lo..hi {
+        let st = &states[s as usize];
+        let targets = st
+            .bytes
+            .iter()
+            .map(|&(_, _, t)| t)
+            .chain(st.eps.iter().copied());
+        for t in targets.filter(|t| (lo..hi).contains(t)) {
+            rev[(t - lo) as usize].push(s);
+        }
+    }
+    let mut live = vec![false; n];
+    let mut stack = Vec::new();
+    if (lo..hi).contains(&end) {
+        live[(end - lo) as usize] = true;
+        stack.push(end);
+    }
+    while let Some(t) = stack.pop() {
+        for &s in &rev[(t - lo) as usize] {
+            if !live[(s - lo) as usize] {
+                live[(s - lo) as usize] = true;
+                stack.push(s);
+            }
+        }
+    }
+    live
 }
 
 /// `Some(minLength)` when a normalised item schema means "any string of at least that many
@@ -222,6 +266,17 @@ fn integer_only(item: &Map<String, Value>) -> bool {
         _ => false,
     };
     integer && !item.contains_key("enum") && !item.contains_key("const")
+}
+
+/// The normalised item schema admits numbers only (`type: number`, no `enum`/`const`): the
+/// array's items are then compiled with `canonical_numbers` (one spelling per value).
+fn number_only(item: &Map<String, Value>) -> bool {
+    let number = match item.get("type") {
+        Some(Value::String(t)) => t == "number",
+        Some(Value::Array(ts)) => ts.len() == 1 && ts[0] == "number",
+        _ => false,
+    };
+    number && !item.contains_key("enum") && !item.contains_key("const")
 }
 
 /// The normalised item schema admits strings only (`type: string`, or an `enum`/`const` of
