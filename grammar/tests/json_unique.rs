@@ -293,41 +293,16 @@ const VALUES: [&str; 9] = ["a", "ab", "abc", "b", "ba", "c", "ca", "cab", "d"];
 /// valid document. The values share prefixes, so prefixes get used up often.
 #[test]
 fn bounded_items_masks_match_the_byte_reference_on_random_walks() {
-    let Some(tok) = common::llama3() else { return };
-    let vocab = &tok.vocab;
     let values: Vec<String> = VALUES.iter().map(|v| format!("\"{v}\"")).collect();
     let schema = format!(
         r#"{{"type":"array","items":{{"enum":[{}]}},"uniqueItems":true,"minItems":1}}"#,
         values.join(",")
     );
-    let g =
-        CompiledGrammar::json_schema(&schema, vocab.clone(), &CompileOptions::default()).unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-    let mut mask = vec![0u32; vocab.mask_words()];
-    for _ in 0..12 {
-        let mut m = Matcher::new(g.clone());
-        let mut text: Vec<u8> = Vec::new();
-        for _ in 0..40 {
-            let allowed: Vec<u32> = common::check_mask(vocab, &m, &mut mask, &text)
-                .into_iter()
-                .filter(|t| !vocab.eos().contains(t))
-                .collect();
-            if !m.is_accepting() || !text.is_empty() {
-                let close = m.closing_bytes();
-                let mut c = m.clone();
-                assert!(c.try_advance_bytes(&close) && c.is_accepting(), "{close:?}");
-                let full = [text.as_slice(), close.as_slice()].concat();
-                let v: Value = serde_json::from_slice(&full).expect("valid JSON");
-                assert!(bounded_ok(&v), "{}", String::from_utf8_lossy(&full));
-            }
-            if allowed.is_empty() {
-                break;
-            }
-            let next = allowed[rng.random_range(0..allowed.len())];
-            m.accept_token(next).unwrap();
-            text.extend_from_slice(vocab.token_bytes(next).unwrap());
-        }
-    }
+    let Some(g) = llama3_grammar(&schema) else {
+        return;
+    };
+    let ok = |t: &[u8]| serde_json::from_slice(t).is_ok_and(|v: Value| bounded_ok(&v));
+    check_random_walks(&g, 11, 12, 40, usize::MAX, &ok);
 }
 
 /// Integer items (pydantic's `set[int]`, zod's `z.set(z.number().int())`): an item ends at
@@ -472,43 +447,14 @@ fn ints_ok(v: &Value) -> bool {
 /// planned close gives a valid document. "1" prefixes four values, so items run out often.
 #[test]
 fn integer_items_masks_match_the_byte_reference_on_random_walks() {
-    let Some(tok) = common::llama3() else { return };
-    let vocab = &tok.vocab;
     let schema = format!(
         r#"{{"type":"array","items":{{"type":"integer","minimum":0,"maximum":{INT_MAX}}},"uniqueItems":true,"minItems":1}}"#
     );
-    let g =
-        CompiledGrammar::json_schema(&schema, vocab.clone(), &CompileOptions::default()).unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
-    let mut mask = vec![0u32; vocab.mask_words()];
-    for _ in 0..12 {
-        let mut m = Matcher::new(g.clone());
-        let mut text: Vec<u8> = Vec::new();
-        for _ in 0..40 {
-            let allowed: Vec<u32> = common::check_mask(vocab, &m, &mut mask, &text)
-                .into_iter()
-                .filter(|t| !vocab.eos().contains(t))
-                .collect();
-            if !m.is_accepting() || !text.is_empty() {
-                let close = m.closing_bytes();
-                let mut c = m.clone();
-                assert!(c.try_advance_bytes(&close) && c.is_accepting(), "{close:?}");
-                let full = [text.as_slice(), close.as_slice()].concat();
-                let v: Value = serde_json::from_slice(&full).expect("valid JSON");
-                assert!(ints_ok(&v), "{}", String::from_utf8_lossy(&full));
-            }
-            if allowed.is_empty() {
-                break;
-            }
-            let next = allowed[rng.random_range(0..allowed.len())];
-            m.accept_token(next).unwrap();
-            text.extend_from_slice(vocab.token_bytes(next).unwrap());
-        }
-        if m.is_accepting() {
-            let v: Value = serde_json::from_slice(&text).expect("valid JSON");
-            assert!(ints_ok(&v), "{}", String::from_utf8_lossy(&text));
-        }
-    }
+    let Some(g) = llama3_grammar(&schema) else {
+        return;
+    };
+    let ok = |t: &[u8]| serde_json::from_slice(t).is_ok_and(|v: Value| ints_ok(&v));
+    check_random_walks(&g, 12, 12, 40, usize::MAX, &ok);
 }
 
 /// Independent check for unbounded integer items: the text is `[`, integers in their one
@@ -536,48 +482,12 @@ fn int_text_ok(text: &[u8]) -> bool {
 /// by one (`refine_mask`), and the masks must still match the byte-by-byte reference.
 #[test]
 fn unbounded_integer_items_masks_match_the_byte_reference_on_random_walks() {
-    let Some(tok) = common::llama3() else { return };
-    let vocab = &tok.vocab;
-    let g = CompiledGrammar::json_schema(
+    let Some(g) = llama3_grammar(
         r#"{"type":"array","items":{"type":"integer"},"uniqueItems":true,"maxItems":12}"#,
-        vocab.clone(),
-        &CompileOptions::default(),
-    )
-    .unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(13);
-    let mut mask = vec![0u32; vocab.mask_words()];
-    // Short tokens most of the time, so that items are short and prefixes shared.
-    for _ in 0..10 {
-        let mut m = Matcher::new(g.clone());
-        let mut text: Vec<u8> = Vec::new();
-        for _ in 0..30 {
-            let allowed: Vec<u32> = common::check_mask(vocab, &m, &mut mask, &text)
-                .into_iter()
-                .filter(|t| !vocab.eos().contains(t))
-                .collect();
-            let close = m.closing_bytes();
-            let mut c = m.clone();
-            assert!(c.try_advance_bytes(&close) && c.is_accepting(), "{close:?}");
-            let full = [text.as_slice(), close.as_slice()].concat();
-            assert!(int_text_ok(&full), "{}", String::from_utf8_lossy(&full));
-            if allowed.is_empty() {
-                break;
-            }
-            let short: Vec<u32> = allowed
-                .iter()
-                .copied()
-                .filter(|&t| vocab.token_bytes(t).is_some_and(|b| b.len() <= 2))
-                .collect();
-            let pool = if !short.is_empty() && rng.random_bool(0.7) {
-                &short
-            } else {
-                &allowed
-            };
-            let next = pool[rng.random_range(0..pool.len())];
-            m.accept_token(next).unwrap();
-            text.extend_from_slice(vocab.token_bytes(next).unwrap());
-        }
-    }
+    ) else {
+        return;
+    };
+    check_random_walks(&g, 13, 10, 30, 2, &int_text_ok);
 }
 
 /// Number items (zod's `z.set(z.number())`): written in one spelling per value (no exponent,
@@ -677,20 +587,34 @@ fn regex_lite<'a>(mut parts: impl Iterator<Item = &'a [u8]>) -> bool {
 /// reference, and every planned close is a valid document.
 #[test]
 fn number_items_masks_match_the_byte_reference_on_random_walks() {
+    let Some(g) = llama3_grammar(
+        r#"{"type":"array","items":{"type":"number","minimum":-2,"maximum":2},"uniqueItems":true,"maxItems":8}"#,
+    ) else {
+        return;
+    };
+    check_random_walks(&g, 14, 10, 30, 1, &num_text_ok);
+}
+
+/// Random walks over Llama-3 from `g`'s start: at every step each mask bit is checked against
+/// following the token byte by byte (`common::check_mask`, which refuses dead ends too) and
+/// the planned close must give a text `ok` accepts; the next token is drawn among those of
+/// at most `short` bytes with probability 0.7 (short items share prefixes), else among all.
+fn check_random_walks(
+    g: &Arc<CompiledGrammar>,
+    seed: u64,
+    walks: usize,
+    steps: usize,
+    short: usize,
+    ok: &dyn Fn(&[u8]) -> bool,
+) {
     let Some(tok) = common::llama3() else { return };
     let vocab = &tok.vocab;
-    let g = CompiledGrammar::json_schema(
-        r#"{"type":"array","items":{"type":"number","minimum":-2,"maximum":2},"uniqueItems":true,"maxItems":8}"#,
-        vocab.clone(),
-        &CompileOptions::default(),
-    )
-    .unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(14);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut mask = vec![0u32; vocab.mask_words()];
-    for _ in 0..10 {
+    for _ in 0..walks {
         let mut m = Matcher::new(g.clone());
         let mut text: Vec<u8> = Vec::new();
-        for _ in 0..30 {
+        for _ in 0..steps {
             let allowed: Vec<u32> = common::check_mask(vocab, &m, &mut mask, &text)
                 .into_iter()
                 .filter(|t| !vocab.eos().contains(t))
@@ -699,17 +623,17 @@ fn number_items_masks_match_the_byte_reference_on_random_walks() {
             let mut c = m.clone();
             assert!(c.try_advance_bytes(&close) && c.is_accepting(), "{close:?}");
             let full = [text.as_slice(), close.as_slice()].concat();
-            assert!(num_text_ok(&full), "{}", String::from_utf8_lossy(&full));
+            assert!(ok(&full), "{}", String::from_utf8_lossy(&full));
             if allowed.is_empty() {
                 break;
             }
-            let short: Vec<u32> = allowed
+            let few: Vec<u32> = allowed
                 .iter()
                 .copied()
-                .filter(|&t| vocab.token_bytes(t).is_some_and(|b| b.len() <= 1))
+                .filter(|&t| vocab.token_bytes(t).is_some_and(|b| b.len() <= short))
                 .collect();
-            let pool = if !short.is_empty() && rng.random_bool(0.7) {
-                &short
+            let pool = if !few.is_empty() && rng.random_bool(0.7) {
+                &few
             } else {
                 &allowed
             };
@@ -718,4 +642,14 @@ fn number_items_masks_match_the_byte_reference_on_random_walks() {
             text.extend_from_slice(vocab.token_bytes(next).unwrap());
         }
     }
+}
+
+/// The grammar of `schema` over Llama-3, `None` when the tokenizer is missing and allowed
+/// to be.
+fn llama3_grammar(schema: &str) -> Option<Arc<CompiledGrammar>> {
+    let tok = common::llama3()?;
+    Some(
+        CompiledGrammar::json_schema(schema, tok.vocab.clone(), &CompileOptions::default())
+            .unwrap(),
+    )
 }
