@@ -194,7 +194,8 @@ def test_json_schema_2020_keywords():
             jsonschema.Draft202012Validator(RECORD).validate(out)
 
 
-# pydantic's `set[int]` / zod's `z.set(z.number().int())`, as MCP tools declare them: every
+# pydantic's `set[int]` / zod's `z.set(z.number().int())` and `z.set(z.number())`, as MCP
+# tools declare them: every
 # call's arguments hold distinct integers, also when the prompt asks for repeats and under a
 # tight budget (jsonschema checks `uniqueItems`).
 TAG_TOOL = {
@@ -207,8 +208,10 @@ TAG_TOOL = {
                 "ids": {"items": {"type": "integer"}, "title": "Ids", "type": "array", "uniqueItems": True},
                 "ports": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 3},
                           "uniqueItems": True, "minItems": 1},
+                # zod's z.set(z.number()): numbers in one spelling each.
+                "weights": {"type": "array", "items": {"type": "number"}, "uniqueItems": True},
             },
-            "required": ["ids", "ports"],
+            "required": ["ids", "ports", "weights"],
             "title": "tag_itemsArguments",
             "type": "object",
         },
@@ -219,11 +222,11 @@ TAG_TOOL = {
 def test_unique_integer_items():
     params = TAG_TOOL["function"]["parameters"]
     for seed in range(3):
-        # 40: a few tokens over the shortest call (34 tokens; below it the request is a 400).
-        for max_tokens in (120, 40):
+        # 45: a few tokens over the shortest call (39 tokens; below it the request is a 400).
+        for max_tokens in (120, 45):
             r = client().chat.completions.create(
                 model=model(),
-                messages=[{"role": "user", "content": "Tag items 7, 7, 7, 12, 12 and 1 on ports 1, 1, 2, 3, 3."}],
+                messages=[{"role": "user", "content": "Tag items 7, 7, 7, 12, 12 and 1 on ports 1, 1, 2, 3, 3 with weights 0.5, 0.5, 1.0."}],
                 tools=[TAG_TOOL],
                 tool_choice={"type": "function", "function": {"name": "tag_items"}},
                 max_tokens=max_tokens,
