@@ -585,3 +585,42 @@ fn multiple_of_checks_on_huge_values() {
     );
     assert!(compile(&json!({"enum": [1e40], "multipleOf": 3})).is_err());
 }
+
+/// A single bound at zero is decided by the sign and whether the mantissa is zero, so
+/// numbers with an exponent stay allowed under it (`minimum: 0` with `1e-6`); other bounds
+/// keep numbers without one (stricter).
+#[test]
+fn exponents_under_a_bound_at_zero() {
+    check(
+        json!({"type": "number", "minimum": 0}),
+        &["1e-6", "0e0", "-0e1", "-0.0E+2", "2.5E+3", "0.5", "0", "7"],
+        &["-1e-6", "-2E3", "-0.5e1", "-1", "1e", "e5"],
+    );
+    check(
+        json!({"type": "number", "exclusiveMinimum": 0}),
+        &["1e-300", "0.5e1", "3E0", "0.001"],
+        &["0e5", "0.0e1", "-0e1", "-1e2", "0"],
+    );
+    check(
+        json!({"type": "number", "maximum": 0}),
+        &["-1e5", "0E0", "-0e3", "0", "-2.5"],
+        &["1e-9", "0.1e1"],
+    );
+    check(
+        json!({"type": "number", "exclusiveMaximum": 0}),
+        &["-1e-9", "-0.5E2"],
+        &["-0e1", "0e1", "0", "1e1"],
+    );
+    // Draft 4's boolean exclusives.
+    check(
+        json!({"type": "number", "minimum": 0, "exclusiveMinimum": true}),
+        &["2e-3"],
+        &["0e0", "-1e1"],
+    );
+    // Other bounds: no exponent.
+    check(
+        json!({"type": "number", "minimum": 1}),
+        &["1", "2.5"],
+        &["1e1", "2E0"],
+    );
+}

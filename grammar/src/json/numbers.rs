@@ -24,6 +24,24 @@ fn power_of_ten(m: &serde_json::Number) -> Option<i32> {
 /// (no `.0` at all), no `-0` (an intersection with the number's other regexes).
 pub(super) const CANONICAL_NUMBER: &str = r"(0|-?[1-9][0-9]*)(\.[0-9]*[1-9])?|-0\.[0-9]*[1-9]";
 
+/// Numbers written with an exponent that a single bound at zero admits (`minimum: 0`, as
+/// pydantic's `NonNegativeFloat` and zod's `nonnegative()` write it, takes `1e-6`): the
+/// sign and whether any mantissa digit is nonzero decide such a bound, whatever the
+/// exponent. `None` for other bounds (their numbers have no exponent: stricter).
+fn zero_bound_exponents(lo: Option<(i64, bool)>, hi: Option<(i64, bool)>) -> Option<String> {
+    const E: &str = "[eE][+-]?[0-9]+";
+    const ANY: &str = r"(0|[1-9][0-9]*)(\.[0-9]+)?";
+    const NONZERO: &str = r"([1-9][0-9]*(\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)";
+    const ZERO: &str = r"0(\.0+)?";
+    Some(match (lo, hi) {
+        (Some((0, true)), None) => format!("({ANY}|-{ZERO}){E}"),
+        (Some((0, false)), None) => format!("{NONZERO}{E}"),
+        (None, Some((0, true))) => format!("(-{ANY}|{ZERO}){E}"),
+        (None, Some((0, false))) => format!("-{NONZERO}{E}"),
+        _ => return None,
+    })
+}
+
 /// A numeric bound: `(value, inclusive)`.
 type Bound = Option<(f64, bool)>;
 
@@ -169,7 +187,10 @@ impl JsonCompiler<'_> {
         };
         if mult.is_none() && plain {
             if let (Some(l), Some(h)) = (as_int(lo), as_int(hi)) {
-                let re = number_range(l, h);
+                let mut re = number_range(l, h);
+                if let Some(e) = zero_bound_exponents(l, h) {
+                    re = format!("{re}|{e}");
+                }
                 return self.emit_regex(from, &re, Flavor::FullMatch, Escape::Raw, "minimum", ptr);
             }
         }
