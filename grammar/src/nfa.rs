@@ -424,32 +424,11 @@ impl Nfa {
         if nr == 0 {
             return Err(CompileError::Empty);
         }
-        // Reverse edges: (target -> sources) for bytes/eps, and ret -> (caller, rule).
-        let states = &self.states;
-        let rev: Csr<StateId> = Csr::build(n, |add| {
-            for (s, st) in states.iter().enumerate() {
-                for &(_, _, t) in &st.bytes {
-                    add(t as usize, s as StateId);
-                }
-                for &t in &st.eps {
-                    add(t as usize, s as StateId);
-                }
-            }
-        });
-        let rev_call: Csr<(StateId, RuleId)> = Csr::build(n, |add| {
-            for (s, st) in states.iter().enumerate() {
-                for &(r, ret) in &st.calls {
-                    add(ret as usize, (s as StateId, r));
-                }
-            }
-        });
-        let callers_by_rule: Csr<(StateId, StateId)> = Csr::build(nr, |add| {
-            for (s, st) in states.iter().enumerate() {
-                for &(r, ret) in &st.calls {
-                    add(r as usize, (s as StateId, ret));
-                }
-            }
-        });
+        let Backward {
+            moves: rev,
+            rets: rev_call,
+            callers: callers_by_rule,
+        } = Backward::of(&self.states, nr);
         // live[s]: s can reach its rule's end. A call edge counts once its rule is productive
         // (its start is live).
         let mut live = vec![false; n];
@@ -466,7 +445,7 @@ impl Nfa {
                 if popped.is_multiple_of(65_536) && deadline.is_some_and(|dl| Instant::now() > dl) {
                     return Err(CompileError::Timeout);
                 }
-                for &s in rev.of(t as usize) {
+                for &(s, _) in rev.of(t as usize) {
                     if !live[s as usize] {
                         live[s as usize] = true;
                         stack.push(s);
@@ -518,33 +497,12 @@ impl Nfa {
     fn compute_distances(&mut self, deadline: Option<Instant>) -> Result<(), CompileError> {
         let n = self.states.len();
         let nr = self.rules.len();
-        // Reverse moves: target -> (source, weight) for bytes (1) and eps (0).
-        let states = &self.states;
-        let rev: Csr<(StateId, u32)> = Csr::build(n, |add| {
-            for (s, st) in states.iter().enumerate() {
-                for &(_, _, t) in &st.bytes {
-                    add(t as usize, (s as StateId, 1));
-                }
-                for &t in &st.eps {
-                    add(t as usize, (s as StateId, 0));
-                }
-            }
-        });
-        // ret state -> (caller, rule); rule -> (caller, ret); start state -> rules.
-        let rev_ret: Csr<(StateId, RuleId)> = Csr::build(n, |add| {
-            for (s, st) in states.iter().enumerate() {
-                for &(r, ret) in &st.calls {
-                    add(ret as usize, (s as StateId, r));
-                }
-            }
-        });
-        let callers: Csr<(StateId, StateId)> = Csr::build(nr, |add| {
-            for (s, st) in states.iter().enumerate() {
-                for &(r, ret) in &st.calls {
-                    add(r as usize, (s as StateId, ret));
-                }
-            }
-        });
+        // Built again after trimming (the moves changed); start state -> rules.
+        let Backward {
+            moves: rev,
+            rets: rev_ret,
+            callers,
+        } = Backward::of(&self.states, nr);
         let rules = &self.rules;
         let starts: Csr<RuleId> = Csr::build(n, |add| {
             for (ri, r) in rules.iter().enumerate() {
@@ -606,6 +564,48 @@ impl Nfa {
         self.dist = dist;
         self.rule_min = rule_min;
         Ok(())
+    }
+}
+
+/// An NFA's moves walked backwards: target -> (source, weight) for byte (1) and epsilon (0)
+/// moves; return state -> (caller, rule); rule -> (caller, return state).
+struct Backward {
+    moves: Csr<(StateId, u32)>,
+    rets: Csr<(StateId, RuleId)>,
+    callers: Csr<(StateId, StateId)>,
+}
+
+impl Backward {
+    fn of(states: &[State], rules: usize) -> Self {
+        let moves = Csr::build(states.len(), |add| {
+            for (s, st) in states.iter().enumerate() {
+                for &(_, _, t) in &st.bytes {
+                    add(t as usize, (s as StateId, 1));
+                }
+                for &t in &st.eps {
+                    add(t as usize, (s as StateId, 0));
+                }
+            }
+        });
+        let rets = Csr::build(states.len(), |add| {
+            for (s, st) in states.iter().enumerate() {
+                for &(r, ret) in &st.calls {
+                    add(ret as usize, (s as StateId, r));
+                }
+            }
+        });
+        let callers = Csr::build(rules, |add| {
+            for (s, st) in states.iter().enumerate() {
+                for &(r, ret) in &st.calls {
+                    add(r as usize, (s as StateId, ret));
+                }
+            }
+        });
+        Backward {
+            moves,
+            rets,
+            callers,
+        }
     }
 }
 
