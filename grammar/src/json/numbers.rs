@@ -22,7 +22,7 @@ fn power_of_ten(m: &serde_json::Number) -> Option<i32> {
 
 /// Numbers in their one shortest spelling: no exponent, no trailing zero after the point
 /// (no `.0` at all), no `-0` (an intersection with the number's other regexes).
-pub(super) const CANONICAL_NUMBER: &str = r"(0|-?[1-9][0-9]*)(\.[0-9]*[1-9])?|-0\.[0-9]*[1-9]";
+const CANONICAL_NUMBER: &str = r"(0|-?[1-9][0-9]*)(\.[0-9]*[1-9])?|-0\.[0-9]*[1-9]";
 
 /// Numbers written with an exponent that a single bound at zero admits (`minimum: 0`, as
 /// pydantic's `NonNegativeFloat` and zod's `nonnegative()` write it, takes `1e-6`): the

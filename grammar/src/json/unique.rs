@@ -99,7 +99,7 @@ impl JsonCompiler<'_> {
     }
 
     /// `uniqueItems: true` on an array whose items are strings of any other kind (`enum`,
-    /// `pattern`, `format`, `maxLength`…) or integers, which may run out of new values or
+    /// `pattern`, `format`, `maxLength`…) or numbers, which may run out of new values or
     /// end where they could go on: the whole array is recorded (`Builder::unique_arrays`),
     /// so that the matcher also refuses a prefix that can only end as an earlier item, or a
     /// new item when none is left. `None` when not applicable; refused when the items' text
@@ -113,10 +113,10 @@ impl JsonCompiler<'_> {
         max: Option<u64>,
         ptr: &str,
     ) -> Result<Option<StateId>, CompileError> {
-        let numbers = number_only(item);
+        let numbers = numeric_only(item, "number");
         let infinite = if string_only(item) {
             false
-        } else if integer_only(item) || numbers {
+        } else if numbers || numeric_only(item, "integer") {
             let (lo, hi) = Self::bounds(item);
             lo.is_none() || hi.is_none()
         } else {
@@ -256,27 +256,16 @@ fn free_string_min(item: &Map<String, Value>) -> Option<u64> {
     Some(min)
 }
 
-/// The normalised item schema admits integers only, each in its one spelling: `type:
-/// integer` without `enum`/`const` (listed values keep the spellings they are written in,
-/// `2.0` beside `2`).
-fn integer_only(item: &Map<String, Value>) -> bool {
-    let integer = match item.get("type") {
-        Some(Value::String(t)) => t == "integer",
-        Some(Value::Array(ts)) => ts.len() == 1 && ts[0] == "integer",
+/// The normalised item schema admits values of the one numeric type `ty` only, without
+/// `enum`/`const` (listed values keep the spellings they are written in, `2.0` beside `2`).
+/// Integers have one spelling each; numbers get one from `canonical_numbers`.
+fn numeric_only(item: &Map<String, Value>, ty: &str) -> bool {
+    let only = match item.get("type") {
+        Some(Value::String(t)) => t == ty,
+        Some(Value::Array(ts)) => ts.len() == 1 && ts[0] == ty,
         _ => false,
     };
-    integer && !item.contains_key("enum") && !item.contains_key("const")
-}
-
-/// The normalised item schema admits numbers only (`type: number`, no `enum`/`const`): the
-/// array's items are then compiled with `canonical_numbers` (one spelling per value).
-fn number_only(item: &Map<String, Value>) -> bool {
-    let number = match item.get("type") {
-        Some(Value::String(t)) => t == "number",
-        Some(Value::Array(ts)) => ts.len() == 1 && ts[0] == "number",
-        _ => false,
-    };
-    number && !item.contains_key("enum") && !item.contains_key("const")
+    only && !item.contains_key("enum") && !item.contains_key("const")
 }
 
 /// The normalised item schema admits strings only (`type: string`, or an `enum`/`const` of
