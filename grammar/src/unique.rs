@@ -1,4 +1,4 @@
-//! Enforcing `uniqueItems` on arrays of strings and of integers while matching (see
+//! Enforcing `uniqueItems` on arrays of strings and of numbers while matching (see
 //! `json/unique.rs` for what the compiler guarantees).
 //!
 //! The matcher of a grammar with unique-item arrays keeps the text it accepted and a
@@ -9,13 +9,12 @@
 //! the token trie along `rest of the earlier item + '"'`; tokens with two or more quotes
 //! (which may close a later item inside the token) are checked by following them.
 //!
-//! Integer items (whole arrays only, below) have no closing byte: one ends at the byte after
+//! Number items (whole arrays only, below) have no closing byte: one ends at the byte after
 //! its last digit (`,`, `]` or whitespace), and a repeat is refused before that byte.
 //!
-//! Items of bounded kinds (`enum`, `maxLength`, patterns, integer bounds) may run out of new
-//! values: a
-//! prefix can be one whose every completion is an earlier item, or a new item may have no
-//! value left. Inside such arrays ([`crate::nfa::Nfa::unique_arrays`]) every step is also
+//! Items of bounded kinds (`enum`, `maxLength`, patterns, numeric bounds) may run out of
+//! new values: a prefix can be one whose every completion is an earlier item, or a new item
+//! may have no value left. Inside such arrays ([`crate::nfa::Nfa::unique_arrays`]) every step is also
 //! checked with [`can_end_new`] (a walk along the earlier items' rests, looking for a byte
 //! off all of them that the automaton takes), so the text never enters a dead end: masks,
 //! `accept_token` and `try_advance_bytes` agree, and the planned close avoids repeats.
@@ -175,11 +174,16 @@ impl JsonTracker {
         Some(&self.bytes[self.str_start as usize..])
     }
 
+    /// The text of the number item being written, if any.
+    fn number_item(&self) -> Option<&[u8]> {
+        self.num_start.map(|start| &self.bytes[start as usize..])
+    }
+
     /// True when `b` now would end an item equal to an earlier item of its array: the `"`
     /// closing a string item, or the byte after a number item.
     fn ending_repeats(&self, b: u8) -> bool {
-        let (cur, num) = match self.num_start {
-            Some(start) if !is_num_byte(b) => (&self.bytes[start as usize..], true),
+        let (cur, num) = match self.number_item() {
+            Some(cur) if !is_num_byte(b) => (cur, true),
             Some(_) => return false,
             None if b == b'"' => match self.open_item() {
                 Some(cur) => (cur, false),
@@ -208,8 +212,7 @@ impl JsonTracker {
             }
             return rests;
         }
-        if let Some(start) = self.num_start {
-            let cur = &self.bytes[start as usize..];
+        if let Some(cur) = self.number_item() {
             let Some(f) = self.frames.last() else {
                 return Vec::new();
             };
@@ -250,27 +253,11 @@ impl JsonTracker {
         self.in_str
     }
 
-    /// True when `digits` would continue (or start) a number item of the innermost array
-    /// that no earlier number item of it starts with.
-    fn digits_stay_new(&self, digits: &[u8]) -> bool {
-        let cur = match self.num_start {
-            Some(start) => &self.bytes[start as usize..],
-            None if !self.in_str
-                && self.frames.last().is_some_and(|f| f.array && f.expect_item) =>
-            {
-                &[][..]
-            }
-            None => return false,
-        };
-        let Some(f) = self.frames.last() else {
-            return false;
-        };
-        !f.items.iter().any(|&(a, e, n)| {
-            let it = &self.bytes[a as usize..e as usize];
-            n && it.len() >= cur.len() + digits.len()
-                && it.starts_with(cur)
-                && it[cur.len()..].starts_with(digits)
-        })
+    /// Inside a number item, or where a new item may start: where digits continue or
+    /// start a number item of the innermost array.
+    fn at_number(&self) -> bool {
+        self.num_start.is_some()
+            || (!self.in_str && self.frames.last().is_some_and(|f| f.array && f.expect_item))
     }
 
     /// For each earlier item of the innermost array that starts with the open string: the
@@ -522,16 +509,32 @@ pub(crate) fn refine_mask(
         // the number being written (or started) a prefix of no earlier item cannot make a
         // repeat, nor a dead end (the automaton's mask keeps the number completable), so
         // they need no check: about 1,000 of Llama-3's number tokens are digits only.
+        // (The rests digits may begin, sorted: those a token begins follow its position; a
+        // rest ends in its item's end marker, so only tokens shorter than it can begin it.)
+        let rests = tracker.at_number().then(|| {
+            let mut r = tracker.pending_rests();
+            r.retain(|r| r.first().is_some_and(u8::is_ascii_digit));
+            let longest = r.iter().map(Vec::len).max().unwrap_or(0);
+            (r, longest)
+        });
+        let begins_no_rest = |(rests, longest): &(Vec<Vec<u8>>, usize), digits: &[u8]| {
+            if digits.len() >= *longest {
+                return true;
+            }
+            let i = rests.partition_point(|r| r.as_slice() < digits);
+            rests.get(i).is_none_or(|r| !r.starts_with(digits))
+        };
         let words = mask.len();
         for wi in 0..words {
             let mut w = mask[wi];
             while w != 0 {
                 let t = wi as u32 * 32 + w.trailing_zeros();
                 w &= w - 1;
-                if vocab.token_bytes(t).is_some_and(|b| {
-                    !b.is_empty() && b.iter().all(u8::is_ascii_digit) && tracker.digits_stay_new(b)
-                }) {
-                    continue;
+                if let (Some(rests), Some(b)) = (&rests, vocab.token_bytes(t)) {
+                    if !b.is_empty() && b.iter().all(u8::is_ascii_digit) && begins_no_rest(rests, b)
+                    {
+                        continue;
+                    }
                 }
                 check(lazy, mask, tracker, t);
             }
