@@ -91,6 +91,31 @@ fn bench(c: &mut Criterion) {
             });
         }
     }
+    // Counted strings (`grammar/src/length.rs`): a URL of at most 2,083 characters (the
+    // matcher counts) against the same URL without a maximum, far from the limit and with
+    // 10 characters left (tokens longer than that are followed one by one); and following a
+    // 4-byte chunk (then rolling it back).
+    let far = r#""https://example.com/docs/"#.to_string();
+    let near = format!(r#""https://example.com/{}"#, "a".repeat(2083 - 20 - 10));
+    for (kind, max) in [("counted", ",\"maxLength\":2083"), ("plain", "")] {
+        let schema = format!(r#"{{"type":"string","format":"uri"{max}}}"#);
+        let g =
+            CompiledGrammar::json_schema(&schema, tok.vocab.clone(), &CompileOptions::default())
+                .unwrap();
+        for (label, prefix) in [("url_far", &far), ("url_near", &near)] {
+            let mut m = Matcher::new(g.clone());
+            assert!(m.try_advance_bytes(prefix.as_bytes()));
+            c.bench_function(&format!("grammar_mask_{kind}/{label}"), |b| {
+                b.iter(|| m.fill_mask(&mut buf).unwrap())
+            });
+            c.bench_function(&format!("grammar_advance_{kind}/{label}"), |b| {
+                b.iter(|| {
+                    assert!(m.try_advance_bytes(b"abcd"));
+                    m.rollback(1).unwrap();
+                })
+            });
+        }
+    }
     let src = vec![0xAAAA_AAAAu32; tok.vocab.mask_words()];
     c.bench_function("grammar_mask_copy_floor", |b| {
         b.iter(|| buf.copy_from_slice(std::hint::black_box(&src)))

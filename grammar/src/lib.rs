@@ -60,6 +60,7 @@ mod cache;
 mod gbnf;
 mod json;
 mod lazy;
+mod length;
 mod matcher;
 mod nfa;
 mod regex;
@@ -500,6 +501,11 @@ impl CompiledGrammar {
     /// True when matching must enforce `uniqueItems` on string items (`unique.rs`).
     pub(crate) fn has_unique(&self) -> bool {
         !self.nfa.unique_ranges.is_empty() || !self.nfa.unique_arrays.is_empty()
+    }
+
+    /// True when matching must count the characters of long strings (`length.rs`).
+    pub(crate) fn has_long_strings(&self) -> bool {
+        !self.nfa.long_strings.is_empty()
     }
 
     /// Runs `f` on the automaton as one call (its closures share one visit budget).

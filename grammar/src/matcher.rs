@@ -6,12 +6,15 @@ use crate::lazy::{ConfigId, DEAD};
 use crate::unique::{self, JsonTracker};
 use crate::{CompiledGrammar, MatchError};
 
-/// The text so far, for grammars that enforce `uniqueItems` on strings (`crate::unique`).
+/// The text so far, for grammars that enforce `uniqueItems` (`crate::unique`) or count the
+/// characters of long strings (`crate::length`).
 #[derive(Debug, Clone, Default)]
 struct UniqueText {
     tracker: JsonTracker,
     /// Tracker length at each history entry.
     marks: Vec<usize>,
+    /// The tracker's count of the open counted string at each history entry.
+    counts: Vec<crate::length::Count>,
 }
 
 /// Per-request state over a shared [`CompiledGrammar`]: cheap to create, owns its history.
@@ -32,10 +35,11 @@ impl Matcher {
     /// A matcher at the start of the grammar.
     pub fn new(grammar: Arc<CompiledGrammar>) -> Self {
         let start = grammar.start_config();
-        let uniq = grammar.has_unique().then(|| {
+        let uniq = (grammar.has_unique() || grammar.has_long_strings()).then(|| {
             Box::new(UniqueText {
                 tracker: JsonTracker::default(),
                 marks: vec![0],
+                counts: vec![Default::default()],
             })
         });
         Matcher {
@@ -83,7 +87,12 @@ impl Matcher {
             lazy.fill_mask(nfa, vocab, c, mask);
             if let Some(u) = &self.uniq {
                 let mut t = u.tracker.clone();
-                unique::refine_mask(nfa, lazy, vocab, c, &mut t, &mut mask[..words]);
+                if !nfa.unique_ranges.is_empty() || !nfa.unique_arrays.is_empty() {
+                    unique::refine_mask(nfa, lazy, vocab, c, &mut t, &mut mask[..words]);
+                }
+                if !nfa.long_strings.is_empty() {
+                    crate::length::refine_mask(nfa, lazy, vocab, c, &mut t, &mut mask[..words]);
+                }
             }
             lazy.configs[c as usize].accept
         });
@@ -147,6 +156,7 @@ impl Matcher {
         self.history.push(c);
         if let Some(u) = &mut self.uniq {
             u.marks.push(u.tracker.len());
+            u.counts.push(u.tracker.count);
         }
     }
 
@@ -235,8 +245,10 @@ impl Matcher {
         }
         if let Some(u) = &mut self.uniq {
             u.marks.truncate(self.history.len());
+            u.counts.truncate(self.history.len());
             let len = u.marks.last().copied().unwrap_or(0);
             u.tracker.truncate(len);
+            u.tracker.count = u.counts.last().copied().unwrap_or_default();
         }
         Ok(())
     }
@@ -451,9 +463,13 @@ impl Matcher {
                 match found {
                     Some((b, n)) => {
                         out.push(b);
-                        c = n;
-                        if let Some(t) = &mut tracker {
-                            t.push(b);
+                        c = match &mut tracker {
+                            // The same step, counted strings' threads filtered too.
+                            Some(t) => unique::advance(nfa, lazy, c, t, &[b]),
+                            None => n,
+                        };
+                        if c == DEAD {
+                            break;
                         }
                     }
                     None => break,

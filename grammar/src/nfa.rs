@@ -53,6 +53,149 @@ pub(crate) struct CountedProduct {
     pub cells: Vec<(u32, u32)>,
 }
 
+/// A JSON string whose `maxLength` the matcher enforces by counting characters, where a
+/// regex × count product would be too large (`json/types.rs`, `crate::length`): states
+/// `lo..hi` are its body rule's — the string's characters, inline (no calls), then the
+/// closing quote — and no text through them may have more than `max` characters.
+#[derive(Clone, Debug)]
+pub(crate) struct LongString {
+    /// First state (the rule's start).
+    pub lo: StateId,
+    /// One past the last state.
+    pub hi: StateId,
+    /// The rule's end state.
+    pub end: StateId,
+    /// The state after the closing quote: the move into it counts no character.
+    pub close: StateId,
+    /// Most characters.
+    pub max: u32,
+    /// Per state from `lo`: fewest characters from it to the closing quote (continuation
+    /// bytes and the quote count none; `u32::MAX`: none), computed by [`Builder::finish`].
+    pub chars_left: Vec<u32>,
+    /// Largest finite `chars_left`.
+    pub slack: u32,
+    /// Per state from `lo`: the largest finite `chars_left` of the states it reaches
+    /// (itself included): after any text from it, at most this many characters are needed.
+    pub reach: Vec<u32>,
+}
+
+impl LongString {
+    /// Fewest characters from `s` (in `lo..hi`) to the closing quote.
+    pub fn chars_left(&self, s: StateId) -> u32 {
+        self.chars_left[(s - self.lo) as usize]
+    }
+
+    /// See [`LongString::reach`].
+    pub fn reach(&self, s: StateId) -> u32 {
+        self.reach[(s - self.lo) as usize]
+    }
+
+    /// 0-1 breadth-first search backwards from the end, within the range. A move weighs
+    /// one character unless it takes a UTF-8 continuation byte, the closing quote, or a byte
+    /// inside an escape (after the backslash, which is the character): which states are
+    /// inside an escape is found forwards from the start.
+    fn compute(&mut self, states: &[State]) {
+        let n = (self.hi - self.lo) as usize;
+        let inside = |t: StateId| (self.lo..self.hi).contains(&t);
+        // Escape bytes still to come at each state: 0 (between characters), 5 (after the
+        // backslash) or the hex digits left of `\u`. A state reached both ways counts as
+        // between characters (its moves then weigh more: stricter, never looser).
+        const UNSEEN: u8 = u8::MAX;
+        let mut esc = vec![UNSEEN; n];
+        let mut work = vec![self.lo];
+        esc[0] = 0;
+        while let Some(s) = work.pop() {
+            let e = esc[(s - self.lo) as usize];
+            let st = &states[s as usize];
+            let mut visit = |t: StateId, te: u8, work: &mut Vec<StateId>| {
+                if !inside(t) {
+                    return;
+                }
+                let slot = &mut esc[(t - self.lo) as usize];
+                if *slot == UNSEEN {
+                    *slot = te;
+                    work.push(t);
+                } else if *slot != te && *slot != 0 {
+                    *slot = 0;
+                    work.push(t);
+                }
+            };
+            for &(lo, hi, t) in &st.bytes {
+                let te = match e {
+                    5 if lo == b'u' && hi == b'u' => 4,
+                    5 | 1 => 0,
+                    2..=4 => e - 1,
+                    _ if lo == b'\\' && hi == b'\\' => 5,
+                    _ => 0,
+                };
+                visit(t, te, &mut work);
+            }
+            for &t in &st.eps {
+                visit(t, e, &mut work);
+            }
+        }
+        let mut rev: Vec<Vec<(StateId, u32)>> = vec![Vec::new(); n];
+        for s in self.lo..self.hi {
+            let st = &states[s as usize];
+            let between = matches!(esc[(s - self.lo) as usize], 0 | UNSEEN);
+            for &(lo, _, t) in &st.bytes {
+                if inside(t) {
+                    let w = between && !(0x80..0xC0).contains(&lo) && t != self.close;
+                    rev[(t - self.lo) as usize].push((s, u32::from(w)));
+                }
+            }
+            for &t in &st.eps {
+                if inside(t) {
+                    rev[(t - self.lo) as usize].push((s, 0));
+                }
+            }
+        }
+        let mut d = vec![u32::MAX; n];
+        let mut dq = std::collections::VecDeque::new();
+        d[(self.end - self.lo) as usize] = 0;
+        dq.push_back(self.end);
+        while let Some(t) = dq.pop_front() {
+            let dt = d[(t - self.lo) as usize];
+            for &(s, w) in &rev[(t - self.lo) as usize] {
+                let i = (s - self.lo) as usize;
+                if dt + w < d[i] {
+                    d[i] = dt + w;
+                    if w == 0 {
+                        dq.push_front(s);
+                    } else {
+                        dq.push_back(s);
+                    }
+                }
+            }
+        }
+        self.slack = d
+            .iter()
+            .copied()
+            .filter(|&x| x != u32::MAX)
+            .max()
+            .unwrap_or(0);
+        // Backwards again: a state reaches what its successors reach (values only grow, up
+        // to `slack`, so each state is pushed at most `slack + 1` times).
+        let mut reach: Vec<u32> = d
+            .iter()
+            .map(|&x| if x == u32::MAX { 0 } else { x })
+            .collect();
+        let mut work: Vec<StateId> = (self.lo..self.hi).collect();
+        while let Some(t) = work.pop() {
+            let rt = reach[(t - self.lo) as usize];
+            for &(s, _) in &rev[(t - self.lo) as usize] {
+                let i = (s - self.lo) as usize;
+                if reach[i] < rt {
+                    reach[i] = rt;
+                    work.push(s);
+                }
+            }
+        }
+        self.reach = reach;
+        self.chars_left = d;
+    }
+}
+
 /// Limits applied while building.
 #[derive(Clone, Debug)]
 pub(crate) struct Budget {
@@ -77,6 +220,8 @@ pub(crate) struct Builder {
     /// Regex × character-count products with a maximum (`regex::emit_hir_len`); the mask
     /// code shares masks between their counts (see [`Nfa::count_representatives`]).
     pub counted: Vec<CountedProduct>,
+    /// Strings whose length the matcher counts (see [`LongString`]).
+    pub long_strings: Vec<LongString>,
     pub(crate) budget: Budget,
     checks: u32,
 }
@@ -91,6 +236,7 @@ impl Builder {
             unique_ranges: Vec::new(),
             unique_arrays: Vec::new(),
             counted: Vec::new(),
+            long_strings: Vec::new(),
             budget,
             checks: 0,
         }
@@ -218,6 +364,8 @@ impl Builder {
             unique_ranges: self.unique_ranges,
             unique_arrays: self.unique_arrays,
             counted: self.counted,
+            long_strings: self.long_strings,
+            long_room: u32::MAX,
             dist: Vec::new(),
             rule_min: Vec::new(),
         };
@@ -225,6 +373,16 @@ impl Builder {
         nfa.unique_arrays.sort_unstable();
         nfa.trim(self.budget.deadline)?;
         nfa.compute_distances(self.budget.deadline)?;
+        nfa.long_strings.sort_unstable_by_key(|l| l.lo);
+        for l in &mut nfa.long_strings {
+            l.compute(&nfa.states);
+        }
+        nfa.long_room = nfa
+            .long_strings
+            .iter()
+            .map(|l| l.max.saturating_sub(l.slack))
+            .min()
+            .unwrap_or(u32::MAX);
         Ok(nfa)
     }
 }
@@ -242,6 +400,11 @@ pub(crate) struct Nfa {
     pub unique_arrays: Vec<(StateId, StateId)>,
     /// See [`Builder::counted`].
     pub counted: Vec<CountedProduct>,
+    /// See [`Builder::long_strings`] (sorted, disjoint).
+    pub long_strings: Vec<LongString>,
+    /// The least `max - slack` over `long_strings`: a token of at most this many bytes,
+    /// minus the characters the open string already has, cannot break a length bound.
+    pub long_room: u32,
     /// Fewest bytes from a state to its rule's end (`u32::MAX`: unreachable).
     pub dist: Vec<u32>,
     /// Fewest bytes a rule can match.
@@ -253,6 +416,14 @@ impl Nfa {
     /// `uniqueItems` array of bounded strings.
     pub fn in_unique(&self, s: StateId) -> bool {
         in_ranges(&self.unique_ranges, s) || in_ranges(&self.unique_arrays, s)
+    }
+
+    /// The counted string whose states include `s`, if any.
+    pub fn long_string(&self, s: StateId) -> Option<&LongString> {
+        let i = self.long_strings.partition_point(|l| l.lo <= s);
+        (i > 0)
+            .then(|| &self.long_strings[i - 1])
+            .filter(|l| s < l.hi)
     }
 
     /// True when `s` is inside a whole `uniqueItems` array of bounded strings.

@@ -259,6 +259,20 @@ pub(crate) fn emit_hir(
 /// Largest product (regex states × character counts) [`emit_hir_len`] builds.
 const MAX_PRODUCT: usize = 300_000;
 
+/// States of `hir`'s Thompson NFA (what [`emit_hir_len`] multiplies by the count range).
+pub(crate) fn thompson_states(hir: &Hir) -> Result<usize, String> {
+    let nfa = thompson::Compiler::new()
+        .configure(
+            thompson::Config::new()
+                .which_captures(WhichCaptures::None)
+                .nfa_size_limit(Some(MAX_THOMPSON_BYTES))
+                .shrink(false),
+        )
+        .build_from_hir(hir)
+        .map_err(|e| e.to_string())?;
+    Ok(nfa.states().len())
+}
+
 /// Like [`emit_hir`], but only texts of `min..=max` characters (code points) match: the
 /// product of the regex automaton with a character counter (exact).
 pub(crate) fn emit_hir_len(

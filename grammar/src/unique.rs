@@ -47,6 +47,10 @@ pub(crate) struct JsonTracker {
     str_start: u32,
     /// Start of the number being written as an item of the innermost array.
     num_start: Option<u32>,
+    /// The counted string being written (`crate::length`). Not rebuilt by
+    /// [`JsonTracker::truncate`]: it depends on the automaton, so the matcher keeps it per
+    /// history entry.
+    pub(crate) count: crate::length::Count,
 }
 
 /// What [`JsonTracker::restore`] needs to undo bytes pushed after [`JsonTracker::checkpoint`].
@@ -57,6 +61,7 @@ pub(crate) struct Checkpoint {
     esc: bool,
     str_start: u32,
     num_start: Option<u32>,
+    count: crate::length::Count,
 }
 
 /// Stands in a number item's rest for "the byte that ends it" (`,`, `]`, whitespace): NUL
@@ -151,6 +156,7 @@ impl JsonTracker {
             esc: self.esc,
             str_start: self.str_start,
             num_start: self.num_start,
+            count: self.count,
         }
     }
 
@@ -162,6 +168,7 @@ impl JsonTracker {
         self.esc = cp.esc;
         self.str_start = cp.str_start;
         self.num_start = cp.num_start;
+        self.count = cp.count;
     }
 
     /// The content of the open string, when it is directly inside an array and the next
@@ -303,8 +310,9 @@ pub(crate) fn without_unique(nfa: &Nfa, lazy: &mut Lazy, c: ConfigId) -> ConfigI
 }
 
 /// Follows `bytes` from `c`, dropping the unique-item threads before a repeating item's
-/// closing quote; the tracker follows too. `DEAD` (tracker then undefined past the point)
-/// when the text cannot continue.
+/// closing quote and the threads of counted strings that can no longer close within their
+/// `maxLength` (`crate::length`); the tracker follows too. `DEAD` (tracker then undefined
+/// past the point) when the text cannot continue.
 pub(crate) fn advance(
     nfa: &Nfa,
     lazy: &mut Lazy,
@@ -322,6 +330,12 @@ pub(crate) fn advance(
         c = lazy.step(nfa, c, b);
         if c == DEAD {
             return DEAD;
+        }
+        if !nfa.long_strings.is_empty() {
+            c = crate::length::after_byte(nfa, lazy, c, &mut tracker.count, b);
+            if c == DEAD {
+                return DEAD;
+            }
         }
         tracker.push(b);
     }

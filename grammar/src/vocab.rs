@@ -142,6 +142,23 @@ pub struct TokenVocab {
     /// The usable tokens with two or more `"` (see [`TokenVocab::multi_quote_tokens`]),
     /// built on first use and shared like `class_parts`.
     multi_quote: Arc<std::sync::OnceLock<Vec<u32>>>,
+    /// The usable tokens longest first (see [`TokenVocab::tokens_by_length`]), built on
+    /// first use and shared like `class_parts`.
+    by_length: Arc<std::sync::OnceLock<TokensByLength>>,
+}
+
+/// The usable tokens, longest first (`crate::length` checks only those longer than what
+/// the open counted string has room for).
+#[derive(Debug)]
+pub(crate) struct TokensByLength {
+    /// Token ids, by decreasing byte length.
+    pub ids: Vec<u32>,
+    /// Their byte lengths.
+    pub lens: Vec<u32>,
+    /// Their characters when they are plain JSON-string text (no `"`, `\\` or control
+    /// character, valid UTF-8: inside a string they stay inside it and add exactly this
+    /// many characters); `u32::MAX` otherwise.
+    pub chars: Vec<u32>,
 }
 
 /// A set of characters a configuration loops on: ASCII bytes by bit, and either every
@@ -291,6 +308,7 @@ impl TokenVocab {
             byte_tokens: Arc::default(),
             long_tokens: Arc::default(),
             multi_quote: Arc::default(),
+            by_length: Arc::default(),
         })
     }
 
@@ -413,6 +431,33 @@ impl TokenVocab {
     /// Longest usable token, in bytes.
     pub fn max_token_len(&self) -> usize {
         self.max_token_len
+    }
+
+    /// The usable tokens longest first, with their lengths and plain characters.
+    pub(crate) fn tokens_by_length(&self) -> &TokensByLength {
+        self.by_length.get_or_init(|| {
+            let mut ids: Vec<u32> = (0..self.tokens.len() as u32)
+                .filter(|&t| self.usable[t as usize])
+                .collect();
+            ids.sort_by_key(|&t| std::cmp::Reverse(self.tokens[t as usize].len()));
+            let lens = ids
+                .iter()
+                .map(|&t| self.tokens[t as usize].len() as u32)
+                .collect();
+            let chars = ids
+                .iter()
+                .map(|&t| {
+                    let b = &self.tokens[t as usize];
+                    match std::str::from_utf8(b) {
+                        Ok(s) if !s.bytes().any(|x| x == b'"' || x == b'\\' || x < 0x20) => {
+                            s.chars().count() as u32
+                        }
+                        _ => u32::MAX,
+                    }
+                })
+                .collect();
+            TokensByLength { ids, lens, chars }
+        })
     }
 
     /// Usable tokens whose bytes hold two or more `"`: they may close a string after

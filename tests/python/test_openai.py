@@ -246,6 +246,53 @@ def test_unique_integer_items():
     jsonschema.validate(json.loads(r.choices[0].message.content), params)
 
 
+# pydantic's HttpUrl in a FastMCP tool (`format: uri`, `maxLength: 2083`), and a URL list
+# whose items allow 100 characters: both beyond a regex x count product, so the matcher
+# counts their characters.
+FETCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "fetch",
+        "description": "Fetch a web page",
+        "parameters": {
+            "properties": {
+                "url": {"format": "uri", "maxLength": 2083, "minLength": 1, "title": "Url", "type": "string"},
+                "mirrors": {"items": {"format": "uri", "maxLength": 100, "type": "string"}, "maxItems": 2,
+                            "title": "Mirrors", "type": "array"},
+            },
+            "required": ["url", "mirrors"],
+            "title": "fetchArguments",
+            "type": "object",
+        },
+    },
+}
+
+
+def _uri_ok(u: str, most: int) -> bool:
+    scheme, sep, _ = u.partition(":")
+    return bool(sep) and scheme[:1].isalpha() and " " not in u and 1 <= len(u) <= most
+
+
+def test_pydantic_url_tool():
+    params = FETCH_TOOL["function"]["parameters"]
+    for seed in range(3):
+        r = client().chat.completions.create(
+            model=model(),
+            messages=[{"role": "user", "content": "Fetch the sglrs docs page and list two mirrors."}],
+            tools=[FETCH_TOOL],
+            tool_choice="required",
+            max_tokens=160,
+            temperature=1.0,
+            seed=seed,
+        )
+        calls = r.choices[0].message.tool_calls
+        assert calls and calls[0].function.name == "fetch", r
+        args = json.loads(calls[0].function.arguments)
+        jsonschema.validate(args, params)
+        assert _uri_ok(args["url"], 2083), args
+        assert all(_uri_ok(m, 100) for m in args["mirrors"]), args
+
+
 def test_named_tool_choice():
     r = client().chat.completions.create(
         model=model(),

@@ -4,12 +4,18 @@ use serde_json::{Map, Value};
 
 use super::formats::format_regex;
 use super::{JsonCompiler, MAX_INLINE_REGEX_STATES};
-use crate::nfa::StateId;
-use crate::regex::{emit_hir, emit_hir_len, emit_intersection, parse, Escape, Flavor};
+use crate::nfa::{LongString, StateId};
+use crate::regex::{
+    emit_hir, emit_hir_len, emit_intersection, parse, thompson_states, Escape, Flavor,
+};
 use crate::CompileError;
 
 /// Bounded repetitions longer than this are refused (they would not be enforced cheaply).
 pub(super) const MAX_COUNT: u64 = 4096;
+
+/// A string's `maxLength` above 64 is counted by the matcher (`crate::length`) instead of
+/// built into the automaton when the regex × count product would have more states than this.
+const MAX_LENGTH_PRODUCT: usize = 100_000;
 
 /// A regex emitter's error as a compile error: too many states, the deadline, or else a
 /// refusal naming `keyword` at `pointer`.
@@ -97,6 +103,48 @@ impl JsonCompiler<'_> {
         }
         let e = self.string_body_free(a, min, max)?;
         self.b.lit(e, b"\"")
+    }
+
+    /// A quoted string of at most `max` characters that the matcher counts
+    /// (`crate::length`): `body` emits its characters inline (no calls) from the start of a
+    /// rule that then closes the quote; one rule per `key`.
+    fn counted_string(
+        &mut self,
+        from: StateId,
+        max: u64,
+        key: (String, u64, Option<u64>),
+        ptr: &str,
+        body: &mut dyn FnMut(&mut Self, StateId) -> Result<StateId, CompileError>,
+    ) -> Result<StateId, CompileError> {
+        let a = self.b.lit(from, b"\"")?;
+        if let Some(&r) = self.len_rules.get(&key) {
+            return self.b.call(a, r);
+        }
+        let r = self.b.new_rule()?;
+        let rule = self.b.rules[r as usize];
+        let e = body(self, rule.start)?;
+        let close = self.b.lit(e, b"\"")?;
+        self.b.eps(close, rule.end);
+        let hi = self.b.states.len() as StateId;
+        if (rule.start..hi).any(|s| !self.b.states[s as usize].calls.is_empty()) {
+            return Err(CompileError::Unsupported {
+                keyword: "maxLength".into(),
+                pointer: ptr.into(),
+                reason: "a counted string's characters call a rule".into(),
+            });
+        }
+        self.b.long_strings.push(LongString {
+            lo: rule.start,
+            hi,
+            end: rule.end,
+            close,
+            max: max.min(u64::from(u32::MAX)) as u32,
+            chars_left: Vec::new(),
+            slack: 0,
+            reach: Vec::new(),
+        });
+        self.len_rules.insert(key, r);
+        self.b.call(a, r)
     }
 
     /// The characters of a free string of `min..=max` characters (no quotes).
@@ -256,7 +304,7 @@ impl JsonCompiler<'_> {
         }
         if res.len() > 1 && min <= MAX_COUNT {
             // pattern and format: the product of their DFAs (and of a length regex when
-            // bounded; a maximum above MAX_COUNT is clamped, stricter).
+            // bounded; a maximum above 256 is counted by the matcher).
             let mut hirs = Vec::new();
             for (kw, re, flavor) in &res {
                 hirs.push(parse(re, *flavor).map_err(|e| CompileError::Unsupported {
@@ -265,9 +313,11 @@ impl JsonCompiler<'_> {
                     reason: format!("{:?}: {e}", crate::excerpt(re)),
                 })?);
             }
+            let counted = max.filter(|&m| m > 256);
+            let max = max.filter(|_| counted.is_none());
             if min > 0 || max.is_some() {
                 let re = match max {
-                    Some(hi) => format!("[\\s\\S]{{{min},{}}}", hi.min(MAX_COUNT)),
+                    Some(hi) => format!("[\\s\\S]{{{min},{hi}}}"),
                     None => format!("[\\s\\S]{{{min},}}"),
                 };
                 hirs.push(parse(&re, Flavor::FullMatch).map_err(|e| {
@@ -278,14 +328,28 @@ impl JsonCompiler<'_> {
                     }
                 })?);
             }
+            let states = self.b.states.len();
+            let too_large = |e: &str| {
+                if e.contains("too many states") {
+                    CompileError::TooLarge { states }
+                } else {
+                    CompileError::Unsupported {
+                        keyword: "format".into(),
+                        pointer: ptr.into(),
+                        reason: format!("a pattern and a format on the same string: {e}"),
+                    }
+                }
+            };
+            if let Some(m) = counted {
+                let key: String = res.iter().map(|(_, re, _)| format!("{re}\u{1}")).collect();
+                return self.counted_string(from, m, (key, min, Some(m)), ptr, &mut |c, st| {
+                    emit_intersection(c.b, st, &hirs, Escape::JsonString).map_err(|e| too_large(&e))
+                });
+            }
             let a = self.b.lit(from, b"\"")?;
             match emit_intersection(self.b, a, &hirs, Escape::JsonString) {
                 Ok(e) => return self.b.lit(e, b"\""),
-                Err(e) if e.contains("too many states") => {
-                    return Err(CompileError::TooLarge {
-                        states: self.b.states.len(),
-                    })
-                }
+                Err(e) if e.contains("too many states") => return Err(too_large(&e)),
                 Err(_) => {}
             }
         }
@@ -312,11 +376,29 @@ impl JsonCompiler<'_> {
             let min_chars = p.minimum_len().map_or(0, |b| b.div_ceil(4)) as u64;
             let max_bytes = p.maximum_len().map(|b| b as u64);
             let lmin = if min_chars >= min { 0 } else { min };
-            // A maximum above MAX_COUNT is clamped to it, as for free strings: stricter,
-            // never looser (`maxLength: 32767` on a data-URL pattern).
-            let lmax = max
-                .filter(|m| max_bytes.is_none_or(|x| x > *m))
-                .map(|m| m.min(MAX_COUNT));
+            let lmax = max.filter(|m| max_bytes.is_none_or(|x| x > *m));
+            // A long maximum whose product with the regex would be large is counted by the
+            // matcher (pydantic's `HttpUrl`: a URI of at most 2,083 characters).
+            if let Some(m) = lmax.filter(|&m| m > 64 && lmin <= MAX_COUNT) {
+                let n = thompson_states(&hir).unwrap_or(usize::MAX);
+                if m > MAX_COUNT || n.saturating_mul(m as usize + 1) > MAX_LENGTH_PRODUCT {
+                    let key = (format!("\u{1}{re}"), lmin, Some(m));
+                    return self.counted_string(from, m, key, ptr, &mut |c, st| {
+                        emit_hir_len(c.b, st, &hir, Escape::JsonString, lmin, None).map_err(|e| {
+                            emit_error(
+                                c.b.states.len(),
+                                &e,
+                                kw,
+                                ptr,
+                                format!("{:?}: {e}", crate::excerpt(&re)),
+                            )
+                        })
+                    });
+                }
+            }
+            // Otherwise a maximum above MAX_COUNT is clamped to it, as for free strings:
+            // stricter, never looser.
+            let lmax = lmax.map(|m| m.min(MAX_COUNT));
             let a = self.b.lit(from, b"\"")?;
             // A large product (length bounds on a big regex, e.g. `email` with
             // `maxLength`) is built once per schema as a rule and called.
@@ -377,7 +459,17 @@ impl JsonCompiler<'_> {
             )?;
             return self.string_free(from, MAX_COUNT, None);
         }
-        // A maximum above MAX_COUNT is clamped to it: stricter, never looser.
+        // A maximum above MAX_COUNT is counted by the matcher (the characters inline).
+        if let Some(m) = max.filter(|&m| m > MAX_COUNT && min <= 64) {
+            return self.counted_string(
+                from,
+                m,
+                (String::from("\u{1}"), min, Some(m)),
+                ptr,
+                &mut |c, st| c.b.repeat(st, min, None, &mut json_char_into),
+            );
+        }
+        // Else a maximum above MAX_COUNT is clamped to it: stricter, never looser.
         self.string_free(from, min, max.map(|m| m.min(MAX_COUNT)))
     }
 }
