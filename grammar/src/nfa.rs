@@ -222,6 +222,9 @@ pub(crate) struct Builder {
     pub counted: Vec<CountedProduct>,
     /// Strings whose length the matcher counts (see [`LongString`]).
     pub long_strings: Vec<LongString>,
+    /// `[lo, hi)` state ranges of free text that is no JSON (the text before tool calls,
+    /// `crate::tagged`): the matcher's JSON tracking forgets it.
+    pub text_ranges: Vec<(StateId, StateId)>,
     pub(crate) budget: Budget,
     checks: u32,
 }
@@ -237,6 +240,7 @@ impl Builder {
             unique_arrays: Vec::new(),
             counted: Vec::new(),
             long_strings: Vec::new(),
+            text_ranges: Vec::new(),
             budget,
             checks: 0,
         }
@@ -366,11 +370,13 @@ impl Builder {
             counted: self.counted,
             long_strings: self.long_strings,
             long_room: u32::MAX,
+            text_ranges: self.text_ranges,
             dist: Vec::new(),
             rule_min: Vec::new(),
         };
         nfa.unique_ranges.sort_unstable();
         nfa.unique_arrays.sort_unstable();
+        nfa.text_ranges.sort_unstable();
         nfa.trim(self.budget.deadline)?;
         nfa.compute_distances(self.budget.deadline)?;
         nfa.long_strings.sort_unstable_by_key(|l| l.lo);
@@ -405,6 +411,8 @@ pub(crate) struct Nfa {
     /// The least `max - slack` over `long_strings`: a token of at most this many bytes,
     /// minus the characters the open string already has, cannot break a length bound.
     pub long_room: u32,
+    /// See [`Builder::text_ranges`] (sorted, disjoint).
+    pub text_ranges: Vec<(StateId, StateId)>,
     /// Fewest bytes from a state to its rule's end (`u32::MAX`: unreachable).
     pub dist: Vec<u32>,
     /// Fewest bytes a rule can match.
@@ -416,6 +424,11 @@ impl Nfa {
     /// `uniqueItems` array of bounded strings.
     pub fn in_unique(&self, s: StateId) -> bool {
         in_ranges(&self.unique_ranges, s) || in_ranges(&self.unique_arrays, s)
+    }
+
+    /// True when `s` is a state of free text (see [`Builder::text_ranges`]).
+    pub fn in_text(&self, s: StateId) -> bool {
+        in_ranges(&self.text_ranges, s)
     }
 
     /// The counted string whose states include `s`, if any.

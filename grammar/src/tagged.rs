@@ -197,7 +197,11 @@ pub(crate) fn compile(
         Some(trigger) => {
             // TEXT, then either the end or the block, whose first `open + begin` has the
             // trigger's bytes consumed by the text automaton's last step.
+            let lo = b.states.len() as StateId;
             let text_end = text_without(b, r.start, trigger.as_bytes())?;
+            // Free text is no JSON: `uniqueItems` tracking starts after it.
+            b.text_ranges.push((r.start, r.start + 1));
+            b.text_ranges.push((lo, b.states.len() as StateId));
             b.eps(text_end, r.end);
             let after_trigger = b.lit(text_end, trigger.as_bytes())?;
             b.eps(after_trigger, block);

@@ -47,6 +47,8 @@ pub(crate) struct JsonTracker {
     str_start: u32,
     /// Start of the number being written as an item of the innermost array.
     num_start: Option<u32>,
+    /// Bytes before this were free text, not JSON ([`JsonTracker::forget_json`]).
+    json_from: u32,
     /// The counted string being written (`crate::length`). Not rebuilt by
     /// [`JsonTracker::truncate`]: it depends on the automaton, so the matcher keeps it per
     /// history entry.
@@ -61,6 +63,7 @@ pub(crate) struct Checkpoint {
     esc: bool,
     str_start: u32,
     num_start: Option<u32>,
+    json_from: u32,
     count: crate::length::Count,
 }
 
@@ -140,11 +143,27 @@ impl JsonTracker {
         if len >= self.bytes.len() {
             return;
         }
+        // Free text only comes first, so everything before `json_from` (or `len`) was text.
+        let from = (self.json_from as usize).min(len);
         let bytes = std::mem::take(&mut self.bytes);
+        let count = self.count;
         *self = JsonTracker::default();
-        for &b in &bytes[..len] {
+        self.count = count;
+        self.bytes.extend_from_slice(&bytes[..from]);
+        self.json_from = from as u32;
+        for &b in &bytes[from..len] {
             self.push(b);
         }
+    }
+
+    /// The text so far is free text, not JSON (the text before tool calls): forget the
+    /// structure read from it (its quotes and brackets open nothing).
+    pub fn forget_json(&mut self) {
+        self.frames.clear();
+        self.in_str = false;
+        self.esc = false;
+        self.num_start = None;
+        self.json_from = self.bytes.len() as u32;
     }
 
     /// State to come back to after following a token tentatively.
@@ -156,6 +175,7 @@ impl JsonTracker {
             esc: self.esc,
             str_start: self.str_start,
             num_start: self.num_start,
+            json_from: self.json_from,
             count: self.count,
         }
     }
@@ -168,6 +188,7 @@ impl JsonTracker {
         self.esc = cp.esc;
         self.str_start = cp.str_start;
         self.num_start = cp.num_start;
+        self.json_from = cp.json_from;
         self.count = cp.count;
     }
 
@@ -338,6 +359,14 @@ pub(crate) fn advance(
             }
         }
         tracker.push(b);
+        if !nfa.text_ranges.is_empty()
+            && lazy.configs[c as usize]
+                .threads
+                .iter()
+                .any(|&(_, s)| nfa.in_text(s))
+        {
+            tracker.forget_json();
+        }
     }
     c
 }

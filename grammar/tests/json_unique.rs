@@ -653,3 +653,61 @@ fn llama3_grammar(schema: &str) -> Option<Arc<CompiledGrammar>> {
             .unwrap(),
     )
 }
+
+/// Tool calls after free text (`tool_choice: "auto"`): quotes and brackets in the text open
+/// nothing, so repeats inside the call are still refused, and rolling back into the text
+/// and writing the call again gives the same verdicts.
+#[test]
+fn free_text_before_tool_calls_does_not_confuse_uniqueness() {
+    use sglrs_grammar::{Tag, TaggedSpec};
+    let schema = r#"{"type":"object","properties":{"ids":{"type":"array","items":{"type":"integer"},"uniqueItems":true},"tags":{"type":"array","items":{"type":"string"},"uniqueItems":true}},"required":["ids","tags"]}"#;
+    let spec = TaggedSpec {
+        tags: vec![Tag {
+            begin: "<tool_call>{\"name\":\"t\",\"arguments\":".into(),
+            schema: schema.into(),
+            end: "}</tool_call>".into(),
+        }],
+        open: String::new(),
+        separator: String::new(),
+        close: String::new(),
+        min_calls: 1,
+        max_calls: Some(1),
+        text_until: Some("<tool_call>".into()),
+    };
+    let g =
+        CompiledGrammar::tagged(&spec, common::byte_vocab(), &CompileOptions::default()).unwrap();
+    let call =
+        |args: &str| format!("<tool_call>{{\"name\":\"t\",\"arguments\":{args}}}</tool_call>");
+    for pre in ["", "He said \"hi. ", "a [ b \" { ", "x\\\"[\"", "<tool ["] {
+        for (args, ok) in [
+            (r#"{"ids":[1,2],"tags":["a","b"]}"#, true),
+            (r#"{"ids":[1,1],"tags":["a"]}"#, false),
+            (r#"{"ids":[1],"tags":["a","a"]}"#, false),
+        ] {
+            let text = format!("{pre}{}", call(args));
+            assert_eq!(common::accepts_text(&g, &text), ok, "{text}");
+            // Byte by byte, then back into the call (or into the text) and again.
+            let whole = call(args);
+            for back in [4, 12, whole.len() + pre.len().min(2)] {
+                let mut m = Matcher::new(g.clone());
+                for b in pre.bytes() {
+                    assert!(m.try_advance_bytes(&[b]), "{pre}");
+                }
+                let fed = whole
+                    .bytes()
+                    .take_while(|&b| m.try_advance_bytes(&[b]))
+                    .count();
+                let back = back.min(fed + pre.len());
+                m.rollback(back).unwrap();
+                let text = format!("{pre}{whole}");
+                let start = pre.len() + fed - back;
+                let all = text[start..].bytes().all(|b| m.try_advance_bytes(&[b]));
+                assert_eq!(
+                    all && m.is_accepting(),
+                    ok,
+                    "{text}, {back} bytes rolled back"
+                );
+            }
+        }
+    }
+}
