@@ -1,5 +1,5 @@
 //! Keywords enforced exactly for coverage: the `duration` format, `uri` /
-//! `uri-reference` with IP literals (and the complements of these formats, for `oneOf` and
+//! `uri-reference` with IP literals, `iri`, `uri-template`, `relative-json-pointer` (and the complements of these formats, for `oneOf` and
 //! `not`), `^`/`$` inside patterns, ECMA identity escapes `\<`/`\>`, and look-aheads at the
 //! start of a pattern. Each schema is checked on valid texts and near misses (byte
 //! vocabulary, compact policy).
@@ -84,6 +84,77 @@ fn uri_complements_in_one_of_and_not() {
         json!({"type": "string", "not": {"format": "uri-reference"}}),
         &[r#""a b""#, r#""%zz""#, r#""http://[::1/""#],
         &[r#""../x""#, r#""""#, r#""http://[::1]/""#, r##""#frag""##],
+    );
+}
+
+/// RFC 3987 IRIs (a URI whose unreserved characters include `ucschar`, and whose query
+/// also takes `iprivate`), RFC 6570 URI Templates (level 4) and relative JSON pointers —
+/// exact, so their complements are too.
+#[test]
+fn iri_uri_template_and_relative_json_pointer_formats() {
+    check(
+        json!({"type": "string", "format": "iri"}),
+        &[
+            r#""https://example.com/café""#,
+            r#""http://ドメイン.テスト/パス?q=値#frag""#,
+            r#""mailto:user@例え.jp""#,
+            r#""urn:isbn:0451450523""#,
+            r#""http://[::1]:80/""#,
+            "\"http://a/?\u{E000}\"",
+        ],
+        &[
+            r#""/relative/path""#,
+            r#""http://a b""#,
+            r#""http://a/%zz""#,
+            r#""ドメイン:x""#,
+            // `iprivate` is allowed in the query only.
+            "\"http://a/\u{E000}\"",
+            "\"http://a/#\u{E000}\"",
+        ],
+    );
+    check(
+        json!({"type": "string", "format": "iri-reference"}),
+        &[r#""../パス""#, r#""""#, r##""#frag""##, r#""http://é.fr""#],
+        &[r#""a b""#, r#""%zz""#],
+    );
+    check(
+        json!({"type": "string", "format": "uri-template"}),
+        &[
+            r#""http://example.com/{user}/repos{?page,per_page}""#,
+            r#""{+path:6}/here""#,
+            r#""{/list*}{.ext}{;x,y}{&a}{#frag}""#,
+            r#""/users/{user.name}/{%41b}""#,
+            r#""no-expressions_at~all""#,
+            r#""""#,
+        ],
+        &[
+            r#""{}""#,
+            r#""{user""#,
+            r#""user}""#,
+            r#""{a:0}""#,
+            r#""{a:10000}""#,
+            r#""{a b}""#,
+            r#""{a..b}""#,
+            r#""<tag>""#,
+            r#""with space""#,
+        ],
+    );
+    check(
+        json!({"type": "string", "format": "relative-json-pointer"}),
+        &[r#""0""#, r#""1/a~1b""#, r#""0#""#, r#""12/0/x""#],
+        &[
+            r#""""#,
+            r#""01""#,
+            r#""/a""#,
+            r#""1#/a""#,
+            r#""-1""#,
+            r#""1/~2""#,
+        ],
+    );
+    check(
+        json!({"type": "string", "not": {"format": "uri-template"}}),
+        &[r#""{}""#, r#""a b""#],
+        &[r#""{x}""#, r#""abc""#],
     );
 }
 

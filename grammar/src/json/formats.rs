@@ -1,6 +1,23 @@
 //! Regexes for JSON Schema `format`s and for numeric ranges. Every regex here accepts only
 //! text the format's RFC accepts (some valid text may be refused, never the reverse).
 
+/// RFC 3987 `ucschar`, as regex class ranges.
+const UCSCHAR: &str = r"\x{A0}-\x{D7FF}\x{F900}-\x{FDCF}\x{FDF0}-\x{FFEF}\x{10000}-\x{1FFFD}\x{20000}-\x{2FFFD}\x{30000}-\x{3FFFD}\x{40000}-\x{4FFFD}\x{50000}-\x{5FFFD}\x{60000}-\x{6FFFD}\x{70000}-\x{7FFFD}\x{80000}-\x{8FFFD}\x{90000}-\x{9FFFD}\x{A0000}-\x{AFFFD}\x{B0000}-\x{BFFFD}\x{C0000}-\x{CFFFD}\x{D0000}-\x{DFFFD}\x{E1000}-\x{EFFFD}";
+
+/// RFC 3987 `iprivate`, as regex class ranges.
+const IPRIVATE: &str = r"\x{E000}-\x{F8FF}\x{F0000}-\x{FFFFD}\x{100000}-\x{10FFFD}";
+
+/// RFC 6570 URI Template (level 4): literals and `{op var[:n|*],...}` expressions.
+fn uri_template_regex(pct: &str) -> String {
+    let literal = format!(
+        r"([\x21\x23-\x24\x26\x28-\x3B\x3D\x3F-\x5B\x5D\x5F\x61-\x7A\x7E{UCSCHAR}{IPRIVATE}]|{pct})"
+    );
+    let varchar = format!("([A-Za-z0-9_]|{pct})");
+    let varspec = format!(r"{varchar}(\.?{varchar})*(:[1-9][0-9]{{0,3}}|\*)?");
+    let expression = format!(r"\{{[+#./;?&=,!@|]?{varspec}(,{varspec})*\}}");
+    format!("({literal}|{expression})*")
+}
+
 /// The regex (full match, over decoded string contents) for a known format; `None` when the
 /// format is known to JSON Schema but not supported; `Some("")` marks unknown formats,
 /// which validators ignore.
@@ -24,24 +41,32 @@ pub(crate) fn format_regex(format: &str) -> Option<String> {
     ]
     .join("|");
     let label = "[A-Za-z0-9]([A-Za-z0-9-]{0,28}[A-Za-z0-9])?";
-    let unreserved = r"A-Za-z0-9\-._~";
     let sub_delims = r"!$&'()*+,;=";
     let pct = "%[0-9A-Fa-f]{2}";
-    let pchar = format!("([{unreserved}{sub_delims}:@]|{pct})");
-    let userinfo = format!("([{unreserved}{sub_delims}:]|{pct})*");
-    let reg_name = format!("([{unreserved}{sub_delims}]|{pct})*");
-    // RFC 3986 IP-literal: `[` IPv6address or IPvFuture `]`.
-    let ip_literal = format!(r"\[(({ipv6})|v[0-9A-Fa-f]+\.[{unreserved}{sub_delims}:]+)\]");
-    let authority = format!("({userinfo}@)?({ip_literal}|{reg_name}|{ipv4})(:[0-9]*)?");
-    let path_abempty = format!("(/{pchar}*)*");
-    let path_rootless = format!("{pchar}+(/{pchar}*)*");
-    let query = format!("(\\?({pchar}|[/?])*)?(#({pchar}|[/?])*)?");
-    let uri = format!(
-        "[A-Za-z][A-Za-z0-9+.\\-]*:(//{authority}{path_abempty}|/({path_rootless})?|{path_rootless}|){query}"
-    );
-    let seg_nc = format!("([{unreserved}{sub_delims}@]|{pct})+");
-    let relative =
-        format!("(//{authority}{path_abempty}|/({path_rootless})?|{seg_nc}(/{pchar}*)*|){query}");
+    // RFC 3986 (URI) and RFC 3987 (IRI: `iunreserved` adds `ucschar`, `iquery` adds
+    // `iprivate`); absolute form and relative reference.
+    let uri_regexes = |ucs: &str, private: &str| {
+        let unreserved = format!(r"A-Za-z0-9\-._~{ucs}");
+        let pchar = format!("([{unreserved}{sub_delims}:@]|{pct})");
+        let userinfo = format!("([{unreserved}{sub_delims}:]|{pct})*");
+        let reg_name = format!("([{unreserved}{sub_delims}]|{pct})*");
+        // The IP-literal stays ASCII in an IRI: `[` IPv6address or IPvFuture `]`.
+        let ascii_unreserved = r"A-Za-z0-9\-._~";
+        let ip_literal =
+            format!(r"\[(({ipv6})|v[0-9A-Fa-f]+\.[{ascii_unreserved}{sub_delims}:]+)\]");
+        let authority = format!("({userinfo}@)?({ip_literal}|{reg_name}|{ipv4})(:[0-9]*)?");
+        let path_abempty = format!("(/{pchar}*)*");
+        let path_rootless = format!("{pchar}+(/{pchar}*)*");
+        let query = format!("(\\?({pchar}|[/?{private}])*)?(#({pchar}|[/?])*)?");
+        let absolute = format!(
+            "[A-Za-z][A-Za-z0-9+.\\-]*:(//{authority}{path_abempty}|/({path_rootless})?|{path_rootless}|){query}"
+        );
+        let seg_nc = format!("([{unreserved}{sub_delims}@]|{pct})+");
+        let relative = format!(
+            "(//{authority}{path_abempty}|/({path_rootless})?|{seg_nc}(/{pchar}*)*|){query}"
+        );
+        (absolute, relative)
+    };
     Some(match format {
         "date-time" => format!("{date}[Tt]{time}"),
         "date" => date,
@@ -54,12 +79,22 @@ pub(crate) fn format_regex(format: &str) -> Option<String> {
         "ipv6" => ipv6,
         "hostname" => format!("{label}(\\.{label}){{0,7}}"),
         "duration" => duration_regex(),
-        "uri" => uri,
-        "uri-reference" => format!("{uri}|{relative}"),
+        "uri" => uri_regexes("", "").0,
+        "uri-reference" => {
+            let (uri, relative) = uri_regexes("", "");
+            format!("{uri}|{relative}")
+        }
+        "iri" => uri_regexes(UCSCHAR, IPRIVATE).0,
+        "iri-reference" => {
+            let (iri, relative) = uri_regexes(UCSCHAR, IPRIVATE);
+            format!("{iri}|{relative}")
+        }
         "json-pointer" => "(/([^~/]|~[01])*)*".to_string(),
+        // A non-negative integer, then `#` or a JSON pointer.
+        "relative-json-pointer" => "(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)".to_string(),
+        "uri-template" => uri_template_regex(pct),
         // Known formats whose exact check is not expressed here.
-        "idn-email" | "idn-hostname" | "iri" | "iri-reference" | "uri-template" | "regex"
-        | "relative-json-pointer" => return None,
+        "idn-email" | "idn-hostname" | "regex" => return None,
         _ => String::new(),
     })
 }

@@ -96,7 +96,18 @@ impl JsonCompiler<'_> {
                         alts.push(json!({"type": "string", "minLength": long}));
                     }
                     Some((
-                        "ipv4" | "ipv6" | "uuid" | "date" | "duration" | "uri" | "uri-reference",
+                        "ipv4"
+                        | "ipv6"
+                        | "uuid"
+                        | "date"
+                        | "duration"
+                        | "uri"
+                        | "uri-reference"
+                        | "iri"
+                        | "iri-reference"
+                        | "json-pointer"
+                        | "relative-json-pointer"
+                        | "uri-template",
                         Some(re),
                     )) => alts.push(json!({
                         "type": "string", "__not_pattern": [format!("^(?:{re})$")]
