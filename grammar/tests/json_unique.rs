@@ -711,3 +711,27 @@ fn free_text_before_tool_calls_does_not_confuse_uniqueness() {
         }
     }
 }
+
+/// Items under a large regex (`format: uri-reference`, shared through a rule elsewhere) get
+/// states of their own in a unique array, and free strings with an unknown `format` (an
+/// annotation) are free strings: both enforced, where they were refused.
+#[test]
+fn large_regex_items_and_unknown_formats() {
+    let g = g_bytes(
+        r#"{"type":"array","items":{"type":"string","format":"uri-reference"},"uniqueItems":true}"#,
+    );
+    for ok in [r#"[]"#, r#"["https://a.org","../b","https://a.org/"]"#] {
+        assert!(common::accepts_text(&g, ok), "{ok}");
+    }
+    for bad in [
+        r#"["https://a.org","https://a.org"]"#,
+        r#"["x","../b","x"]"#,
+        r#"["a b"]"#,
+    ] {
+        assert!(!common::accepts_text(&g, bad), "{bad}");
+    }
+    let g =
+        g_bytes(r#"{"type":"array","items":{"type":"string","format":"URI"},"uniqueItems":true}"#);
+    assert!(common::accepts_text(&g, r#"["a b","a"]"#));
+    assert!(!common::accepts_text(&g, r#"["a b","a b"]"#));
+}

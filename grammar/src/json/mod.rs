@@ -88,6 +88,9 @@ pub(crate) struct JsonCompiler<'a> {
     /// Numbers are written in one spelling per value (the items of a unique-number array,
     /// `unique.rs`): no exponent, no trailing zero in a fraction, no `.0`, no `-0`.
     pub(super) canonical_numbers: bool,
+    /// Strings under `pattern`/`format` are written inline, never through a shared rule (the
+    /// items of a unique-item array must have states of their own, `unique.rs`).
+    pub(super) inline_strings: bool,
 }
 
 /// Most NFA states a JSON Schema may compile to (the post-passes are not interruptible).
@@ -233,6 +236,7 @@ impl<'a> JsonCompiler<'a> {
             negating: Vec::new(),
             stack_base: stack_address(),
             canonical_numbers: false,
+            inline_strings: false,
         }
     }
 }

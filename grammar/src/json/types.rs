@@ -379,7 +379,7 @@ impl JsonCompiler<'_> {
             let lmax = max.filter(|m| max_bytes.is_none_or(|x| x > *m));
             // A long maximum whose product with the regex would be large is counted by the
             // matcher (pydantic's `HttpUrl`: a URI of at most 2,083 characters).
-            if let Some(m) = lmax.filter(|&m| m > 64 && lmin <= MAX_COUNT) {
+            if let Some(m) = lmax.filter(|&m| m > 64 && lmin <= MAX_COUNT && !self.inline_strings) {
                 let n = thompson_states(&hir).unwrap_or(usize::MAX);
                 if m > MAX_COUNT || n.saturating_mul(m as usize + 1) > MAX_LENGTH_PRODUCT {
                     let key = (format!("\u{1}{re}"), lmin, Some(m));
@@ -403,17 +403,18 @@ impl JsonCompiler<'_> {
             // A large product (length bounds on a big regex, e.g. `email` with
             // `maxLength`) is built once per schema as a rule and called.
             let key = (re.clone(), lmin, lmax);
-            if let Some(&r) = self.len_rules.get(&key) {
+            if let Some(&r) = self.len_rules.get(&key).filter(|_| !self.inline_strings) {
                 let e = self.b.call(a, r)?;
                 return self.b.lit(e, b"\"");
             }
             // A regex whose inline copy was large (word-count patterns like
             // `^(?:\S+\s+){0,199}\S+$` are ~30k states) becomes a rule at its second use.
-            let large = lmax.unwrap_or(lmin) > 64
-                || self
-                    .regex_size
-                    .get(&key)
-                    .is_some_and(|&n| n > MAX_INLINE_REGEX_STATES);
+            let large = !self.inline_strings
+                && (lmax.unwrap_or(lmin) > 64
+                    || self
+                        .regex_size
+                        .get(&key)
+                        .is_some_and(|&n| n > MAX_INLINE_REGEX_STATES));
             let n0 = self.b.states.len();
             let (start, rule) = if large {
                 let r = self.b.new_rule()?;

@@ -129,8 +129,11 @@ impl JsonCompiler<'_> {
         let from_moves = self.b.states[from as usize].bytes.len();
         // Numbers in their one spelling each, so that equal texts are equal values.
         let was = std::mem::replace(&mut self.canonical_numbers, numbers);
+        // Each item's states its own: a large pattern is not shared through a rule.
+        let was_inline = std::mem::replace(&mut self.inline_strings, true);
         let end = self.unrolled_array(from, min, max, &mut |c, st| c.normalized(st, item, ptr));
         self.canonical_numbers = was;
+        self.inline_strings = was_inline;
         let end = end?;
         let hi = self.b.states.len() as StateId;
         // Equal texts must mean equal values (no escapes), and every thread inside an item
@@ -244,8 +247,9 @@ fn free_string_min(item: &Map<String, Value>) -> Option<u64> {
                 min = m.ceil() as u64;
             }
             "format" => {
+                // Unknown formats are annotations (`Some("")`); known ones constrain.
                 let f = v.as_str()?;
-                if super::formats::format_regex(f).is_some() {
+                if super::formats::format_regex(f).is_none_or(|r| !r.is_empty()) {
                     return None;
                 }
             }
