@@ -22,7 +22,6 @@
 
 use crate::lazy::{ConfigId, Lazy, DEAD};
 use crate::nfa::Nfa;
-use crate::unique::{self, JsonTracker};
 use crate::vocab::TokenVocab;
 
 /// Escape state: after a backslash.
@@ -121,21 +120,24 @@ pub(crate) fn after_byte(
 /// its characters: it is kept without a check when every counted thread here still has room
 /// after it for the most characters any state it reaches needs to close, and refused without one when it passes every maximum and only
 /// counted strings are open; the others are followed byte by byte.
+///
+/// `allows` follows a token's bytes with every rule of the matcher (`crate::unique::allows`).
 pub(crate) fn refine_mask(
     nfa: &Nfa,
     lazy: &mut Lazy,
     vocab: &TokenVocab,
     c: ConfigId,
-    tracker: &mut JsonTracker,
+    count: Count,
     mask: &mut [u32],
+    allows: &mut dyn FnMut(&mut Lazy, &[u8]) -> bool,
 ) {
-    let used = tracker.count.used();
+    let used = count.used();
     let safe = nfa.long_room.saturating_sub(used) as usize;
     if safe >= vocab.max_token_len() {
         return;
     }
     let threads = &lazy.configs[c as usize].threads;
-    let inside = tracker.count.counting && tracker.count.esc == 0;
+    let inside = count.counting && count.esc == 0;
     // Over the counted strings' threads here: the least `max - reach` and the largest `max`.
     let (mut keep_upto, mut most) = (u32::MAX, 0u32);
     let mut only_counted = true;
@@ -191,7 +193,7 @@ pub(crate) fn refine_mask(
             }
             continue;
         }
-        if !unique::allows(nfa, lazy, c, tracker, bytes) {
+        if !allows(lazy, bytes) {
             mask[(t >> 5) as usize] &= !(1u32 << (t & 31));
         }
     }

@@ -91,7 +91,19 @@ impl Matcher {
                     unique::refine_mask(nfa, lazy, vocab, c, &mut t, &mut mask[..words]);
                 }
                 if !nfa.long_strings.is_empty() {
-                    crate::length::refine_mask(nfa, lazy, vocab, c, &mut t, &mut mask[..words]);
+                    let count = t.count;
+                    let mut allows = |lazy: &mut crate::lazy::Lazy, bytes: &[u8]| {
+                        unique::allows(nfa, lazy, c, &mut t, bytes)
+                    };
+                    crate::length::refine_mask(
+                        nfa,
+                        lazy,
+                        vocab,
+                        c,
+                        count,
+                        &mut mask[..words],
+                        &mut allows,
+                    );
                 }
             }
             lazy.configs[c as usize].accept
