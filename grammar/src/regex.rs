@@ -259,9 +259,9 @@ pub(crate) fn emit_hir(
 /// Largest product (regex states × character counts) [`emit_hir_len`] builds.
 const MAX_PRODUCT: usize = 300_000;
 
-/// States of `hir`'s Thompson NFA (what [`emit_hir_len`] multiplies by the count range).
-pub(crate) fn thompson_states(hir: &Hir) -> Result<usize, String> {
-    let nfa = thompson::Compiler::new()
+/// `hir`'s Thompson NFA, as [`emit_hir_len`] walks it.
+fn thompson_nfa(hir: &Hir) -> Result<thompson::NFA, String> {
+    thompson::Compiler::new()
         .configure(
             thompson::Config::new()
                 .which_captures(WhichCaptures::None)
@@ -269,8 +269,12 @@ pub(crate) fn thompson_states(hir: &Hir) -> Result<usize, String> {
                 .shrink(false),
         )
         .build_from_hir(hir)
-        .map_err(|e| e.to_string())?;
-    Ok(nfa.states().len())
+        .map_err(|e| e.to_string())
+}
+
+/// States of `hir`'s Thompson NFA (what [`emit_hir_len`] multiplies by the count range).
+pub(crate) fn thompson_states(hir: &Hir) -> Result<usize, String> {
+    Ok(thompson_nfa(hir)?.states().len())
 }
 
 /// Like [`emit_hir`], but only texts of `min..=max` characters (code points) match: the
@@ -283,15 +287,7 @@ pub(crate) fn emit_hir_len(
     min: u64,
     max: Option<u64>,
 ) -> Result<StateId, String> {
-    let nfa = thompson::Compiler::new()
-        .configure(
-            thompson::Config::new()
-                .which_captures(WhichCaptures::None)
-                .nfa_size_limit(Some(MAX_THOMPSON_BYTES))
-                .shrink(false),
-        )
-        .build_from_hir(hir)
-        .map_err(|e| e.to_string())?;
+    let nfa = thompson_nfa(hir)?;
     if nfa
         .states()
         .iter()

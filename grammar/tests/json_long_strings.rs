@@ -155,44 +155,14 @@ fn llama3_masks_and_closes_respect_the_count() {
                 .all(|u| u.as_str().is_some_and(|s| s.chars().count() <= 100))
         })
     };
-    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-    let mut mask = vec![0u32; vocab.mask_words()];
-    for walk in 0..3 {
-        let mut m = Matcher::new(g.clone());
-        let mut text: Vec<u8> = Vec::new();
-        // Long tokens first so that walks reach the limit.
-        let start = format!(
+    // Long tokens mostly, from a URL already 60 to 80 characters long, so that walks reach
+    // the limit.
+    let start = |w: usize| {
+        format!(
             "{{\"urls\":[\"https://example.com/{}",
-            "x".repeat(40 + walk * 10)
-        );
-        assert!(m.try_advance_bytes(start.as_bytes()));
-        text.extend_from_slice(start.as_bytes());
-        for _ in 0..60 {
-            let allowed: Vec<u32> = common::check_mask(vocab, &m, &mut mask, &text)
-                .into_iter()
-                .filter(|t| !vocab.eos().contains(t))
-                .collect();
-            let close = m.closing_bytes();
-            let mut c = m.clone();
-            assert!(c.try_advance_bytes(&close) && c.is_accepting(), "{close:?}");
-            let full = [text.as_slice(), close.as_slice()].concat();
-            assert!(ok(&full), "{}", String::from_utf8_lossy(&full));
-            if allowed.is_empty() {
-                break;
-            }
-            let long: Vec<u32> = allowed
-                .iter()
-                .copied()
-                .filter(|&t| vocab.token_bytes(t).is_some_and(|b| b.len() >= 4))
-                .collect();
-            let pool = if !long.is_empty() && rng.random_bool(0.8) {
-                &long
-            } else {
-                &allowed
-            };
-            let next = pool[rng.random_range(0..pool.len())];
-            m.accept_token(next).unwrap();
-            text.extend_from_slice(vocab.token_bytes(next).unwrap());
-        }
-    }
+            "x".repeat(40 + w * 10)
+        )
+        .into_bytes()
+    };
+    common::random_walks(&g, 11, 3, 60, &start, &|b| b.len() >= 4, 0.8, &ok);
 }

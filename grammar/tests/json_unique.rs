@@ -595,10 +595,8 @@ fn number_items_masks_match_the_byte_reference_on_random_walks() {
     check_random_walks(&g, 14, 10, 30, 1, &num_text_ok);
 }
 
-/// Random walks over Llama-3 from `g`'s start: at every step each mask bit is checked against
-/// following the token byte by byte (`common::check_mask`, which refuses dead ends too) and
-/// the planned close must give a text `ok` accepts; the next token is drawn among those of
-/// at most `short` bytes with probability 0.7 (short items share prefixes), else among all.
+/// [`common::random_walks`] from the start, drawing among the tokens of at most `short`
+/// bytes with probability 0.7 (short items share prefixes).
 fn check_random_walks(
     g: &Arc<CompiledGrammar>,
     seed: u64,
@@ -607,41 +605,8 @@ fn check_random_walks(
     short: usize,
     ok: &dyn Fn(&[u8]) -> bool,
 ) {
-    let Some(tok) = common::llama3() else { return };
-    let vocab = &tok.vocab;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut mask = vec![0u32; vocab.mask_words()];
-    for _ in 0..walks {
-        let mut m = Matcher::new(g.clone());
-        let mut text: Vec<u8> = Vec::new();
-        for _ in 0..steps {
-            let allowed: Vec<u32> = common::check_mask(vocab, &m, &mut mask, &text)
-                .into_iter()
-                .filter(|t| !vocab.eos().contains(t))
-                .collect();
-            let close = m.closing_bytes();
-            let mut c = m.clone();
-            assert!(c.try_advance_bytes(&close) && c.is_accepting(), "{close:?}");
-            let full = [text.as_slice(), close.as_slice()].concat();
-            assert!(ok(&full), "{}", String::from_utf8_lossy(&full));
-            if allowed.is_empty() {
-                break;
-            }
-            let few: Vec<u32> = allowed
-                .iter()
-                .copied()
-                .filter(|&t| vocab.token_bytes(t).is_some_and(|b| b.len() <= short))
-                .collect();
-            let pool = if !few.is_empty() && rng.random_bool(0.7) {
-                &few
-            } else {
-                &allowed
-            };
-            let next = pool[rng.random_range(0..pool.len())];
-            m.accept_token(next).unwrap();
-            text.extend_from_slice(vocab.token_bytes(next).unwrap());
-        }
-    }
+    let prefer = |b: &[u8]| b.len() <= short;
+    common::random_walks(g, seed, walks, steps, &|_| Vec::new(), &prefer, 0.7, ok);
 }
 
 /// The grammar of `schema` over Llama-3, `None` when the tokenizer is missing and allowed

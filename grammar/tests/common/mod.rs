@@ -270,3 +270,63 @@ pub fn check_path(
         text.extend_from_slice(vocab.token_bytes(id).unwrap_or(&[]));
     }
 }
+
+/// Random walks over Llama-3 (nothing without the tokenizer): each walk `w` starts after the
+/// bytes `start(w)`, and at every step each mask bit is checked against following the token
+/// byte by byte ([`check_mask`], which refuses dead ends too) and the planned close must give
+/// a text `ok` accepts; the next token is drawn among the allowed ones `prefer` picks with
+/// probability `p`, else among all.
+#[allow(clippy::too_many_arguments)]
+pub fn random_walks(
+    g: &Arc<sglrs_grammar::CompiledGrammar>,
+    seed: u64,
+    walks: usize,
+    steps: usize,
+    start: &dyn Fn(usize) -> Vec<u8>,
+    prefer: &dyn Fn(&[u8]) -> bool,
+    p: f64,
+    ok: &dyn Fn(&[u8]) -> bool,
+) {
+    use rand::{Rng, SeedableRng};
+    let Some(tok) = llama3() else { return };
+    let vocab = &tok.vocab;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut mask = vec![0u32; vocab.mask_words()];
+    for w in 0..walks {
+        let mut m = sglrs_grammar::Matcher::new(g.clone());
+        let text0 = start(w);
+        assert!(
+            m.try_advance_bytes(&text0),
+            "{}",
+            String::from_utf8_lossy(&text0)
+        );
+        let mut text = text0;
+        for _ in 0..steps {
+            let allowed: Vec<u32> = check_mask(vocab, &m, &mut mask, &text)
+                .into_iter()
+                .filter(|t| !vocab.eos().contains(t))
+                .collect();
+            let close = m.closing_bytes();
+            let mut c = m.clone();
+            assert!(c.try_advance_bytes(&close) && c.is_accepting(), "{close:?}");
+            let full = [text.as_slice(), close.as_slice()].concat();
+            assert!(ok(&full), "{}", String::from_utf8_lossy(&full));
+            if allowed.is_empty() {
+                break;
+            }
+            let preferred: Vec<u32> = allowed
+                .iter()
+                .copied()
+                .filter(|&t| vocab.token_bytes(t).is_some_and(prefer))
+                .collect();
+            let pool = if !preferred.is_empty() && rng.random_bool(p) {
+                &preferred
+            } else {
+                &allowed
+            };
+            let next = pool[rng.random_range(0..pool.len())];
+            m.accept_token(next).unwrap();
+            text.extend_from_slice(vocab.token_bytes(next).unwrap());
+        }
+    }
+}
