@@ -659,6 +659,89 @@ mod tests {
         );
     }
 
+    /// The AMX tiles (16-token tiles of prefill) give the VNNI kernel's bits, for four- and
+    /// eight-bit weights, a last row group cut short, f16 and f32 scales, and token counts
+    /// that leave a remainder for VNNI.
+    #[test]
+    fn amx_tiles_give_bit_identical_outputs() {
+        if !Isa::all_supported().contains(&Isa::Avx512Vnni) || !super::dot_avx512::amx_available() {
+            eprintln!("skipped: this CPU (or kernel) exposes no AMX-INT8");
+            return;
+        }
+        let (rows, cols) = (40, 224);
+        let x = rand_vec(rows * cols, 5);
+        // Offsets beyond f16's range: no f16 copy, the f32 scales.
+        let big: Vec<f32> = x.iter().map(|v| v * 1e5).collect();
+        for w in [
+            quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1),
+            quantized::<k_quants::BlockQ4_0>(&x, rows, cols, WeightType::Q4_0),
+            quantized::<k_quants::BlockQ8_0>(&x, rows, cols, WeightType::Q8_0),
+            quantized::<k_quants::BlockQ8_0>(&big, rows, cols, WeightType::Q8_0),
+        ] {
+            let p = PackedMatrix::pack(&[&w], Isa::Avx512Vnni).unwrap();
+            let ns = [16, 17, 31, 32, 48, 64, 70, 100];
+            let what = format!("{:?}", w.dtype);
+            same_bits_with_switch_off(&p, &super::dot_avx512::AMX, (rows, cols), &ns, &what);
+        }
+        // Wide rows (the FFN's down projection) and an uneven token count.
+        let (rows, cols) = (64, 1536);
+        let x = rand_vec(rows * cols, 6);
+        let w = quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1);
+        let p = PackedMatrix::pack(&[&w], Isa::Avx512Vnni).unwrap();
+        same_bits_with_switch_off(
+            &p,
+            &super::dot_avx512::AMX,
+            (rows, cols),
+            &[53],
+            "Q4_1 wide",
+        );
+    }
+
+    /// Prefill GEMM time per SmolLM2-135M shape, AMX tiles against VNNI alone, one thread,
+    /// best of alternating runs:
+    /// `cargo test --release -p sglrs-executor --lib -- --ignored --nocapture amx_prefill_speed`.
+    #[test]
+    #[ignore]
+    fn amx_prefill_speed() {
+        use std::sync::atomic::Ordering;
+        if !Isa::all_supported().contains(&Isa::Avx512Vnni) || !super::dot_avx512::amx_available() {
+            eprintln!("skipped: this CPU (or kernel) exposes no AMX-INT8");
+            return;
+        }
+        let pool = ThreadPool::new(1);
+        for n in [128usize, 512] {
+            for (rows, cols) in [(832, 576), (576, 576), (3072, 576), (576, 1536)] {
+                let x = rand_vec(rows * cols, 9);
+                let w = quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1);
+                let p = PackedMatrix::pack(&[&w], Isa::Avx512Vnni).unwrap();
+                let mut acts = QuantActs::default();
+                acts.quantize(&rand_vec(n * cols, 1), n, cols);
+                let mut out = vec![0.0; n * rows];
+                let mut best = [f64::MAX; 2];
+                for _ in 0..5 {
+                    for (k, on) in [true, false].into_iter().enumerate() {
+                        super::dot_avx512::AMX.store(on, Ordering::Relaxed);
+                        let t = std::time::Instant::now();
+                        for _ in 0..4 {
+                            p.matmul(&pool, Isa::Avx512Vnni, &[], &acts, n, &mut out);
+                        }
+                        best[k] = best[k].min(t.elapsed().as_secs_f64() / 4.0);
+                    }
+                }
+                super::dot_avx512::AMX.store(true, Ordering::Relaxed);
+                let gop = 2.0 * (n * rows * cols) as f64 / 1e9;
+                println!(
+                    "n={n} {rows}x{cols}: amx {:.2} ms ({:.0} GOP/s), vnni {:.2} ms ({:.0} GOP/s), {:.2}x",
+                    best[0] * 1e3,
+                    gop / best[0],
+                    best[1] * 1e3,
+                    gop / best[1],
+                    best[1] / best[0]
+                );
+            }
+        }
+    }
+
     /// The VNNI matmul of `p` at each token count in `ns` gives the same bits with a kernel
     /// test switch on (as built) and off.
     fn same_bits_with_switch_off(
