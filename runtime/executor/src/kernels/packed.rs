@@ -683,18 +683,15 @@ mod tests {
             let what = format!("{:?}", w.dtype);
             same_bits_with_switch_off(&p, &super::dot_avx512::AMX, (rows, cols), &ns, &what);
         }
-        // Wide rows (the FFN's down projection) and an uneven token count.
-        let (rows, cols) = (64, 1536);
-        let x = rand_vec(rows * cols, 6);
-        let w = quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1);
-        let p = PackedMatrix::pack(&[&w], Isa::Avx512Vnni).unwrap();
-        same_bits_with_switch_off(
-            &p,
-            &super::dot_avx512::AMX,
-            (rows, cols),
-            &[53],
-            "Q4_1 wide",
-        );
+        // The model's own shapes (fused QKV, attention output, FFN up, FFN down), across a
+        // 128-token pass boundary.
+        for (rows, cols) in [(832, 576), (576, 576), (3072, 576), (576, 1536)] {
+            let x = rand_vec(rows * cols, 6);
+            let w = quantized::<k_quants::BlockQ4_1>(&x, rows, cols, WeightType::Q4_1);
+            let p = PackedMatrix::pack(&[&w], Isa::Avx512Vnni).unwrap();
+            let what = format!("Q4_1 {rows}x{cols}");
+            same_bits_with_switch_off(&p, &super::dot_avx512::AMX, (rows, cols), &[53, 150], &what);
+        }
     }
 
     /// Prefill GEMM time per SmolLM2-135M shape, AMX tiles against VNNI alone, one thread,
