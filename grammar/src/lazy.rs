@@ -383,6 +383,27 @@ impl Lazy {
         Some(id)
     }
 
+    /// `c` with only the threads whose state `keep` accepts (`c` itself when it keeps them
+    /// all, `DEAD` when none).
+    pub fn retain_threads(
+        &mut self,
+        nfa: &Nfa,
+        c: ConfigId,
+        keep: impl Fn(StateId) -> bool,
+    ) -> ConfigId {
+        let threads = &self.configs[c as usize].threads;
+        if threads.iter().all(|&(_, s)| keep(s)) {
+            return c;
+        }
+        let seeds: Vec<(u32, StateId)> =
+            threads.iter().copied().filter(|&(_, s)| keep(s)).collect();
+        if seeds.is_empty() {
+            DEAD
+        } else {
+            self.closure(nfa, &seeds)
+        }
+    }
+
     /// Epsilon closure of `seeds`, interned.
     pub fn closure(&mut self, nfa: &Nfa, seeds: &[(u32, StateId)]) -> ConfigId {
         if self.poisoned {

@@ -16,9 +16,10 @@
 //! escapes counts two (stricter by one, never looser).
 //!
 //! Masks: a token of `k` bytes adds at most `k` characters, so while `count + k + slack <=
-//! max` for every counted string (`Nfa::long_room`) no thread can be dropped and the
-//! automaton's mask is exact; tokens longer than that (only within a token's length of a
-//! maximum) are followed one by one.
+//! max` for every counted string (`slack`: the most characters any of its states needs to
+//! close, `LongString::reach`; `Nfa::long_room`) no thread can be dropped and the
+//! automaton's mask is exact; only tokens longer than that, within a token's length of a
+//! maximum, are looked at ([`refine_mask`]).
 
 use crate::lazy::{ConfigId, Lazy, DEAD};
 use crate::nfa::Nfa;
@@ -90,26 +91,9 @@ pub(crate) fn after_byte(
         };
     }
     let used = count.chars;
-    let viable = |s| match nfa.long_string(s) {
-        Some(l) => {
-            let left = l.chars_left(s);
-            left != u32::MAX && used.saturating_add(left) <= l.max
-        }
-        None => true,
-    };
-    if threads.iter().all(|&(_, s)| viable(s)) {
-        return c;
-    }
-    let seeds: Vec<(u32, u32)> = threads
-        .iter()
-        .copied()
-        .filter(|&(_, s)| viable(s))
-        .collect();
-    if seeds.is_empty() {
-        DEAD
-    } else {
-        lazy.closure(nfa, &seeds)
-    }
+    lazy.retain_threads(nfa, c, |s| {
+        nfa.long_string(s).is_none_or(|l| l.fits(s, used))
+    })
 }
 
 /// Clears from `mask` (the automaton's mask of `c`, already refined for unique items) the
@@ -151,7 +135,7 @@ pub(crate) fn refine_mask(
         }
     }
     // Without unique items the counter is the only rule besides the automaton.
-    let plain_only = nfa.unique_ranges.is_empty() && nfa.unique_arrays.is_empty();
+    let plain_only = !nfa.has_unique();
     let by_len = vocab.tokens_by_length();
     let n = by_len.lens.partition_point(|&l| l as usize > safe);
     let is_set = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
@@ -179,15 +163,10 @@ pub(crate) fn refine_mask(
             let after = used.saturating_add(chars);
             let n = lazy.step_bytes(nfa, c, bytes);
             let alive = n != DEAD
-                && lazy.configs[n as usize].threads.iter().any(|&(_, s)| {
-                    match nfa.long_string(s) {
-                        Some(l) => {
-                            let left = l.chars_left(s);
-                            left != u32::MAX && after.saturating_add(left) <= l.max
-                        }
-                        None => true,
-                    }
-                });
+                && lazy.configs[n as usize]
+                    .threads
+                    .iter()
+                    .any(|&(_, s)| nfa.long_string(s).is_none_or(|l| l.fits(s, after)));
             if !alive {
                 mask[(t >> 5) as usize] &= !(1u32 << (t & 31));
             }

@@ -500,7 +500,7 @@ impl CompiledGrammar {
 
     /// True when matching must enforce `uniqueItems` on string items (`unique.rs`).
     pub(crate) fn has_unique(&self) -> bool {
-        !self.nfa.unique_ranges.is_empty() || !self.nfa.unique_arrays.is_empty()
+        self.nfa.has_unique()
     }
 
     /// True when matching must count the characters of long strings (`length.rs`).

@@ -87,7 +87,7 @@ impl Matcher {
             lazy.fill_mask(nfa, vocab, c, mask);
             if let Some(u) = &self.uniq {
                 let mut t = u.tracker.clone();
-                if !nfa.unique_ranges.is_empty() || !nfa.unique_arrays.is_empty() {
+                if nfa.has_unique() {
                     unique::refine_mask(nfa, lazy, vocab, c, &mut t, &mut mask[..words]);
                 }
                 if !nfa.long_strings.is_empty() {

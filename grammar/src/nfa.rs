@@ -72,8 +72,6 @@ pub(crate) struct LongString {
     /// Per state from `lo`: fewest characters from it to the closing quote (continuation
     /// bytes and the quote count none; `u32::MAX`: none), computed by [`Builder::finish`].
     pub chars_left: Vec<u32>,
-    /// Largest finite `chars_left`.
-    pub slack: u32,
     /// Per state from `lo`: the largest finite `chars_left` of the states it reaches
     /// (itself included): after any text from it, at most this many characters are needed.
     pub reach: Vec<u32>,
@@ -88,6 +86,12 @@ impl LongString {
     /// See [`LongString::reach`].
     pub fn reach(&self, s: StateId) -> u32 {
         self.reach[(s - self.lo) as usize]
+    }
+
+    /// A thread at `s` can still close with `used` characters written.
+    pub fn fits(&self, s: StateId, used: u32) -> bool {
+        let left = self.chars_left(s);
+        left != u32::MAX && used.saturating_add(left) <= self.max
     }
 
     /// 0-1 breadth-first search backwards from the end, within the range. A move weighs
@@ -168,14 +172,8 @@ impl LongString {
                 }
             }
         }
-        self.slack = d
-            .iter()
-            .copied()
-            .filter(|&x| x != u32::MAX)
-            .max()
-            .unwrap_or(0);
         // Backwards again: a state reaches what its successors reach (values only grow, up
-        // to `slack`, so each state is pushed at most `slack + 1` times).
+        // to the largest finite distance, so each state is pushed that often at most).
         let mut reach: Vec<u32> = d
             .iter()
             .map(|&x| if x == u32::MAX { 0 } else { x })
@@ -386,7 +384,7 @@ impl Builder {
         nfa.long_room = nfa
             .long_strings
             .iter()
-            .map(|l| l.max.saturating_sub(l.slack))
+            .map(|l| l.max.saturating_sub(l.reach(l.lo)))
             .min()
             .unwrap_or(u32::MAX);
         Ok(nfa)
@@ -408,7 +406,7 @@ pub(crate) struct Nfa {
     pub counted: Vec<CountedProduct>,
     /// See [`Builder::long_strings`] (sorted, disjoint).
     pub long_strings: Vec<LongString>,
-    /// The least `max - slack` over `long_strings`: a token of at most this many bytes,
+    /// The least `max - reach(start)` over `long_strings`: a token of at most this many bytes,
     /// minus the characters the open string already has, cannot break a length bound.
     pub long_room: u32,
     /// See [`Builder::text_ranges`] (sorted, disjoint).
@@ -420,6 +418,11 @@ pub(crate) struct Nfa {
 }
 
 impl Nfa {
+    /// True when matching must enforce `uniqueItems` (`crate::unique`).
+    pub fn has_unique(&self) -> bool {
+        !self.unique_ranges.is_empty() || !self.unique_arrays.is_empty()
+    }
+
     /// True when `s` is inside the string body of a `uniqueItems` item, or inside a whole
     /// `uniqueItems` array of bounded strings.
     pub fn in_unique(&self, s: StateId) -> bool {

@@ -146,14 +146,17 @@ impl JsonTracker {
         // Free text only comes first, so everything before `json_from` (or `len`) was text.
         let from = (self.json_from as usize).min(len);
         let bytes = std::mem::take(&mut self.bytes);
-        let count = self.count;
         *self = JsonTracker::default();
-        self.count = count;
         self.bytes.extend_from_slice(&bytes[..from]);
         self.json_from = from as u32;
         for &b in &bytes[from..len] {
             self.push(b);
         }
+    }
+
+    /// Every byte so far was free text ([`JsonTracker::forget_json`] after each).
+    pub fn only_text(&self) -> bool {
+        self.json_from as usize == self.bytes.len()
     }
 
     /// The text so far is free text, not JSON (the text before tool calls): forget the
@@ -313,21 +316,7 @@ impl JsonTracker {
 
 /// `c` without its threads inside unique-item bodies (`DEAD` when none is left).
 pub(crate) fn without_unique(nfa: &Nfa, lazy: &mut Lazy, c: ConfigId) -> ConfigId {
-    let cfg = &lazy.configs[c as usize];
-    if !cfg.threads.iter().any(|&(_, s)| nfa.in_unique(s)) {
-        return c;
-    }
-    let seeds: Vec<(u32, u32)> = cfg
-        .threads
-        .iter()
-        .copied()
-        .filter(|&(_, s)| !nfa.in_unique(s))
-        .collect();
-    if seeds.is_empty() {
-        DEAD
-    } else {
-        lazy.closure(nfa, &seeds)
-    }
+    lazy.retain_threads(nfa, c, |s| !nfa.in_unique(s))
 }
 
 /// Follows `bytes` from `c`, dropping the unique-item threads before a repeating item's
@@ -358,8 +347,10 @@ pub(crate) fn advance(
                 return DEAD;
             }
         }
+        // Free text only comes first: once a byte was not text, none after it is.
+        let text_so_far = !nfa.text_ranges.is_empty() && tracker.only_text();
         tracker.push(b);
-        if !nfa.text_ranges.is_empty()
+        if text_so_far
             && lazy.configs[c as usize]
                 .threads
                 .iter()

@@ -140,7 +140,6 @@ impl JsonCompiler<'_> {
             close,
             max: max.min(u64::from(u32::MAX)) as u32,
             chars_left: Vec::new(),
-            slack: 0,
             reach: Vec::new(),
         });
         self.len_rules.insert(key, r);
