@@ -241,15 +241,22 @@ unsafe fn tile<const R: usize, const T: usize, const NIB: bool, const H: bool>(
     }
     for i in 0..R {
         let r = (g + i) * 16;
-        let valid = w.rows.saturating_sub(r).min(16);
-        let mk: __mmask16 = if valid == 16 {
-            0xFFFF
-        } else {
-            ((1u32 << valid) - 1) as u16
-        };
+        let mk = row_mask(w, r);
         for j in 0..T {
             _mm512_mask_storeu_ps(out.add((t + j) * w.rows + r), mk, acc[i][j]);
         }
+    }
+}
+
+/// The lanes of the row group starting at row `r` that are real rows (the last group is
+/// zero-padded to 16).
+#[cfg(target_arch = "x86_64")]
+fn row_mask(w: &QuantMatrix, r: usize) -> __mmask16 {
+    let valid = w.rows.saturating_sub(r).min(16);
+    if valid == 16 {
+        0xFFFF
+    } else {
+        ((1u32 << valid) - 1) as u16
     }
 }
 
@@ -502,12 +509,7 @@ mod amx {
                     }
                 };
                 let r = g * 16;
-                let valid = w.rows.saturating_sub(r).min(16);
-                let mk: __mmask16 = if valid == 16 {
-                    0xFFFF
-                } else {
-                    ((1u32 << valid) - 1) as u16
-                };
+                let mk = super::row_mask(w, r);
                 let mut t = t0;
                 while t < t1 {
                     let mut acc = [_mm512_setzero_ps(); 16];
