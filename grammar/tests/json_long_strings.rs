@@ -166,3 +166,45 @@ fn llama3_masks_and_closes_respect_the_count() {
     };
     common::random_walks(&g, 11, 3, 60, &start, &|b| b.len() >= 4, 0.8, &ok);
 }
+
+/// A length or count bound that is not a non-negative integer is an invalid schema, refused
+/// with its pointer (it used to be read as no bound, or as 0); names and data that only look
+/// like the keyword are left alone.
+#[test]
+fn invalid_counts_are_refused_by_name() {
+    for (schema, pointer) in [
+        (
+            json!({"type": "string", "maxLength": "long"}),
+            "#/maxLength",
+        ),
+        (json!({"type": "string", "maxLength": -3}), "#/maxLength"),
+        (json!({"type": "array", "minItems": 1.5}), "#/minItems"),
+        (
+            json!({"properties": {"a": {"items": {"type": "string", "minLength": null}}}}),
+            "#/properties/a/items/minLength",
+        ),
+        (
+            json!({"anyOf": [{"maxProperties": true}]}),
+            "#/anyOf/0/maxProperties",
+        ),
+    ] {
+        match common::compile_bytes(&schema) {
+            Err(sglrs_grammar::CompileError::InvalidSchema { pointer: p, reason }) => {
+                assert_eq!(p, pointer, "{schema}");
+                assert!(reason.contains("non-negative integer"), "{reason}");
+            }
+            other => panic!("{schema}: {:?}", other.map(|_| ())),
+        }
+    }
+    let g = common::compile_bytes(&json!({"type": "object",
+        "properties": {"maxLength": {"type": "integer"}, "v": {"const": {"minItems": "x"}}},
+        "required": ["maxLength"], "additionalProperties": false}))
+    .unwrap();
+    assert!(common::accepts_text(&g, r#"{"maxLength":3}"#));
+    assert!(common::accepts_text(
+        &g,
+        r#"{"maxLength":3,"v":{"minItems":"x"}}"#
+    ));
+    let g = common::compile_bytes(&json!({"type": "string", "maxLength": 2.0})).unwrap();
+    assert!(common::accepts_text(&g, r#""ab""#) && !common::accepts_text(&g, r#""abc""#));
+}

@@ -156,6 +156,80 @@ pub(crate) fn compile(
     compile_rule(b, schema, opts).map(|_| ())
 }
 
+/// Keywords whose value JSON Schema requires to be a non-negative integer.
+const COUNT_KEYWORDS: [&str; 8] = [
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+    "minContains",
+    "maxContains",
+];
+
+/// Refuses, naming it, a count keyword (`maxLength`…) whose value is not a non-negative
+/// integer (`10.0` is one), in `schema` and every schema inside it: such a value was read
+/// as no bound (a string) or as 0 (a negative number) before, a constraint silently changed.
+fn check_counts(schema: &Value, ptr: &str) -> Result<(), CompileError> {
+    let Value::Object(m) = schema else {
+        return Ok(());
+    };
+    for kw in COUNT_KEYWORDS {
+        if let Some(v) = m.get(kw) {
+            let ok = v.as_f64().is_some_and(|x| x >= 0.0 && x.fract() == 0.0);
+            if !ok {
+                return Err(CompileError::InvalidSchema {
+                    pointer: format!("{ptr}/{kw}"),
+                    reason: format!(
+                        "{kw} must be a non-negative integer, not {}",
+                        crate::excerpt(&v.to_string())
+                    ),
+                });
+            }
+        }
+    }
+    for (kw, v) in m {
+        let at = format!("{ptr}/{kw}");
+        match kw.as_str() {
+            // Maps of names to schemas (`dependencies`: or to key lists, which hold none).
+            "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas"
+            | "dependencies" => {
+                if let Value::Object(named) = v {
+                    for (k, sub) in named {
+                        check_counts(sub, &format!("{at}/{k}"))?;
+                    }
+                }
+            }
+            // A schema, or an array of schemas.
+            "items"
+            | "prefixItems"
+            | "allOf"
+            | "anyOf"
+            | "oneOf"
+            | "not"
+            | "if"
+            | "then"
+            | "else"
+            | "additionalProperties"
+            | "additionalItems"
+            | "contains"
+            | "propertyNames"
+            | "unevaluatedProperties"
+            | "unevaluatedItems" => match v {
+                Value::Array(subs) => {
+                    for (i, sub) in subs.iter().enumerate() {
+                        check_counts(sub, &format!("{at}/{i}"))?;
+                    }
+                }
+                sub => check_counts(sub, &at)?,
+            },
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Compiles `schema` into `b` as a rule of its own (with its own `$ref` namespace) and
 /// returns it: the first rule of an empty builder is the root, and a grammar that frames
 /// JSON values in other text (`tagged.rs`) calls one such rule per schema.
@@ -170,6 +244,7 @@ pub(crate) fn compile_rule(
             max: MAX_VALUE_NESTING,
         });
     }
+    check_counts(schema, "#")?;
     let root_rule = b.new_rule()?;
     let mut c = JsonCompiler::new(b, schema, opts);
     let r = c.b.rules[root_rule as usize];
