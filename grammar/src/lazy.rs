@@ -217,6 +217,8 @@ pub(crate) struct Lazy {
     /// A closure ran past [`MAX_CLOSURE_VISITS`] or a call past [`MAX_CALL_VISITS`]: the
     /// transitions computed since may be cut short, so none is trusted again.
     pub(crate) poisoned: bool,
+    /// A call was not followed because it would nest past [`MAX_STACK_DEPTH`].
+    pub(crate) depth_capped: bool,
 }
 
 impl Lazy {
@@ -256,6 +258,7 @@ impl Lazy {
             config_threads: 0,
             visits_left: MAX_CALL_VISITS,
             poisoned: false,
+            depth_capped: false,
             sentinels: FastMap::default(),
             thread_parts: FastMap::default(),
             overflowing: FastSet::default(),
@@ -373,6 +376,7 @@ impl Lazy {
         }
         let depth = self.stacks[parent as usize].2 + 1;
         if depth > MAX_STACK_DEPTH {
+            self.depth_capped = true;
             return None;
         }
         let id = self.stacks.len() as u32;

@@ -359,8 +359,24 @@ impl CompiledGrammar {
                 max: lazy::MAX_CLOSURE_VISITS,
             });
         }
+        // Every text nests calls deeper than the matcher follows (a long chain of `$ref`s
+        // or rules): say so, rather than that nothing is accepted or, at the first request,
+        // that the shortest output has no spelling. The close plan is what every request
+        // asks first (`min_output_tokens`), so planning it here costs nothing extra.
+        let too_deep = CompileError::LimitExceeded {
+            limit: "rule-call nesting that every complete text needs",
+            max: lazy::MAX_STACK_DEPTH as usize,
+        };
         if start == lazy::DEAD {
-            return Err(CompileError::Empty);
+            return Err(if lazy.depth_capped {
+                too_deep
+            } else {
+                CompileError::Empty
+            });
+        }
+        lazy.depth_capped = false;
+        if lazy.close_cost(&nfa, &vocab, start) == u32::MAX && lazy.depth_capped {
+            return Err(too_deep);
         }
         // The builder checks the deadline between steps; a compile that finished past it
         // is refused all the same, so that none takes longer than the limit.
