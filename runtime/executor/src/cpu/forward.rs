@@ -4,6 +4,8 @@
 //! then the logits of the rows asked for.
 
 use super::attn_tasks::{AttnTask, AttnWork};
+#[cfg(target_arch = "x86_64")]
+use super::{amx_attention, ATTN_AMX};
 use super::{
     norm_quant_rows, par_tokens, round_to_f16, row_mut, Layer, Scratch, ATTN_BLOCK, ATTN_KV,
     ATTN_SCORES, KV_EPOCH,
@@ -433,6 +435,11 @@ fn attend_block(
     let group = d.group;
     let g = kv.head(li, p.batch.seqs[seq].pages, kv_head);
     let copy = (t1 - t0) * group > MAX_ROWS;
+    #[cfg(target_arch = "x86_64")]
+    if copy && amx_attention::wanted() && amx_attention::supports(&g) {
+        attend_block_amx(p, &g, qkv, out, epoch, kv_head, (t0, t1, pos0));
+        return;
+    }
     ATTN_SCORES.with(|c| {
         ATTN_KV.with(|kc| {
             let scores = &mut *c.borrow_mut();
@@ -467,6 +474,41 @@ fn attend_block(
                 );
             }
         })
+    });
+}
+
+/// [`attend_block`] on AMX-BF16 tiles, all the block's query rows in one pass over the
+/// positions (see `kernels::attention::amx`).
+#[cfg(target_arch = "x86_64")]
+fn attend_block_amx(
+    p: &Pass<'_, '_>,
+    g: &crate::kernels::attention::PagedKv<'_>,
+    qkv: &[f32],
+    out: &OutPtr,
+    epoch: u64,
+    kv_head: usize,
+    (t0, t1, pos0): (usize, usize, usize),
+) {
+    let d = &p.d;
+    let group = d.group;
+    ATTN_AMX.with(|c| {
+        let (kb, scratch) = &mut *c.borrow_mut();
+        kb.fill_reusing(g, pos0 + (t1 - t0), epoch);
+        let rows: Vec<(usize, usize)> = (t0..t1)
+            .flat_map(|t| (0..group).map(move |k| (t, kv_head * group + k)))
+            .collect();
+        let qs: Vec<&[f32]> = rows.iter().map(|&(t, hh)| q_row(qkv, d, t, hh)).collect();
+        let lens: Vec<usize> = rows.iter().map(|&(t, _)| pos0 + (t - t0) + 1).collect();
+        // SAFETY: each (token, head) output slice is written by one task only.
+        let mut outs: Vec<&mut [f32]> = rows
+            .iter()
+            .map(|&(t, hh)| unsafe { out_row(out, d, t, hh) })
+            .collect();
+        let tile = AttnTile {
+            q: &qs,
+            lens: &lens,
+        };
+        amx_attention::attend(&tile, kb, d.scale, scratch, &mut outs);
     });
 }
 

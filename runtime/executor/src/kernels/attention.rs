@@ -12,6 +12,8 @@
 // Register tiles are indexed by (row, token) on purpose: the loops mirror the tile shape.
 #![allow(clippy::needless_range_loop)]
 
+#[cfg(target_arch = "x86_64")]
+pub mod amx;
 mod shared;
 
 pub use shared::{attend_shared, shared_supported, SharedTile, MAX_SHARED_ROWS};

@@ -358,7 +358,7 @@ unsafe fn add_block(
 /// unpacked first). The sums are stored and added per token with [`add_block`], as the VNNI
 /// kernel adds its own: the same integers and the same float steps, so the same bits.
 #[cfg(target_arch = "x86_64")]
-mod amx {
+pub(super) mod amx {
     use super::{add_block, scales, QuantActs, QuantMatrix, QK};
     use std::arch::asm;
     use std::arch::x86_64::*;
@@ -394,7 +394,7 @@ mod amx {
     /// Linux hands out the 8 KiB tile register state on request: `arch_prctl(
     /// ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, once per process.
     #[cfg(target_os = "linux")]
-    unsafe fn request_tile_data() -> bool {
+    pub(crate) unsafe fn request_tile_data() -> bool {
         const SYS_ARCH_PRCTL: i64 = 158;
         const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
         const XFEATURE_XTILEDATA: i64 = 18;
@@ -412,7 +412,7 @@ mod amx {
     }
 
     #[cfg(not(target_os = "linux"))]
-    unsafe fn request_tile_data() -> bool {
+    pub(crate) unsafe fn request_tile_data() -> bool {
         false
     }
 
