@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Set
 
 import pytest
 import requests
@@ -41,10 +41,20 @@ def model_path() -> Path:
     return Path(os.environ.get("SGLRS_MODEL", str(DEFAULT_MODEL)))
 
 
+_GIVEN: Set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port this process was not given before (the OS may hand a
+    just-released port out again: two servers on one port do not both start)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
+    raise RuntimeError("no port not given before in 100 tries")
 
 
 class ServerProcess:

@@ -31,10 +31,20 @@ PAGE = 16
 TOPIC = "kv@sglrs-test@SmolLM2-135M-Instruct"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_GIVEN: set[int] = set()
+
+
+def free_port() -> int:
+    """A free loopback port this process was not given before (the OS may hand a
+    just-released port out again: two servers on one port do not both start)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
+    raise RuntimeError("no port not given before in 100 tries")
 
 
 class Index:

@@ -43,16 +43,28 @@ BINARY = os.environ.get("SGLRS_BIN") or os.path.join(
 )
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_GIVEN: set[int] = set()
 
 
-def free_udp_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _fresh(kind: int) -> int:
+    """A free loopback port this process was not given before (the OS may hand a
+    just-released port out again: two servers on one port do not both start)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, kind) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
+    raise RuntimeError("no port not given before in 100 tries")
+
+
+def free_port() -> int:
+    return _fresh(socket.SOCK_STREAM)
+
+
+def free_udp_port() -> int:
+    return _fresh(socket.SOCK_DGRAM)
 
 
 def sh(*cmd, check=True):

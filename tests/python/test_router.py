@@ -24,10 +24,20 @@ from test_reliability import Server
 pytest.importorskip("sglang_router", reason="sglang-router is not installed (pip install sglang-router==0.3.2)")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_GIVEN: set[int] = set()
+
+
+def free_port() -> int:
+    """A free loopback port this process was not given before (the OS may hand a
+    just-released port out again: two servers on one port do not both start)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
+    raise RuntimeError("no port not given before in 100 tries")
 
 
 class Router(Server):

@@ -20,10 +20,21 @@ fn layout() -> KvLayout {
     }
 }
 
+/// A free UDP port on loopback that this process was not given before: the OS may hand a
+/// just-released port out again, and two stores listed on one address do not start.
 fn free_udp() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("a free UDP port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    for _ in 0..100 {
+        let a = UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("a free UDP port");
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&a.port()) {
+            given.push(a.port());
+            return a;
+        }
+    }
+    panic!("no UDP port not given before in 100 tries")
 }
 
 fn identity(dir: &Path) {
