@@ -5,7 +5,7 @@ use super::rope::Rope;
 use super::{Batch, ExecError, Executor, KvDtype, KvLayout, Logits};
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::attention::amx as amx_attention;
-use crate::kernels::attention::{shared_supported, KvF32};
+use crate::kernels::attention::{shared_supported, KvF32, Slots};
 use crate::kernels::elementwise::rms_norm;
 use crate::kernels::packed::{OutPtr, PackedMatrix};
 use crate::kernels::pool::ThreadPool;
@@ -169,11 +169,13 @@ static KV_EPOCH: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     static ATTN_SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    /// A task's K/V converted to f32, when the task has more than one tile of rows.
-    static ATTN_KV: RefCell<KvF32> = RefCell::new(KvF32::default());
-    /// The same in the AMX tiles' bf16 layouts, with their scratch (`SGLRS_AMX_ATTENTION=1`).
+    /// A task's K/V converted to f32, when the task has more than one tile of rows, one copy
+    /// per KV head.
+    static ATTN_KV: RefCell<Slots<KvF32>> = RefCell::new(Slots::default());
+    /// The same in the AMX tiles' bf16 layouts, one per KV head, with their scratch
+    /// (`SGLRS_AMX_ATTENTION=1`).
     #[cfg(target_arch = "x86_64")]
-    static ATTN_AMX: RefCell<(amx_attention::KvBf16, amx_attention::Scratch)> =
+    static ATTN_AMX: RefCell<(Slots<amx_attention::KvBf16>, amx_attention::Scratch)> =
         RefCell::new(Default::default());
 }
 

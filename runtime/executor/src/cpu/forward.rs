@@ -443,8 +443,9 @@ fn attend_block(
     ATTN_SCORES.with(|c| {
         ATTN_KV.with(|kc| {
             let scores = &mut *c.borrow_mut();
-            let kc = &mut *kc.borrow_mut();
+            let slots = &mut *kc.borrow_mut();
             let src = if copy {
+                let kc = slots.slot(&g, epoch);
                 kc.fill_reusing(isa, &g, pos0 + (t1 - t0), epoch);
                 KvSource::F32(kc)
             } else {
@@ -492,7 +493,8 @@ fn attend_block_amx(
     let d = &p.d;
     let group = d.group;
     ATTN_AMX.with(|c| {
-        let (kb, scratch) = &mut *c.borrow_mut();
+        let (slots, scratch) = &mut *c.borrow_mut();
+        let kb = slots.slot(g, epoch);
         kb.fill_reusing(g, pos0 + (t1 - t0), epoch);
         let rows: Vec<(usize, usize)> = (t0..t1)
             .flat_map(|t| (0..group).map(move |k| (t, kv_head * group + k)))

@@ -206,6 +206,53 @@ impl KvF32 {
     }
 }
 
+/// A task's converted copy of one KV head (see [`Slots`]).
+pub trait HeadCopy: Default {
+    /// What the held positions were converted from: the pool's address, the head's K and V
+    /// offsets, and the caller's epoch (`None` before the first fill).
+    fn key(&self) -> Option<(usize, usize, usize, u64)>;
+}
+
+impl HeadCopy for KvF32 {
+    fn key(&self) -> Option<(usize, usize, usize, u64)> {
+        self.key
+    }
+}
+
+/// A few converted copies kept per thread, one per KV head it works on: a long prefill's
+/// tasks alternate heads, and with one copy per thread each change of head converted the
+/// whole range again. (Which copy is reused changes no result: the copies are exact.)
+#[derive(Clone, Debug, Default)]
+pub struct Slots<T> {
+    slots: Vec<T>,
+    next: usize,
+}
+
+/// Copies a thread keeps (at least the KV heads per layer: 3 for SmolLM2). Each holds up to
+/// the longest task's positions × head dimension × 8 bytes (K and V in f32, or the bf16
+/// halves): 7 MiB at 3,400 positions and 64 dimensions.
+const SLOTS: usize = 4;
+
+impl<T: HeadCopy> Slots<T> {
+    /// The copy already holding `kv`'s head under `epoch` (its caller then converts only
+    /// what it lacks), else a free or the next slot in turn.
+    pub fn slot(&mut self, kv: &PagedKv<'_>, epoch: u64) -> &mut T {
+        let key = (kv.raw.as_ptr() as usize, kv.k_off, kv.v_off, epoch);
+        let i = match self.slots.iter().position(|s| s.key() == Some(key)) {
+            Some(i) => i,
+            None if self.slots.len() < SLOTS => {
+                self.slots.push(T::default());
+                self.slots.len() - 1
+            }
+            None => {
+                self.next = (self.next + 1) % SLOTS;
+                self.next
+            }
+        };
+        &mut self.slots[i]
+    }
+}
+
 /// Where [`attend`] reads K and V.
 #[derive(Clone, Copy, Debug)]
 pub enum KvSource<'a> {

@@ -192,6 +192,12 @@ impl KvBf16 {
     }
 }
 
+impl super::HeadCopy for KvBf16 {
+    fn key(&self) -> Option<(usize, usize, usize, u64)> {
+        self.key
+    }
+}
+
 /// Lane order that interleaves two 16-lane halves: `a0 b0 a1 b1 …`.
 static INTERLEAVE: [u16; 32] = {
     let mut t = [0u16; 32];
