@@ -92,3 +92,7 @@ def test_streamed_meta_info_counts_output_logprobs_as_sglang_does(server):
     for m in events:
         assert m["output_token_logprobs_length"] == len(m["output_token_logprobs"])
         assert m["output_token_logprobs_length"] == m["completion_tokens"]
+    # Every event carries the prompt's token count, the first one included (it read 0
+    # until the last event).
+    assert len({m["prompt_tokens"] for m in events}) == 1
+    assert events[0]["prompt_tokens"] > 0

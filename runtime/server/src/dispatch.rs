@@ -198,6 +198,19 @@ pub struct Running {
     pub rx: mpsc::UnboundedReceiver<SchedEvent>,
     /// Samples.
     pub n: usize,
+    /// Prompt tokens (reported from the first streamed chunk on, as SGLang does).
+    pub prompt_tokens: usize,
+}
+
+impl Running {
+    /// One empty result per sample, with the prompt's token count already known.
+    pub fn results(&self) -> Vec<SampleResult> {
+        let fresh = SampleResult {
+            prompt_tokens: self.prompt_tokens,
+            ..SampleResult::default()
+        };
+        vec![fresh; self.n]
+    }
 }
 
 /// Compiles the job's grammar (if any) and submits it.
@@ -276,7 +289,10 @@ pub async fn submit_all(
             }
         }
     };
-    let heads: Vec<(RequestId, usize)> = reqs.iter().map(|r| (r.id, r.n)).collect();
+    let heads: Vec<(RequestId, usize, usize)> = reqs
+        .iter()
+        .map(|r| (r.id, r.n, r.input_ids.len()))
+        .collect();
     let ids: Vec<RequestId> = reqs.iter().map(|r| r.id).collect();
     let rxs = if reqs.len() == 1 {
         let req = reqs.pop().expect("one request");
@@ -295,13 +311,18 @@ pub async fn submit_all(
         .into_iter()
         .zip(rxs)
         .zip(rooms)
-        .map(|(((id, n), rx), room)| {
+        .map(|(((id, n, prompt_tokens), rx), room)| {
             let rx = match (room, &state.pd) {
                 (Some(Ok(room)), Some(pd)) => pd.export(room, rx),
                 (Some(Err(id)), Some(pd)) => pd.track_import(id, rx),
                 _ => rx,
             };
-            Running { id, rx, n }
+            Running {
+                id,
+                rx,
+                n,
+                prompt_tokens,
+            }
         })
         .collect())
 }
@@ -432,7 +453,7 @@ pub async fn collect_all(
     // Jobs run concurrently in the scheduler; reading them one after another only orders
     // the reading.
     for mut job in jobs {
-        let mut results = vec![SampleResult::default(); job.n];
+        let mut results = job.results();
         let mut timing = Timing::new(start);
         while results.iter().any(|r| r.finish.is_none()) {
             let Some(ev) = job.rx.recv().await else {

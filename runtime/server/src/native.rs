@@ -451,7 +451,7 @@ fn stream(
                 .map_or_else(|| format!("{:032x}", job.id), str::to_string);
             let want = want_lp[i];
             tasks.push(tokio::spawn(async move {
-                let mut results = vec![SampleResult::default(); job.n];
+                let mut results = job.results();
                 let mut timing = Timing::new(start);
                 while results.iter().any(|r| r.finish.is_none()) {
                     let Ok(ev) = sse::recv(&mut job.rx, &tx).await else {

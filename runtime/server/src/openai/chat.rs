@@ -636,7 +636,7 @@ fn stream_chat(
             }
         }
         let request = job.id;
-        let mut results = vec![SampleResult::default(); job.n];
+        let mut results = job.results();
         let mut timing = Timing::new(start);
         while results.iter().any(|r| r.finish.is_none()) {
             let Ok(ev) = sse::recv(&mut job.rx, &tx).await else {

@@ -548,7 +548,7 @@ pub async fn completions(
         sse::spawn(tx.clone(), async move {
             let mut all = Vec::new();
             for (pi, mut job) in running.into_iter().enumerate() {
-                let mut results = vec![SampleResult::default(); job.n];
+                let mut results = job.results();
                 let mut timing = Timing::new(start);
                 if echo {
                     for s in 0..job.n {
