@@ -26,25 +26,10 @@ zmq = pytest.importorskip("zmq", reason="pyzmq is not installed (pip install pyz
 msgpack = pytest.importorskip("msgpack", reason="msgpack is not installed (pip install msgpack)")
 
 from test_reliability import Server  # noqa: E402
+from test_pd import free_port  # noqa: E402
 
 PAGE = 16
 TOPIC = "kv@sglrs-test@SmolLM2-135M-Instruct"
-
-
-_GIVEN: set[int] = set()
-
-
-def free_port() -> int:
-    """A free loopback port this process was not given before (the OS may hand a
-    just-released port out again: two servers on one port do not both start)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _GIVEN:
-            _GIVEN.add(port)
-            return port
-    raise RuntimeError("no port not given before in 100 tries")
 
 
 class Index:

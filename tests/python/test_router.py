@@ -10,7 +10,6 @@ Run:  pip install sglang-router==0.3.2 openai
 
 import concurrent.futures
 import json
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -20,24 +19,9 @@ import openai
 import pytest
 
 from test_reliability import Server
+from test_pd import free_port
 
 pytest.importorskip("sglang_router", reason="sglang-router is not installed (pip install sglang-router==0.3.2)")
-
-
-_GIVEN: set[int] = set()
-
-
-def free_port() -> int:
-    """A free loopback port this process was not given before (the OS may hand a
-    just-released port out again: two servers on one port do not both start)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _GIVEN:
-            _GIVEN.add(port)
-            return port
-    raise RuntimeError("no port not given before in 100 tries")
 
 
 class Router(Server):

@@ -6,13 +6,9 @@
 #[path = "common/golden.rs"]
 mod golden;
 
-use golden::{read_golden, teacher_forced};
+use golden::{golden_executor, read_golden, teacher_forced};
 use sglrs_executor::kernels::attention::amx;
-use sglrs_executor::{
-    Batch, CpuExecutor, ExecConfig, Executor, KvCapacity, LogitsWanted, SeqChunk,
-};
-use sglrs_model::default_model_path;
-use sglrs_model::gguf::load_gguf;
+use sglrs_executor::{Batch, CpuExecutor, Executor, LogitsWanted, SeqChunk};
 
 #[test]
 fn amx_prefill_attention_meets_the_golden_bounds() {
@@ -23,13 +19,7 @@ fn amx_prefill_attention_meets_the_golden_bounds() {
     // Before the first forward pass, which reads it.
     std::env::set_var("SGLRS_AMX_ATTENTION", "1");
     assert!(amx::wanted());
-    let (config, weights, _) =
-        load_gguf(&default_model_path()).expect("default model (run scripts/fetch-model.sh)");
-    let cfg = ExecConfig {
-        kv: KvCapacity::Pages(64),
-        ..ExecConfig::default()
-    };
-    let mut exec = CpuExecutor::new(&config, &weights, &cfg).unwrap();
+    let mut exec = golden_executor();
     let golden: serde_json::Value = serde_json::from_str(&read_golden()).unwrap();
     let (med, p99, clear, n) = teacher_forced(&mut exec, &golden);
     assert_eq!(n, 415, "the golden file has 415 steps");

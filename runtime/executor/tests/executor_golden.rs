@@ -5,21 +5,14 @@
 #[path = "common/golden.rs"]
 mod golden;
 
-use golden::{read_golden, teacher_forced};
+use golden::{golden_executor, read_golden, teacher_forced};
 use sglrs_executor::{CpuExecutor, ExecConfig, KvCapacity};
-use sglrs_model::gguf::load_gguf;
 use sglrs_model::{default_model_path, load, LoadOptions, LoadedModel};
 
 #[test]
 fn teacher_forced_logprobs_match_llama_cpp() {
     let golden: serde_json::Value = serde_json::from_str(&read_golden()).unwrap();
-    let (config, weights, _) =
-        load_gguf(&default_model_path()).expect("default model (run scripts/fetch-model.sh)");
-    let cfg = ExecConfig {
-        kv: KvCapacity::Pages(64),
-        ..ExecConfig::default()
-    };
-    let mut exec = CpuExecutor::new(&config, &weights, &cfg).unwrap();
+    let mut exec = golden_executor();
     let (med, p99, clear, n) = teacher_forced(&mut exec, &golden);
     assert_eq!(n, 415, "the golden file has 415 steps");
     assert_eq!(clear, 0, "argmax differs from llama.cpp at a clear margin");

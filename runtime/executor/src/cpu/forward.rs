@@ -451,17 +451,10 @@ fn attend_block(
             } else {
                 KvSource::Paged(g)
             };
-            let rows: Vec<(usize, usize)> = (t0..t1)
-                .flat_map(|t| (0..group).map(move |k| (t, kv_head * group + k)))
-                .collect();
+            let rows = block_rows(kv_head, group, (t0, t1));
             for chunk in rows.chunks(MAX_ROWS) {
-                let qs: Vec<&[f32]> = chunk.iter().map(|&(t, hh)| q_row(qkv, d, t, hh)).collect();
-                let lens: Vec<usize> = chunk.iter().map(|&(t, _)| pos0 + (t - t0) + 1).collect();
                 // SAFETY: each (token, head) output slice is written by one task only.
-                let mut outs: Vec<&mut [f32]> = chunk
-                    .iter()
-                    .map(|&(t, hh)| unsafe { out_row(out, d, t, hh) })
-                    .collect();
+                let (qs, lens, mut outs) = unsafe { row_slices(d, qkv, out, chunk, (t0, pos0)) };
                 attend(
                     isa,
                     &AttnTile {
@@ -476,6 +469,33 @@ fn attend_block(
             }
         })
     });
+}
+
+/// The query rows of tokens `t0..t1` for KV head `kv_head`: (token, query head), the
+/// group's heads of each token in turn.
+fn block_rows(kv_head: usize, group: usize, (t0, t1): (usize, usize)) -> Vec<(usize, usize)> {
+    (t0..t1)
+        .flat_map(|t| (0..group).map(move |k| (t, kv_head * group + k)))
+        .collect()
+}
+
+/// Each row's query vector, visible length (token `t0` at position `pos0`, causal) and
+/// output slice.
+///
+/// # Safety
+/// As [`out_row`]: no other task writes these rows' outputs.
+#[allow(clippy::type_complexity, clippy::mut_from_ref)]
+unsafe fn row_slices<'q, 'o>(
+    d: &Dims,
+    qkv: &'q [f32],
+    out: &'o OutPtr,
+    rows: &[(usize, usize)],
+    (t0, pos0): (usize, usize),
+) -> (Vec<&'q [f32]>, Vec<usize>, Vec<&'o mut [f32]>) {
+    let qs = rows.iter().map(|&(t, hh)| q_row(qkv, d, t, hh)).collect();
+    let lens = rows.iter().map(|&(t, _)| pos0 + (t - t0) + 1).collect();
+    let outs = rows.iter().map(|&(t, hh)| out_row(out, d, t, hh)).collect();
+    (qs, lens, outs)
 }
 
 /// [`attend_block`] on AMX-BF16 tiles, all the block's query rows in one pass over the
@@ -496,16 +516,9 @@ fn attend_block_amx(
         let (slots, scratch) = &mut *c.borrow_mut();
         let kb = slots.slot(g, epoch);
         kb.fill_reusing(g, pos0 + (t1 - t0), epoch);
-        let rows: Vec<(usize, usize)> = (t0..t1)
-            .flat_map(|t| (0..group).map(move |k| (t, kv_head * group + k)))
-            .collect();
-        let qs: Vec<&[f32]> = rows.iter().map(|&(t, hh)| q_row(qkv, d, t, hh)).collect();
-        let lens: Vec<usize> = rows.iter().map(|&(t, _)| pos0 + (t - t0) + 1).collect();
+        let rows = block_rows(kv_head, group, (t0, t1));
         // SAFETY: each (token, head) output slice is written by one task only.
-        let mut outs: Vec<&mut [f32]> = rows
-            .iter()
-            .map(|&(t, hh)| unsafe { out_row(out, d, t, hh) })
-            .collect();
+        let (qs, lens, mut outs) = unsafe { row_slices(d, qkv, out, &rows, (t0, pos0)) };
         let tile = AttnTile {
             q: &qs,
             lens: &lens,

@@ -114,21 +114,13 @@ impl KvF32 {
     /// cached prefix (the radix cache's shared pages) then convert it once per thread
     /// instead of once each. The copy is exact either way, so results do not change.
     pub fn fill_reusing(&mut self, isa: Isa, kv: &PagedKv<'_>, len: usize, epoch: u64) {
-        let key = (kv.raw.as_ptr() as usize, kv.k_off, kv.v_off, epoch);
-        let mut keep = 0;
-        if self.key == Some(key) && kv.page_size.is_multiple_of(16) {
-            let same = kv
-                .pages
-                .iter()
-                .zip(&self.from_pages)
-                .take_while(|(a, b)| a == b)
-                .count();
-            // Whole pages (so whole 16-position blocks) that were fully converted.
-            keep = (same * kv.page_size).min(len).min(self.len) / kv.page_size * kv.page_size;
-        }
-        self.key = Some(key);
-        self.from_pages.clear();
-        self.from_pages.extend_from_slice(kv.pages);
+        // Whole pages (so whole 16-position blocks) that were fully converted.
+        let held = if kv.page_size.is_multiple_of(16) {
+            self.len
+        } else {
+            0
+        };
+        let keep = held_pages(&mut self.key, &mut self.from_pages, kv, epoch, held, len);
         self.fill_from(isa, kv, len, keep);
     }
 
@@ -204,6 +196,35 @@ impl KvF32 {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+}
+
+/// How many leading positions of a converted copy (`held` of them, converted from the page
+/// table `from` under `key`) may be kept for positions `0..len` of `kv` under `epoch`: those
+/// on whole pages the two tables share, when the key is the same. Records `kv`'s key and
+/// page table as the copy's.
+fn held_pages(
+    key: &mut Option<(usize, usize, usize, u64)>,
+    from: &mut Vec<u32>,
+    kv: &PagedKv<'_>,
+    epoch: u64,
+    held: usize,
+    len: usize,
+) -> usize {
+    let new_key = (kv.raw.as_ptr() as usize, kv.k_off, kv.v_off, epoch);
+    let mut keep = 0;
+    if *key == Some(new_key) {
+        let same = kv
+            .pages
+            .iter()
+            .zip(from.iter())
+            .take_while(|(a, b)| a == b)
+            .count();
+        keep = (same * kv.page_size).min(len).min(held) / kv.page_size * kv.page_size;
+    }
+    *key = Some(new_key);
+    from.clear();
+    from.extend_from_slice(kv.pages);
+    keep
 }
 
 /// A task's converted copy of one KV head (see [`Slots`]).

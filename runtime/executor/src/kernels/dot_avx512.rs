@@ -380,15 +380,15 @@ pub(super) mod amx {
     }
 
     unsafe fn detect() -> bool {
-        if __cpuid(0).eax < 7 {
-            return false;
-        }
-        let edx = __cpuid_count(7, 0).edx;
         // AMX-TILE (bit 24) and AMX-INT8 (bit 25).
-        if edx >> 24 & 1 == 0 || edx >> 25 & 1 == 0 {
-            return false;
-        }
-        request_tile_data()
+        cpu_has(1 << 24 | 1 << 25) && request_tile_data()
+    }
+
+    /// Whether CPUID leaf 7 reports every feature bit of `edx_bits` in EDX (where the AMX
+    /// bits are).
+    pub(crate) fn cpu_has(edx_bits: u32) -> bool {
+        // Leaf 7 is read only where leaf 0 lists it.
+        __cpuid(0).eax >= 7 && __cpuid_count(7, 0).edx & edx_bits == edx_bits
     }
 
     /// Linux hands out the 8 KiB tile register state on request: `arch_prctl(
@@ -416,16 +416,32 @@ pub(super) mod amx {
         false
     }
 
-    /// The tile configuration (palette 1): tmm0/tmm3 the A tiles of an even and an odd
-    /// block (16 rows × 32 bytes), tmm1/tmm4 their B tiles (8 rows × 64 bytes), tmm2/tmm5
-    /// their sums (16 rows × 16 int32).
+    /// A tile configuration (palette 1), as `ldtilecfg` reads it.
     #[repr(C, align(64))]
-    struct Config {
+    pub(crate) struct TileConfig {
         palette: u8,
         start_row: u8,
         reserved: [u8; 14],
         colsb: [u16; 16],
         rows: [u8; 16],
+    }
+
+    impl TileConfig {
+        /// Tiles `tmm0..` shaped `(rows, bytes per row)` in turn; the rest unused.
+        pub(crate) fn new(tiles: &[(u8, u16)]) -> Self {
+            let mut c = TileConfig {
+                palette: 1,
+                start_row: 0,
+                reserved: [0; 14],
+                colsb: [0; 16],
+                rows: [0; 16],
+            };
+            for (t, &(rows, colsb)) in tiles.iter().enumerate() {
+                c.rows[t] = rows;
+                c.colsb[t] = colsb;
+            }
+            c
+        }
     }
 
     #[repr(C, align(64))]
@@ -448,24 +464,9 @@ pub(super) mod amx {
         tiled: usize,
         out: *mut f32,
     ) {
-        let mut cfg = Config {
-            palette: 1,
-            start_row: 0,
-            reserved: [0; 14],
-            colsb: [0; 16],
-            rows: [0; 16],
-        };
-        for (t, rows, colsb) in [
-            (0, 16, 32),
-            (1, 8, 64),
-            (2, 16, 64),
-            (3, 16, 32),
-            (4, 8, 64),
-            (5, 16, 64),
-        ] {
-            cfg.rows[t] = rows;
-            cfg.colsb[t] = colsb;
-        }
+        // tmm0/tmm3 the A tiles of an even and an odd block (16 rows × 32 bytes), tmm1/tmm4
+        // their B tiles (8 rows × 64 bytes), tmm2/tmm5 their sums (16 rows × 16 int32).
+        let cfg = TileConfig::new(&[(16, 32), (8, 64), (16, 64), (16, 32), (8, 64), (16, 64)]);
         asm!("ldtilecfg [{}]", in(reg) &cfg, options(nostack, readonly));
         let nbp = w.nbp;
         let (g0, g1) = (r0 / 16, r1.div_ceil(16));

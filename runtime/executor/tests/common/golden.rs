@@ -1,7 +1,11 @@
 //! The golden file (llama.cpp's greedy output and top-5 logprobs for the default model) and
 //! the teacher-forced comparison against it, shared by the golden tests.
 
-use sglrs_executor::{Batch, CpuExecutor, Executor, LogitsWanted, SeqChunk};
+use sglrs_executor::{
+    Batch, CpuExecutor, ExecConfig, Executor, KvCapacity, LogitsWanted, SeqChunk,
+};
+use sglrs_model::default_model_path;
+use sglrs_model::gguf::load_gguf;
 use std::path::PathBuf;
 
 pub fn golden_path() -> PathBuf {
@@ -110,4 +114,15 @@ pub fn teacher_forced(
         diffs[n - 1]
     );
     (med, p99, clear_mismatch, n)
+}
+
+/// An executor over the default model with room for every golden case (64 pages).
+pub fn golden_executor() -> CpuExecutor {
+    let (config, weights, _) =
+        load_gguf(&default_model_path()).expect("default model (run scripts/fetch-model.sh)");
+    let cfg = ExecConfig {
+        kv: KvCapacity::Pages(64),
+        ..ExecConfig::default()
+    };
+    CpuExecutor::new(&config, &weights, &cfg).unwrap()
 }

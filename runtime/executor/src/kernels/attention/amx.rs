@@ -34,6 +34,7 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::{lane_mask, load_ph, paged_k_block, AttnTile, PagedKv};
+use crate::kernels::dot_avx512::amx::{cpu_has, TileConfig};
 use crate::KvDtype;
 
 /// Query rows per tile.
@@ -50,21 +51,12 @@ pub fn available() -> bool {
 }
 
 unsafe fn detect() -> bool {
-    if __cpuid(0).eax < 7 {
-        return false;
-    }
-    let edx = __cpuid_count(7, 0).edx;
     // AMX-BF16 (bit 22) and AMX-TILE (bit 24); AVX-512 F/BW/BF16 for the conversions.
-    if edx >> 22 & 1 == 0 || edx >> 24 & 1 == 0 {
-        return false;
-    }
-    if !(is_x86_feature_detected!("avx512f")
+    cpu_has(1 << 22 | 1 << 24)
+        && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
-        && is_x86_feature_detected!("avx512bf16"))
-    {
-        return false;
-    }
-    crate::kernels::dot_avx512::amx::request_tile_data()
+        && is_x86_feature_detected!("avx512bf16")
+        && crate::kernels::dot_avx512::amx::request_tile_data()
 }
 
 /// `SGLRS_AMX_ATTENTION=1`. Cached.
@@ -108,22 +100,14 @@ impl KvBf16 {
     /// Unless [`supports`]`(kv)` and `len` is within the page table.
     pub fn fill_reusing(&mut self, kv: &PagedKv<'_>, len: usize, epoch: u64) {
         assert!(supports(kv) && len <= kv.capacity());
-        let key = (kv.raw.as_ptr() as usize, kv.k_off, kv.v_off, epoch);
-        let mut keep = 0;
-        if self.key == Some(key) && self.head_dim == kv.head_dim {
-            let same = kv
-                .pages
-                .iter()
-                .zip(&self.from_pages)
-                .take_while(|(a, b)| a == b)
-                .count();
-            // Whole pages, then whole 32-position blocks, that were fully converted.
-            keep = (same * kv.page_size).min(len).min(self.len) / kv.page_size * kv.page_size;
-            keep = keep / 32 * 32;
-        }
-        self.key = Some(key);
-        self.from_pages.clear();
-        self.from_pages.extend_from_slice(kv.pages);
+        let held = if self.head_dim == kv.head_dim {
+            self.len
+        } else {
+            0
+        };
+        // Whole 32-position blocks (one V tile) of the whole pages still held.
+        let keep =
+            super::held_pages(&mut self.key, &mut self.from_pages, kv, epoch, held, len) / 32 * 32;
         let hd = kv.head_dim;
         self.len = len;
         self.head_dim = hd;
@@ -333,16 +317,6 @@ pub struct Scratch {
     ml: Vec<(f32, f32)>,
 }
 
-/// The tile configuration (palette 1): all eight tiles 16 rows × 64 bytes.
-#[repr(C, align(64))]
-struct Config {
-    palette: u8,
-    start_row: u8,
-    reserved: [u8; 14],
-    colsb: [u16; 16],
-    rows: [u8; 16],
-}
-
 /// Runs attention for query rows `tile.q` against `kv` (row `i` sees positions
 /// `0..tile.lens[i]`), writing `out[i]`, like [`super::attend`] but on the tiles: any number
 /// of rows, 16 per tile, every tile passing over the positions a chunk at a time.
@@ -412,17 +386,8 @@ unsafe fn attend_tiles(
             _mm512_store_si512(qlp.add(r * hd + c * 16) as *mut __m512i, l);
         }
     }
-    let mut cfg = Config {
-        palette: 1,
-        start_row: 0,
-        reserved: [0; 14],
-        colsb: [0; 16],
-        rows: [0; 16],
-    };
-    for t in 0..8 {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-    }
+    // All eight tiles 16 rows × 64 bytes.
+    let cfg = TileConfig::new(&[(16, 64); 8]);
     asm!("ldtilecfg [{}]", in(reg) &cfg, options(nostack, readonly));
     let (kh, kl) = (kv.kh.as_ptr(), kv.kl.as_ptr());
     let (vh, vl) = (kv.vh.as_ptr(), kv.vl.as_ptr());
@@ -613,7 +578,27 @@ unsafe fn attend_tiles(
 #[cfg(test)]
 mod tests_pool {
     use super::*;
+    use crate::kernels::attention::{attend as attend_f32, KvF32, KvSource};
+    use crate::kernels::Isa;
     use half::f16;
+
+    /// The f32 kernel over the same rows, 8 at a time (its tile size), into `out`.
+    pub(super) fn attend_f32_rows(
+        tile: &AttnTile<'_>,
+        kv: &KvF32,
+        scale: f32,
+        out: &mut [Vec<f32>],
+    ) {
+        let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|v| &mut v[..]).collect();
+        let mut sc = Vec::new();
+        for (i0, chunk) in outs.chunks_mut(8).enumerate() {
+            let t = AttnTile {
+                q: &tile.q[i0 * 8..i0 * 8 + chunk.len()],
+                lens: &tile.lens[i0 * 8..i0 * 8 + chunk.len()],
+            };
+            attend_f32(Isa::detect(), &t, &KvSource::F32(kv), scale, &mut sc, chunk);
+        }
+    }
 
     /// A pool of f16 pages laid out as the executor's (`[head_dim][page]` K, then V rows).
     pub(super) struct Pool {
@@ -676,9 +661,8 @@ mod tests_pool {
 
 #[cfg(test)]
 mod tests {
-    use super::tests_pool::Pool;
+    use super::tests_pool::{attend_f32_rows, Pool};
     use super::*;
-    use crate::kernels::attention::{attend as attend_f32, KvSource};
     use crate::kernels::Isa;
 
     /// The tiles agree with the f32 kernel to within the split's precision, over causal
@@ -729,24 +713,7 @@ mod tests {
                 let mut outs: Vec<&mut [f32]> = a.iter_mut().map(|v| &mut v[..]).collect();
                 attend(&tile, &bf, scale, &mut Scratch::default(), &mut outs);
             }
-            {
-                let mut outs: Vec<&mut [f32]> = b.iter_mut().map(|v| &mut v[..]).collect();
-                let mut sc = Vec::new();
-                for (i0, chunk) in outs.chunks_mut(8).enumerate() {
-                    let t = AttnTile {
-                        q: &q[i0 * 8..i0 * 8 + chunk.len()],
-                        lens: &lens[i0 * 8..i0 * 8 + chunk.len()],
-                    };
-                    attend_f32(
-                        Isa::detect(),
-                        &t,
-                        &KvSource::F32(&f32c),
-                        scale,
-                        &mut sc,
-                        chunk,
-                    );
-                }
-            }
+            attend_f32_rows(&tile, &f32c, scale, &mut b);
             let mut worst = 0.0f32;
             for i in 0..nq {
                 for d in 0..hd {
@@ -760,9 +727,10 @@ mod tests {
     }
 }
 
+/// Timings, run by hand (`--ignored --nocapture`).
 #[cfg(test)]
-mod speed {
-    use super::tests_pool::Pool;
+mod measure {
+    use super::tests_pool::{attend_f32_rows, Pool};
     use super::*;
 
     /// Time of one prefill task (64 tokens × 3 heads) at the end of a 3,400-token prompt,
@@ -797,24 +765,9 @@ mod speed {
             attend(&tile, &bf, 0.125, &mut s, &mut outs);
         }
         let amx = t.elapsed() / n;
-        let mut sc = Vec::new();
         let t = std::time::Instant::now();
         for _ in 0..n {
-            let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|v| &mut v[..]).collect();
-            for (i0, chunk) in outs.chunks_mut(8).enumerate() {
-                let t8 = AttnTile {
-                    q: &q[i0 * 8..i0 * 8 + chunk.len()],
-                    lens: &lens[i0 * 8..i0 * 8 + chunk.len()],
-                };
-                crate::kernels::attention::attend(
-                    crate::kernels::Isa::detect(),
-                    &t8,
-                    &crate::kernels::attention::KvSource::F32(&f32c),
-                    0.125,
-                    &mut sc,
-                    chunk,
-                );
-            }
+            attend_f32_rows(&tile, &f32c, 0.125, &mut out);
         }
         let f = t.elapsed() / n;
         eprintln!(
@@ -822,11 +775,6 @@ mod speed {
             f.as_secs_f64() / amx.as_secs_f64()
         );
     }
-}
-
-#[cfg(test)]
-mod peak {
-    use super::*;
 
     /// TSC cycles per `tdpbf16ps` with operands in tiles, and with a tile load from L1
     /// before each pair (`--ignored --nocapture`): the bound the kernel is measured against.
@@ -836,17 +784,7 @@ mod peak {
         if !available() {
             return;
         }
-        let mut cfg = Config {
-            palette: 1,
-            start_row: 0,
-            reserved: [0; 14],
-            colsb: [0; 16],
-            rows: [0; 16],
-        };
-        for t in 0..8 {
-            cfg.rows[t] = 16;
-            cfg.colsb[t] = 64;
-        }
+        let cfg = TileConfig::new(&[(16, 64); 8]);
         let buf = vec![0u16; 4096];
         let (p, s) = (buf.as_ptr(), 64usize);
         // SAFETY: `available`; every tile load reads inside `buf`.
