@@ -76,8 +76,8 @@ pub(crate) fn percentile(v: &[f64], p: f64) -> f64 {
     s[lo] + (s[hi] - s[lo]) * (rank - lo as f64)
 }
 
-/// The first "model name" of `/proc/cpuinfo`.
-pub(crate) fn cpu_model() -> String {
+/// The first "model name" of `/proc/cpuinfo` ("unknown" where there is none).
+pub fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {

@@ -10,6 +10,7 @@
 
 pub mod agents;
 mod common;
+pub use common::cpu_model;
 pub mod grammar;
 pub mod hicache;
 pub mod pd;

@@ -377,6 +377,11 @@ impl CpuExecutor {
         self.isa
     }
 
+    /// The opt-in AMX tiles the kernels use (`SGLRS_AMX`, `SGLRS_AMX_ATTENTION`).
+    pub fn amx(&self) -> crate::kernels::AmxUse {
+        crate::kernels::AmxUse::detect(self.isa)
+    }
+
     /// Turns bundled attention over shared pages on or off (for benchmarks; results are
     /// bit-identical either way).
     pub fn set_shared_attention(&mut self, on: bool) {

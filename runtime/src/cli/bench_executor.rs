@@ -7,7 +7,8 @@
 //! decode then runs a second time with the executor's shared-pages attention pass off, and
 //! the JSON object gains `"shared_prefix": {"tokens", "decode_tok_s_shared_attention_off"}`.
 //! With `--json` the last line is
-//! `{"prefill_tok_s": …, "decode_tok_s": {"1": …, "8": …, "32": …}}`.
+//! `{"prefill_tok_s": …, "decode_tok_s": {"1": …, "8": …, "32": …}, "kernels", "amx":
+//! {"matmul", "attention"}, "cpu", "threads"}` (what ran, for comparing figures).
 //!
 //! `--llama-python PATH` also measures llama.cpp in the same run: a small Python script
 //! (embedded here) runs through that interpreter with `llama_cpp` (llama-cpp-python) on the
@@ -405,11 +406,15 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
     let max_b = args.batch.iter().copied().max().unwrap_or(1);
     cfg.kv = KvCapacity::Pages((max_b * per_seq).max(args.prefill_tokens.div_ceil(ps)));
     let mut exec = CpuExecutor::new(&config, &weights, &cfg)?;
+    let amx = exec.amx();
+    let cpu = sglrs_benches::cpu_model();
     eprintln!(
-        "model {}: {} threads, kernels {:?}",
+        "model {}: {} threads, kernels {:?}, AMX tiles: matmul {}, attention {} ({cpu})",
         path.display(),
         exec.threads(),
-        exec.isa()
+        exec.isa(),
+        amx.matmul,
+        amx.attention,
     );
     let r = bench(&mut exec, args)?;
     let llama = match &args.llama_python {
@@ -461,6 +466,10 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
         let mut obj = serde_json::json!({
             "prefill_tok_s": round1(r.prefill_tok_s),
             "decode_tok_s": decode,
+            "kernels": format!("{:?}", exec.isa()),
+            "amx": {"matmul": amx.matmul, "attention": amx.attention},
+            "cpu": cpu,
+            "threads": exec.threads(),
         });
         if !r.decode_tok_s_unbundled.is_empty() {
             let off: serde_json::Map<String, serde_json::Value> = r

@@ -121,9 +121,13 @@ pub(super) unsafe fn matmul_rows(
 const AMX_TOKENS: usize = 16;
 
 /// True when [`matmul_rows`] can use AMX tiles here (the CPU has them and Linux granted them).
-#[cfg(test)]
 pub(super) fn amx_available() -> bool {
     amx::available()
+}
+
+/// True when prefill matmuls run on AMX tiles: asked for (`SGLRS_AMX=1`) and available.
+pub(super) fn amx_in_use() -> bool {
+    amx_on() && amx_available()
 }
 
 #[cfg(target_arch = "x86_64")]

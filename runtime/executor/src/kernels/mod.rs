@@ -22,6 +22,30 @@ pub mod quant;
 
 use std::sync::OnceLock;
 
+/// Which opt-in AMX tiles the kernels use here (asked for and available).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AmxUse {
+    /// Prefill matmuls on AMX-INT8 tiles (`SGLRS_AMX=1`; the same bits).
+    pub matmul: bool,
+    /// Prefill attention on AMX-BF16 tiles (`SGLRS_AMX_ATTENTION=1`; not the same bits).
+    pub attention: bool,
+}
+
+impl AmxUse {
+    /// What this process uses with `isa`.
+    pub fn detect(isa: Isa) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx512Vnni {
+            return AmxUse {
+                matmul: dot_avx512::amx_in_use(),
+                attention: attention::amx::wanted() && attention::amx::available(),
+            };
+        }
+        let _ = isa;
+        AmxUse::default()
+    }
+}
+
 /// Instruction set the quantized kernels use, detected once at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Isa {
