@@ -5,7 +5,9 @@
 //! `x = hi + lo` (both rounded to bf16 with `vcvtne2ps2bf16`), and each product is three
 //! tile products, `hi·hi + hi·lo + lo·hi`:
 //! - K and V come from f16 pages (11 significant bits): `hi + lo` is exactly the stored value;
-//! - Q (scaled by `1/√d` first) and the softmax weights are f32: `hi + lo` is within 2⁻¹⁷ of
+//!   so is Q, which the forward pass rounds to f16 first (as llama.cpp does), scaled by
+//!   `1/√d` where that is a power of two (d = 64);
+//! - the softmax weights (and Q under other scales) are f32: `hi + lo` is within 2⁻¹⁷ of
 //!   them (relative), and the dropped `lo·lo` is below 2⁻¹⁶ of the product.
 //!
 //! So a score or a weighted sum is within about 2⁻¹⁵ (relative to the magnitudes summed) of
