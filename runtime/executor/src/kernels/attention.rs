@@ -232,11 +232,17 @@ pub trait HeadCopy: Default {
     /// What the held positions were converted from: the pool's address, the head's K and V
     /// offsets, and the caller's epoch (`None` before the first fill).
     fn key(&self) -> Option<(usize, usize, usize, u64)>;
+    /// Bytes its buffers hold.
+    fn heap_bytes(&self) -> usize;
 }
 
 impl HeadCopy for KvF32 {
     fn key(&self) -> Option<(usize, usize, usize, u64)> {
         self.key
+    }
+
+    fn heap_bytes(&self) -> usize {
+        (self.kt.capacity() + self.v.capacity()) * 4
     }
 }
 
@@ -249,24 +255,30 @@ pub struct Slots<T> {
     next: usize,
 }
 
-/// Copies a thread keeps (at least the KV heads per layer: 3 for SmolLM2). Each holds up to
-/// the longest task's positions × head dimension × 8 bytes (K and V in f32, or the bf16
-/// halves): 7 MiB at 3,400 positions and 64 dimensions.
+/// Copies a thread keeps (at least the KV heads per layer: 3 for SmolLM2). Each holds the
+/// longest task's positions × head dimension × 8 bytes (K and V in f32, or the bf16
+/// halves): 1.7 MiB at 3,400 positions and 64 dimensions.
 const SLOTS: usize = 4;
+
+/// No further copy is added while a thread's copies hold this much (long contexts of wide
+/// heads: 32,768 positions × 128 dimensions is 32 MiB a copy); the existing ones are then
+/// reused in turn.
+const SLOTS_BYTES: usize = 64 << 20;
 
 impl<T: HeadCopy> Slots<T> {
     /// The copy already holding `kv`'s head under `epoch` (its caller then converts only
-    /// what it lacks), else a free or the next slot in turn.
+    /// what it lacks), else a new one while there is room, else the next in turn.
     pub fn slot(&mut self, kv: &PagedKv<'_>, epoch: u64) -> &mut T {
         let key = (kv.raw.as_ptr() as usize, kv.k_off, kv.v_off, epoch);
+        let held: usize = self.slots.iter().map(HeadCopy::heap_bytes).sum();
         let i = match self.slots.iter().position(|s| s.key() == Some(key)) {
             Some(i) => i,
-            None if self.slots.len() < SLOTS => {
+            None if self.slots.is_empty() || (self.slots.len() < SLOTS && held < SLOTS_BYTES) => {
                 self.slots.push(T::default());
                 self.slots.len() - 1
             }
             None => {
-                self.next = (self.next + 1) % SLOTS;
+                self.next = (self.next + 1) % self.slots.len();
                 self.next
             }
         };
@@ -850,6 +862,74 @@ mod tests {
     use super::*;
     use crate::kv::KvPool;
     use crate::KvLayout;
+
+    /// A copy that only remembers its key and claims `bytes` of buffers.
+    #[derive(Default)]
+    struct Fake {
+        key: Option<(usize, usize, usize, u64)>,
+        bytes: usize,
+    }
+
+    impl HeadCopy for Fake {
+        fn key(&self) -> Option<(usize, usize, usize, u64)> {
+            self.key
+        }
+
+        fn heap_bytes(&self) -> usize {
+            self.bytes
+        }
+    }
+
+    fn head(raw: &[u8], k_off: usize) -> PagedKv<'_> {
+        PagedKv {
+            raw,
+            dtype: KvDtype::F16,
+            pages: &[],
+            page_size: 16,
+            page_bytes: 0,
+            k_off,
+            v_off: k_off + 1,
+            v_stride: 0,
+            head_dim: 64,
+        }
+    }
+
+    /// A head seen again under the same epoch gets its own copy back; new heads get new
+    /// copies up to the count, then the existing ones in turn; past the byte budget no copy
+    /// is added.
+    #[test]
+    fn slots_keep_one_copy_per_head_within_their_bounds() {
+        let raw = [0u8; 4];
+        let mut s: Slots<Fake> = Slots::default();
+        let key = |k_off: usize| Some((raw.as_ptr() as usize, k_off, k_off + 1, 7));
+        for k_off in 0..SLOTS {
+            let c = s.slot(&head(&raw, k_off), 7);
+            assert_eq!(c.key, None, "head {k_off} gets a fresh copy");
+            c.key = key(k_off);
+        }
+        for k_off in (0..SLOTS).rev() {
+            assert_eq!(s.slot(&head(&raw, k_off), 7).key, key(k_off));
+        }
+        // A fifth head reuses one of the four; a new epoch finds none of them.
+        assert!(s.slot(&head(&raw, SLOTS), 7).key.is_some());
+        assert_eq!(s.slots.len(), SLOTS);
+        let epoch8 = Some((raw.as_ptr() as usize, 0, 1, 8));
+        assert_ne!(
+            s.slot(&head(&raw, 0), 8).key,
+            epoch8,
+            "no copy holds a new epoch"
+        );
+
+        let mut big: Slots<Fake> = Slots::default();
+        let c = big.slot(&head(&raw, 0), 1);
+        (c.key, c.bytes) = (key(0), SLOTS_BYTES);
+        assert_eq!(
+            big.slot(&head(&raw, 1), 1).key,
+            key(0),
+            "no second copy past the budget"
+        );
+        assert_eq!(big.slots.len(), 1);
+    }
 
     fn vals(n: usize, seed: u32) -> Vec<f32> {
         (0..n)

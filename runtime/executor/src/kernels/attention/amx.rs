@@ -182,6 +182,13 @@ impl super::HeadCopy for KvBf16 {
     fn key(&self) -> Option<(usize, usize, usize, u64)> {
         self.key
     }
+
+    fn heap_bytes(&self) -> usize {
+        [&self.kh, &self.kl, &self.vh, &self.vl]
+            .iter()
+            .map(|b| b.capacity() * 2)
+            .sum()
+    }
 }
 
 /// Lane order that interleaves two 16-lane halves: `a0 b0 a1 b1 …`.
