@@ -6,7 +6,9 @@
 //! `benches/agents/bfcl_bench.py`: this command fetches the wheel once (`pip download
 //! --no-deps bfcl-eval==VERSION` into `--cache-dir`, unpacked there), writes the HF folder
 //! vLLM needs from the GGUF (`sglrs export-hf`) when `vllm` is among the engines, runs the
-//! script, and adds the machine and the command line to its result.
+//! script, and adds the machine, the kernel switches set (`env`: `SGLRS_AMX`,
+//! `SGLRS_AMX_ATTENTION`, `SGLRS_ISA`, which the servers inherit) and the command line to
+//! its result.
 //!
 //! Per engine: `accuracy` by category (`simple_python`, `multiple`, `parallel`,
 //! `parallel_multiple` with BFCL's AST checker; `irrelevance` asked with `tool_choice:
@@ -197,6 +199,7 @@ pub fn run(a: &AgentsArgs) -> anyhow::Result<Value> {
     v["bfcl_eval"] = json!(a.bfcl_version);
     v["model"] = json!(model.display().to_string());
     v["cpu"] = json!(crate::common::cpu_model());
+    v["env"] = crate::common::kernel_env();
     v["command"] = json!(crate::common::command_line());
     print_table(&v);
     Ok(v)

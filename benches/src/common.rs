@@ -89,6 +89,17 @@ pub fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The kernel switches set in this process's environment (the servers it starts inherit
+/// them), so that figures taken with and without them can be told apart.
+pub(crate) fn kernel_env() -> serde_json::Value {
+    let set: serde_json::Map<String, serde_json::Value> =
+        ["SGLRS_AMX", "SGLRS_AMX_ATTENTION", "SGLRS_ISA"]
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v.into())))
+            .collect();
+    set.into()
+}
+
 /// `sglrs` and this process's arguments, quoted for a POSIX shell.
 pub(crate) fn command_line() -> String {
     let quote = |a: String| {
