@@ -58,6 +58,12 @@ impl PagedKv<'_> {
         self.pages[p / self.page_size] as usize * self.page_bytes
     }
 
+    /// Byte offset in the pool of position `p`'s V row (`head_dim` elements).
+    #[inline]
+    fn v_row(&self, p: usize) -> usize {
+        self.page_base(p) + self.v_off + (p % self.page_size) * self.v_stride
+    }
+
     /// Key of position `p`, dimension `d`.
     pub fn k(&self, p: usize, d: usize) -> f32 {
         let es = self.dtype.size();
@@ -68,7 +74,7 @@ impl PagedKv<'_> {
     /// Value of position `p`, dimension `d`.
     pub fn v(&self, p: usize, d: usize) -> f32 {
         let es = self.dtype.size();
-        let o = self.page_base(p) + self.v_off + (p % self.page_size) * self.v_stride + d * es;
+        let o = self.v_row(p) + d * es;
         elem(self.dtype, &self.raw[o..o + es])
     }
 }
@@ -175,9 +181,8 @@ impl KvF32 {
                 _mm512_storeu_ps(dst.add(d * 16), load_ph((kp as *const u16).add(d * ks), m));
             }
         }
-        let ps = kv.page_size;
         for p in from..len {
-            let o = kv.page_base(p) + kv.v_off + (p % ps) * kv.v_stride;
+            let o = kv.v_row(p);
             let src = kv.raw[o..o + hd * 2].as_ptr();
             let dst = self.v[p * hd..(p + 1) * hd].as_mut_ptr();
             for c in 0..hd / 16 {
@@ -270,10 +275,15 @@ impl<T: HeadCopy> Slots<T> {
     /// what it lacks), else a new one while there is room, else the next in turn.
     pub fn slot(&mut self, kv: &PagedKv<'_>, epoch: u64) -> &mut T {
         let key = (kv.raw.as_ptr() as usize, kv.k_off, kv.v_off, epoch);
-        let held: usize = self.slots.iter().map(HeadCopy::heap_bytes).sum();
+        // Room for another copy (its bytes counted only when one would be added).
+        let room = |slots: &[T]| {
+            slots.is_empty()
+                || (slots.len() < SLOTS
+                    && slots.iter().map(HeadCopy::heap_bytes).sum::<usize>() < SLOTS_BYTES)
+        };
         let i = match self.slots.iter().position(|s| s.key() == Some(key)) {
             Some(i) => i,
-            None if self.slots.is_empty() || (self.slots.len() < SLOTS && held < SLOTS_BYTES) => {
+            None if room(&self.slots) => {
                 self.slots.push(T::default());
                 self.slots.len() - 1
             }
@@ -484,7 +494,7 @@ impl Src for PagedKv<'_> {
     fn v_run(&self, p: usize, maxlen: usize, c: usize, cn: usize) -> (*const u8, usize, usize) {
         let ps = self.page_size;
         let end = ((p / ps + 1) * ps).min(maxlen);
-        let first = self.page_base(p) + self.v_off + (p % ps) * self.v_stride + c * 32;
+        let first = self.v_row(p) + c * 32;
         // Every row read (cn × 16 values from `first + k * v_stride`) lies inside the pool.
         let last = first + (end - 1 - p) * self.v_stride + cn * 32;
         assert!(last <= self.raw.len());

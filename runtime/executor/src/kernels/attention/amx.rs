@@ -102,14 +102,17 @@ impl KvBf16 {
     /// Unless [`supports`]`(kv)` and `len` is within the page table.
     pub fn fill_reusing(&mut self, kv: &PagedKv<'_>, len: usize, epoch: u64) {
         assert!(supports(kv) && len <= kv.capacity());
-        let held = if self.head_dim == kv.head_dim {
-            self.len
-        } else {
-            0
-        };
-        // Whole 32-position blocks (one V tile) of the whole pages still held.
-        let keep =
-            super::held_pages(&mut self.key, &mut self.from_pages, kv, epoch, held, len) / 32 * 32;
+        // Whole 32-position blocks (one V tile) of the whole pages still held (the same key
+        // means the same pool and head, so the same head dimension).
+        let held = super::held_pages(
+            &mut self.key,
+            &mut self.from_pages,
+            kv,
+            epoch,
+            self.len,
+            len,
+        );
+        let keep = held / 32 * 32;
         let hd = kv.head_dim;
         self.len = len;
         self.head_dim = hd;
@@ -155,12 +158,11 @@ impl KvBf16 {
             }
         }
         // V: 32 positions per block, pairs of positions interleaved.
-        let ps = kv.page_size;
         let row = |p: usize, c: usize| -> __m512 {
             if p >= len {
                 return _mm512_setzero_ps();
             }
-            let o = kv.page_base(p) + kv.v_off + (p % ps) * kv.v_stride + c * 32;
+            let o = kv.v_row(p) + c * 32;
             let src = kv.raw[o..o + 32].as_ptr();
             _mm512_cvtph_ps(_mm256_loadu_si256(src as *const __m256i))
         };
@@ -414,74 +416,33 @@ unsafe fn attend_tiles(
             let out_blocks = blocks.div_ceil(2) * 2;
             // Scores: tmm0 16 rows × 16 positions, tmm1/tmm2 Q hi/lo, tmm3/tmm4 K hi/lo.
             let (qh, ql) = (qhp.add(t * ROWS * hd), qlp.add(t * ROWS * hd));
-            if dch == 2 {
-                // 64 dimensions: the four Q tiles stay loaded over the chunk (tmm1-tmm4), the
-                // K tiles come in through tmm5-tmm7.
-                asm!(
-                    "tileloadd tmm1, [{qh} + {sq}*1]",
-                    "tileloadd tmm2, [{ql} + {sq}*1]",
-                    "tileloadd tmm3, [{qh1} + {sq}*1]",
-                    "tileloadd tmm4, [{ql1} + {sq}*1]",
-                    qh = in(reg) qh,
-                    ql = in(reg) ql,
-                    qh1 = in(reg) qh.add(32),
-                    ql1 = in(reg) ql.add(32),
-                    sq = in(reg) hd * 2,
-                    options(nostack, readonly),
-                );
-                for b in 0..blocks {
-                    let kt = (b0 + b) * 2 * TILE;
+            for b in 0..blocks {
+                asm!("tilezero tmm0", options(nostack, nomem));
+                for c in 0..dch {
+                    let kt = ((b0 + b) * dch + c) * TILE;
                     asm!(
-                        "tilezero tmm0",
-                        "tileloadd tmm5, [{kh} + {sk}*1]",
-                        "tileloadd tmm6, [{kl} + {sk}*1]",
-                        "tileloadd tmm7, [{kh1} + {sk}*1]",
-                        "tdpbf16ps tmm0, tmm1, tmm5",
-                        "tdpbf16ps tmm0, tmm1, tmm6",
-                        "tdpbf16ps tmm0, tmm2, tmm5",
-                        "tileloadd tmm6, [{kl1} + {sk}*1]",
-                        "tdpbf16ps tmm0, tmm3, tmm7",
-                        "tdpbf16ps tmm0, tmm3, tmm6",
-                        "tdpbf16ps tmm0, tmm4, tmm7",
-                        "tilestored [{c} + {sk}*1], tmm0",
+                        "tileloadd tmm1, [{qh} + {sq}*1]",
+                        "tileloadd tmm3, [{kh} + {sk}*1]",
+                        "tdpbf16ps tmm0, tmm1, tmm3",
+                        "tileloadd tmm4, [{kl} + {sk}*1]",
+                        "tdpbf16ps tmm0, tmm1, tmm4",
+                        "tileloadd tmm2, [{ql} + {sq}*1]",
+                        "tdpbf16ps tmm0, tmm2, tmm3",
+                        qh = in(reg) qh.add(c * 32),
+                        ql = in(reg) ql.add(c * 32),
+                        sq = in(reg) hd * 2,
                         kh = in(reg) kh.add(kt),
                         kl = in(reg) kl.add(kt),
-                        kh1 = in(reg) kh.add(kt + TILE),
-                        kl1 = in(reg) kl.add(kt + TILE),
                         sk = in(reg) 64usize,
-                        c = in(reg) sp.add(b * 256),
-                        options(nostack),
+                        options(nostack, readonly),
                     );
                 }
-            } else {
-                for b in 0..blocks {
-                    asm!("tilezero tmm0", options(nostack, nomem));
-                    for c in 0..dch {
-                        let kt = ((b0 + b) * dch + c) * TILE;
-                        asm!(
-                            "tileloadd tmm1, [{qh} + {sq}*1]",
-                            "tileloadd tmm3, [{kh} + {sk}*1]",
-                            "tdpbf16ps tmm0, tmm1, tmm3",
-                            "tileloadd tmm4, [{kl} + {sk}*1]",
-                            "tdpbf16ps tmm0, tmm1, tmm4",
-                            "tileloadd tmm2, [{ql} + {sq}*1]",
-                            "tdpbf16ps tmm0, tmm2, tmm3",
-                            qh = in(reg) qh.add(c * 32),
-                            ql = in(reg) ql.add(c * 32),
-                            sq = in(reg) hd * 2,
-                            kh = in(reg) kh.add(kt),
-                            kl = in(reg) kl.add(kt),
-                            sk = in(reg) 64usize,
-                            options(nostack, readonly),
-                        );
-                    }
-                    asm!(
-                        "tilestored [{c} + {sc}*1], tmm0",
-                        c = in(reg) sp.add(b * 256),
-                        sc = in(reg) 64usize,
-                        options(nostack),
-                    );
-                }
+                asm!(
+                    "tilestored [{c} + {sc}*1], tmm0",
+                    c = in(reg) sp.add(b * 256),
+                    sc = in(reg) 64usize,
+                    options(nostack),
+                );
             }
             // Online softmax per row; rows past `rows` weigh 0.
             let mut factor = [0.0f32; ROWS];
