@@ -104,7 +104,7 @@ impl KvBf16 {
         assert!(supports(kv) && len <= kv.capacity());
         // Whole 32-position blocks (one V tile) of the whole pages still held (the same key
         // means the same pool and head, so the same head dimension).
-        let held = super::held_pages(
+        let held = super::copies::held_pages(
             &mut self.key,
             &mut self.from_pages,
             kv,
