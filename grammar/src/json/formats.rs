@@ -137,40 +137,79 @@ fn date_regex() -> String {
 /// Regex alternatives for the decimal numbers `lo..=hi` (both ≥ 0), canonical (no leading
 /// zeros).
 pub(crate) fn uint_range(lo: u64, hi: Option<u64>) -> String {
+    let hi = hi.map(|h| h.to_string());
+    uint_range_digits(&lo.to_string(), hi.as_deref())
+}
+
+/// [`uint_range`] over canonical digit strings, so bounds of any size are exact (a
+/// `minimum` of `1e20`, a `maximum` of `18446744073709551615`).
+pub(crate) fn uint_range_digits(lo: &str, hi: Option<&str>) -> String {
     let mut alts = Vec::new();
-    let lo_len = digits(lo);
+    let lo_len = lo.len();
+    let ones = |len: usize| format!("1{}", "0".repeat(len - 1));
+    let nines = |len: usize| "9".repeat(len);
     match hi {
         Some(hi) => {
-            if lo > hi {
+            if cmp_digits(lo, hi) == std::cmp::Ordering::Greater {
                 return "[^\\s\\S]".to_string();
             }
-            for len in lo_len..=digits(hi) {
-                let a = if len == lo_len { lo } else { pow10(len - 1) };
-                let b = if len == digits(hi) {
-                    hi
-                } else {
-                    pow10(len) - 1
-                };
-                alts.push(same_len(a.to_string().as_bytes(), b.to_string().as_bytes()));
+            if lo_len == hi.len() {
+                alts.push(same_len(lo.as_bytes(), hi.as_bytes()));
+            } else {
+                alts.push(same_len(lo.as_bytes(), nines(lo_len).as_bytes()));
+                // Every length strictly between, in one alternative (bounds of hundreds of
+                // digits stay linear in size).
+                if hi.len() > lo_len + 1 {
+                    alts.push(format!("[1-9][0-9]{{{},{}}}", lo_len, hi.len() - 2));
+                }
+                alts.push(same_len(ones(hi.len()).as_bytes(), hi.as_bytes()));
             }
         }
         None => {
-            alts.push(same_len(
-                lo.to_string().as_bytes(),
-                (pow10(lo_len) - 1).to_string().as_bytes(),
-            ));
+            alts.push(same_len(lo.as_bytes(), nines(lo_len).as_bytes()));
             alts.push(format!("[1-9][0-9]{{{},}}", lo_len));
         }
     }
     format!("({})", alts.join("|"))
 }
 
-fn digits(x: u64) -> u32 {
-    x.to_string().len() as u32
+/// Compares canonical digit strings (no leading zeros) as numbers.
+pub(crate) fn cmp_digits(a: &str, b: &str) -> std::cmp::Ordering {
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
 }
 
-fn pow10(n: u32) -> u64 {
-    10u64.saturating_pow(n)
+/// `a + 1` for a canonical digit string.
+pub(crate) fn inc_digits(a: &str) -> String {
+    let mut d = a.as_bytes().to_vec();
+    for c in d.iter_mut().rev() {
+        if *c == b'9' {
+            *c = b'0';
+        } else {
+            *c += 1;
+            return String::from_utf8(d).expect("digits");
+        }
+    }
+    format!("1{}", String::from_utf8(d).expect("digits"))
+}
+
+/// `a - 1` for a canonical digit string above zero.
+pub(crate) fn dec_digits(a: &str) -> String {
+    let mut d = a.as_bytes().to_vec();
+    for c in d.iter_mut().rev() {
+        if *c == b'0' {
+            *c = b'9';
+        } else {
+            *c -= 1;
+            break;
+        }
+    }
+    let t = String::from_utf8(d).expect("digits");
+    let t = t.trim_start_matches('0');
+    if t.is_empty() {
+        "0".into()
+    } else {
+        t.into()
+    }
 }
 
 /// Numbers with exactly `lo.len()` digits between `lo` and `hi` (same length).
@@ -203,18 +242,35 @@ fn same_len(lo: &[u8], hi: &[u8]) -> String {
 }
 
 /// Regex for integers in `lo..=hi` (either side open).
+#[cfg(test)]
 pub(crate) fn int_range(lo: Option<i64>, hi: Option<i64>) -> String {
+    let sig = |v: i64| (v < 0, v.unsigned_abs().to_string());
+    let (lo, hi) = (lo.map(sig), hi.map(sig));
+    int_range_digits(
+        lo.as_ref().map(|(n, d)| (*n, d.as_str())),
+        hi.as_ref().map(|(n, d)| (*n, d.as_str())),
+    )
+}
+
+/// [`int_range`] over signed canonical digit strings (`(negative, magnitude)`, zero never
+/// negative), so bounds of any size are exact.
+pub(crate) fn int_range_digits(lo: Option<(bool, &str)>, hi: Option<(bool, &str)>) -> String {
     let mut alts = Vec::new();
     // Non-negative part.
-    if hi.is_none_or(|h| h >= 0) {
-        let a = lo.map_or(0, |l| l.max(0)) as u64;
-        alts.push(uint_range(a, hi.map(|h| h as u64)));
+    if hi.is_none_or(|(neg, _)| !neg) {
+        let a = match lo {
+            Some((false, l)) => l,
+            _ => "0",
+        };
+        alts.push(uint_range_digits(a, hi.map(|(_, h)| h)));
     }
     // Negative part: magnitudes.
-    if lo.is_none_or(|l| l < 0) {
-        let m_lo = hi.map_or(1, |h| if h < 0 { h.unsigned_abs() } else { 1 });
-        let m_hi = lo.map(|l| l.unsigned_abs());
-        alts.push(format!("-{}", uint_range(m_lo, m_hi)));
+    if lo.is_none_or(|(neg, _)| neg) {
+        let m_lo = match hi {
+            Some((true, h)) => h,
+            _ => "1",
+        };
+        alts.push(format!("-{}", uint_range_digits(m_lo, lo.map(|(_, l)| l))));
     }
     if alts.is_empty() {
         return "[^\\s\\S]".to_string();
@@ -357,18 +413,25 @@ mod tests {
 pub(crate) struct Dec {
     /// Below zero.
     pub neg: bool,
-    /// The integer part of the magnitude.
-    pub int: u64,
+    /// The integer part of the magnitude: canonical digits (`"0"` for none).
+    pub int: String,
     /// The fraction digits of the magnitude, trailing zeros removed.
     pub frac: Vec<u8>,
 }
 
+/// Most digits a bound's integer or fraction part may have (an `f64` needs at most 309
+/// and 340; a decimal literal past that is refused by name).
+const MAX_DEC_DIGITS: usize = 400;
+
 impl Dec {
-    /// From `mantissa * 10^exp` (see `check::decimal`); `None` beyond ±10^15.
+    /// From `mantissa * 10^exp` (see `check::decimal`); `None` past [`MAX_DEC_DIGITS`].
     pub(crate) fn new(m: i128, exp: i32) -> Option<Dec> {
         let neg = m < 0;
         let mag = m.unsigned_abs();
         let digits = mag.to_string();
+        if exp.unsigned_abs() as usize > MAX_DEC_DIGITS {
+            return None;
+        }
         let (int, frac) = if exp >= 0 {
             let s = format!("{digits}{}", "0".repeat(exp as usize));
             (s, String::new())
@@ -378,17 +441,34 @@ impl Dec {
             let cut = padded.len() - k;
             (padded[..cut].to_string(), padded[cut..].to_string())
         };
-        let int: u64 = if int.is_empty() { 0 } else { int.parse().ok()? };
-        if int >= 1_000_000_000_000_000 {
+        let int = int.trim_start_matches('0');
+        let int = if int.is_empty() {
+            "0".to_string()
+        } else {
+            int.to_string()
+        };
+        if int.len() > MAX_DEC_DIGITS {
             return None;
         }
         let frac: Vec<u8> = frac.trim_end_matches('0').bytes().collect();
-        let zero = int == 0 && frac.is_empty();
+        let zero = int == "0" && frac.is_empty();
         Some(Dec {
             neg: neg && !zero,
             int,
             frac,
         })
+    }
+
+    /// Compares two decimals as numbers.
+    pub(crate) fn cmp_value(&self, other: &Dec) -> std::cmp::Ordering {
+        use std::cmp::Ordering;
+        let magnitude = cmp_digits(&self.int, &other.int).then_with(|| self.frac.cmp(&other.frac));
+        match (self.neg, other.neg) {
+            (false, false) => magnitude,
+            (true, true) => magnitude.reverse(),
+            (false, true) => Ordering::Greater,
+            (true, false) => Ordering::Less,
+        }
     }
 }
 
@@ -468,15 +548,15 @@ fn frac_text((empty, ne): Frac) -> Option<String> {
 /// Regex (no exponent) for numbers `x >= b` (`x > b` when `strict`).
 pub(crate) fn dec_ge(b: &Dec, strict: bool) -> String {
     const ANY: &str = r"(\.[0-9]+)?";
-    let a = b.int;
+    let a = b.int.as_str();
     let parts = if !b.neg {
         vec![
-            Some(format!("{}{ANY}", uint_range(a + 1, None))),
+            Some(format!("{}{ANY}", uint_range_digits(&inc_digits(a), None))),
             frac_text(frac_ge(&b.frac, strict)).map(|t| format!("{a}{t}")),
         ]
     } else {
         let mut neg = vec![
-            (a >= 1).then(|| format!("{}{ANY}", uint_range(0, Some(a - 1)))),
+            (a != "0").then(|| format!("{}{ANY}", uint_range_digits("0", Some(&dec_digits(a))))),
             frac_text(frac_le(&b.frac, strict)).map(|t| format!("{a}{t}")),
         ];
         neg.retain(|x| x.is_some());
@@ -491,17 +571,17 @@ pub(crate) fn dec_ge(b: &Dec, strict: bool) -> String {
 /// Regex (no exponent) for numbers `x <= b` (`x < b` when `strict`).
 pub(crate) fn dec_le(b: &Dec, strict: bool) -> String {
     const ANY: &str = r"(\.[0-9]+)?";
-    let a = b.int;
+    let a = b.int.as_str();
     let parts = if !b.neg {
         vec![
             // Negative values, `-0` forms excluded (they equal 0: stricter, never looser).
             Some(r"-(0\.[0-9]*[1-9][0-9]*|[1-9][0-9]*(\.[0-9]+)?)".to_string()),
-            (a >= 1).then(|| format!("{}{ANY}", uint_range(0, Some(a - 1)))),
+            (a != "0").then(|| format!("{}{ANY}", uint_range_digits("0", Some(&dec_digits(a))))),
             frac_text(frac_le(&b.frac, strict)).map(|t| format!("{a}{t}")),
         ]
     } else {
         vec![
-            Some(format!("-{}{ANY}", uint_range(a + 1, None))),
+            Some(format!("-{}{ANY}", uint_range_digits(&inc_digits(a), None))),
             frac_text(frac_ge(&b.frac, strict)).map(|t| format!("-{a}{t}")),
         ]
     };
@@ -559,6 +639,64 @@ mod dec_tests {
                     } else {
                         assert!(!le.is_match(t) || want_le);
                     }
+                }
+            }
+        }
+    }
+    /// Bounds past `u64` and `f64`'s exact integers (`1e20`, 2^64 - 1, 10^40 ± a little)
+    /// against exact `i128` comparisons on texts around them.
+    #[test]
+    fn bounds_of_any_size_are_exact() {
+        let bounds: [(i128, i32); 6] = [
+            (1, 20),
+            (18446744073709551615, 0),
+            (-18446744073709551615, 0),
+            (9007199254740993, 0),
+            (123456789012345678901234567, -7),
+            (-5, 19),
+        ];
+        for (m, e) in bounds {
+            let b = Dec::new(m, e).unwrap();
+            // The bound scaled to units of 10^-8 (every text below has at most 8 decimals).
+            let scaled = |mm: i128, ee: i32| mm * 10i128.pow((ee + 8) as u32);
+            let bv = scaled(m, e);
+            let mut texts = Vec::new();
+            for delta in [
+                -100_000_001i128,
+                -100_000_000,
+                -50_000_000,
+                -1,
+                0,
+                1,
+                50_000_000,
+                100_000_000,
+            ] {
+                let v = bv + delta;
+                let (neg, mag) = (v < 0, v.unsigned_abs());
+                let (int, frac) = (mag / 100_000_000, mag % 100_000_000);
+                let sign = if neg { "-" } else { "" };
+                texts.push((format!("{sign}{int}.{frac:08}"), v));
+                if frac == 0 {
+                    texts.push((format!("{sign}{int}"), v));
+                }
+            }
+            texts.push(("0".into(), 0));
+            texts.push((
+                "99999999999999999999999999999".into(),
+                scaled(99999999999999999999999999999, 0),
+            ));
+            texts.push((
+                "-99999999999999999999999999999".into(),
+                scaled(-99999999999999999999999999999, 0),
+            ));
+            for strict in [false, true] {
+                let ge = full(&dec_ge(&b, strict));
+                let le = full(&dec_le(&b, strict));
+                for (t, v) in &texts {
+                    let want_ge = if strict { *v > bv } else { *v >= bv };
+                    let want_le = if strict { *v < bv } else { *v <= bv };
+                    assert_eq!(ge.is_match(t), want_ge, "{t} >= {m}e{e} strict={strict}");
+                    assert_eq!(le.is_match(t), want_le, "{t} <= {m}e{e} strict={strict}");
                 }
             }
         }

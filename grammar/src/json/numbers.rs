@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::formats::{dec_ge, dec_le, int_range, number_range, Dec};
+use super::formats::{dec_digits, dec_ge, dec_le, inc_digits, int_range_digits, number_range, Dec};
 use super::types::{emit_error, f};
 use super::JsonCompiler;
 use crate::nfa::StateId;
@@ -81,30 +81,13 @@ impl JsonCompiler<'_> {
                 Err(e) => self.unsupported("multipleOf", ptr, &e)?,
             }
         }
-        let (lo, hi) = Self::bounds(s);
-        const LIM: f64 = 1e15;
-        let lo_i = match lo {
-            None => None,
-            // Beyond ±1e15 bounds are clamped inward: stricter, never looser.
-            Some((v, _)) if v < -LIM => Some(-(LIM as i64)),
-            Some((v, _)) if v > LIM => return self.nothing(),
-            Some((v, inc)) => Some(if inc {
-                v.ceil() as i64
-            } else {
-                v.floor() as i64 + 1
-            }),
-        };
-        let hi_i = match hi {
-            None => None,
-            Some((v, _)) if v > LIM => Some(LIM as i64),
-            Some((v, _)) if v < -LIM => return self.nothing(),
-            Some((v, inc)) => Some(if inc {
-                v.floor() as i64
-            } else {
-                v.ceil() as i64 - 1
-            }),
-        };
-        let re = int_range(lo_i, hi_i);
+        let (lo, hi) = self.dec_bounds(s, ptr)?;
+        let lo_i = lo.map(|(d, inc)| int_above(&d, inc));
+        let hi_i = hi.map(|(d, inc)| int_below(&d, inc));
+        let re = int_range_digits(
+            lo_i.as_ref().map(|(n, d)| (*n, d.as_str())),
+            hi_i.as_ref().map(|(n, d)| (*n, d.as_str())),
+        );
         // `not: {enum: [..]}` values: integers have one spelling here (no fraction, no
         // exponent; `-0` is 0), so excluding them is excluding those texts.
         let excluded = excluded_numbers(s, true);
@@ -167,7 +150,7 @@ impl JsonCompiler<'_> {
                 Err(e) => self.unsupported("multipleOf", ptr, &e)?,
             }
         }
-        let (lo, hi) = Self::bounds(s);
+        let (lo, hi) = self.dec_bounds(s, ptr)?;
         // `not: {type: integer}` on numbers: a nonzero digit after the point (no exponent).
         let fraction = s.get("__fraction") == Some(&Value::Bool(true));
         // `not: {enum: [..]}` values: every spelling without an exponent (trailing zeros,
@@ -178,15 +161,18 @@ impl JsonCompiler<'_> {
         if lo.is_none() && hi.is_none() && mult.is_none() && plain {
             return self.number_plain(from);
         }
-        let as_int = |b: Option<(f64, bool)>| -> Option<Option<(i64, bool)>> {
+        let as_int = |b: &Option<(Dec, bool)>| -> Option<Option<(i64, bool)>> {
             match b {
                 None => Some(None),
-                Some((v, inc)) if v.fract() == 0.0 && v.abs() < 1e15 => Some(Some((v as i64, inc))),
+                Some((d, inc)) if d.frac.is_empty() && d.int.len() <= 15 => {
+                    let m: i64 = d.int.parse().ok()?;
+                    Some(Some((if d.neg { -m } else { m }, *inc)))
+                }
                 Some(_) => None,
             }
         };
         if mult.is_none() && plain {
-            if let (Some(l), Some(h)) = (as_int(lo), as_int(hi)) {
+            if let (Some(l), Some(h)) = (as_int(&lo), as_int(&hi)) {
                 let mut re = number_range(l, h);
                 if let Some(e) = zero_bound_exponents(l, h) {
                     re = format!("{re}|{e}");
@@ -233,34 +219,13 @@ impl JsonCompiler<'_> {
         if self.canonical_numbers {
             res.push(CANONICAL_NUMBER.into());
         }
-        let dec = |v: f64| -> Option<Dec> {
-            let n = serde_json::Number::from_f64(v)?;
-            let (m, e) = super::check::decimal(&n)?;
-            Dec::new(m, e)
-        };
-        for (bound, is_lo) in [(lo, true), (hi, false)] {
-            let Some((v, inc)) = bound else { continue };
-            match dec(v) {
-                Some(d) => res.push(if is_lo {
-                    dec_ge(&d, !inc)
-                } else {
-                    dec_le(&d, !inc)
-                }),
-                None if is_lo && v < 0.0 || !is_lo && v > 0.0 => {
-                    // Beyond ±10^15: clamp inward (stricter).
-                    let d = Dec {
-                        neg: v < 0.0,
-                        int: 999_999_999_999_999,
-                        frac: Vec::new(),
-                    };
-                    res.push(if is_lo {
-                        dec_ge(&d, false)
-                    } else {
-                        dec_le(&d, false)
-                    });
-                }
-                None => return self.nothing(),
-            }
+        for (bound, is_lo) in [(&lo, true), (&hi, false)] {
+            let Some((d, inc)) = bound else { continue };
+            res.push(if is_lo {
+                dec_ge(d, !inc)
+            } else {
+                dec_le(d, !inc)
+            });
         }
         if residue.is_some() || !excluded.is_empty() {
             return self.emit_residue(from, &res, &excluded, residue.as_ref(), ptr);
@@ -269,6 +234,91 @@ impl JsonCompiler<'_> {
         emit_intersection_excluding(self.b, from, &hirs, &[], None, Escape::Raw)
             .map_err(|e| emit_error(self.b.states.len(), &e, "minimum", ptr, e.clone()))
     }
+}
+
+/// An exact numeric bound: `(value, inclusive)`.
+type DecBound = Option<(Dec, bool)>;
+
+impl JsonCompiler<'_> {
+    /// `minimum` / `maximum` and their exclusive forms as exact decimals, as the schema
+    /// writes them (no `f64` rounding: `maximum: 18446744073709551615` stays that number):
+    /// the tighter of an inclusive and a numeric exclusive bound, draft 4's boolean
+    /// exclusives. A literal of more than 400 digits is refused by name.
+    fn dec_bounds(
+        &mut self,
+        s: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<(DecBound, DecBound), CompileError> {
+        let read = |k: &str| -> Result<Option<Dec>, CompileError> {
+            let Some(Value::Number(n)) = s.get(k) else {
+                return Ok(None);
+            };
+            match super::check::decimal(n).and_then(|(m, e)| Dec::new(m, e)) {
+                Some(d) => Ok(Some(d)),
+                None => {
+                    self.unsupported(k, ptr, "a bound with more than 400 digits")?;
+                    Ok(None)
+                }
+            }
+        };
+        let exclusive = |k: &str| s.get(k) == Some(&Value::Bool(true));
+        let mut lo = read("minimum")?.map(|d| (d, !exclusive("exclusiveMinimum")));
+        let mut hi = read("maximum")?.map(|d| (d, !exclusive("exclusiveMaximum")));
+        if let Some(x) = read("exclusiveMinimum")? {
+            if lo.as_ref().is_none_or(|(l, _)| x.cmp_value(l).is_ge()) {
+                lo = Some((x, false));
+            }
+        }
+        if let Some(x) = read("exclusiveMaximum")? {
+            if hi.as_ref().is_none_or(|(h, _)| x.cmp_value(h).is_le()) {
+                hi = Some((x, false));
+            }
+        }
+        Ok((lo, hi))
+    }
+}
+
+/// The smallest integer `>= d` (`> d` when not `inclusive`), as (negative, digits).
+fn int_above(d: &Dec, inclusive: bool) -> (bool, String) {
+    let whole = d.frac.is_empty();
+    if !d.neg {
+        if whole && inclusive {
+            (false, d.int.clone())
+        } else {
+            (false, inc_digits(&d.int))
+        }
+    } else if whole && !inclusive {
+        signed(true, dec_digits(&d.int))
+    } else {
+        // ceil(-(i.f)) = -i; -i itself when whole and inclusive.
+        signed(true, d.int.clone())
+    }
+}
+
+/// The largest integer `<= d` (`< d` when not `inclusive`), as (negative, digits).
+fn int_below(d: &Dec, inclusive: bool) -> (bool, String) {
+    let whole = d.frac.is_empty();
+    if d.neg {
+        if whole && inclusive {
+            (true, d.int.clone())
+        } else {
+            (true, inc_digits(&d.int))
+        }
+    } else if whole && !inclusive {
+        // `< 0` is `<= -1`.
+        if d.int == "0" {
+            (true, "1".into())
+        } else {
+            (false, dec_digits(&d.int))
+        }
+    } else {
+        (false, d.int.clone())
+    }
+}
+
+/// A signed integer with zero never negative.
+fn signed(neg: bool, digits: String) -> (bool, String) {
+    (neg && digits != "0", digits)
 }
 
 /// Parses whole-text regexes.
