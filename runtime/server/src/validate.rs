@@ -247,6 +247,11 @@ pub fn check_params(
     if stop_strings.len() > 16 {
         return Err(ApiError::bad("stop", "at most 16 stop strings"));
     }
+    // An empty stop string would end every output before its first token; vLLM refuses it
+    // too (it used to be dropped here without a word).
+    if let Some(i) = stop_strings.iter().position(String::is_empty) {
+        return Err(ApiError::bad("stop", format!("stop string {i} is empty")));
+    }
     // Each token is checked against every stop string: a 5 MB one cost 13 ms per token of
     // the scheduler thread, which every other request waits on.
     if let Some((i, s)) = stop_strings
@@ -493,6 +498,10 @@ mod tests {
         );
         let fits = serde_json::json!({"stop": ["x".repeat(MAX_STOP_BYTES)]});
         assert!(check_params(&raw(&fits.to_string()), 10, L, "m").is_ok());
+        let e = check_params(&raw(r#"{"stop": ["ok", ""]}"#), 10, L, "m").unwrap_err();
+        assert_eq!(e.to_string(), "stop: stop string 1 is empty");
+        let e = check_params(&raw(r#"{"stop": ""}"#), 10, L, "m").unwrap_err();
+        assert_eq!(e.to_string(), "stop: stop string 0 is empty");
     }
 
     #[test]
