@@ -759,6 +759,15 @@ fn bounds_of_any_size_are_exact() {
             "99999999999999999999999999999.9",
         ],
     );
+    // Read as the schema text writes it: serde_json's default float parsing is off by one
+    // unit in the last place here (9007199254740990), which made this minimum looser.
+    let schema: serde_json::Value =
+        serde_json::from_str(r#"{"type": "number", "minimum": 9007199254740991.0}"#).unwrap();
+    check(
+        schema,
+        &["9007199254740991", "9007199254740991.5", "9007199254740992"],
+        &["9007199254740990", "9007199254740990.5"],
+    );
     // A bound of hundreds of digits stays a small grammar.
     check(
         json!({"type": "integer", "minimum": -5, "maximum": 1e300}),
