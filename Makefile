@@ -17,8 +17,11 @@ FUZZ_SANITIZER ?= none
 FUZZ_TARGET_DIR ?= $(HOME)/.cache/sglrs/target-fuzz-nightly-$(FUZZ_SANITIZER)
 # New inputs found by `make fuzz` go here; fuzz/corpus/ (replayed by `make test`) is only read.
 FUZZ_WORK ?= $(HOME)/.cache/sglrs/fuzz-corpus
+SCHEMA_DIFF_SEEDS ?= 1 2 3
+SCHEMA_DIFF_COUNT ?= 3000
+SCHEMA_DIFF_DIR ?= $(HOME)/.cache/sglrs/schema-diff
 
-.PHONY: serve test deps model build lint bench-all overload soak fuzz check-manifests
+.PHONY: serve test deps model build lint bench-all overload soak fuzz schema-diff check-manifests
 
 ## Installs what is missing, fetches the default model, builds in release and starts the server.
 serve: deps model build
@@ -63,6 +66,19 @@ fuzz: deps
 		cargo +nightly fuzz run --sanitizer $(FUZZ_SANITIZER) $(if $(filter none,$(FUZZ_SANITIZER)),--debug-assertions) --target-dir $(FUZZ_TARGET_DIR) \
 			$$t $(FUZZ_WORK)/$$t corpus/$$t -- \
 			-max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 || exit 1; \
+	done
+
+## Random JSON Schemas labelled by python-jsonschema (scripts/schema_differential.py), run
+## through the grammar: fails if it accepts any instance the reference validator rejects.
+## SCHEMA_DIFF_SEEDS (1 2 3) × SCHEMA_DIFF_COUNT (3,000) schemas; about a minute per seed.
+schema-diff: deps
+	python3 -m pip install --quiet --disable-pip-version-check jsonschema
+	cargo build --release -p sglrs-grammar --example jsb_coverage
+	for s in $(SCHEMA_DIFF_SEEDS); do \
+		d=$(SCHEMA_DIFF_DIR)/$$s && \
+		python3 scripts/schema_differential.py --seed $$s --count $(SCHEMA_DIFF_COUNT) --out $$d && \
+		$(CARGO_TARGET_DIR)/release/examples/jsb_coverage $$d --list $$d/verdicts.tsv | grep -E '^(overall|INVALID ACCEPTED)' && \
+		! grep -P '\tINVALID_ACCEPTED' $$d/verdicts.tsv || exit 1; \
 	done
 
 deps:
