@@ -5,7 +5,7 @@ use super::rope::Rope;
 use super::{Batch, ExecError, Executor, KvDtype, KvLayout, Logits};
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::attention::amx as amx_attention;
-use crate::kernels::attention::{shared_supported, KvF32, Slots};
+use crate::kernels::attention::{chunks_supported, shared_supported, KvF32, Slots};
 use crate::kernels::elementwise::rms_norm;
 use crate::kernels::packed::{OutPtr, PackedMatrix};
 use crate::kernels::pool::ThreadPool;
@@ -108,6 +108,8 @@ struct Scratch {
     act: Vec<f32>,
     acts: QuantActs,
     rope: Vec<(f32, f32)>,
+    /// Chunk partials of split decode rows (`AttnPlan::parts` floats).
+    parts: Vec<f32>,
 }
 
 /// The CPU executor (see the module docs and [`Executor`]).
@@ -125,6 +127,9 @@ pub struct CpuExecutor {
     s: Scratch,
     /// Bundle decode steps over shared pages into one attention pass (on by default).
     shared_attention: bool,
+    /// Split long decode rows into softmax-chunk tasks when a pass has few tasks (on by
+    /// default; the bits are the same either way).
+    split_attention: bool,
     /// Stops a pass between layers when raised ([`Executor::set_interrupt`]).
     interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
@@ -363,6 +368,7 @@ impl CpuExecutor {
             isa,
             s: Scratch::default(),
             shared_attention: true,
+            split_attention: true,
             interrupt: None,
         })
     }
@@ -386,6 +392,13 @@ impl CpuExecutor {
     /// bit-identical either way).
     pub fn set_shared_attention(&mut self, on: bool) {
         self.shared_attention = on;
+    }
+
+    /// Turns the splitting of long decode rows into softmax-chunk tasks on or off (on by
+    /// default): with few sequences, one long row per KV head would leave threads idle.
+    /// Outputs are bit-identical either way; the switch is for tests and benchmarks.
+    pub fn set_split_attention(&mut self, on: bool) {
+        self.split_attention = on;
     }
 
     /// Threads the kernels use.
@@ -467,6 +480,7 @@ impl Executor for CpuExecutor {
             isa,
             s,
             shared_attention,
+            split_attention,
             interrupt,
         } = self;
         let flat = Flat::new(batch);
@@ -493,7 +507,11 @@ impl Executor for CpuExecutor {
             } else {
                 Vec::new()
             };
-        let plan = AttnPlan::new(&p, &bundles);
+        // Long decode rows split into softmax chunks where the kernel supports it.
+        let split = (*split_attention
+            && chunks_supported(p.isa, &kv.head(0, batch.seqs[0].pages, 0)))
+        .then(|| pool.threads());
+        let plan = AttnPlan::new(&p, &bundles, split);
         let distinct_slots = flat.distinct_slots(batch, p.d.ps);
         let interrupted = || {
             interrupt

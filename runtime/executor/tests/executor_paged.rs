@@ -182,7 +182,10 @@ fn batched_decode_of_16_sequences_equals_decoding_each_alone() {
 /// size 5 makes 16-position key blocks straddle pages.
 #[test]
 fn decode_over_shared_pages_is_bit_identical_to_decoding_alone() {
-    for &(ps, shared_tokens) in &[(16usize, 160usize), (5, 65)] {
+    // 1,104 shared tokens: rows longer than a softmax chunk, the bundle's chunked kernel
+    // against each sequence alone (a decode step of one sequence splits its rows into
+    // chunk tasks).
+    for &(ps, shared_tokens) in &[(16usize, 160usize), (5, 65), (16, 1104)] {
         let n = 7;
         let steps = 4;
         let own: Vec<usize> = (0..n).map(|i| 1 + 9 * i).collect();
@@ -245,6 +248,46 @@ fn decode_over_shared_pages_is_bit_identical_to_decoding_alone() {
             }
         }
     }
+}
+
+/// A decode step over a context longer than a softmax chunk, its rows split into one task
+/// per chunk (the default with few sequences) or computed whole: the same bits, step after
+/// step, and the same as a batch where the row is one of many.
+#[test]
+fn long_decode_rows_split_into_chunks_are_bit_identical() {
+    let (ps, ctx, steps) = (16usize, 2_500usize, 3usize);
+    let toks = tokens(ctx + steps, 5);
+    let npages = (ctx + steps).div_ceil(ps);
+    let mut ex = exec(ps, npages + 1);
+    let pages: Vec<u32> = (0..npages as u32).collect();
+    prefill_prefix(&mut ex, &toks[..ctx], &pages);
+    let run = |ex: &mut CpuExecutor, split: bool| -> Vec<Vec<f32>> {
+        ex.set_split_attention(split);
+        (0..steps)
+            .map(|s| {
+                ex.forward(&Batch {
+                    seqs: vec![SeqChunk {
+                        tokens: &toks[ctx + s..ctx + s + 1],
+                        start_pos: ctx + s,
+                        pages: &pages,
+                        logits: LogitsWanted::Last,
+                    }],
+                })
+                .unwrap()
+                .row(0)
+                .to_vec()
+            })
+            .collect()
+    };
+    let split = run(&mut ex, true);
+    let whole = run(&mut ex, false);
+    for s in 0..steps {
+        assert!(
+            split[s] == whole[s],
+            "step {s}: split rows differ from whole ones"
+        );
+    }
+    ex.set_split_attention(true);
 }
 
 #[test]

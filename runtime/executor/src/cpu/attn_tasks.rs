@@ -27,6 +27,26 @@ pub(super) enum AttnWork {
         members: std::ops::Range<usize>,
         shared: usize,
     },
+    /// Softmax chunks `chunks` of one decode token's rows (global token `t`, at position
+    /// `pos`), their partials written at `parts` of the pass's partial buffer (see
+    /// [`Split`]); merged once every chunk of the row is done.
+    Part {
+        seq: usize,
+        t: usize,
+        pos: usize,
+        chunks: std::ops::Range<usize>,
+        parts: usize,
+    },
+}
+
+/// A decode token's rows for one KV head split into chunk tasks: where their partials
+/// start in the pass's partial buffer (row `r`, chunk `c` at `parts + (r * chunks + c) *
+/// chunk_partial_len`), and how many chunks there are.
+pub(super) struct Split {
+    pub t: usize,
+    pub kv_head: usize,
+    pub parts: usize,
+    pub chunks: usize,
 }
 
 /// Fewest shared positions worth a bundle (below it, sequences attend one by one).

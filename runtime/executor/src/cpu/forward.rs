@@ -3,14 +3,17 @@
 //! RoPE, K/V into the pages, attention over the pages, output projection) and an MLP block,
 //! then the logits of the rows asked for.
 
-use super::attn_tasks::{AttnTask, AttnWork};
+use super::attn_tasks::{AttnTask, AttnWork, Split};
 #[cfg(target_arch = "x86_64")]
 use super::{amx_attention, ATTN_AMX};
 use super::{
     norm_quant_rows, par_tokens, round_to_f16, row_mut, Layer, Scratch, ATTN_BLOCK, ATTN_KV,
     ATTN_SCORES, KV_EPOCH,
 };
-use crate::kernels::attention::{attend, attend_shared, AttnTile, KvSource, SharedTile, MAX_ROWS};
+use crate::kernels::attention::{
+    attend, attend_chunks, attend_shared, chunk_partial_len, merge_chunks, AttnTile, KvSource,
+    SharedTile, MAX_ROWS, SOFTMAX_CHUNK,
+};
 use crate::kernels::elementwise::{rms_norm, silu_mul};
 use crate::kernels::packed::{OutPtr, PackedMatrix};
 use crate::kernels::pool::ThreadPool;
@@ -157,10 +160,22 @@ pub(super) fn embed(
 pub(super) struct AttnPlan {
     pub tasks: Vec<AttnTask>,
     pub members: Vec<usize>,
+    /// Decode rows split into chunk tasks ([`AttnWork::Part`]), merged after each layer's
+    /// tasks; `parts` floats of partials in all.
+    pub splits: Vec<Split>,
+    pub parts: usize,
 }
 
 impl AttnPlan {
-    pub fn new(p: &Pass<'_, '_>, bundles: &[(Vec<usize>, usize)]) -> Self {
+    /// `split_threads`: the pool's threads when long decode rows may be split into softmax
+    /// chunks (the kernel supports it); then a pass with fewer than two tasks per thread
+    /// splits every decode row longer than one chunk, one task per chunk, so that a few long
+    /// sequences keep every thread busy (the bits are those of the row computed whole).
+    pub fn new(
+        p: &Pass<'_, '_>,
+        bundles: &[(Vec<usize>, usize)],
+        split_threads: Option<usize>,
+    ) -> Self {
         let (batch, first, nkv) = (p.batch, &p.flat.first, p.d.nkv);
         let mut in_bundle = vec![false; batch.seqs.len()];
         for (ms, _) in bundles {
@@ -196,7 +211,7 @@ impl AttnPlan {
             AttnWork::Block { seq, pos0, .. } => {
                 ((pos0 - batch.seqs[seq].start_pos) / ATTN_BLOCK, t.kv_head)
             }
-            AttnWork::Bundle { .. } => (0, 0),
+            AttnWork::Bundle { .. } | AttnWork::Part { .. } => (0, 0),
         });
         let mut members = Vec::new();
         for (ms, shared) in bundles {
@@ -212,7 +227,49 @@ impl AttnPlan {
                 });
             }
         }
-        AttnPlan { tasks, members }
+        let (mut splits, mut parts) = (Vec::new(), 0);
+        if let Some(threads) = split_threads {
+            if tasks.len() < 2 * threads {
+                let w = chunk_partial_len(p.d.hd);
+                let mut kept = Vec::with_capacity(tasks.len());
+                for task in tasks {
+                    match task.work {
+                        AttnWork::Block { seq, t0, t1, pos0 }
+                            if t1 == t0 + 1 && pos0 + 1 > SOFTMAX_CHUNK =>
+                        {
+                            let chunks = (pos0 + 1).div_ceil(SOFTMAX_CHUNK);
+                            splits.push(Split {
+                                t: t0,
+                                kv_head: task.kv_head,
+                                parts,
+                                chunks,
+                            });
+                            for c in 0..chunks {
+                                kept.push(AttnTask {
+                                    kv_head: task.kv_head,
+                                    work: AttnWork::Part {
+                                        seq,
+                                        t: t0,
+                                        pos: pos0,
+                                        chunks: c..c + 1,
+                                        parts: parts + c * w,
+                                    },
+                                });
+                            }
+                            parts += p.d.group * chunks * w;
+                        }
+                        _ => kept.push(task),
+                    }
+                }
+                tasks = kept;
+            }
+        }
+        AttnPlan {
+            tasks,
+            members,
+            splits,
+            parts,
+        }
     }
 }
 
@@ -330,6 +387,8 @@ fn rope_and_store(
 fn attend_layer(p: &Pass<'_, '_>, li: usize, kv: &KvPool, plan: &AttnPlan, s: &mut Scratch) {
     let epoch = KV_EPOCH.fetch_add(1, Ordering::Relaxed);
     let out = OutPtr(s.attn.as_mut_ptr());
+    s.parts.resize(plan.parts, 0.0);
+    let parts = OutPtr(s.parts.as_mut_ptr());
     let qkv = &s.qkv;
     let tasks = &plan.tasks;
     p.pool.run(tasks.len(), &|ti| {
@@ -358,7 +417,79 @@ fn attend_layer(p: &Pass<'_, '_>, li: usize, kv: &KvPool, plan: &AttnPlan, s: &m
                 &plan.members[range.clone()],
                 *shared,
             ),
+            AttnWork::Part {
+                seq,
+                t,
+                pos,
+                chunks,
+                parts: at,
+            } => attend_part(
+                p,
+                li,
+                kv,
+                qkv,
+                &parts,
+                task.kv_head,
+                (*seq, *t, *pos),
+                chunks.clone(),
+                *at,
+            ),
         }
+    });
+    // The split rows: their chunks' partials merged in chunk order.
+    let (d, w) = (&p.d, chunk_partial_len(p.d.hd));
+    for sp in &plan.splits {
+        for k in 0..d.group {
+            let at = sp.parts + k * sp.chunks * w;
+            let hh = sp.kv_head * d.group + k;
+            // SAFETY: the pool's tasks are done; this row's output is written here only.
+            let o = unsafe { out_row(&out, d, sp.t, hh) };
+            merge_chunks(&s.parts[at..at + sp.chunks * w], d.hd, o);
+        }
+    }
+}
+
+/// Softmax chunks `chunks` of decode token `t`'s rows (position `pos`) against one KV head,
+/// their partials into the pass's partial buffer at `at` (row `k` at `at + k * chunks_total
+/// * chunk_partial_len`, the split's layout).
+#[allow(clippy::too_many_arguments)]
+fn attend_part(
+    p: &Pass<'_, '_>,
+    li: usize,
+    kv: &KvPool,
+    qkv: &[f32],
+    parts: &OutPtr,
+    kv_head: usize,
+    (seq, t, pos): (usize, usize, usize),
+    chunks: std::ops::Range<usize>,
+    at: usize,
+) {
+    let d = &p.d;
+    let g = kv.head(li, p.batch.seqs[seq].pages, kv_head);
+    let total = (pos + 1).div_ceil(SOFTMAX_CHUNK);
+    let w = chunk_partial_len(d.hd);
+    let rows = block_rows(kv_head, d.group, (t, t + 1));
+    let qs: Vec<&[f32]> = rows.iter().map(|&(t, hh)| q_row(qkv, d, t, hh)).collect();
+    let lens = vec![pos + 1; rows.len()];
+    // SAFETY: each split row's chunk range is one task's; the buffer holds `plan.parts`.
+    let mut outs: Vec<&mut [f32]> = (0..rows.len())
+        .map(|k| unsafe {
+            std::slice::from_raw_parts_mut(parts.0.add(at + k * total * w), chunks.len() * w)
+        })
+        .collect();
+    ATTN_SCORES.with(|c| {
+        attend_chunks(
+            p.isa,
+            &AttnTile {
+                q: &qs,
+                lens: &lens,
+            },
+            &g,
+            d.scale,
+            &mut c.borrow_mut(),
+            chunks,
+            &mut outs,
+        )
     });
 }
 

@@ -152,6 +152,104 @@ const PREFETCH_V_AHEAD: usize = 16;
 /// Largest head dimension of the AVX-512 path (larger heads take the portable one).
 const MAX_HEAD_DIM: usize = 256;
 
+/// Positions per softmax chunk of the AVX-512 kernels. A row longer than this is computed
+/// as one partial per chunk of absolute positions `[c·CHUNK, (c+1)·CHUNK)` (the chunk's
+/// max, its sum of exponentials and its unnormalised weighted sum of V), merged in chunk
+/// order by [`merge_chunks`]; a row no longer than this is one chunk, computed as before
+/// chunks existed. The chunks being fixed by position, a long decode row split across
+/// threads ([`attend_chunks`], one task per chunk range) gives the same bits as the row
+/// computed whole, in a decode step or in a prefill, alone or batched.
+pub const SOFTMAX_CHUNK: usize = 1024;
+
+/// Floats of one chunk's partial for a head dimension `hd`: max, sum, then `hd` sums.
+pub fn chunk_partial_len(hd: usize) -> usize {
+    hd + 2
+}
+
+/// Whether [`attend_chunks`] runs here (the AVX-512 kernel over f16 pages).
+pub fn chunks_supported(isa: Isa, kv: &PagedKv<'_>) -> bool {
+    cfg!(target_arch = "x86_64")
+        && isa == Isa::Avx512Vnni
+        && kv.dtype == KvDtype::F16
+        && kv.head_dim.is_multiple_of(16)
+        && kv.head_dim <= MAX_HEAD_DIM
+}
+
+/// Merges one row's chunk partials (`chunks` × [`chunk_partial_len`] floats, in chunk order)
+/// into its attention output: Σ_c acc_c e^(m_c - M) / Σ_c l_c e^(m_c - M), M the largest
+/// max. Chunks without a position (sum 0) are skipped.
+pub fn merge_chunks(parts: &[f32], hd: usize, out: &mut [f32]) {
+    let w = chunk_partial_len(hd);
+    let big = parts
+        .chunks_exact(w)
+        .filter(|p| p[1] > 0.0)
+        .fold(f32::NEG_INFINITY, |m, p| m.max(p[0]));
+    let mut sum = 0.0f32;
+    let o = &mut out[..hd];
+    o.fill(0.0);
+    for p in parts.chunks_exact(w).filter(|p| p[1] > 0.0) {
+        let f = (p[0] - big).exp();
+        sum += p[1] * f;
+        for (x, &a) in o.iter_mut().zip(&p[2..]) {
+            *x += a * f;
+        }
+    }
+    let inv = 1.0 / sum;
+    for x in o.iter_mut() {
+        *x *= inv;
+    }
+}
+
+/// One decode tile's rows (`tile`, at most [`MAX_ROWS`]) over the positions of chunks
+/// `chunks` only, each row's partials written to `parts[i]` (`chunks.len()` ×
+/// [`chunk_partial_len`] floats), for [`merge_chunks`] once every chunk is done.
+///
+/// # Panics
+/// If [`chunks_supported`] is false, or a `parts` row is too short.
+pub fn attend_chunks(
+    isa: Isa,
+    tile: &AttnTile<'_>,
+    kv: &PagedKv<'_>,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    chunks: std::ops::Range<usize>,
+    parts: &mut [&mut [f32]],
+) {
+    assert!(
+        chunks_supported(isa, kv),
+        "no chunked attention kernel here"
+    );
+    let nq = tile.q.len();
+    let maxlen = tile.lens.iter().copied().max().unwrap_or(0);
+    assert!(nq <= MAX_ROWS && nq == parts.len() && maxlen <= kv.capacity());
+    assert!(tile.lens.iter().all(|&l| l >= 1));
+    let w = chunk_partial_len(kv.head_dim) * chunks.len();
+    assert!(parts.iter().all(|p| p.len() >= w));
+    let stride = maxlen.div_ceil(32) * 32;
+    if scores.len() < MAX_ROWS * stride {
+        scores.resize(MAX_ROWS * stride, 0.0);
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: AVX-512 F/BW/VL detected (`chunks_supported`); shapes checked above.
+    unsafe {
+        macro_rules! go {
+            ($n:literal) => {
+                chunks_n::<PagedKv<'_>, $n>(tile, kv, scale, stride, scores, chunks, parts)
+            };
+        }
+        match nq {
+            8 => go!(8),
+            7 => go!(7),
+            6 => go!(6),
+            5 => go!(5),
+            4 => go!(4),
+            3 => go!(3),
+            2 => go!(2),
+            _ => go!(1),
+        }
+    }
+}
+
 /// Runs attention for up to [`MAX_ROWS`] query rows against `kv`, writing each result to
 /// `out[i]`. `scores` is scratch.
 pub fn attend(
@@ -439,8 +537,105 @@ unsafe fn attend_n<S: Src, const N: usize>(
     out: &mut [&mut [f32]],
 ) {
     let maxlen = tile.lens[..N].iter().copied().max().unwrap_or(0);
-    let blocks = maxlen.div_ceil(16);
     let sp = scores.as_mut_ptr();
+    let nchunks = maxlen.div_ceil(SOFTMAX_CHUNK);
+    if nchunks > 1 {
+        // Long rows: every chunk's partials, then the merge (the bits of a split row).
+        let w = chunk_partial_len(kv.head_dim());
+        let mut parts = vec![0.0f32; N * nchunks * w];
+        let mut rows: Vec<&mut [f32]> = parts.chunks_mut(nchunks * w).collect();
+        chunks_n::<S, N>(tile, kv, scale, stride, scores, 0..nchunks, &mut rows);
+        for (i, o) in out.iter_mut().enumerate().take(N) {
+            merge_chunks(
+                &parts[i * nchunks * w..(i + 1) * nchunks * w],
+                kv.head_dim(),
+                o,
+            );
+        }
+        return;
+    }
+    let blocks = maxlen.div_ceil(16);
+    score_blocks::<S, N>(tile, kv, scale, stride, sp, 0..blocks, maxlen);
+    // Softmax per row; probabilities past a row's length become 0.
+    let mut inv = [0.0f32; N];
+    for i in 0..N {
+        inv[i] = 1.0 / softmax_range(sp.add(i * stride), tile.lens[i], 0, blocks).1;
+    }
+    weighted_sums::<S, N>(tile, kv, sp, stride, 0, maxlen, &inv, out);
+}
+
+/// [`attend_n`]'s partials for the chunks `chunks` (see [`SOFTMAX_CHUNK`]): scores of
+/// those positions only, then per chunk each row's max and sum, and its unnormalised
+/// weighted sum of V into `parts[i]` at `(c - chunks.start) * chunk_partial_len`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn chunks_n<S: Src, const N: usize>(
+    tile: &AttnTile<'_>,
+    kv: &S,
+    scale: f32,
+    stride: usize,
+    scores: &mut [f32],
+    chunks: std::ops::Range<usize>,
+    parts: &mut [&mut [f32]],
+) {
+    let maxlen = tile.lens[..N].iter().copied().max().unwrap_or(0);
+    let sp = scores.as_mut_ptr();
+    let hd = kv.head_dim();
+    let w = chunk_partial_len(hd);
+    let (p_lo, p_hi) = (
+        (chunks.start * SOFTMAX_CHUNK).min(maxlen),
+        (chunks.end * SOFTMAX_CHUNK).min(maxlen),
+    );
+    score_blocks::<S, N>(
+        tile,
+        kv,
+        scale,
+        stride,
+        sp,
+        p_lo / 16..p_hi.div_ceil(16),
+        maxlen,
+    );
+    let ones = [1.0f32; N];
+    for (k, c) in chunks.enumerate() {
+        let (p0, p1) = (
+            (c * SOFTMAX_CHUNK).min(maxlen),
+            ((c + 1) * SOFTMAX_CHUNK).min(maxlen),
+        );
+        for i in 0..N {
+            let (m, l) = softmax_range(sp.add(i * stride), tile.lens[i], p0 / 16, p1.div_ceil(16));
+            parts[i][k * w] = m;
+            parts[i][k * w + 1] = l;
+        }
+        if p1 <= p0 {
+            for p in parts.iter_mut().take(N) {
+                p[k * w + 2..(k + 1) * w].fill(0.0);
+            }
+            continue;
+        }
+        let mut accs: Vec<&mut [f32]> = parts
+            .iter_mut()
+            .take(N)
+            .map(|p| &mut p[k * w + 2..(k + 1) * w])
+            .collect();
+        weighted_sums::<S, N>(tile, kv, sp, stride, p0, p1, &ones, &mut accs);
+    }
+}
+
+/// Scores of blocks `range` (16 positions each) for `N` rows into `sp` (row stride `stride`).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn score_blocks<S: Src, const N: usize>(
+    tile: &AttnTile<'_>,
+    kv: &S,
+    scale: f32,
+    stride: usize,
+    sp: *mut f32,
+    range: std::ops::Range<usize>,
+    maxlen: usize,
+) {
+    let blocks = range.end;
     // Copies of blocks that straddle pages (only with page sizes that are not multiples of 16).
     let mut tmp = if kv.needs_tmp() {
         vec![0u16; 4 * kv.head_dim() * 16]
@@ -452,7 +647,8 @@ unsafe fn attend_n<S: Src, const N: usize>(
     let (t1, rest) = rest.split_at_mut(q);
     let (t2, t3) = rest.split_at_mut(q);
     // Scores: 32 positions × N queries per register tile (2N independent FMA chains).
-    let mut b = 0;
+    // Each block's scores are the same whatever tile it is in.
+    let mut b = range.start;
     while b < blocks {
         if N <= 4 && b + 3 < blocks {
             // Few rows (decode): four blocks per tile, so that enough independent FMA chains
@@ -482,11 +678,25 @@ unsafe fn attend_n<S: Src, const N: usize>(
             b += 1;
         }
     }
-    // Softmax per row; probabilities past a row's length become 0.
-    let mut inv = [0.0f32; N];
-    for i in 0..N {
-        inv[i] = softmax_row(sp.add(i * stride), tile.lens[i], blocks);
-    }
+}
+
+/// `out[i] = inv[i] Σ_p P[i][p] V[p]` over positions `p0..p1` (the tile's rows' weights at
+/// `sp`, 0 past each row's length).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn weighted_sums<S: Src, const N: usize>(
+    tile: &AttnTile<'_>,
+    kv: &S,
+    sp: *mut f32,
+    stride: usize,
+    p0: usize,
+    p1: usize,
+    inv: &[f32],
+    out: &mut [&mut [f32]],
+) {
+    let maxlen = p1;
     // Weighted sum of V rows. Five or more rows (prefill tiles): all of them × 32 dimensions
     // per register tile, so each V load (from L2 in a prefill task's f32 copy) feeds every
     // row of the tile — two 4-row passes over all dimensions read V twice as often. The
@@ -496,7 +706,7 @@ unsafe fn attend_n<S: Src, const N: usize>(
         let len = maxlen;
         let mut c = 0;
         while c < chunks {
-            pv::<S, N, 2>(kv, sp, stride, len, c, &inv, out);
+            pv::<S, N, 2>(kv, sp, stride, p0, len, c, inv, out);
             c += 2;
         }
         return;
@@ -506,37 +716,52 @@ unsafe fn attend_n<S: Src, const N: usize>(
     let mut i0 = 0;
     while i0 < N {
         let nr = (N - i0).min(4);
-        let len = tile.lens[i0..i0 + nr].iter().copied().max().unwrap_or(0);
+        let len = tile.lens[i0..i0 + nr]
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .min(maxlen);
+        if len <= p0 {
+            // No position of these rows here (a chunk past them): empty sums.
+            for o in out[i0..i0 + nr].iter_mut() {
+                o[..kv.head_dim()].fill(0.0);
+            }
+            i0 += nr;
+            continue;
+        }
         let (sp, inv, out) = (
             sp.add(i0 * stride),
             &inv[i0..i0 + nr],
             &mut out[i0..i0 + nr],
         );
         match nr {
-            4 => pv_rows::<S, 4>(kv, sp, stride, len, inv, out),
-            3 => pv_rows::<S, 3>(kv, sp, stride, len, inv, out),
-            2 => pv_rows::<S, 2>(kv, sp, stride, len, inv, out),
-            _ => pv_rows::<S, 1>(kv, sp, stride, len, inv, out),
+            4 => pv_rows::<S, 4>(kv, sp, stride, p0, len, inv, out),
+            3 => pv_rows::<S, 3>(kv, sp, stride, p0, len, inv, out),
+            2 => pv_rows::<S, 2>(kv, sp, stride, p0, len, inv, out),
+            _ => pv_rows::<S, 1>(kv, sp, stride, p0, len, inv, out),
         }
         i0 += nr;
     }
 }
 
-/// Turns one row of scores (blocks `0..blocks` of 16 at `row`) into unnormalised
-/// probabilities in place (0 past `len`); returns 1 / their sum.
+/// Turns blocks `b0..b1` of one row of scores (16 positions each, at `row`) into
+/// unnormalised probabilities in place (0 past `len`); returns their max score and their sum
+/// (`-inf` and 0 when no position of the blocks is below `len`).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn softmax_row(row: *mut f32, len: usize, blocks: usize) -> f32 {
+unsafe fn softmax_range(row: *mut f32, len: usize, b0: usize, b1: usize) -> (f32, f32) {
     use super::elementwise::exp512;
     let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
-    for pb in 0..blocks {
+    for pb in b0..b1 {
         let m = lane_mask(len, pb);
         mx = _mm512_mask_max_ps(mx, m, mx, _mm512_loadu_ps(row.add(pb * 16)));
     }
-    let mxv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    let max = _mm512_reduce_max_ps(mx);
+    let mxv = _mm512_set1_ps(max);
     let mut sum = _mm512_setzero_ps();
-    for pb in 0..blocks {
+    for pb in b0..b1 {
         let m = lane_mask(len, pb);
         let e = _mm512_maskz_mov_ps(
             m,
@@ -545,7 +770,7 @@ unsafe fn softmax_row(row: *mut f32, len: usize, blocks: usize) -> f32 {
         _mm512_storeu_ps(row.add(pb * 16), e);
         sum = _mm512_add_ps(sum, e);
     }
-    1.0 / _mm512_reduce_add_ps(sum)
+    (max, _mm512_reduce_add_ps(sum))
 }
 
 /// Scaled scores of `N` query rows against `B` key blocks of 16 positions (`k_block`
@@ -593,6 +818,7 @@ unsafe fn pv_rows<S: Src, const N: usize>(
     kv: &S,
     sp: *const f32,
     stride: usize,
+    p0: usize,
     maxlen: usize,
     inv: &[f32],
     out: &mut [&mut [f32]],
@@ -600,30 +826,33 @@ unsafe fn pv_rows<S: Src, const N: usize>(
     let chunks = kv.head_dim() / 16;
     let mut c = 0;
     while c + 4 <= chunks {
-        pv::<S, N, 4>(kv, sp, stride, maxlen, c, inv, out);
+        pv::<S, N, 4>(kv, sp, stride, p0, maxlen, c, inv, out);
         c += 4;
     }
     while c < chunks {
-        pv::<S, N, 1>(kv, sp, stride, maxlen, c, inv, out);
+        pv::<S, N, 1>(kv, sp, stride, p0, maxlen, c, inv, out);
         c += 1;
     }
 }
 
-/// `out[i][16c..16(c + C)] = inv[i] Σ_p P[i][p] V[p][16c..16(c + C)]`, V read page by page.
+/// `out[i][16c..16(c + C)] = inv[i] Σ_p P[i][p] V[p][16c..16(c + C)]` over positions
+/// `p0..maxlen`, V read page by page.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn pv<S: Src, const N: usize, const C: usize>(
     kv: &S,
     sp: *const f32,
     stride: usize,
+    p0: usize,
     maxlen: usize,
     c: usize,
     inv: &[f32],
     out: &mut [&mut [f32]],
 ) {
     let mut acc = [[_mm512_setzero_ps(); C]; N];
-    let mut p = 0;
+    let mut p = p0;
     while p < maxlen {
         let (mut vp, end, vstride) = kv.v_run(p, maxlen, c, C);
         kv.prefetch_v(end + PREFETCH_V_AHEAD, maxlen, c, C);
@@ -766,6 +995,105 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Rows longer than a softmax chunk: the chunked result matches an f64 softmax, each
+    /// chunk computed by its own `attend_chunks` call and merged gives the bits of the row
+    /// computed whole, and a row's bits do not depend on its tile-mates or on the KV copy.
+    #[test]
+    fn long_rows_merge_chunks_to_the_same_bits() {
+        let (hd, ps, len) = (64, 16, 2 * SOFTMAX_CHUNK + 300);
+        let isa = Isa::detect();
+        let (pool, pages) = filled_pool(ps, hd, len);
+        let kv = pool.head(0, &pages, 0);
+        if !chunks_supported(isa, &kv) {
+            eprintln!("skipped: no AVX-512 chunked kernel on this CPU");
+            return;
+        }
+        let qs: Vec<Vec<f32>> = (0..8).map(|i| vals(hd, 40 + i)).collect();
+        let qrefs: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
+        let scale = 0.3;
+        let whole = |lens: &[usize], src: &KvSource<'_>| -> Vec<Vec<f32>> {
+            let mut outs = vec![vec![0.0f32; hd]; lens.len()];
+            let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+            let tile = AttnTile {
+                q: &qrefs[..lens.len()],
+                lens,
+            };
+            attend(isa, &tile, src, scale, &mut Vec::new(), &mut refs);
+            outs
+        };
+        // Decode-like: three rows of the full length, whole vs one call per chunk.
+        let lens3 = [len; 3];
+        let a = whole(&lens3, &KvSource::Paged(kv));
+        let nchunks = len.div_ceil(SOFTMAX_CHUNK);
+        let w = chunk_partial_len(hd);
+        let mut parts = vec![vec![0.0f32; nchunks * w]; 3];
+        for c in 0..nchunks {
+            let mut refs: Vec<&mut [f32]> = parts
+                .iter_mut()
+                .map(|p| &mut p[c * w..(c + 1) * w])
+                .collect();
+            let tile = AttnTile {
+                q: &qrefs[..3],
+                lens: &lens3,
+            };
+            attend_chunks(isa, &tile, &kv, scale, &mut Vec::new(), c..c + 1, &mut refs);
+        }
+        for i in 0..3 {
+            let mut o = vec![0.0f32; hd];
+            merge_chunks(&parts[i], hd, &mut o);
+            assert_eq!(o, a[i], "row {i}: merged chunks");
+            let s: Vec<f64> = (0..len)
+                .map(|p| {
+                    (0..hd).map(|d| (qs[i][d] * kv.k(p, d)) as f64).sum::<f64>() * scale as f64
+                })
+                .collect();
+            let mx = s.iter().cloned().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+            let z: f64 = e.iter().sum();
+            for d in 0..hd {
+                let want: f64 = (0..len).map(|p| e[p] * kv.v(p, d) as f64).sum::<f64>() / z;
+                assert!((a[i][d] as f64 - want).abs() < 1e-5, "row {i} d{d}");
+            }
+        }
+        // Prefill-like: eight rows whose lengths straddle chunk boundaries, against each
+        // row alone and against the f32 copy.
+        let lens8 = [
+            len,
+            SOFTMAX_CHUNK,
+            SOFTMAX_CHUNK + 1,
+            2 * SOFTMAX_CHUNK - 1,
+            17,
+            len - 1,
+            SOFTMAX_CHUNK - 1,
+            2 * SOFTMAX_CHUNK,
+        ];
+        let b = whole(&lens8, &KvSource::Paged(kv));
+        let mut copy = KvF32::default();
+        copy.fill(isa, &kv, len);
+        assert_eq!(whole(&lens8, &KvSource::F32(&copy)), b, "f32 copy");
+        for i in 0..8 {
+            let alone = {
+                let mut outs = vec![vec![0.0f32; hd]];
+                let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+                let tile = AttnTile {
+                    q: &qrefs[i..i + 1],
+                    lens: &lens8[i..i + 1],
+                };
+                attend(
+                    isa,
+                    &tile,
+                    &KvSource::Paged(kv),
+                    scale,
+                    &mut Vec::new(),
+                    &mut refs,
+                );
+                outs.remove(0)
+            };
+            assert_eq!(alone, b[i], "row {i} (length {}) alone", lens8[i]);
+        }
+        assert_eq!(b[0], a[0], "a full-length row in a prefill tile");
     }
 
     #[test]

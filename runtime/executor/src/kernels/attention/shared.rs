@@ -190,13 +190,67 @@ unsafe fn shared_avx512(
             b += nb;
         }
     }
+    let maxlen = tile.lens.iter().copied().max().unwrap_or(0);
+    let nchunks = maxlen.div_ceil(super::SOFTMAX_CHUNK);
+    if nchunks > 1 {
+        // Long rows: per-chunk partials merged in order, as `attend` computes them.
+        let hd = kv0.head_dim;
+        let w = super::chunk_partial_len(hd);
+        let mut parts = vec![0.0f32; n * nchunks * w];
+        let ones = [1.0f32; MAX_SHARED_ROWS];
+        for c in 0..nchunks {
+            let (p0, p1) = (
+                c * super::SOFTMAX_CHUNK,
+                ((c + 1) * super::SOFTMAX_CHUNK).min(maxlen),
+            );
+            for i in 0..n {
+                let (m, l) = super::softmax_range(
+                    sp.add(i * stride),
+                    tile.lens[i],
+                    p0 / 16,
+                    p1.div_ceil(16),
+                );
+                let at = (i * nchunks + c) * w;
+                parts[at] = m;
+                parts[at + 1] = l;
+            }
+            let mut accs: Vec<&mut [f32]> = parts
+                .chunks_mut(w)
+                .skip(c)
+                .step_by(nchunks)
+                .map(|p| &mut p[2..])
+                .collect();
+            weighted_rows(tile, sp, stride, (p0, p1), &ones, &mut accs);
+        }
+        for (i, o) in out.iter_mut().enumerate().take(n) {
+            super::merge_chunks(&parts[i * nchunks * w..(i + 1) * nchunks * w], hd, o);
+        }
+        return;
+    }
     let mut inv = [0.0f32; MAX_SHARED_ROWS];
     for i in 0..n {
-        inv[i] = super::softmax_row(sp.add(i * stride), tile.lens[i], tile.lens[i].div_ceil(16));
+        let blocks = tile.lens[i].div_ceil(16);
+        inv[i] = 1.0 / super::softmax_range(sp.add(i * stride), tile.lens[i], 0, blocks).1;
     }
-    // Weighted sums: four rows × 64 dimensions per register tile; the shared V rows once for
-    // the tile's rows, then each row's own.
-    let chunks = kv0.head_dim / 16;
+    weighted_rows(tile, sp, stride, (0, maxlen), &inv, out);
+}
+
+/// Every row's weighted sum of V over positions `p0..p1` (clipped to each row's length),
+/// times `inv[row]`: four rows × 64 dimensions per register tile; the shared V rows once for
+/// the tile's rows, then each row's own.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn weighted_rows(
+    tile: &SharedTile<'_>,
+    sp: *mut f32,
+    stride: usize,
+    range: (usize, usize),
+    inv: &[f32],
+    out: &mut [&mut [f32]],
+) {
+    let n = tile.q.len();
+    let chunks = tile.kv[0].head_dim / 16;
     let mut r = 0;
     while r < n {
         let nr = (n - r).min(4);
@@ -206,8 +260,8 @@ unsafe fn shared_avx512(
             macro_rules! go {
                 ($n:literal) => {
                     match cn {
-                        4 => pv_shared::<$n, 4>(tile, r, sp, stride, c, &inv, out),
-                        _ => pv_shared::<$n, 1>(tile, r, sp, stride, c, &inv, out),
+                        4 => pv_shared::<$n, 4>(tile, r, sp, stride, range, c, inv, out),
+                        _ => pv_shared::<$n, 1>(tile, r, sp, stride, range, c, inv, out),
                     }
                 };
             }
@@ -223,16 +277,18 @@ unsafe fn shared_avx512(
     }
 }
 
-/// `out[r0 + i][16c..16(c + C)]` for `N` rows from `r0`: Σ over the shared positions (read
-/// from member 0's pages), then over the row's own, in position order.
+/// `out[r0 + i][16c..16(c + C)]` for `N` rows from `r0` over positions `range`: Σ over the
+/// shared positions (read from member 0's pages), then over the row's own, in position order.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn pv_shared<const N: usize, const C: usize>(
     tile: &SharedTile<'_>,
     r0: usize,
     sp: *const f32,
     stride: usize,
+    (p0, p1): (usize, usize),
     c: usize,
     inv: &[f32],
     out: &mut [&mut [f32]],
@@ -240,10 +296,11 @@ unsafe fn pv_shared<const N: usize, const C: usize>(
     use super::{Src, PREFETCH_V_AHEAD};
     let mut acc = [[_mm512_setzero_ps(); C]; N];
     let kv0 = &tile.kv[0];
-    let mut p = 0;
-    while p < tile.shared {
-        let (mut vp, end, vstride) = kv0.v_run(p, tile.shared, c, C);
-        kv0.prefetch_v(end + PREFETCH_V_AHEAD, tile.shared, c, C);
+    let shared_end = tile.shared.min(p1);
+    let mut p = p0.min(shared_end);
+    while p < shared_end {
+        let (mut vp, end, vstride) = kv0.v_run(p, shared_end, c, C);
+        kv0.prefetch_v(end + PREFETCH_V_AHEAD, shared_end, c, C);
         for pos in p..end {
             let mut vv = [_mm512_setzero_ps(); C];
             for j in 0..C {
@@ -262,9 +319,9 @@ unsafe fn pv_shared<const N: usize, const C: usize>(
     for i in 0..N {
         let row = r0 + i;
         let kv = &tile.kv[row / tile.rows_per_member];
-        let len = tile.lens[row];
+        let len = tile.lens[row].min(p1);
         let mut a = acc[i];
-        let mut p = tile.shared;
+        let mut p = tile.shared.max(p0);
         while p < len {
             let (mut vp, end, vstride) = kv.v_run(p, len, c, C);
             kv.prefetch_v(end + PREFETCH_V_AHEAD, len, c, C);
