@@ -9,9 +9,8 @@
 //! Batching sequences over shared pages is therefore bit-identical to running each alone,
 //! whatever else is in the batch.
 
-use super::{AttnTile, PagedKv, MAX_HEAD_DIM};
+use super::{AttnTile, PagedKv};
 use crate::kernels::Isa;
-use crate::KvDtype;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
@@ -35,12 +34,7 @@ pub struct SharedTile<'a> {
 /// Whether [`attend_shared`] has a kernel for this ISA and KV layout (AVX-512, f16 pages of a
 /// multiple of 16 positions); otherwise callers attend member by member.
 pub fn shared_supported(isa: Isa, kv: &PagedKv<'_>) -> bool {
-    cfg!(target_arch = "x86_64")
-        && isa == Isa::Avx512Vnni
-        && kv.dtype == KvDtype::F16
-        && kv.head_dim.is_multiple_of(16)
-        && kv.head_dim <= MAX_HEAD_DIM
-        && kv.page_size.is_multiple_of(16)
+    super::chunks_supported(isa, kv) && kv.page_size.is_multiple_of(16)
 }
 
 /// Runs attention for the tile's rows, writing each result to `out[i]`. `scores` is scratch.
