@@ -45,9 +45,13 @@ NUMBERS: list[int | float] = [
 STRINGS: list[str] = [
     "", "a", "ab", "abc", "abcd", "aab", "ababab", "x", "xy", "xa", "b", "ba", "AB", "12",
     "123", "zzzzzzzzz", "2024-02-29", "2023-02-29", "1.2.3.4", "256.1.1.1",
-    "123e4567-e89b-12d3-a456-426614174000",
+    "123e4567-e89b-12d3-a456-426614174000", "é", "aé", "😀", "a😀b", "\u0000", "\"", "\\",
+    "a\nb", "\t", "ÿÿÿ", "日本語", "/", "</", "\u2028", "\ud7ff", "\ue000x",
 ]
-PATTERNS: list[str] = ["^a", "b$", "^[a-c]+$", "x|y", "^\\d{2,3}$", "[A-Z]", "^$", "(ab)+", "^.{3}$"]
+PATTERNS: list[str] = [
+    "^a", "b$", "^[a-c]+$", "x|y", "^\\d{2,3}$", "[A-Z]", "^$", "(ab)+", "^.{3}$", "^[^a]*$",
+    "é", "^.$", "^[\\u00e0-\\u00ff]+$", "\\s", "^\\w+$", "^\\S{2}$",
+]
 
 
 def exact_multiple_of(validator: Any, divisor: Any, instance: Any, schema: Schema) -> Iterator[ValidationError]:
