@@ -63,3 +63,39 @@ fn a_missing_model_is_an_error_naming_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/model.gguf"), "{err}");
 }
+
+/// `sglrs bench executor --json`: one object on the last line, saying what ran (the page
+/// order included), with a decode figure for the batch asked for.
+#[test]
+fn bench_executor_json_names_what_ran() {
+    let out = sglrs(&[
+        "bench",
+        "executor",
+        "--threads",
+        "1",
+        "--prefill-tokens",
+        "32",
+        "--decode-prompt",
+        "48",
+        "--decode-steps",
+        "2",
+        "--batch",
+        "2",
+        "--repeat",
+        "1",
+        "--scatter-pages",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().expect("output");
+    let v: serde_json::Value = serde_json::from_str(last).expect("JSON on the last line");
+    assert_eq!(v["scatter_pages"], true);
+    assert_eq!(v["threads"], 1);
+    assert!(v["prefill_tok_s"].as_f64().unwrap() > 0.0);
+    assert!(v["decode_tok_s"]["2"].as_f64().unwrap() > 0.0, "{v}");
+}

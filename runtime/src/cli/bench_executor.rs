@@ -6,9 +6,12 @@
 //! once), as requests with a common system prompt or document do under the radix cache; the
 //! decode then runs a second time with the executor's shared-pages attention pass off, and
 //! the JSON object gains `"shared_prefix": {"tokens", "decode_tok_s_shared_attention_off"}`.
+//! `--scatter-pages` hands out the pool's pages in a fixed pseudo-random order, as a
+//! long-running server's free list does (the default is ascending, which a fresh pool gives).
 //! With `--json` the last line is
 //! `{"prefill_tok_s": …, "decode_tok_s": {"1": …, "8": …, "32": …}, "kernels", "amx":
-//! {"matmul", "attention"}, "cpu", "threads"}` (what ran, for comparing figures).
+//! {"matmul", "attention"}, "cpu", "threads", "scatter_pages"}` (what ran, for comparing
+//! figures).
 //!
 //! `--llama-python PATH` also measures llama.cpp in the same run: a small Python script
 //! (embedded here) runs through that interpreter with `llama_cpp` (llama-cpp-python) on the
@@ -49,6 +52,11 @@ pub struct BenchExecutorArgs {
     /// document (0: every sequence has its own prompt).
     #[arg(long, default_value_t = 0)]
     pub shared_prefix: usize,
+    /// Hand out the KV pool's pages in a fixed pseudo-random order instead of ascending, as
+    /// the free list of a long-running server does after evictions (a sequence's pages then
+    /// lie anywhere in the pool).
+    #[arg(long)]
+    pub scatter_pages: bool,
     /// Batch sizes of the decode measurement.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1, 8, 32])]
     pub batch: Vec<usize>,
@@ -222,7 +230,17 @@ fn argmax(row: &[f32]) -> u32 {
 pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result<ExecutorBench> {
     let ps = exec.kv_layout().page_size;
     let vocab = exec.vocab_size();
-    let pages: Vec<u32> = (0..exec.num_pages() as u32).collect();
+    let mut pages: Vec<u32> = (0..exec.num_pages() as u32).collect();
+    if args.scatter_pages {
+        // Fisher-Yates with a fixed xorshift stream: the same order in every run.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for i in (1..pages.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            pages.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+    }
     // Prefill.
     let prompt = synthetic_tokens(args.prefill_tokens, 1, vocab);
     let need = args.prefill_tokens.div_ceil(ps);
@@ -470,6 +488,7 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
             "amx": {"matmul": amx.matmul, "attention": amx.attention},
             "cpu": cpu,
             "threads": exec.threads(),
+            "scatter_pages": args.scatter_pages,
         });
         if !r.decode_tok_s_unbundled.is_empty() {
             let off: serde_json::Map<String, serde_json::Value> = r
