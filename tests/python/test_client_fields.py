@@ -96,3 +96,28 @@ def test_streamed_meta_info_counts_output_logprobs_as_sglang_does(server):
     # until the last event).
     assert len({m["prompt_tokens"] for m in events}) == 1
     assert events[0]["prompt_tokens"] > 0
+
+
+def test_limits_and_stops_are_honoured_or_refused_by_name(server):
+    c = server.client(max_retries=0)
+    hi = [{"role": "user", "content": "Count to twenty."}]
+    # OpenAI's new name for the limit is honoured; the deprecated one beside it must agree.
+    r = c.chat.completions.create(model="default", messages=hi, temperature=0,
+                                  max_completion_tokens=3)
+    assert r.usage.completion_tokens <= 3
+    r = c.chat.completions.create(model="default", messages=hi, temperature=0,
+                                  max_completion_tokens=3, max_tokens=3)
+    assert r.usage.completion_tokens <= 3
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="default", messages=hi, max_completion_tokens=3,
+                                  max_tokens=50)
+    assert "max_completion_tokens" in str(e.value) and "max_tokens" in str(e.value)
+    # An empty stop string would end every output at once; it used to be dropped silently.
+    for route in ("chat", "completions"):
+        with pytest.raises(openai.BadRequestError) as e:
+            if route == "chat":
+                c.chat.completions.create(model="default", messages=hi, max_tokens=4,
+                                          stop=["ok", ""])
+            else:
+                c.completions.create(model="default", prompt="Hi", max_tokens=4, stop="")
+        assert "stop" in str(e.value) and "empty" in str(e.value)

@@ -188,6 +188,45 @@ def test_an_agent_loop_with_tool_messages_reuses_its_prefix(server):
     assert cached[1] > 0 and cached[2] > cached[1], cached
 
 
+def test_a_response_message_goes_back_as_the_client_dumps_it(server):
+    # `message.model_dump()` writes every field of OpenAI's message type (`refusal`,
+    # `audio`, `function_call`, `annotations` mostly null): a loop that keeps its history
+    # that way must work unchanged, and the replayed turn must be the same prompt as the
+    # hand-written one (same cached prefix).
+    c = server.client(max_retries=0)
+    r = chat(server, tool_choice="required", parallel_tool_calls=False, max_tokens=60)
+    m = r.choices[0].message
+    dumped = m.model_dump()
+    assert "refusal" in dumped and "audio" in dumped and "function_call" in dumped
+    tool = {"role": "tool", "tool_call_id": m.tool_calls[0].id, "content": "18 C, sunny"}
+    a = c.chat.completions.create(model="default", messages=QUESTION + [dumped, tool],
+                                  tools=TOOLS, max_tokens=8, temperature=0)
+    b = c.chat.completions.create(model="default", messages=QUESTION + [{
+        "role": "assistant", "content": None, "tool_calls": [
+            {"id": t.id, "type": "function",
+             "function": {"name": t.function.name, "arguments": t.function.arguments}}
+            for t in m.tool_calls]}, tool], tools=TOOLS, max_tokens=8, temperature=0)
+    assert a.usage.prompt_tokens == b.usage.prompt_tokens
+    assert a.choices[0].message.content == b.choices[0].message.content
+    # A refusal is what the assistant said; fields with content sglrs cannot honour are
+    # refused by name.
+    refused = [{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": None, "refusal": "I can't help with that."},
+               {"role": "user", "content": "why?"}]
+    r = c.chat.completions.create(model="default", messages=refused, max_tokens=4)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    for bad, field in [({"audio": {"id": "a1"}}, "messages[1].audio"),
+                       ({"function_call": {"name": "f", "arguments": "{}"}},
+                        "messages[1].function_call"),
+                       ({"reasoning_content": "hmm"}, "messages[1].reasoning_content"),
+                       ({"content": "x", "refusal": "no"}, "messages[1].refusal")]:
+        msg = {"role": "assistant", "content": "ok", **bad}
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(model="default", max_tokens=4, messages=[
+                {"role": "user", "content": "hi"}, msg, {"role": "user", "content": "and?"}])
+        assert field in str(e.value), e.value
+
+
 def test_arguments_are_an_object_when_the_schema_leaves_the_type_open(server):
     # `parameters: {}` and `properties` without `type` would, read as JSON Schema, let the
     # arguments be a number or a string; clients pass them on as keyword arguments.

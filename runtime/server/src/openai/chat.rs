@@ -29,6 +29,16 @@ struct RawMessage {
     name: Option<String>,
     tool_calls: Option<Value>,
     tool_call_id: Option<String>,
+    /// The fields of an assistant message as OpenAI's, vLLM's and SGLang's responses carry
+    /// them, so that a client can send a response's message back as it is (`model_dump()`
+    /// of the openai client's message writes every one, mostly `null`). `refusal`: what the
+    /// assistant said instead of content; the others are honoured when empty and refused by
+    /// name otherwise (see `message_json`).
+    refusal: Option<String>,
+    audio: Option<Value>,
+    function_call: Option<Value>,
+    annotations: Option<Value>,
+    reasoning_content: Option<String>,
 }
 
 #[derive(Deserialize, Debug, Clone)]
@@ -159,14 +169,54 @@ fn reader(state: &AppState, mode: &ToolMode) -> Option<StreamState> {
     })
 }
 
-fn message_json(m: &RawMessage) -> Result<Value, ApiError> {
+fn message_json((i, m): (usize, &RawMessage)) -> Result<Value, ApiError> {
     if !["system", "user", "assistant", "tool", "developer"].contains(&m.role.as_str()) {
         return Err(ApiError::bad(
             "messages",
             format!("unknown role {:?}", m.role),
         ));
     }
+    let field = |f: &str| format!("messages[{i}].{f}");
+    if m.audio.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::bad(
+            field("audio"),
+            "audio is not supported by this model",
+        ));
+    }
+    if m.function_call.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::bad(
+            field("function_call"),
+            "the legacy function_call form is not supported; send tool_calls",
+        ));
+    }
+    if m.annotations
+        .as_ref()
+        .is_some_and(|v| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty()))
+    {
+        return Err(ApiError::bad(
+            field("annotations"),
+            "only null or an empty list is accepted",
+        ));
+    }
+    if m.reasoning_content
+        .as_deref()
+        .is_some_and(|r| !r.is_empty())
+    {
+        return Err(ApiError::bad(
+            field("reasoning_content"),
+            "this model has no reasoning to take back; only null or \"\" is accepted",
+        ));
+    }
+    let refusal = m.refusal.as_deref().filter(|r| !r.is_empty());
+    if refusal.is_some() && (m.role != "assistant" || m.content.is_some()) {
+        return Err(ApiError::bad(
+            field("refusal"),
+            "a refusal stands for the content of an assistant message that has none",
+        ));
+    }
     let content = match &m.content {
+        // An assistant's refusal is what it said.
+        None if refusal.is_some() => json!(refusal),
         None => Value::Null,
         Some(Content::Text(t)) => json!(t),
         Some(Content::Parts(parts)) => {
@@ -283,6 +333,7 @@ pub async fn chat_completions(
     let messages: Vec<Value> = raw
         .messages
         .iter()
+        .enumerate()
         .map(message_json)
         .collect::<Result<_, _>>()?;
     let functions = check_tools(raw.tools.as_deref().unwrap_or_default())?;
@@ -502,6 +553,16 @@ fn chat_job(
     input_ids: Vec<u32>,
 ) -> Result<Job, ApiError> {
     let grammar = output_grammar(state, raw.response_format.as_ref(), mode, rules, functions)?;
+    // Both limits (the deprecated and the new name) must agree: honouring one would drop
+    // the other without a word.
+    if let (Some(a), Some(b)) = (raw.max_completion_tokens, raw.max_tokens) {
+        if a != b {
+            return Err(ApiError::bad(
+                "max_completion_tokens",
+                format!("{a} disagrees with max_tokens {b}; send one of them"),
+            ));
+        }
+    }
     let max_name = if raw.max_completion_tokens.is_some() {
         "max_completion_tokens"
     } else {
