@@ -11,6 +11,24 @@ fn vals(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
+/// `attend` over one tile of the first `lens.len()` rows of `qs`, each row's output.
+fn attend_rows(
+    isa: Isa,
+    qs: &[&[f32]],
+    lens: &[usize],
+    kv: &KvSource<'_>,
+    scale: f32,
+) -> Vec<Vec<f32>> {
+    let mut outs = vec![vec![0.0f32; kv.head_dim()]; lens.len()];
+    let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+    let tile = AttnTile {
+        q: &qs[..lens.len()],
+        lens,
+    };
+    attend(isa, &tile, kv, scale, &mut Vec::new(), &mut refs);
+    outs
+}
+
 /// A pool of one layer, 2 KV heads of `hd`, holding `len` positions on reversed pages.
 fn filled_pool(ps: usize, hd: usize, len: usize) -> (KvPool, Vec<u32>) {
     let layout = KvLayout {
@@ -45,34 +63,11 @@ fn paged_attention_matches_naive_softmax_and_is_layout_independent() {
             let (pool, pages) = filled_pool(ps, hd, len);
             let kv = pool.head(0, &pages, 1);
             for nq in 1..=MAX_ROWS {
-                let mut outs = vec![vec![0.0f32; hd]; nq];
-                let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-                let tile = AttnTile {
-                    q: &qrefs[..nq],
-                    lens: &lens[..nq],
-                };
-                attend(
-                    isa,
-                    &tile,
-                    &KvSource::Paged(kv),
-                    scale,
-                    &mut Vec::new(),
-                    &mut refs,
-                );
+                let outs = attend_rows(isa, &qrefs, &lens[..nq], &KvSource::Paged(kv), scale);
                 // The f32 copy of the task's range gives the same bits.
                 let mut copy = KvF32::default();
                 copy.fill(isa, &kv, lens[..nq].iter().copied().max().unwrap());
-                let mut outs2 = vec![vec![0.0f32; hd]; nq];
-                let mut refs2: Vec<&mut [f32]> =
-                    outs2.iter_mut().map(|o| o.as_mut_slice()).collect();
-                attend(
-                    isa,
-                    &tile,
-                    &KvSource::F32(&copy),
-                    scale,
-                    &mut Vec::new(),
-                    &mut refs2,
-                );
+                let outs2 = attend_rows(isa, &qrefs, &lens[..nq], &KvSource::F32(&copy), scale);
                 assert_eq!(outs2, outs, "{isa:?} ps{ps} nq{nq}: f32 copy");
                 for i in 0..nq {
                     let s: Vec<f64> = (0..lens[i])
@@ -121,16 +116,7 @@ fn long_rows_merge_chunks_to_the_same_bits() {
     let qs: Vec<Vec<f32>> = (0..8).map(|i| vals(hd, 40 + i)).collect();
     let qrefs: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
     let scale = 0.3;
-    let whole = |lens: &[usize], src: &KvSource<'_>| -> Vec<Vec<f32>> {
-        let mut outs = vec![vec![0.0f32; hd]; lens.len()];
-        let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-        let tile = AttnTile {
-            q: &qrefs[..lens.len()],
-            lens,
-        };
-        attend(isa, &tile, src, scale, &mut Vec::new(), &mut refs);
-        outs
-    };
+    let whole = |lens: &[usize], src: &KvSource<'_>| attend_rows(isa, &qrefs, lens, src, scale);
     // Decode-like: three rows of the full length, whole vs one call per chunk.
     let lens3 = [len; 3];
     let a = whole(&lens3, &KvSource::Paged(kv));
@@ -180,23 +166,14 @@ fn long_rows_merge_chunks_to_the_same_bits() {
     copy.fill(isa, &kv, len);
     assert_eq!(whole(&lens8, &KvSource::F32(&copy)), b, "f32 copy");
     for i in 0..8 {
-        let alone = {
-            let mut outs = vec![vec![0.0f32; hd]];
-            let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-            let tile = AttnTile {
-                q: &qrefs[i..i + 1],
-                lens: &lens8[i..i + 1],
-            };
-            attend(
-                isa,
-                &tile,
-                &KvSource::Paged(kv),
-                scale,
-                &mut Vec::new(),
-                &mut refs,
-            );
-            outs.remove(0)
-        };
+        let alone = attend_rows(
+            isa,
+            &qrefs[i..i + 1],
+            &lens8[i..i + 1],
+            &KvSource::Paged(kv),
+            scale,
+        )
+        .remove(0);
         assert_eq!(alone, b[i], "row {i} (length {}) alone", lens8[i]);
     }
     assert_eq!(b[0], a[0], "a full-length row in a prefill tile");
