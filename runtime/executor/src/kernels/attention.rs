@@ -541,17 +541,9 @@ unsafe fn attend_n<S: Src, const N: usize>(
     let nchunks = maxlen.div_ceil(SOFTMAX_CHUNK);
     if nchunks > 1 {
         // Long rows: every chunk's partials, then the merge (the bits of a split row).
-        let w = chunk_partial_len(kv.head_dim());
-        let mut parts = vec![0.0f32; N * nchunks * w];
-        let mut rows: Vec<&mut [f32]> = parts.chunks_mut(nchunks * w).collect();
-        chunks_n::<S, N>(tile, kv, scale, stride, scores, 0..nchunks, &mut rows);
-        for (i, o) in out.iter_mut().enumerate().take(N) {
-            merge_chunks(
-                &parts[i * nchunks * w..(i + 1) * nchunks * w],
-                kv.head_dim(),
-                o,
-            );
-        }
+        merged_chunks(N, kv.head_dim(), nchunks, out, |rows| {
+            chunks_n::<S, N>(tile, kv, scale, stride, scores, 0..nchunks, rows)
+        });
         return;
     }
     let blocks = maxlen.div_ceil(16);
@@ -582,7 +574,6 @@ unsafe fn chunks_n<S: Src, const N: usize>(
     let maxlen = tile.lens[..N].iter().copied().max().unwrap_or(0);
     let sp = scores.as_mut_ptr();
     let hd = kv.head_dim();
-    let w = chunk_partial_len(hd);
     let (p_lo, p_hi) = (
         (chunks.start * SOFTMAX_CHUNK).min(maxlen),
         (chunks.end * SOFTMAX_CHUNK).min(maxlen),
@@ -597,28 +588,77 @@ unsafe fn chunks_n<S: Src, const N: usize>(
         maxlen,
     );
     let ones = [1.0f32; N];
+    chunk_partials(
+        sp,
+        stride,
+        &tile.lens[..N],
+        maxlen,
+        chunks,
+        hd,
+        parts,
+        |p0, p1, accs| {
+            // SAFETY: as the caller's: AVX-512 detected, the tile's shapes checked.
+            unsafe { weighted_sums::<S, N>(tile, kv, sp, stride, p0, p1, &ones, accs) }
+        },
+    );
+}
+
+/// Rows of `n` × `hd` attention computed as `nchunks` chunk partials by `fill` (given each
+/// row's partials, `nchunks` × [`chunk_partial_len`] floats), merged into `out`.
+#[cfg(target_arch = "x86_64")]
+fn merged_chunks(
+    n: usize,
+    hd: usize,
+    nchunks: usize,
+    out: &mut [&mut [f32]],
+    fill: impl FnOnce(&mut [&mut [f32]]),
+) {
+    let w = nchunks * chunk_partial_len(hd);
+    let mut parts = vec![0.0f32; n * w];
+    let mut rows: Vec<&mut [f32]> = parts.chunks_mut(w).collect();
+    fill(&mut rows);
+    for (p, o) in parts.chunks(w).zip(out.iter_mut()) {
+        merge_chunks(p, hd, o);
+    }
+}
+
+/// For each chunk of `chunks` (see [`SOFTMAX_CHUNK`]), the partials of rows whose scores
+/// are at `sp` (row stride `stride`, lengths `lens`): each row's softmax over the chunk's
+/// positions (its max and sum), then `sums(p0, p1, accs)` writes the rows' unnormalised
+/// weighted V sums over positions `p0..p1` into `accs`. Row `i`'s partial of chunk `c` is
+/// at `(c - chunks.start) * chunk_partial_len` in `parts[i]`. One loop for every kernel,
+/// so that they agree bit for bit.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn chunk_partials(
+    sp: *mut f32,
+    stride: usize,
+    lens: &[usize],
+    maxlen: usize,
+    chunks: std::ops::Range<usize>,
+    hd: usize,
+    parts: &mut [&mut [f32]],
+    mut sums: impl FnMut(usize, usize, &mut [&mut [f32]]),
+) {
+    let w = chunk_partial_len(hd);
     for (k, c) in chunks.enumerate() {
         let (p0, p1) = (
             (c * SOFTMAX_CHUNK).min(maxlen),
             ((c + 1) * SOFTMAX_CHUNK).min(maxlen),
         );
-        for i in 0..N {
-            let (m, l) = softmax_range(sp.add(i * stride), tile.lens[i], p0 / 16, p1.div_ceil(16));
+        for (i, &len) in lens.iter().enumerate() {
+            let (m, l) = softmax_range(sp.add(i * stride), len, p0 / 16, p1.div_ceil(16));
             parts[i][k * w] = m;
             parts[i][k * w + 1] = l;
         }
-        if p1 <= p0 {
-            for p in parts.iter_mut().take(N) {
-                p[k * w + 2..(k + 1) * w].fill(0.0);
-            }
-            continue;
-        }
+        // Rows with no position in the chunk get empty sums there.
         let mut accs: Vec<&mut [f32]> = parts
             .iter_mut()
-            .take(N)
+            .take(lens.len())
             .map(|p| &mut p[k * w + 2..(k + 1) * w])
             .collect();
-        weighted_sums::<S, N>(tile, kv, sp, stride, p0, p1, &ones, &mut accs);
+        sums(p0, p1, &mut accs);
     }
 }
 

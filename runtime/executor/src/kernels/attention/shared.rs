@@ -188,37 +188,22 @@ unsafe fn shared_avx512(
     let nchunks = maxlen.div_ceil(super::SOFTMAX_CHUNK);
     if nchunks > 1 {
         // Long rows: per-chunk partials merged in order, as `attend` computes them.
-        let hd = kv0.head_dim;
-        let w = super::chunk_partial_len(hd);
-        let mut parts = vec![0.0f32; n * nchunks * w];
         let ones = [1.0f32; MAX_SHARED_ROWS];
-        for c in 0..nchunks {
-            let (p0, p1) = (
-                c * super::SOFTMAX_CHUNK,
-                ((c + 1) * super::SOFTMAX_CHUNK).min(maxlen),
-            );
-            for i in 0..n {
-                let (m, l) = super::softmax_range(
-                    sp.add(i * stride),
-                    tile.lens[i],
-                    p0 / 16,
-                    p1.div_ceil(16),
-                );
-                let at = (i * nchunks + c) * w;
-                parts[at] = m;
-                parts[at + 1] = l;
-            }
-            let mut accs: Vec<&mut [f32]> = parts
-                .chunks_mut(w)
-                .skip(c)
-                .step_by(nchunks)
-                .map(|p| &mut p[2..])
-                .collect();
-            weighted_rows(tile, sp, stride, (p0, p1), &ones, &mut accs);
-        }
-        for (i, o) in out.iter_mut().enumerate().take(n) {
-            super::merge_chunks(&parts[i * nchunks * w..(i + 1) * nchunks * w], hd, o);
-        }
+        super::merged_chunks(n, kv0.head_dim, nchunks, out, |rows| {
+            super::chunk_partials(
+                sp,
+                stride,
+                tile.lens,
+                maxlen,
+                0..nchunks,
+                kv0.head_dim,
+                rows,
+                |p0, p1, accs| {
+                    // SAFETY: as this function's: AVX-512 detected, shapes checked.
+                    unsafe { weighted_rows(tile, sp, stride, (p0, p1), &ones, accs) }
+                },
+            )
+        });
         return;
     }
     let mut inv = [0.0f32; MAX_SHARED_ROWS];
