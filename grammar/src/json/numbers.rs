@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::formats::{dec_digits, dec_ge, dec_le, inc_digits, int_range_digits, number_range, Dec};
-use super::types::{emit_error, f};
+use super::types::emit_error;
 use super::JsonCompiler;
 use crate::nfa::StateId;
 use crate::regex::{emit_intersection_excluding, parse, Escape, Flavor};
@@ -42,27 +42,15 @@ fn zero_bound_exponents(lo: Option<(i64, bool)>, hi: Option<(i64, bool)>) -> Opt
     })
 }
 
-/// A numeric bound: `(value, inclusive)`.
-type Bound = Option<(f64, bool)>;
-
 impl JsonCompiler<'_> {
-    /// Numeric bounds as `(value, inclusive)`, handling draft-4 boolean exclusives.
-    pub(super) fn bounds(s: &Map<String, Value>) -> (Bound, Bound) {
-        let mut lo =
-            f(s.get("minimum")).map(|v| (v, s.get("exclusiveMinimum") != Some(&Value::Bool(true))));
-        let mut hi =
-            f(s.get("maximum")).map(|v| (v, s.get("exclusiveMaximum") != Some(&Value::Bool(true))));
-        if let Some(x) = f(s.get("exclusiveMinimum")) {
-            if lo.is_none_or(|(l, _)| x >= l) {
-                lo = Some((x, false));
-            }
-        }
-        if let Some(x) = f(s.get("exclusiveMaximum")) {
-            if hi.is_none_or(|(h, _)| x <= h) {
-                hi = Some((x, false));
-            }
-        }
-        (lo, hi)
+    /// Whether the schema bounds numbers from below and from above (`minimum` /
+    /// `exclusiveMinimum`, `maximum` / `exclusiveMaximum` as numbers).
+    pub(super) fn bounded_sides(s: &Map<String, Value>) -> (bool, bool) {
+        let num = |k: &str| s.get(k).is_some_and(Value::is_number);
+        (
+            num("minimum") || num("exclusiveMinimum"),
+            num("maximum") || num("exclusiveMaximum"),
+        )
     }
 
     pub(super) fn integer(

@@ -117,8 +117,8 @@ impl JsonCompiler<'_> {
         let infinite = if string_only(item) {
             false
         } else if numbers || numeric_only(item, "integer") {
-            let (lo, hi) = Self::bounds(item);
-            lo.is_none() || hi.is_none()
+            let (lo, hi) = Self::bounded_sides(item);
+            !lo || !hi
         } else {
             return Ok(None);
         };
