@@ -65,7 +65,7 @@ fn a_missing_model_is_an_error_naming_it() {
 }
 
 /// `sglrs bench executor --json`: one object on the last line, saying what ran (the page
-/// order included), with a decode figure for the batch asked for.
+/// order and the tokens per step included), with a decode figure for the batch asked for.
 #[test]
 fn bench_executor_json_names_what_ran() {
     let out = sglrs(&[
@@ -84,6 +84,8 @@ fn bench_executor_json_names_what_ran() {
         "--repeat",
         "1",
         "--scatter-pages",
+        "--step-tokens",
+        "3",
         "--json",
     ]);
     assert!(
@@ -95,6 +97,7 @@ fn bench_executor_json_names_what_ran() {
     let last = stdout.lines().last().expect("output");
     let v: serde_json::Value = serde_json::from_str(last).expect("JSON on the last line");
     assert_eq!(v["scatter_pages"], true);
+    assert_eq!(v["step_tokens"], 3);
     assert_eq!(v["threads"], 1);
     assert!(v["prefill_tok_s"].as_f64().unwrap() > 0.0);
     assert!(v["decode_tok_s"]["2"].as_f64().unwrap() > 0.0, "{v}");

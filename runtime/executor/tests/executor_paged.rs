@@ -101,6 +101,60 @@ fn prefix_then_rest_equals_one_prefill() {
     }
 }
 
+/// Short chunks after a cached prefix (a jump-forward's forced tokens, speculated tokens, a
+/// short new turn) read the KV pages in place, while the blocks of a long prefill attend
+/// over one f32 copy of them: the logits are the same bits either way.
+#[test]
+fn short_chunks_read_in_place_match_a_whole_prefill_bit_for_bit() {
+    let toks = tokens(160, 3);
+    let ps = 16;
+    let npages = toks.len().div_ceil(ps);
+    let mut ex = exec(ps, 2 * npages + 1);
+    let pages_a: Vec<u32> = (0..npages as u32).collect();
+    let whole = ex
+        .forward(&Batch {
+            seqs: vec![SeqChunk {
+                tokens: &toks,
+                start_pos: 0,
+                pages: &pages_a,
+                logits: LogitsWanted::All,
+            }],
+        })
+        .unwrap();
+    let pages_b: Vec<u32> = (npages as u32 + 1..2 * npages as u32 + 1).collect();
+    // 128 tokens as one prefill (its 64-token blocks use the copy), then chunks of 1 to 16
+    // tokens, each attending in place over everything before it.
+    ex.forward(&Batch {
+        seqs: vec![SeqChunk {
+            tokens: &toks[..128],
+            start_pos: 0,
+            pages: &pages_b,
+            logits: LogitsWanted::None,
+        }],
+    })
+    .unwrap();
+    let mut pos = 128;
+    for n in [1usize, 2, 3, 4, 6, 16] {
+        let l = ex
+            .forward(&Batch {
+                seqs: vec![SeqChunk {
+                    tokens: &toks[pos..pos + n],
+                    start_pos: pos,
+                    pages: &pages_b,
+                    logits: LogitsWanted::All,
+                }],
+            })
+            .unwrap();
+        for j in 0..n {
+            assert!(
+                l.row(j) == whole.row(pos + j),
+                "chunk of {n} at {pos}: row {j} differs from the whole prefill's"
+            );
+        }
+        pos += n;
+    }
+}
+
 /// Greedy-decodes `steps` tokens for each prompt, either one sequence at a time or all in
 /// one batch per step.
 fn decode(

@@ -8,9 +8,12 @@
 //! the JSON object gains `"shared_prefix": {"tokens", "decode_tok_s_shared_attention_off"}`.
 //! `--scatter-pages` hands out the pool's pages in a fixed pseudo-random order, as a
 //! long-running server's free list does (the default is ascending, which a fresh pool gives).
+//! `--step-tokens N` runs N tokens per sequence in each decode step, with logits for all of
+//! them (the cost of a short chunk: forced tokens, a verification of N − 1 drafted tokens);
+//! the figures still count one token per sequence per step.
 //! With `--json` the last line is
 //! `{"prefill_tok_s": …, "decode_tok_s": {"1": …, "8": …, "32": …}, "kernels", "amx":
-//! {"matmul", "attention"}, "cpu", "threads", "scatter_pages"}` (what ran, for comparing
+//! {"matmul", "attention"}, "cpu", "threads", "scatter_pages", "step_tokens"}` (what ran, for comparing
 //! figures).
 //!
 //! `--llama-python PATH` also measures llama.cpp in the same run: a small Python script
@@ -57,6 +60,11 @@ pub struct BenchExecutorArgs {
     /// lie anywhere in the pool).
     #[arg(long)]
     pub scatter_pages: bool,
+    /// Tokens each sequence runs per decode step (with logits for all of them), as a step
+    /// that verifies `N - 1` speculated tokens does; 1 is plain decode. Throughput still
+    /// counts one token per sequence per step, so the figure is the cost of verification.
+    #[arg(long, default_value_t = 1)]
+    pub step_tokens: usize,
     /// Batch sizes of the decode measurement.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1, 8, 32])]
     pub batch: Vec<usize>,
@@ -301,7 +309,8 @@ fn decode_runs(
     let shared_pages = (args.shared_prefix.min(prompt_len - 1)) / ps;
     let shared = shared_pages * ps;
     for &b in &args.batch {
-        let per = (prompt_len + args.decode_steps).div_ceil(ps) - shared_pages;
+        let step_tokens = args.step_tokens.max(1);
+        let per = (prompt_len + args.decode_steps * step_tokens).div_ceil(ps) - shared_pages;
         anyhow::ensure!(
             shared_pages + b * per <= pages.len(),
             "KV pool too small for decode batch {b}"
@@ -352,7 +361,14 @@ fn decode_runs(
             if let (Some(a), Some(z)) = (cpu0, process_cpu_seconds()) {
                 best_pre_cpu = best_pre_cpu.min(z - a);
             }
-            let mut last: Vec<[u32; 1]> = (0..b).map(|r| [argmax(l.row(r))]).collect();
+            let mut last: Vec<Vec<u32>> = (0..b)
+                .map(|r| vec![argmax(l.row(r)); step_tokens])
+                .collect();
+            let wanted = if step_tokens == 1 {
+                LogitsWanted::Last
+            } else {
+                LogitsWanted::All
+            };
             let t = Instant::now();
             let cpu0 = process_cpu_seconds();
             for step in 0..args.decode_steps {
@@ -360,9 +376,9 @@ fn decode_runs(
                     seqs: (0..b)
                         .map(|i| SeqChunk {
                             tokens: &last[i],
-                            start_pos: prompt_len + step,
+                            start_pos: prompt_len + step * step_tokens,
                             pages: &tables[i],
-                            logits: LogitsWanted::Last,
+                            logits: wanted.clone(),
                         })
                         .collect(),
                 };
@@ -371,9 +387,11 @@ fn decode_runs(
                 // server samples its sequences in parallel too; 32 x 49,152 logits serially
                 // were ~2.5% of a batch-32 step).
                 let next: Vec<AtomicU32> = (0..b).map(|_| AtomicU32::new(0)).collect();
-                exec.par_for(b, &|r| next[r].store(argmax(l.row(r)), Ordering::Relaxed));
+                exec.par_for(b, &|r| {
+                    next[r].store(argmax(l.row((r + 1) * step_tokens - 1)), Ordering::Relaxed)
+                });
                 for (tok, n) in last.iter_mut().zip(&next) {
-                    tok[0] = n.load(Ordering::Relaxed);
+                    tok.fill(n.load(Ordering::Relaxed));
                 }
             }
             best = best.min(t.elapsed().as_secs_f64());
@@ -420,7 +438,8 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
         cfg.threads = t;
     }
     let ps = cfg.page_size;
-    let per_seq = (args.decode_prompt.max(1) + args.decode_steps).div_ceil(ps);
+    let per_seq =
+        (args.decode_prompt.max(1) + args.decode_steps * args.step_tokens.max(1)).div_ceil(ps);
     let max_b = args.batch.iter().copied().max().unwrap_or(1);
     cfg.kv = KvCapacity::Pages((max_b * per_seq).max(args.prefill_tokens.div_ceil(ps)));
     let mut exec = CpuExecutor::new(&config, &weights, &cfg)?;
@@ -489,6 +508,7 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
             "cpu": cpu,
             "threads": exec.threads(),
             "scatter_pages": args.scatter_pages,
+            "step_tokens": args.step_tokens.max(1),
         });
         if !r.decode_tok_s_unbundled.is_empty() {
             let off: serde_json::Map<String, serde_json::Value> = r

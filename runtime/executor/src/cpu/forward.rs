@@ -548,9 +548,17 @@ fn attend_bundle(
     ATTN_SCORES.with(|c| attend_shared(p.isa, &tile, d.scale, &mut c.borrow_mut(), &mut outs));
 }
 
+/// Most query rows of a block (for one KV head) that read the pages in place; larger blocks
+/// convert their K and V range to f32 once and run every tile over the copy. The copy pays
+/// only when many tiles share it: over 3,400 positions, blocks of up to 16 tokens (48 rows
+/// at SmolLM2's group of 3; jump-forward chunks, speculated tokens, short prompt suffixes)
+/// run as fast or faster in place (`sglrs bench executor --step-tokens N`, docs/executor.md),
+/// while whole 64-token prefill blocks gain ~3% from the copy.
+const COPY_MIN_ROWS: usize = 6 * MAX_ROWS;
+
 /// One block of a sequence's query tokens (global `t0..t1`, token `t0` at position `pos0`)
-/// against one KV head. Decode (one tile of rows) reads the pages in place; a prefill block's
-/// many tiles share one f32 conversion of its range (bit-identical).
+/// against one KV head. Small blocks (decode steps, short chunks) read the pages in place; a
+/// larger block's many tiles share one f32 conversion of its range (bit-identical).
 #[allow(clippy::too_many_arguments)]
 fn attend_block(
     p: &Pass<'_, '_>,
@@ -565,9 +573,11 @@ fn attend_block(
     let (d, isa) = (&p.d, p.isa);
     let group = d.group;
     let g = kv.head(li, p.batch.seqs[seq].pages, kv_head);
-    let copy = (t1 - t0) * group > MAX_ROWS;
+    let rows = (t1 - t0) * group;
+    // The opt-in tiles take every block of more than one tile of rows, whatever its size
+    // (so that a row's bits do not depend on how a prompt was chunked).
     #[cfg(target_arch = "x86_64")]
-    if copy && amx_attention::wanted() && amx_attention::supports(&g) {
+    if rows > MAX_ROWS && amx_attention::wanted() && amx_attention::supports(&g) {
         attend_block_amx(p, &g, qkv, out, epoch, kv_head, (t0, t1, pos0));
         return;
     }
@@ -575,7 +585,7 @@ fn attend_block(
         ATTN_KV.with(|kc| {
             let scores = &mut *c.borrow_mut();
             let slots = &mut *kc.borrow_mut();
-            let src = if copy {
+            let src = if rows > COPY_MIN_ROWS {
                 let kc = slots.slot(&g, epoch);
                 kc.fill_reusing(isa, &g, pos0 + (t1 - t0), epoch);
                 KvSource::F32(kc)
