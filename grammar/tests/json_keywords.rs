@@ -780,3 +780,61 @@ fn an_integral_number_written_with_a_fraction_also_matches_its_integer_spelling(
     let g = compile(&json!({"enum":[1.5, 2]})).unwrap();
     assert!(!accepts(&g, "2.0") && !accepts(&g, "1.50"));
 }
+
+/// `format: regex` admits only strings that Python's `re` and ECMA-262 (with and without
+/// the `u` flag) all accept as regular expressions: over the labelled candidates of
+/// `fixtures/regex_format.jsonl` (`scripts/regex_format_fixture.py`), none that one of
+/// them refuses is accepted, and the common forms are.
+#[test]
+fn regex_format_admits_only_regexes_every_dialect_accepts() {
+    let g = compile(&json!({"type": "string", "format": "regex"})).unwrap();
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/regex_format.jsonl"),
+    )
+    .unwrap();
+    let (mut valid, mut admitted) = (0, 0);
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let re = v["regex"].as_str().unwrap();
+        let ok = accepts(&g, &serde_json::to_string(re).unwrap());
+        if v["valid"] == true {
+            valid += 1;
+            admitted += ok as usize;
+        } else {
+            assert!(
+                !ok,
+                "{re:?} is not a valid regex everywhere, but was admitted"
+            );
+        }
+    }
+    eprintln!("{admitted} of {valid} valid candidates admitted");
+    assert!(admitted * 2 > valid, "{admitted} of {valid}");
+    for re in [
+        "",
+        "^[a-zA-Z0-9_]{3,16}$",
+        r"^\d+(\.\d+)?$",
+        r"^https?://[^\s/$.?#].[^\s]*$",
+        r"\s*(\d+\.?\d*)%",
+        r"^(?:[a-z0-9-]+\.)+[a-z]{2,}$",
+        r"^(?!test).*$",
+        r"^[\w.+-]+@[\w-]+\.[\w.-]+$",
+        r"a{2}?b+?c*?",
+        r"\bword\b",
+        r"(a(b(c)))",
+        r"[a-z-]",
+        r".*\.ts$",
+    ] {
+        assert!(
+            accepts(&g, &serde_json::to_string(re).unwrap()),
+            "{re:?} rejected"
+        );
+    }
+    for re in [
+        "*", "\\", "a**", "[z-a]", "x{3,2}", "(a", "[^]", "^*", r"(a)\1",
+    ] {
+        assert!(
+            !accepts(&g, &serde_json::to_string(re).unwrap()),
+            "{re:?} accepted"
+        );
+    }
+}

@@ -93,10 +93,89 @@ pub(crate) fn format_regex(format: &str) -> Option<String> {
         // A non-negative integer, then `#` or a JSON pointer.
         "relative-json-pointer" => "(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)".to_string(),
         "uri-template" => uri_template_regex(pct),
+        "regex" => regex_syntax_regex(),
         // Known formats whose exact check is not expressed here.
-        "idn-email" | "idn-hostname" | "regex" => return None,
+        "idn-email" | "idn-hostname" => return None,
         _ => String::new(),
     })
+}
+
+/// Groups nested deeper than this are not part of the `regex` format's language.
+const REGEX_FORMAT_DEPTH: usize = 3;
+
+/// The `regex` format: a subset of the regular expressions that are valid both in
+/// ECMA-262 (with and without the `u` flag: what JSON Schema names) and in Python's `re`
+/// (what `python-jsonschema` checks with), so every string it admits is a valid regex to
+/// either (stricter than the spec, never looser; its complement is therefore refused).
+/// - Terms: literal characters (all but `\ ^ $ . | ? * + ( ) [ ] { }`), `.`, escapes
+///   (`\d \D \w \W \s \S \n \r \t \f \v`, `\xHH`, `\uHHHH`, and `\` before a syntax
+///   character or `/`), classes, groups `( )` and `(?: )` nested at most
+///   [`REGEX_FORMAT_DEPTH`] deep, each optionally quantified (`* + ?`, `{n}` and `{n,}` up to
+///   9,999, `{n,m}` with n ≤ 99 and n ≤ m ≤ 9,999; then an optional lazy `?`).
+/// - Assertions, never quantified (Python refuses `^*`; ECMA's `u` mode a quantified
+///   lookahead): `^`, `$`, `\b`, `\B`, and outside groups lookaheads `(?= )` and `(?! )`.
+/// - Classes: `[`, an optional `^`, an optional leading `-`, one or more items, an optional
+///   trailing `-`, `]`. Items: a character other than `\ ] [ - ^` (`[^]` is a class to ECMA,
+///   an error to Python), an escape (as above, plus `\b` and `\-`), or a range between two
+///   digits, two upper-case or two lower-case letters in order (`[z-a]` is an error to both).
+/// - Alternatives `|` anywhere, empty ones included (`(|a)`, `a|`).
+///
+/// Left out: backreferences and named groups (spelled differently in the two), lookbehinds,
+/// inline flags, `\0`, `\c`, `\k`, `\p`, `\u{…}`, literal `]`, `{` and `}` (errors with
+/// ECMA's `u` flag), ranges between other characters.
+fn regex_syntax_regex() -> String {
+    let hex = "[0-9A-Fa-f]";
+    let syntax = r"\\^$.|?*+()\[\]{}/";
+    let escape = format!(r"\\([dDwWsSnrtfv]|[{syntax}]|x{hex}{{2}}|u{hex}{{4}})");
+    let class_escape = format!(r"\\([dDwWsSnrtfvb]|[{syntax}\-]|x{hex}{{2}}|u{hex}{{4}})");
+    let mut ranges = Vec::new();
+    for (lo, hi) in [('0', '9'), ('A', 'Z'), ('a', 'z')] {
+        for c in lo..=hi {
+            ranges.push(format!("{c}-[{c}-{hi}]"));
+        }
+    }
+    let ranges = ranges.join("|");
+    let class = format!(r"\[\^?-?({ranges}|[^\\\]\[\-^]|{class_escape})+-?\]");
+    // Counts up to 9,999; `{n,m}` needs n ≤ m, written per n (n ≤ 99): m of n's length
+    // and not below it, or longer.
+    let count = "(0|[1-9][0-9]{0,3})";
+    let mut bounded = Vec::new();
+    for n in 0..=9u32 {
+        bounded.push(format!(r"{n},([{n}-9]|[1-9][0-9]{{1,3}})"));
+    }
+    for a in 1..=9u32 {
+        let higher = if a < 9 {
+            format!("|[{}-9][0-9]", a + 1)
+        } else {
+            String::new()
+        };
+        let lows: Vec<String> = (0..=9u32)
+            .map(|b| format!(r"{b},({a}[{b}-9]{higher}|[1-9][0-9]{{2,3}})"))
+            .collect();
+        bounded.push(format!("{a}({})", lows.join("|")));
+    }
+    let quant = format!(r"([*+?]|\{{({count}|{count},|{})\}})\??", bounded.join("|"));
+    let literal = r"[^\\^$.|?*+()\[\]{}]";
+    let assertion = r"[\^$]|\\[bB]";
+    let mut alt = String::new();
+    for depth in 0..=REGEX_FORMAT_DEPTH {
+        // Groups at every level; lookaheads at the outermost only (each copy of the level
+        // below doubles the automaton: inside a group, they would make it too large).
+        let group = if depth == 0 {
+            String::new()
+        } else {
+            format!(r"|\((\?:)?({alt})\)")
+        };
+        let lookahead = if depth == REGEX_FORMAT_DEPTH {
+            format!(r"|\(\?[=!]({alt})\)")
+        } else {
+            String::new()
+        };
+        let atom = format!(r"({literal}|\.|{escape}|{class}{group})");
+        let term = format!("({atom}({quant})?|{assertion}{lookahead})");
+        alt = format!(r"({term})*(\|({term})*)*");
+    }
+    alt
 }
 
 /// Every host name RFC 1123 §2.1 allows, but for the total length (at most 253 characters,
