@@ -251,3 +251,30 @@ fn tokens_written_to_pages_read_back_in_place() {
         }
     }
 }
+
+/// A measurement (`cargo test --release -p sglrs-executor --lib -- --ignored --nocapture
+/// decode_attention_from_cache_and_from_memory`): one decode tile (3 rows, one KV head) over
+/// 3,400 positions, its pages in L2 (the same pool each time) and in memory (100 pools in
+/// turn, 170 MB). The gap is what a decode step over long contexts waits on memory.
+#[test]
+#[ignore = "a measurement"]
+fn decode_attention_from_cache_and_from_memory() {
+    let (hd, len, ps) = (64, 3400, 16);
+    let qs: Vec<Vec<f32>> = (0..3).map(|i| vals(hd, 10 + i)).collect();
+    let qrefs: Vec<&[f32]> = qs.iter().map(|q| q.as_slice()).collect();
+    let lens = [len; 3];
+    let isa = Isa::detect();
+    let pools: Vec<(KvPool, Vec<u32>)> = (0..100).map(|_| filled_pool(ps, hd, len)).collect();
+    let run = |n: usize| {
+        let t = std::time::Instant::now();
+        for r in 0..300 {
+            let (pool, pages) = &pools[r % n];
+            let kv = KvSource::Paged(pool.head(0, pages, r % 2));
+            std::hint::black_box(attend_rows(isa, &qrefs, &lens, &kv, 0.125));
+        }
+        t.elapsed().as_secs_f64() / 300.0 * 1e6
+    };
+    run(1);
+    let (cached, memory) = (run(1), run(100));
+    eprintln!("3 rows x {len} positions: {cached:.1} us from L2, {memory:.1} us from memory");
+}
