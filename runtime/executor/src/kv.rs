@@ -1,10 +1,15 @@
-//! The paged KV pool: one contiguous buffer of `num_pages` pages.
+//! The paged KV pool: one buffer of `num_pages` pages.
 //!
 //! A page holds, per layer, K then V of `page_size` positions. On the wire ([`KvLayout`]:
-//! `read_pages`/`write_pages`) both are `[page_size, num_kv_heads, head_dim]`. In memory V
-//! keeps that order, while K is stored transposed per head, `[num_kv_heads, head_dim,
+//! `read_pages`/`write_pages`) both are `[page_size, num_kv_heads, head_dim]`. In memory the
+//! pool is one region per (layer, K or V, KV head), each holding that share of every page in
+//! page-id order (`page_size * head_dim` elements per page): K transposed, `[head_dim,
 //! page_size]`, so attention reads 16 consecutive positions of one dimension with one load
-//! and converts them in registers ([`PagedKv`]); the page copies transpose K on the way.
+//! and converts them in registers ([`PagedKv`]), and V `[page_size, head_dim]`. A sequence's
+//! pages in a run of ids are then one run of memory per head, which the hardware prefetcher
+//! streams (decode at batch 4 over 3,400 positions 150 → 188 tokens/s against pages holding
+//! every layer and head together; docs/executor.md). The page copies gather, scatter and
+//! transpose on the way.
 
 use super::{ExecError, KvDtype, KvLayout};
 use crate::kernels::attention::PagedKv;
@@ -15,10 +20,10 @@ use std::sync::Arc;
 /// (page-aligned, so every element type is aligned, and zeroed by the kernel). Pages are read
 /// and written through raw pointers under the page-ownership rule (see [`PageIo`]).
 ///
-/// On Linux the mapping asks for transparent huge pages: one KV page holds every layer, so
-/// an attention task reads a few KiB per KV page and then jumps a whole KV page ahead, and
-/// with 4 KiB pages such a read often misses the TLB (a few percent of decode over a
-/// 3,400-token context; `sglrs bench executor --decode-prompt 3400`).
+/// On Linux the mapping asks for transparent huge pages: an attention task reads a 2 KiB
+/// share per KV page, wherever the page ids lie, and with 4 KiB pages such reads often miss
+/// the TLB (a few percent of decode over a 3,400-token context; `sglrs bench executor
+/// --decode-prompt 3400`).
 #[derive(Debug)]
 struct PoolBuf {
     /// Owns the mapping `ptr` points into (unmapped on drop).
@@ -94,15 +99,6 @@ impl KvPool {
         self.num_pages
     }
 
-    fn row_elems(&self) -> usize {
-        Geometry::of(self).row_elems()
-    }
-
-    /// Byte offset, within a page, of layer `layer`'s K (`v = false`) or V part.
-    fn part_offset(&self, layer: usize, v: bool) -> usize {
-        Geometry::of(self).part_offset(layer, v)
-    }
-
     /// Stores one token's K and V (`num_kv_heads * head_dim` each) at `slot` of `page`.
     pub fn write_token(&mut self, layer: usize, page: usize, slot: usize, k: &[f32], v: &[f32]) {
         // SAFETY: `&mut self` excludes every other access to the pool.
@@ -113,6 +109,7 @@ impl KvPool {
     pub fn writer(&mut self) -> KvWriter<'_> {
         KvWriter {
             layout: self.layout,
+            num_pages: self.num_pages,
             ptr: self.buf.ptr as *mut u8,
             bytes: self.bytes,
             _pool: std::marker::PhantomData,
@@ -123,16 +120,17 @@ impl KvPool {
     /// place by the attention kernels.
     pub fn head<'a>(&'a self, layer: usize, pages: &'a [u32], kv_head: usize) -> PagedKv<'a> {
         let l = &self.layout;
-        let es = l.dtype.size();
+        let g = Geometry::of(self);
         PagedKv {
             raw: self.raw(),
             dtype: l.dtype,
             pages,
             page_size: l.page_size,
-            page_bytes: l.page_bytes(),
-            k_off: self.part_offset(layer, false) + kv_head * l.head_dim * l.page_size * es,
-            v_off: self.part_offset(layer, true) + kv_head * l.head_dim * es,
-            v_stride: self.row_elems() * es,
+            // Within a region, page ids are `chunk_bytes` apart.
+            page_bytes: g.chunk_bytes(),
+            k_off: g.chunk_offset(layer, false, kv_head, 0),
+            v_off: g.chunk_offset(layer, true, kv_head, 0),
+            v_stride: l.head_dim * l.dtype.size(),
             head_dim: l.head_dim,
         }
     }
@@ -160,6 +158,27 @@ struct Geometry {
 }
 
 impl Geometry {
+    /// Bytes of one (layer, K or V, KV head) share of a page: `page_size * head_dim`
+    /// elements.
+    fn chunk_bytes(&self) -> usize {
+        self.layout.page_size * self.layout.head_dim * self.layout.dtype.size()
+    }
+
+    /// Byte offset in the pool of page `page`'s share of (`layer`, K or V, `head`): the pool
+    /// is one region per (layer, K or V, KV head), pages in id order inside it.
+    fn chunk_offset(&self, layer: usize, v: bool, head: usize, page: usize) -> usize {
+        let l = &self.layout;
+        (((layer * 2 + v as usize) * l.num_kv_heads + head) * self.num_pages + page)
+            * self.chunk_bytes()
+    }
+
+    /// The (layer, V?, KV head) of the `i`-th share of a raw page.
+    fn chunk_at(&self, i: usize) -> (usize, bool, usize) {
+        let nkv = self.layout.num_kv_heads;
+        let (part, head) = (i / nkv, i % nkv);
+        (part / 2, part % 2 == 1, head)
+    }
+
     fn of(pool: &KvPool) -> Geometry {
         Geometry {
             layout: pool.layout,
@@ -182,8 +201,8 @@ impl Geometry {
         (layer * 2 + v as usize) * self.part_bytes()
     }
 
-    /// Converts one page between the wire order (K `[slot][head][d]`) and the pool's (K
-    /// `[head][d][slot]`); V parts are copied as they are.
+    /// Converts one page between the wire order (K and V `[slot][head][d]`) and the pool's
+    /// raw order ([`POOL_PAGE_FORMAT`]: K `[head][d][slot]`, V `[head][slot][d]`).
     fn convert_page(&self, src: &[u8], dst: &mut [u8], to_wire: bool) {
         let l = &self.layout;
         let (es, ps, re) = (l.dtype.size(), l.page_size, self.row_elems());
@@ -197,7 +216,15 @@ impl Geometry {
                 _ => transpose::<4>(ks, kd, ps, re, to_wire),
             }
             let v = self.part_offset(layer, true);
-            dst[v..v + part].copy_from_slice(&src[v..v + part]);
+            let hb = l.head_dim * es;
+            for h in 0..l.num_kv_heads {
+                for slot in 0..ps {
+                    let wire = v + (slot * l.num_kv_heads + h) * hb;
+                    let pool = v + (h * ps + slot) * hb;
+                    let (from, to) = if to_wire { (pool, wire) } else { (wire, pool) };
+                    dst[to..to + hb].copy_from_slice(&src[from..from + hb]);
+                }
+            }
         }
     }
 
@@ -285,10 +312,12 @@ fn transpose_u16(src: &[u8], dst: &mut [u8], ps: usize, re: usize, to_wire: bool
 /// Edge of a transpose tile, in elements.
 const TILE: usize = 16;
 
-/// Version of the pool's own page arrangement (K transposed per KV head,
-/// `[kv_head][dim][slot]`; V in slot order), which [`PageIo::read_pages_raw`] and
-/// [`PageIo::raw_page_mut`] expose. Two hosts exchange raw pages only when theirs agree.
-pub const POOL_PAGE_FORMAT: u32 = 1;
+/// Version of the raw page arrangement [`PageIo::read_pages_raw`] and
+/// [`PageIo::write_pages_raw`] move: per layer, K of each KV head transposed (`[kv_head][dim]
+/// [slot]`), then V of each KV head (`[kv_head][slot][dim]`) — the pool's per-head shares of
+/// the page, gathered. Two hosts exchange raw pages only when theirs agree. (1: V
+/// `[slot][kv_head][dim]`, pages stored whole.)
+pub const POOL_PAGE_FORMAT: u32 = 2;
 
 /// Copies whole pages in and out of a [`KvPool`] from any thread, in the [`KvLayout`] byte
 /// order (the layout of the wire and of the cache tiers), while the executor runs forward
@@ -310,10 +339,34 @@ impl PageIo {
         self.geom.layout
     }
 
-    fn page(&self, p: u32) -> *mut u8 {
-        let pb = self.geom.layout.page_bytes();
-        // In bounds: `check_pages` checked `p < num_pages`.
-        (self.buf.ptr as *mut u8).wrapping_add(p as usize * pb)
+    /// Copies page `p`'s shares out of the pool into `raw` (`page_bytes`, the raw order).
+    ///
+    /// # Safety
+    /// `p < num_pages`; nothing writes the page meanwhile.
+    unsafe fn gather(&self, p: u32, raw: &mut [u8]) {
+        let g = &self.geom;
+        let cb = g.chunk_bytes();
+        let base = self.buf.ptr as *const u8;
+        for (i, dst) in raw.chunks_exact_mut(cb).enumerate() {
+            let (layer, v, head) = g.chunk_at(i);
+            let src = base.add(g.chunk_offset(layer, v, head, p as usize));
+            std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), cb);
+        }
+    }
+
+    /// Copies `raw` (the raw order) into page `p`'s shares.
+    ///
+    /// # Safety
+    /// `p < num_pages`; nothing else reads or writes the page meanwhile.
+    unsafe fn scatter(&self, p: u32, raw: &[u8]) {
+        let g = &self.geom;
+        let cb = g.chunk_bytes();
+        let base = self.buf.ptr as *mut u8;
+        for (i, src) in raw.chunks_exact(cb).enumerate() {
+            let (layer, v, head) = g.chunk_at(i);
+            let dst = base.add(g.chunk_offset(layer, v, head, p as usize));
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, cb);
+        }
     }
 
     /// Copies pages out, `page_bytes` each, in order.
@@ -322,40 +375,39 @@ impl PageIo {
     /// Nothing writes `pages` during the call (e.g. they are locked in the radix tree).
     pub unsafe fn read_pages(&self, pages: &[u32], out: &mut [u8]) -> Result<(), ExecError> {
         let pb = self.geom.check_pages(pages, out.len())?;
+        let mut raw = vec![0u8; pb];
         for (i, &p) in pages.iter().enumerate() {
-            let src = std::slice::from_raw_parts(self.page(p) as *const u8, pb);
+            self.gather(p, &mut raw);
             self.geom
-                .convert_page(src, &mut out[i * pb..(i + 1) * pb], true);
+                .convert_page(&raw, &mut out[i * pb..(i + 1) * pb], true);
         }
         Ok(())
     }
 
-    /// Copies pages out as the pool holds them ([`POOL_PAGE_FORMAT`], no transpose), for a
-    /// peer with the same arrangement (prefill to decode): a plain copy.
+    /// Copies pages out in the raw order ([`POOL_PAGE_FORMAT`], no transpose), for a peer
+    /// with the same arrangement (prefill to decode).
     ///
     /// # Safety
     /// Nothing writes `pages` during the call.
     pub unsafe fn read_pages_raw(&self, pages: &[u32], out: &mut [u8]) -> Result<(), ExecError> {
         let pb = self.geom.check_pages(pages, out.len())?;
         for (i, &p) in pages.iter().enumerate() {
-            let src = std::slice::from_raw_parts(self.page(p) as *const u8, pb);
-            out[i * pb..(i + 1) * pb].copy_from_slice(src);
+            self.gather(p, &mut out[i * pb..(i + 1) * pb]);
         }
         Ok(())
     }
 
-    /// Page `page`'s bytes as the pool holds them ([`POOL_PAGE_FORMAT`]), to fill with a
-    /// page from [`PageIo::read_pages_raw`] of a peer.
+    /// Copies pages in from the raw order ([`POOL_PAGE_FORMAT`]: what
+    /// [`PageIo::read_pages_raw`] of a peer wrote), `page_bytes` each, in order.
     ///
     /// # Safety
-    /// The caller owns the page (allocated for this copy and in no forward pass) and holds
-    /// no other reference to it while the slice lives.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn raw_page_mut(&self, page: u32) -> Result<&mut [u8], ExecError> {
-        let pb = self
-            .geom
-            .check_pages(&[page], self.geom.layout.page_bytes())?;
-        Ok(std::slice::from_raw_parts_mut(self.page(page), pb))
+    /// As [`PageIo::write_pages`].
+    pub unsafe fn write_pages_raw(&self, pages: &[u32], data: &[u8]) -> Result<(), ExecError> {
+        let pb = self.geom.check_pages(pages, data.len())?;
+        for (i, &p) in pages.iter().enumerate() {
+            self.scatter(p, &data[i * pb..(i + 1) * pb]);
+        }
+        Ok(())
     }
 
     /// Copies pages in, `page_bytes` each, in order. A page listed twice ends with the last
@@ -366,10 +418,11 @@ impl PageIo {
     /// for this copy and in no forward pass).
     pub unsafe fn write_pages(&self, pages: &[u32], data: &[u8]) -> Result<(), ExecError> {
         let pb = self.geom.check_pages(pages, data.len())?;
+        let mut raw = vec![0u8; pb];
         for (i, &p) in pages.iter().enumerate() {
-            let dst = std::slice::from_raw_parts_mut(self.page(p), pb);
             self.geom
-                .convert_page(&data[i * pb..(i + 1) * pb], dst, false);
+                .convert_page(&data[i * pb..(i + 1) * pb], &mut raw, false);
+            self.scatter(p, &raw);
         }
         Ok(())
     }
@@ -379,6 +432,7 @@ impl PageIo {
 /// each token's K/V on the thread that computed it).
 pub struct KvWriter<'a> {
     layout: KvLayout,
+    num_pages: usize,
     ptr: *mut u8,
     bytes: usize,
     _pool: std::marker::PhantomData<&'a mut KvPool>,
@@ -398,23 +452,31 @@ impl KvWriter<'_> {
         let es = l.dtype.size();
         let row = l.num_kv_heads * l.head_dim;
         assert!(slot < l.page_size && layer < l.num_layers && k.len() == row && v.len() == row);
-        let part = l.page_size * row * es;
-        let base = page * l.page_bytes() + layer * 2 * part;
-        assert!(base + 2 * part <= self.bytes);
+        let g = Geometry {
+            layout: self.layout,
+            num_pages: self.num_pages,
+            bytes: self.bytes,
+        };
+        assert!(page < self.num_pages);
         let mut buf = vec![0u8; 2 * row * es];
         let (kb, vb) = buf.split_at_mut(row * es);
         store(l.dtype, k, kb);
         store(l.dtype, v, vb);
-        // V: the slot's row as it is.
-        std::ptr::copy_nonoverlapping(
-            vb.as_ptr(),
-            self.ptr.add(base + part + slot * row * es),
-            vb.len(),
-        );
-        // K transposed: element (head, d) of this slot at `(head * head_dim + d) * page_size`.
-        for (e, b) in kb.chunks_exact(es).enumerate() {
-            let o = base + (e * l.page_size + slot) * es;
-            std::ptr::copy_nonoverlapping(b.as_ptr(), self.ptr.add(o), es);
+        let hb = l.head_dim * es;
+        for h in 0..l.num_kv_heads {
+            // V: the head's row at the slot.
+            let vo = g.chunk_offset(layer, true, h, page) + slot * hb;
+            std::ptr::copy_nonoverlapping(vb.as_ptr().add(h * hb), self.ptr.add(vo), hb);
+            // K transposed: dimension d of this slot at `d * page_size + slot`.
+            let ko = g.chunk_offset(layer, false, h, page);
+            for d in 0..l.head_dim {
+                let o = ko + (d * l.page_size + slot) * es;
+                std::ptr::copy_nonoverlapping(
+                    kb.as_ptr().add(h * hb + d * es),
+                    self.ptr.add(o),
+                    es,
+                );
+            }
         }
     }
 }
@@ -530,11 +592,10 @@ mod tests {
         // SAFETY: single-threaded test; nothing else touches the pools.
         unsafe {
             ai.read_pages_raw(&[3, 1], &mut raw).unwrap();
-            // The pool's own arrangement differs from the wire's (K is transposed).
+            // The raw arrangement differs from the wire's (K transposed, V by head).
             assert_ne!(raw, wire);
-            bi.raw_page_mut(0).unwrap().copy_from_slice(&raw[..pb]);
-            bi.raw_page_mut(2).unwrap().copy_from_slice(&raw[pb..]);
-            assert!(bi.raw_page_mut(4).is_err());
+            bi.write_pages_raw(&[0, 2], &raw).unwrap();
+            assert!(bi.write_pages_raw(&[4], &raw[..pb]).is_err());
         }
         let mut back = vec![0u8; 2 * pb];
         b.read_pages(&[0, 2], &mut back).unwrap();

@@ -875,7 +875,7 @@ impl Driver {
 
     /// Prefill host: copies the prompt pages of the prefills that just ended out of the pool
     /// (before the next pass may reuse a freed page) and sends them to their requests. The
-    /// copies keep the pool's own arrangement (`POOL_PAGE_FORMAT`: no transpose on either
+    /// copies are in the raw order (`POOL_PAGE_FORMAT`: no transpose on either
     /// host; the decode host checks the format).
     fn export_pages(&mut self) {
         for job in self.core.take_exports() {

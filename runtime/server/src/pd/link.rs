@@ -397,6 +397,7 @@ impl Pd {
         let mut aux = None;
         let mut written = 0u64;
         let mut first_byte = None;
+        let mut buf: Vec<u8> = Vec::new();
         loop {
             let ev = stream.next().await;
             first_byte.get_or_insert_with(Instant::now);
@@ -406,22 +407,22 @@ impl Pd {
                         if !job.dst_pages.contains(dst) {
                             return Err(format!("prefill host {addr} sent page {dst} unasked"));
                         }
-                        // SAFETY: the destination pages belong to this import's sequence,
-                        // which is in no forward pass and keeps them until this task
-                        // reports back (`Phase::Receiving`, the scheduler's invariant); the
-                        // slice ends with this statement.
-                        let slot = unsafe { io.raw_page_mut(*dst) }
-                            .map_err(|e| format!("writing page {dst}: {e}"))?;
-                        if page.len() != slot.len() {
+                        let pb = io.layout().page_bytes();
+                        if page.len() != pb {
                             return Err(format!(
-                                "prefill host {addr} sent a page of {} bytes, not {}",
+                                "prefill host {addr} sent a page of {} bytes, not {pb}",
                                 page.len(),
-                                slot.len()
                             ));
                         }
-                        // One copy, from the transport's buffers straight into the pool
-                        // (the pages travel in the pool's own arrangement).
-                        page.copy_to(slot);
+                        // From the transport's buffers into one page, then its per-head
+                        // shares into the pool (the pages travel in the raw order).
+                        buf.resize(pb, 0);
+                        page.copy_to(&mut buf);
+                        // SAFETY: the destination pages belong to this import's sequence,
+                        // which is in no forward pass and keeps them until this task
+                        // reports back (`Phase::Receiving`, the scheduler's invariant).
+                        unsafe { io.write_pages_raw(&[*dst], &buf) }
+                            .map_err(|e| format!("writing page {dst}: {e}"))?;
                         written += 1;
                     }
                 }
