@@ -39,6 +39,25 @@ fn argmax(row: &[f32]) -> u32 {
     best as u32
 }
 
+/// One forward pass of a single chunk: `tokens` at `start_pos` over `pages`.
+fn run_chunk(
+    ex: &mut CpuExecutor,
+    tokens: &[u32],
+    start_pos: usize,
+    pages: &[u32],
+    logits: LogitsWanted,
+) -> sglrs_executor::Logits {
+    ex.forward(&Batch {
+        seqs: vec![SeqChunk {
+            tokens,
+            start_pos,
+            pages,
+            logits,
+        }],
+    })
+    .unwrap()
+}
+
 #[test]
 fn prefix_then_rest_equals_one_prefill() {
     let toks = tokens(100, 1);
@@ -51,16 +70,7 @@ fn prefix_then_rest_equals_one_prefill() {
         let mut ex = exec(ps, 2 * npages + 1);
         // The whole sequence on pages 0..npages.
         let pages_a: Vec<u32> = (0..npages as u32).collect();
-        let whole = ex
-            .forward(&Batch {
-                seqs: vec![SeqChunk {
-                    tokens: &toks,
-                    start_pos: 0,
-                    pages: &pages_a,
-                    logits: LogitsWanted::All,
-                }],
-            })
-            .unwrap();
+        let whole = run_chunk(&mut ex, &toks, 0, &pages_a, LogitsWanted::All);
         for k in splits {
             // The same sequence on other pages, in reverse order, in two chunks.
             let pages_b: Vec<u32> = (0..npages as u32)
@@ -111,40 +121,20 @@ fn short_chunks_read_in_place_match_a_whole_prefill_bit_for_bit() {
     let npages = toks.len().div_ceil(ps);
     let mut ex = exec(ps, 2 * npages + 1);
     let pages_a: Vec<u32> = (0..npages as u32).collect();
-    let whole = ex
-        .forward(&Batch {
-            seqs: vec![SeqChunk {
-                tokens: &toks,
-                start_pos: 0,
-                pages: &pages_a,
-                logits: LogitsWanted::All,
-            }],
-        })
-        .unwrap();
+    let whole = run_chunk(&mut ex, &toks, 0, &pages_a, LogitsWanted::All);
     let pages_b: Vec<u32> = (npages as u32 + 1..2 * npages as u32 + 1).collect();
     // 128 tokens as one prefill (its 64-token blocks use the copy), then chunks of 1 to 16
     // tokens, each attending in place over everything before it.
-    ex.forward(&Batch {
-        seqs: vec![SeqChunk {
-            tokens: &toks[..128],
-            start_pos: 0,
-            pages: &pages_b,
-            logits: LogitsWanted::None,
-        }],
-    })
-    .unwrap();
+    run_chunk(&mut ex, &toks[..128], 0, &pages_b, LogitsWanted::None);
     let mut pos = 128;
     for n in [1usize, 2, 3, 4, 6, 16] {
-        let l = ex
-            .forward(&Batch {
-                seqs: vec![SeqChunk {
-                    tokens: &toks[pos..pos + n],
-                    start_pos: pos,
-                    pages: &pages_b,
-                    logits: LogitsWanted::All,
-                }],
-            })
-            .unwrap();
+        let l = run_chunk(
+            &mut ex,
+            &toks[pos..pos + n],
+            pos,
+            &pages_b,
+            LogitsWanted::All,
+        );
         for j in 0..n {
             assert!(
                 l.row(j) == whole.row(pos + j),
