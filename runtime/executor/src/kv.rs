@@ -108,10 +108,8 @@ impl KvPool {
     /// A handle that writes tokens from several threads at once (see [`KvWriter`]).
     pub fn writer(&mut self) -> KvWriter<'_> {
         KvWriter {
-            layout: self.layout,
-            num_pages: self.num_pages,
+            geom: Geometry::of(self),
             ptr: self.buf.ptr as *mut u8,
-            bytes: self.bytes,
             _pool: std::marker::PhantomData,
         }
     }
@@ -172,11 +170,15 @@ impl Geometry {
             * self.chunk_bytes()
     }
 
-    /// The (layer, V?, KV head) of the `i`-th share of a raw page.
-    fn chunk_at(&self, i: usize) -> (usize, bool, usize) {
-        let nkv = self.layout.num_kv_heads;
-        let (part, head) = (i / nkv, i % nkv);
-        (part / 2, part % 2 == 1, head)
+    /// Page `page`'s shares in the raw order (per layer, K of each KV head, then V of each):
+    /// (offset in the raw page, offset in the pool, bytes).
+    fn shares(&self, page: usize) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        let (nkv, cb) = (self.layout.num_kv_heads, self.chunk_bytes());
+        (0..self.layout.num_layers * 2 * nkv).map(move |i| {
+            let (part, head) = (i / nkv, i % nkv);
+            let off = self.chunk_offset(part / 2, part % 2 == 1, head, page);
+            (i * cb, off, cb)
+        })
     }
 
     fn of(pool: &KvPool) -> Geometry {
@@ -344,13 +346,9 @@ impl PageIo {
     /// # Safety
     /// `p < num_pages`; nothing writes the page meanwhile.
     unsafe fn gather(&self, p: u32, raw: &mut [u8]) {
-        let g = &self.geom;
-        let cb = g.chunk_bytes();
         let base = self.buf.ptr as *const u8;
-        for (i, dst) in raw.chunks_exact_mut(cb).enumerate() {
-            let (layer, v, head) = g.chunk_at(i);
-            let src = base.add(g.chunk_offset(layer, v, head, p as usize));
-            std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), cb);
+        for (at, off, n) in self.geom.shares(p as usize) {
+            std::ptr::copy_nonoverlapping(base.add(off), raw[at..at + n].as_mut_ptr(), n);
         }
     }
 
@@ -359,13 +357,9 @@ impl PageIo {
     /// # Safety
     /// `p < num_pages`; nothing else reads or writes the page meanwhile.
     unsafe fn scatter(&self, p: u32, raw: &[u8]) {
-        let g = &self.geom;
-        let cb = g.chunk_bytes();
         let base = self.buf.ptr as *mut u8;
-        for (i, src) in raw.chunks_exact(cb).enumerate() {
-            let (layer, v, head) = g.chunk_at(i);
-            let dst = base.add(g.chunk_offset(layer, v, head, p as usize));
-            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, cb);
+        for (at, off, n) in self.geom.shares(p as usize) {
+            std::ptr::copy_nonoverlapping(raw[at..at + n].as_ptr(), base.add(off), n);
         }
     }
 
@@ -431,10 +425,8 @@ impl PageIo {
 /// Writes tokens into a uniquely borrowed pool from several threads (the executor writes
 /// each token's K/V on the thread that computed it).
 pub struct KvWriter<'a> {
-    layout: KvLayout,
-    num_pages: usize,
+    geom: Geometry,
     ptr: *mut u8,
-    bytes: usize,
     _pool: std::marker::PhantomData<&'a mut KvPool>,
 }
 
@@ -448,16 +440,12 @@ impl KvWriter<'_> {
     /// Concurrent calls must write different `(page, slot)` pairs. Out-of-range pages or
     /// slots panic.
     pub unsafe fn write_token(&self, layer: usize, page: usize, slot: usize, k: &[f32], v: &[f32]) {
-        let l = &self.layout;
+        let g = &self.geom;
+        let l = &g.layout;
         let es = l.dtype.size();
         let row = l.num_kv_heads * l.head_dim;
         assert!(slot < l.page_size && layer < l.num_layers && k.len() == row && v.len() == row);
-        let g = Geometry {
-            layout: self.layout,
-            num_pages: self.num_pages,
-            bytes: self.bytes,
-        };
-        assert!(page < self.num_pages);
+        assert!(page < g.num_pages);
         let mut buf = vec![0u8; 2 * row * es];
         let (kb, vb) = buf.split_at_mut(row * es);
         store(l.dtype, k, kb);
