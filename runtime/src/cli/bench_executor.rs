@@ -309,7 +309,7 @@ fn decode_runs(
     let shared_pages = (args.shared_prefix.min(prompt_len - 1)) / ps;
     let shared = shared_pages * ps;
     for &b in &args.batch {
-        let step_tokens = args.step_tokens.max(1);
+        let step_tokens = args.step_tokens;
         let per = (prompt_len + args.decode_steps * step_tokens).div_ceil(ps) - shared_pages;
         anyhow::ensure!(
             shared_pages + b * per <= pages.len(),
@@ -416,6 +416,7 @@ fn decode_runs(
 
 /// Entry point of `sglrs bench executor`.
 pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.step_tokens >= 1, "--step-tokens must be at least 1");
     let path = args
         .model
         .clone()
@@ -438,8 +439,7 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
         cfg.threads = t;
     }
     let ps = cfg.page_size;
-    let per_seq =
-        (args.decode_prompt.max(1) + args.decode_steps * args.step_tokens.max(1)).div_ceil(ps);
+    let per_seq = (args.decode_prompt.max(1) + args.decode_steps * args.step_tokens).div_ceil(ps);
     let max_b = args.batch.iter().copied().max().unwrap_or(1);
     cfg.kv = KvCapacity::Pages((max_b * per_seq).max(args.prefill_tokens.div_ceil(ps)));
     let mut exec = CpuExecutor::new(&config, &weights, &cfg)?;
@@ -508,7 +508,7 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
             "cpu": cpu,
             "threads": exec.threads(),
             "scatter_pages": args.scatter_pages,
-            "step_tokens": args.step_tokens.max(1),
+            "step_tokens": args.step_tokens,
         });
         if !r.decode_tok_s_unbundled.is_empty() {
             let off: serde_json::Map<String, serde_json::Value> = r
