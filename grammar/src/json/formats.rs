@@ -93,7 +93,11 @@ pub(crate) fn format_regex(format: &str) -> Option<String> {
         // A non-negative integer, then `#` or a JSON pointer.
         "relative-json-pointer" => "(0|[1-9][0-9]*)(#|(/([^~/]|~[01])*)*)".to_string(),
         "uri-template" => uri_template_regex(pct),
-        "regex" => regex_syntax_regex(),
+        "regex" => {
+            // ~250 KB of regex text: built once per process.
+            static RE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+            RE.get_or_init(regex_syntax_regex).clone()
+        }
         // Known formats whose exact check is not expressed here.
         "idn-email" | "idn-hostname" => return None,
         _ => String::new(),
