@@ -334,6 +334,57 @@ fn long_decode_rows_split_into_chunks_are_bit_identical() {
     ex.set_split_attention(true);
 }
 
+/// Short chunks over a context longer than a softmax chunk (a new turn's tool result, a
+/// jump-forward run), alone or beside a decode step: split into one task per chunk and KV
+/// head (the default when such a block would leave a thread idle) or computed whole, every
+/// row has the same bits. The lengths cover blocks that read the pages in place (≤ 16
+/// tokens), ones that convert them to f32 when whole, and a block whose rows straddle a
+/// chunk boundary (2,040 + 20 crosses 2,048).
+#[test]
+fn short_chunks_over_long_contexts_split_into_chunks_are_bit_identical() {
+    let ps = 16usize;
+    let ctx = 2_040usize;
+    let toks = tokens(ctx + 200, 9);
+    let npages = (ctx + 200).div_ceil(ps);
+    let mut ex = exec(ps, 2 * npages + 2);
+    let pages: Vec<u32> = (0..npages as u32).collect();
+    let other: Vec<u32> = (npages as u32..2 * npages as u32).collect();
+    prefill_prefix(&mut ex, &toks[..ctx], &pages);
+    prefill_prefix(&mut ex, &toks[..ctx], &other);
+    for n in [4usize, 16, 20, 64, 100] {
+        let run = |ex: &mut CpuExecutor, split: bool, with_decode: bool| -> Vec<Vec<f32>> {
+            ex.set_split_attention(split);
+            let mut seqs = vec![SeqChunk {
+                tokens: &toks[ctx..ctx + n],
+                start_pos: ctx,
+                pages: &pages,
+                logits: LogitsWanted::All,
+            }];
+            if with_decode {
+                seqs.push(SeqChunk {
+                    tokens: &toks[ctx..ctx + 1],
+                    start_pos: ctx,
+                    pages: &other,
+                    logits: LogitsWanted::Last,
+                });
+            }
+            let l = ex.forward(&Batch { seqs }).unwrap();
+            (0..n).map(|r| l.row(r).to_vec()).collect()
+        };
+        let whole = run(&mut ex, false, false);
+        for (split, with_decode) in [(true, false), (true, true), (false, true)] {
+            let got = run(&mut ex, split, with_decode);
+            for r in 0..n {
+                assert!(
+                    got[r] == whole[r],
+                    "{n}-token chunk, split {split}, beside a decode step {with_decode}: row {r} differs"
+                );
+            }
+        }
+    }
+    ex.set_split_attention(true);
+}
+
 #[test]
 fn bad_batches_are_rejected_with_clear_errors() {
     let mut ex = exec(16, 4);

@@ -10,7 +10,9 @@
 //! long-running server's free list does (the default is ascending, which a fresh pool gives).
 //! `--step-tokens N` runs N tokens per sequence in each decode step, with logits for all of
 //! them (the cost of a short chunk: forced tokens, a verification of N − 1 drafted tokens);
-//! the figures still count one token per sequence per step.
+//! the figures still count one token per sequence per step. `--unsplit` runs the decode a
+//! second time with long attention rows never split into one task per softmax chunk, and
+//! the JSON object gains `"decode_tok_s_split_off": {"1": …}`.
 //! With `--json` the last line is
 //! `{"prefill_tok_s": …, "decode_tok_s": {"1": …, "8": …, "32": …}, "kernels", "amx":
 //! {"matmul", "attention"}, "cpu", "threads", "scatter_pages", "step_tokens"}` (what ran, for comparing
@@ -65,6 +67,11 @@ pub struct BenchExecutorArgs {
     /// counts one token per sequence per step, so the figure is the cost of verification.
     #[arg(long, default_value_t = 1)]
     pub step_tokens: usize,
+    /// Also run the decode steps with the split of long attention rows into one task per
+    /// softmax chunk off (the same bits; the ratio is what the split gains when a batch has
+    /// too few rows to keep every thread busy).
+    #[arg(long)]
+    pub unsplit: bool,
     /// Batch sizes of the decode measurement.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1, 8, 32])]
     pub batch: Vec<usize>,
@@ -189,6 +196,8 @@ pub struct ExecutorBench {
     pub decode_tok_s: Vec<(usize, f64)>,
     /// With `--shared-prefix`: the same with the shared-pages attention pass off.
     pub decode_tok_s_unbundled: Vec<(usize, f64)>,
+    /// With `--unsplit`: the same with long attention rows never split into chunk tasks.
+    pub decode_tok_s_unsplit: Vec<(usize, f64)>,
 }
 
 /// Deterministic pseudo-random token ids below `vocab` (avoiding the first 100 ids, which
@@ -286,10 +295,18 @@ pub fn bench(exec: &mut CpuExecutor, args: &BenchExecutorArgs) -> anyhow::Result
         exec.set_shared_attention(true);
         unbundled = r?;
     }
+    let mut unsplit = Vec::new();
+    if args.unsplit {
+        exec.set_split_attention(false);
+        let r = decode_runs(exec, args, &pages, " (chunk split off)");
+        exec.set_split_attention(true);
+        unsplit = r?;
+    }
     Ok(ExecutorBench {
         prefill_tok_s,
         decode_tok_s: decode,
         decode_tok_s_unbundled: unbundled,
+        decode_tok_s_unsplit: unsplit,
     })
 }
 
@@ -473,6 +490,12 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
             on / off
         );
     }
+    for ((b, off), (_, on)) in r.decode_tok_s_unsplit.iter().zip(&r.decode_tok_s) {
+        println!(
+            "| decode, batch {b}, chunk split off | {off:.1} (on/off {:.2}x) |",
+            on / off
+        );
+    }
     let ours_1 = r
         .decode_tok_s
         .iter()
@@ -520,6 +543,14 @@ pub fn run(args: &BenchExecutorArgs) -> anyhow::Result<()> {
                 "tokens": args.shared_prefix,
                 "decode_tok_s_shared_attention_off": off,
             });
+        }
+        if !r.decode_tok_s_unsplit.is_empty() {
+            let off: serde_json::Map<String, serde_json::Value> = r
+                .decode_tok_s_unsplit
+                .iter()
+                .map(|(b, t)| (b.to_string(), serde_json::json!(round1(*t))))
+                .collect();
+            obj["decode_tok_s_split_off"] = serde_json::json!(off);
         }
         if let Some(l) = &llama {
             obj["llama_cpp"] = serde_json::json!({

@@ -27,23 +27,27 @@ pub(super) enum AttnWork {
         members: std::ops::Range<usize>,
         shared: usize,
     },
-    /// Softmax chunks `chunks` of one decode token's rows (global token `t`, at position
-    /// `pos`), their partials written at `parts` of the pass's partial buffer (see
-    /// [`Split`]); merged once every chunk of the row is done.
+    /// Softmax chunks `chunks` of a block's rows (global tokens `t0..t1`, token `t0` at
+    /// position `pos0`: one decode token, or a short chunk over a long context), their
+    /// partials written at `parts` of the pass's partial buffer (see [`Split`]); merged once
+    /// every chunk of the rows is done.
     Part {
         seq: usize,
-        t: usize,
-        pos: usize,
+        t0: usize,
+        t1: usize,
+        pos0: usize,
         chunks: std::ops::Range<usize>,
         parts: usize,
     },
 }
 
-/// A decode token's rows for one KV head split into chunk tasks: where their partials
-/// start in the pass's partial buffer (row `r`, chunk `c` at `parts + (r * chunks + c) *
-/// chunk_partial_len`), and how many chunks there are.
+/// A block's rows (tokens `t0..t1`, the GQA group's heads of each token in turn) for one KV
+/// head split into chunk tasks: where their partials start in the pass's partial buffer
+/// (row `r`, chunk `c` at `parts + (r * chunks + c) * chunk_partial_len`), and how many
+/// chunks the block's longest row has.
 pub(super) struct Split {
-    pub t: usize,
+    pub t0: usize,
+    pub t1: usize,
     pub kv_head: usize,
     pub parts: usize,
     pub chunks: usize,

@@ -229,17 +229,40 @@ impl AttnPlan {
         }
         let (mut splits, mut parts) = (Vec::new(), 0);
         if let Some(threads) = split_threads {
-            if tasks.len() < 2 * threads {
+            // Rows cost about their length; a task is too big when it alone is more than a
+            // share of what each thread should get (a short chunk over a long context in a
+            // small batch: its 3 KV-head tasks would leave one of 2 threads idle half the
+            // time). The opt-in AMX tiles take multi-row blocks whole (other bits).
+            let cost = |w: &AttnWork| match *w {
+                AttnWork::Block { t0, t1, pos0, .. } => (t1 - t0) * (pos0 + t1 - t0),
+                _ => 0,
+            };
+            let total: usize = tasks.iter().map(|t| cost(&t.work)).sum();
+            let few = tasks.len() < 2 * threads;
+            #[cfg(target_arch = "x86_64")]
+            let amx = amx_attention::wanted();
+            #[cfg(not(target_arch = "x86_64"))]
+            let amx = false;
+            let split = |w: &AttnWork| match *w {
+                AttnWork::Block { t0, t1, pos0, .. } if pos0 + 1 > SOFTMAX_CHUNK => {
+                    if t1 == t0 + 1 {
+                        few
+                    } else {
+                        !amx && cost(w) * 2 * threads > total
+                    }
+                }
+                _ => false,
+            };
+            if tasks.iter().any(|t| split(&t.work)) {
                 let w = chunk_partial_len(p.d.hd);
                 let mut kept = Vec::with_capacity(tasks.len());
                 for task in tasks {
                     match task.work {
-                        AttnWork::Block { seq, t0, t1, pos0 }
-                            if t1 == t0 + 1 && pos0 + 1 > SOFTMAX_CHUNK =>
-                        {
-                            let chunks = (pos0 + 1).div_ceil(SOFTMAX_CHUNK);
+                        AttnWork::Block { seq, t0, t1, pos0 } if split(&task.work) => {
+                            let chunks = (pos0 + t1 - t0).div_ceil(SOFTMAX_CHUNK);
                             splits.push(Split {
-                                t: t0,
+                                t0,
+                                t1,
                                 kv_head: task.kv_head,
                                 parts,
                                 chunks,
@@ -249,14 +272,15 @@ impl AttnPlan {
                                     kv_head: task.kv_head,
                                     work: AttnWork::Part {
                                         seq,
-                                        t: t0,
-                                        pos: pos0,
+                                        t0,
+                                        t1,
+                                        pos0,
                                         chunks: c..c + 1,
                                         parts: parts + c * w,
                                     },
                                 });
                             }
-                            parts += p.d.group * chunks * w;
+                            parts += (t1 - t0) * p.d.group * chunks * w;
                         }
                         _ => kept.push(task),
                     }
@@ -419,8 +443,9 @@ fn attend_layer(p: &Pass<'_, '_>, li: usize, kv: &KvPool, plan: &AttnPlan, s: &m
             ),
             AttnWork::Part {
                 seq,
-                t,
-                pos,
+                t0,
+                t1,
+                pos0,
                 chunks,
                 parts: at,
             } => attend_part(
@@ -430,7 +455,7 @@ fn attend_layer(p: &Pass<'_, '_>, li: usize, kv: &KvPool, plan: &AttnPlan, s: &m
                 qkv,
                 &parts,
                 task.kv_head,
-                (*seq, *t, *pos),
+                (*seq, *t0, *t1, *pos0),
                 chunks.clone(),
                 *at,
             ),
@@ -439,19 +464,24 @@ fn attend_layer(p: &Pass<'_, '_>, li: usize, kv: &KvPool, plan: &AttnPlan, s: &m
     // The split rows: their chunks' partials merged in chunk order.
     let (d, w) = (&p.d, chunk_partial_len(p.d.hd));
     for sp in &plan.splits {
-        for k in 0..d.group {
-            let at = sp.parts + k * sp.chunks * w;
-            let hh = sp.kv_head * d.group + k;
+        for (r, (t, hh)) in block_rows(sp.kv_head, d.group, (sp.t0, sp.t1))
+            .into_iter()
+            .enumerate()
+        {
+            let at = sp.parts + r * sp.chunks * w;
             // SAFETY: the pool's tasks are done; this row's output is written here only.
-            let o = unsafe { out_row(&out, d, sp.t, hh) };
+            let o = unsafe { out_row(&out, d, t, hh) };
             merge_chunks(&s.parts[at..at + sp.chunks * w], d.hd, o);
         }
     }
 }
 
-/// Softmax chunks `chunks` of decode token `t`'s rows (position `pos`) against one KV head,
-/// their partials into the pass's partial buffer at `at` (row `k` at `at + k * chunks_total
-/// * chunk_partial_len`, the split's layout).
+/// Softmax chunks `chunks` of the rows of tokens `t0..t1` (token `t0` at position `pos0`)
+/// against one KV head, their partials into the pass's partial buffer at `at` (row `r` at
+/// `at + r * chunks_total * chunk_partial_len`, the split's layout). The rows go in the
+/// tiles [`attend_block`] would make, and a tile takes only the chunks its own longest row
+/// reaches (the others get empty partials, which the merge skips): each row then has the
+/// bits of the block computed whole.
 #[allow(clippy::too_many_arguments)]
 fn attend_part(
     p: &Pass<'_, '_>,
@@ -460,36 +490,64 @@ fn attend_part(
     qkv: &[f32],
     parts: &OutPtr,
     kv_head: usize,
-    (seq, t, pos): (usize, usize, usize),
+    (seq, t0, t1, pos0): (usize, usize, usize, usize),
     chunks: std::ops::Range<usize>,
     at: usize,
 ) {
     let d = &p.d;
     let g = kv.head(li, p.batch.seqs[seq].pages, kv_head);
-    let total = (pos + 1).div_ceil(SOFTMAX_CHUNK);
+    let total = (pos0 + t1 - t0).div_ceil(SOFTMAX_CHUNK);
     let w = chunk_partial_len(d.hd);
-    let rows = block_rows(kv_head, d.group, (t, t + 1));
-    let qs: Vec<&[f32]> = rows.iter().map(|&(t, hh)| q_row(qkv, d, t, hh)).collect();
-    let lens = vec![pos + 1; rows.len()];
-    // SAFETY: each split row's chunk range is one task's; the buffer holds `plan.parts`.
-    let mut outs: Vec<&mut [f32]> = (0..rows.len())
-        .map(|k| unsafe {
-            std::slice::from_raw_parts_mut(parts.0.add(at + k * total * w), chunks.len() * w)
-        })
-        .collect();
+    let rows = block_rows(kv_head, d.group, (t0, t1));
     ATTN_SCORES.with(|c| {
-        attend_chunks(
-            p.isa,
-            &AttnTile {
-                q: &qs,
-                lens: &lens,
-            },
-            &g,
-            d.scale,
-            &mut c.borrow_mut(),
-            chunks,
-            &mut outs,
-        )
+        let scores = &mut *c.borrow_mut();
+        for (ti, tile) in rows.chunks(MAX_ROWS).enumerate() {
+            let qs: Vec<&[f32]> = tile.iter().map(|&(t, hh)| q_row(qkv, d, t, hh)).collect();
+            let lens: Vec<usize> = tile.iter().map(|&(t, _)| pos0 + (t - t0) + 1).collect();
+            // SAFETY: each split row's chunk range is one task's; the buffer holds
+            // `plan.parts`.
+            let mut outs: Vec<&mut [f32]> = (0..tile.len())
+                .map(|k| unsafe {
+                    let r = ti * MAX_ROWS + k;
+                    std::slice::from_raw_parts_mut(
+                        parts.0.add(at + r * total * w),
+                        chunks.len() * w,
+                    )
+                })
+                .collect();
+            let reach = lens
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(0)
+                .div_ceil(SOFTMAX_CHUNK);
+            let live = chunks.start.min(reach)..chunks.end.min(reach);
+            if !live.is_empty() {
+                let mut head: Vec<&mut [f32]> = outs
+                    .iter_mut()
+                    .map(|o| &mut o[(live.start - chunks.start) * w..])
+                    .collect();
+                attend_chunks(
+                    p.isa,
+                    &AttnTile {
+                        q: &qs,
+                        lens: &lens,
+                    },
+                    &g,
+                    d.scale,
+                    scores,
+                    live.clone(),
+                    &mut head,
+                );
+            }
+            for o in outs.iter_mut() {
+                for c in live.end.max(chunks.start)..chunks.end {
+                    let k = (c - chunks.start) * w;
+                    o[k] = f32::NEG_INFINITY;
+                    o[k + 1] = 0.0;
+                }
+            }
+        }
     });
 }
 
