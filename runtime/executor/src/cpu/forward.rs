@@ -3,7 +3,7 @@
 //! RoPE, K/V into the pages, attention over the pages, output projection) and an MLP block,
 //! then the logits of the rows asked for.
 
-use super::attn_tasks::{AttnTask, AttnWork, Split};
+use super::attn_tasks::{tasks_to_split, AttnTask, AttnWork, Split};
 #[cfg(target_arch = "x86_64")]
 use super::{amx_attention, ATTN_AMX};
 use super::{
@@ -229,36 +229,41 @@ impl AttnPlan {
         }
         let (mut splits, mut parts) = (Vec::new(), 0);
         if let Some(threads) = split_threads {
-            // Rows cost about their length; a task is too big when it alone is more than a
-            // share of what each thread should get (a short chunk over a long context in a
-            // small batch: its 3 KV-head tasks would leave one of 2 threads idle half the
-            // time). The opt-in AMX tiles take multi-row blocks whole (other bits).
-            let cost = |w: &AttnWork| match *w {
-                AttnWork::Block { t0, t1, pos0, .. } => (t1 - t0) * (pos0 + t1 - t0),
-                _ => 0,
-            };
-            let total: usize = tasks.iter().map(|t| cost(&t.work)).sum();
-            let few = tasks.len() < 2 * threads;
+            // A task's work is about rows × positions. When the whole tasks cannot keep every
+            // thread busy to the end (a few long decode rows; a short chunk over a long
+            // context, whose 3 KV-head tasks outweigh everything else; an odd number of equal
+            // rows), the fewest of the largest long ones are split into one task per softmax
+            // chunk, and the tasks then run largest first. The opt-in AMX tiles take
+            // multi-row blocks whole (other bits).
             #[cfg(target_arch = "x86_64")]
             let amx = amx_attention::wanted();
             #[cfg(not(target_arch = "x86_64"))]
             let amx = false;
-            let split = |w: &AttnWork| match *w {
-                AttnWork::Block { t0, t1, pos0, .. } if pos0 + 1 > SOFTMAX_CHUNK => {
-                    if t1 == t0 + 1 {
-                        few
-                    } else {
-                        !amx && cost(w) * 2 * threads > total
-                    }
-                }
-                _ => false,
+            let cost = |w: &AttnWork| match *w {
+                AttnWork::Block { t0, t1, pos0, .. } => (t1 - t0) * (pos0 + t1 - t0),
+                AttnWork::Bundle {
+                    ref members,
+                    shared,
+                } => members.len() * shared,
+                AttnWork::Part { .. } => 0,
             };
-            if tasks.iter().any(|t| split(&t.work)) {
+            let chunks_of = |w: &AttnWork| match *w {
+                AttnWork::Block { t0, t1, pos0, .. }
+                    if pos0 + 1 > SOFTMAX_CHUNK && (t1 == t0 + 1 || !amx) =>
+                {
+                    (pos0 + t1 - t0).div_ceil(SOFTMAX_CHUNK)
+                }
+                _ => 1,
+            };
+            let costs: Vec<usize> = tasks.iter().map(|t| cost(&t.work)).collect();
+            let nparts: Vec<usize> = tasks.iter().map(|t| chunks_of(&t.work)).collect();
+            let chosen = tasks_to_split(&costs, &nparts, threads);
+            if chosen.iter().any(|&b| b) {
                 let w = chunk_partial_len(p.d.hd);
                 let mut kept = Vec::with_capacity(tasks.len());
-                for task in tasks {
+                for ((task, split), c) in tasks.into_iter().zip(chosen).zip(costs) {
                     match task.work {
-                        AttnWork::Block { seq, t0, t1, pos0 } if split(&task.work) => {
+                        AttnWork::Block { seq, t0, t1, pos0 } if split => {
                             let chunks = (pos0 + t1 - t0).div_ceil(SOFTMAX_CHUNK);
                             splits.push(Split {
                                 t0,
@@ -267,25 +272,28 @@ impl AttnPlan {
                                 parts,
                                 chunks,
                             });
-                            for c in 0..chunks {
-                                kept.push(AttnTask {
+                            for ch in 0..chunks {
+                                let part = AttnTask {
                                     kv_head: task.kv_head,
                                     work: AttnWork::Part {
                                         seq,
                                         t0,
                                         t1,
                                         pos0,
-                                        chunks: c..c + 1,
-                                        parts: parts + c * w,
+                                        chunks: ch..ch + 1,
+                                        parts: parts + ch * w,
                                     },
-                                });
+                                };
+                                kept.push((c.div_ceil(chunks), part));
                             }
                             parts += (t1 - t0) * p.d.group * chunks * w;
                         }
-                        _ => kept.push(task),
+                        _ => kept.push((c, task)),
                     }
                 }
-                tasks = kept;
+                // The pool runs tasks from the end: largest first.
+                kept.sort_by_key(|(c, _)| *c);
+                tasks = kept.into_iter().map(|(_, t)| t).collect();
             }
         }
         AttnPlan {
