@@ -800,6 +800,27 @@ fn object_items_count_in_their_innermost_array() {
     }
 }
 
+/// Items under an `anyOf` of open objects (each branch takes undeclared names too).
+#[test]
+fn object_items_under_an_any_of_of_open_objects() {
+    let g = g_bytes(
+        r#"{"type":"array","uniqueItems":true,"items":{"type":"object","anyOf":[{"properties":{"u":{"type":"string"}},"required":["u"]},{"properties":{"m":{"type":"integer"}},"required":["m"]}]}}"#,
+    );
+    assert!(common::accepts_text(&g, r#"[{"u":"a"},{"m":1},{"u":"a","m":1},{"u":"b"}]"#));
+    assert!(!common::accepts_text(&g, r#"[{"u":"a"},{"m":1},{"u":"a"}]"#));
+    assert!(!common::accepts_text(&g, r#"[{"u":"a","m":1},{"m":1,"u":"a"}]"#));
+    // A closed branch could run out of new values: refused.
+    let e = common::compile_bytes(
+        &serde_json::from_str(
+            r#"{"type":"array","uniqueItems":true,"items":{"type":"object","anyOf":[{"properties":{"u":{"type":"string"}}},{"properties":{"m":{"type":"boolean"}},"additionalProperties":false}]}}"#,
+        )
+        .unwrap(),
+    )
+    .err()
+    .expect("a closed branch compiled");
+    assert!(e.to_string().contains("uniqueItems"), "{e}");
+}
+
 /// Another reading of the same text that allows repeats keeps the text going.
 #[test]
 fn object_items_beside_a_reading_that_allows_repeats() {

@@ -369,19 +369,25 @@ fn string_only(item: &Map<String, Value>) -> bool {
 /// The normalised item schema admits objects only, and every object it admits can take one
 /// more property whose name is free: `additionalProperties` absent, `true` or a bare
 /// `type`, no `maxProperties`, `patternProperties` or `propertyNames` (which could leave
-/// finitely many names), and `dependentRequired` / array `dependencies` (they only forbid
-/// or require declared names). Any prefix of such an item can then still end as a value no
-/// earlier item has (finish what is open, then add a property named unlike any key of the
-/// earlier items before the `}`), so refusing the `}` of a repeat is all uniqueness needs.
+/// finitely many names); `dependentRequired` / array `dependencies` (they only forbid or
+/// require declared names) and `anyOf` branches that are such objects too. Any prefix of
+/// such an item can then still end as a value no earlier item has (finish what is open,
+/// then add a property named unlike any key of the earlier items before the `}`: every
+/// object the compiler builds takes undeclared properties in its last gap, and one of a
+/// new name changes neither which branches match nor what is declared), so refusing the
+/// `}` of a repeat is all uniqueness needs.
 fn open_object(item: &Map<String, Value>) -> bool {
     let is_object = match item.get("type") {
         Some(Value::String(t)) => t == "object",
         Some(Value::Array(ts)) => ts.len() == 1 && ts[0] == "object",
         _ => false,
     };
-    if !is_object {
-        return false;
-    }
+    is_object && open_parts(item, 0)
+}
+
+/// The keywords of `s` keep an object open to a property of a free name (see
+/// [`open_object`]); `anyOf` branches are checked the same way, to `depth` 4.
+fn open_parts(s: &Map<String, Value>, depth: u32) -> bool {
     let free_value = |v: &Value| match v {
         Value::Bool(b) => *b,
         Value::Object(m) => m.iter().all(|(k, t)| {
@@ -390,26 +396,30 @@ fn open_object(item: &Map<String, Value>) -> bool {
                     && t.as_str().is_some_and(|t| {
                         matches!(
                             t,
-                            "string"
-                                | "integer"
-                                | "number"
-                                | "boolean"
-                                | "object"
-                                | "array"
-                                | "null"
+                            "string" | "integer" | "number" | "boolean" | "object" | "array" | "null"
                         )
                     }))
         }),
         _ => false,
     };
-    item.iter().all(|(k, v)| match k.as_str() {
-        "type" | "minProperties" => true,
+    s.iter().all(|(k, v)| match k.as_str() {
+        "type" => v == "object" || v.as_array().is_some_and(|t| t.len() == 1 && t[0] == "object"),
+        "minProperties" => true,
         "properties" => v.is_object(),
         "required" => v.is_array(),
         "additionalProperties" => free_value(v),
         "dependentRequired" | "dependencies" => v
             .as_object()
             .is_some_and(|d| d.values().all(Value::is_array)),
+        "anyOf" => {
+            depth < 4
+                && v.as_array().is_some_and(|bs| {
+                    !bs.is_empty()
+                        && bs
+                            .iter()
+                            .all(|b| b.as_object().is_some_and(|b| open_parts(b, depth + 1)))
+                })
+        }
         k => is_annotation(k),
     })
 }
