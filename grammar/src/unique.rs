@@ -35,7 +35,7 @@ struct Frame {
     /// The complete strings and numbers directly in this array: byte ranges (a string's
     /// content without its quotes, a number's text) and whether the item is a number.
     items: Vec<(u32, u32, bool)>,
-    /// The complete objects and arrays directly in this array, by value
+    /// The complete strings, objects and arrays directly in this array, by value
     /// ([`crate::canon`]; `None`: nested past its depth limit). Only kept when the
     /// grammar compares items as values ([`JsonTracker::set_values`]).
     values: Vec<Option<Arc<[u8]>>>,
@@ -59,7 +59,7 @@ pub(crate) struct JsonTracker {
     json_from: u32,
     /// Record object and array items by value ([`JsonTracker::set_values`]).
     values: bool,
-    /// The last byte closed an object or array item (recorded by value).
+    /// The last byte closed a string, object or array item (recorded by value).
     closed_value: bool,
     /// The counted string being written (`crate::length`). Not rebuilt by
     /// [`JsonTracker::truncate`]: it depends on the automaton, so the matcher keeps it per
@@ -110,6 +110,11 @@ impl JsonTracker {
                 let start = self.str_start;
                 if let Some(f) = self.frames.last_mut().filter(|f| f.array) {
                     f.items.push((start, pos, false));
+                    if self.values {
+                        let text = &self.bytes[start as usize - 1..];
+                        f.values.push(crate::canon::canonical(text).map(Arc::from));
+                        self.closed_value = true;
+                    }
                 }
             }
             return;
@@ -163,15 +168,15 @@ impl JsonTracker {
         }
     }
 
-    /// Records the objects and arrays that are array items by value, for the grammars
-    /// that compare items as values (`Nfa::unique_after`).
+    /// Records the strings, objects and arrays that are array items by value, for the
+    /// grammars that compare items as values (`Nfa::unique_after`).
     pub fn set_values(&mut self) {
         self.values = true;
     }
 
-    /// The last byte closed an object or array item equal to an earlier object or array
-    /// item of the same array. Items too deep to compare count as equal to each other
-    /// (stricter, never looser).
+    /// The last byte closed a string, object or array item equal to an earlier item of
+    /// the same array. Items too deep to compare count as equal to each other (stricter,
+    /// never looser).
     fn closed_repeat(&self) -> bool {
         if !self.closed_value {
             return false;
@@ -186,8 +191,8 @@ impl JsonTracker {
         })
     }
 
-    /// Would `bytes`, written from here, close an object or array that is an item of an
-    /// array with object or array items before it? (What may close a repeated value.)
+    /// Would `bytes`, written from here, close a string, object or array that is an item
+    /// of an array with such items before it? (What may close a repeated value.)
     fn may_close_value(&self, bytes: &[u8]) -> bool {
         let (mut in_str, mut esc) = (self.in_str, self.esc);
         // Frames the token opens: whether each is an array.
@@ -201,6 +206,18 @@ impl JsonTracker {
                     esc = true;
                 } else if b == b'"' {
                     in_str = false;
+                    // A string directly in an array is an item.
+                    let repeat_may = match opened.last() {
+                        Some(&a) => a,
+                        None => {
+                            depth > 0
+                                && self.frames[depth - 1].array
+                                && !self.frames[depth - 1].values.is_empty()
+                        }
+                    };
+                    if repeat_may {
+                        return true;
+                    }
                 }
                 continue;
             }
@@ -639,9 +656,9 @@ const DETOUR_BUDGET: u32 = 20_000;
 /// Most bytes [`closing_detour`] adds to the shortest close.
 const DETOUR_SLACK: u32 = 64;
 
-/// Where the shortest close would end an object or array item equal to an earlier one
-/// (`Nfa::unique_after`): the shortest text that closes the open container as a new
-/// value instead (an iterative deepening search over the bytes the automaton takes, one
+/// Where the shortest close would end an item equal to an earlier one
+/// (`Nfa::unique_after`): the shortest text that closes the open item as a new value
+/// instead (an iterative deepening search over the bytes the automaton takes, one
 /// byte per distinct next configuration, in order of the bytes left after it). `None` when
 /// none is found within [`DETOUR_SLACK`] extra bytes and [`DETOUR_BUDGET`] steps.
 pub(crate) fn closing_detour(
@@ -650,10 +667,14 @@ pub(crate) fn closing_detour(
     c: ConfigId,
     tracker: &mut JsonTracker,
 ) -> Option<Vec<u8>> {
-    let depth = tracker.frames.len();
-    if depth == 0 {
-        return None;
-    }
+    // The item closes when the text is back at its array: a string item's array is the
+    // top frame, a container item's the one below it.
+    let top = tracker.frames.last()?;
+    let depth = if tracker.in_str && top.array {
+        tracker.frames.len()
+    } else {
+        tracker.frames.len() - 1
+    };
     let m = lazy.configs[c as usize].min_bytes;
     let mut budget = DETOUR_BUDGET;
     let mut path = Vec::new();
@@ -669,7 +690,8 @@ pub(crate) fn closing_detour(
 }
 
 /// Depth-first part of [`closing_detour`]: a path from `c` of at most `limit` bytes in all
-/// (bytes so far plus the fewest bytes left) that closes the container open at `depth`.
+/// (bytes so far plus the fewest bytes left) that closes an item of the array at `depth`
+/// frames.
 #[allow(clippy::too_many_arguments)]
 fn detour_within(
     nfa: &Nfa,
@@ -711,7 +733,7 @@ fn detour_within(
         let mut found = false;
         if n != DEAD {
             path.push(b);
-            found = tracker.frames.len() < depth
+            found = (tracker.closed_value && tracker.frames.len() == depth)
                 || detour_within(nfa, lazy, n, tracker, depth, limit, path, budget);
             if !found {
                 path.pop();
@@ -750,12 +772,13 @@ pub(crate) fn refine_mask(
         }
     };
     if !nfa.unique_after.is_empty() {
-        // Tokens that close an object or array item of an array with such items before:
-        // each is followed (few are allowed where one can close).
-        for byte in [b'}', b']'] {
+        // Tokens that close a string, object or array item of an array with such items
+        // before: each is followed (few are allowed where one can close).
+        for (i, byte) in [b'}', b']', b'"'].into_iter().enumerate() {
             for &t in vocab.tokens_with_byte(byte).iter() {
                 let bytes = vocab.token_bytes(t).unwrap_or(&[]);
-                if byte == b']' && bytes.contains(&b'}') {
+                // Each token once.
+                if [b'}', b']'][..i].iter().any(|x| bytes.contains(x)) {
                     continue;
                 }
                 if is_set(mask, t) && tracker.may_close_value(bytes) {

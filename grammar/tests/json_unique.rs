@@ -100,8 +100,10 @@ fn items_of_other_kinds_stay_refused() {
         r#"{"type":"array","items":{"type":"object","propertyNames":{"maxLength":1}},"uniqueItems":true}"#,
         r#"{"type":"array","items":{"type":"object","patternProperties":{"^x":{"type":"integer"}}},"uniqueItems":true}"#,
         r#"{"type":"array","items":{"type":"object","additionalProperties":{"type":"string","maxLength":0}},"uniqueItems":true}"#,
-        // Objects beside strings.
-        r#"{"type":"array","items":{"type":["object","string"]},"uniqueItems":true}"#,
+        // Objects beside bounded strings, or beside numbers.
+        r#"{"type":"array","items":{"type":["object","string"],"maxLength":3},"uniqueItems":true}"#,
+        r#"{"type":"array","items":{"anyOf":[{"type":"object"},{"type":"string","pattern":"^a"}]},"uniqueItems":true}"#,
+        r#"{"type":"array","items":{"type":["object","number"]},"uniqueItems":true}"#,
         r#"{"type":"array","items":{"type":["string","null"],"maxLength":3},"uniqueItems":true}"#,
         // A finite item set might not reach minItems.
         r#"{"type":"array","items":{"type":"string","maxLength":3},"uniqueItems":true,"minItems":2}"#,
@@ -806,9 +808,18 @@ fn object_items_under_an_any_of_of_open_objects() {
     let g = g_bytes(
         r#"{"type":"array","uniqueItems":true,"items":{"type":"object","anyOf":[{"properties":{"u":{"type":"string"}},"required":["u"]},{"properties":{"m":{"type":"integer"}},"required":["m"]}]}}"#,
     );
-    assert!(common::accepts_text(&g, r#"[{"u":"a"},{"m":1},{"u":"a","m":1},{"u":"b"}]"#));
-    assert!(!common::accepts_text(&g, r#"[{"u":"a"},{"m":1},{"u":"a"}]"#));
-    assert!(!common::accepts_text(&g, r#"[{"u":"a","m":1},{"m":1,"u":"a"}]"#));
+    assert!(common::accepts_text(
+        &g,
+        r#"[{"u":"a"},{"m":1},{"u":"a","m":1},{"u":"b"}]"#
+    ));
+    assert!(!common::accepts_text(
+        &g,
+        r#"[{"u":"a"},{"m":1},{"u":"a"}]"#
+    ));
+    assert!(!common::accepts_text(
+        &g,
+        r#"[{"u":"a","m":1},{"m":1,"u":"a"}]"#
+    ));
     // A closed branch could run out of new values: refused.
     let e = common::compile_bytes(
         &serde_json::from_str(
@@ -816,8 +827,7 @@ fn object_items_under_an_any_of_of_open_objects() {
         )
         .unwrap(),
     )
-    .err()
-    .expect("a closed branch compiled");
+    .expect_err("a closed branch compiled");
     assert!(e.to_string().contains("uniqueItems"), "{e}");
 }
 
@@ -1005,4 +1015,73 @@ fn object_items_written_from_a_short_list_repeat_and_are_refused() {
         refused >= 6 && written >= 16,
         "{refused} refused, {written} written"
     );
+}
+
+/// Free strings beside open objects (`type: [string, object]`): strings are not written in
+/// one spelling here (they are not item strings of their own), so they are compared by
+/// value too: `"A"` and `"\u0041"` are one item.
+const MIXED: &str = r#"{"type":"array","uniqueItems":true,"items":{"anyOf":[{"type":"string"},{"type":"object","properties":{"k":{"type":"string"}},"required":["k"]}]}}"#;
+
+#[test]
+fn free_strings_beside_open_objects() {
+    for schema in [
+        r#"{"type":"array","uniqueItems":true,"items":{"type":["string","object"]}}"#,
+        MIXED,
+    ] {
+        let g = g_bytes(schema);
+        for ok in [
+            r#"["a",{"k":"a"},"b","",{"k":"a","x":1},"{}","\"a\""]"#,
+            r#"["a\"b","a\\b","ab"]"#,
+        ] {
+            assert!(common::accepts_text(&g, ok), "{schema}: {ok}");
+        }
+        for bad in [
+            r#"["a","a"]"#,
+            r#"["A","\u0041"]"#,
+            r#"["/","\/"]"#,
+            r#"["é","\u00e9"]"#,
+            r#"[{"k":"a"},"b",{"k":"a"}]"#,
+            r#"[{"k":"a","x":1},{"x":1.0,"k":"a"}]"#,
+        ] {
+            assert!(!common::accepts_text(&g, bad), "{schema}: {bad}");
+        }
+    }
+}
+
+/// Independent check for [`MIXED`]: strings and objects with a string `k`, no two equal.
+fn mixed_ok(text: &[u8]) -> bool {
+    let Ok(Value::Array(items)) = serde_json::from_slice::<Value>(text) else {
+        return false;
+    };
+    let shape = items
+        .iter()
+        .all(|it| it.is_string() || it.get("k").is_some_and(Value::is_string));
+    let distinct = items
+        .iter()
+        .enumerate()
+        .all(|(i, x)| items[..i].iter().all(|y| !json_eq(x, y)));
+    shape && distinct
+}
+
+/// Llama-3 random walks on [`MIXED`] among a few short pieces (so that strings repeat,
+/// also through `\u` escapes): masks against the byte-by-byte reference, planned closes
+/// validated independently.
+#[test]
+fn free_strings_beside_open_objects_masks_match_the_byte_reference() {
+    let Some(tok) = common::llama3() else { return };
+    let g = llama3_grammar(MIXED).unwrap();
+    let pieces: Vec<Vec<u8>> = [
+        "\"", "a", "\",\"", "\",", "\\u", "004", "1", "{\"", "k", "\":\"", "\"}", "},",
+    ]
+    .iter()
+    .filter(|p| tok.tokenize(p).len() == 1)
+    .map(|p| p.as_bytes().to_vec())
+    .collect();
+    assert!(pieces.len() >= 9, "{}", pieces.len());
+    let prefer = |b: &[u8]| pieces.iter().any(|p| p == b);
+    let start = |w: usize| match w % 2 {
+        0 => b"[".to_vec(),
+        _ => br#"["a","A",{"k":"a"},"#.to_vec(),
+    };
+    common::random_walks(&g, 31, 10, 40, &start, &prefer, 0.9, &mixed_ok);
 }

@@ -56,7 +56,7 @@ impl JsonCompiler<'_> {
             return Ok(None);
         };
         let Some(item_min) = free_string_min(&item) else {
-            if open_object(&item) {
+            if free_values(&item) {
                 return self.unique_values(from, &item, min, max, ptr);
             }
             return self.unique_bounded(from, &item, min, max, ptr);
@@ -366,6 +366,61 @@ fn string_only(item: &Map<String, Value>) -> bool {
     }
 }
 
+/// The normalised item schema admits free strings (`free_string_min`) and objects open to
+/// a free name (`open_object`), and nothing else: as `type: [string, object]` with keywords
+/// of either kind, or as `anyOf` / `oneOf` branches each of which is one of them (a `oneOf`
+/// with at most one branch of each type, so that no value matches two). From any prefix of
+/// a free string, too, infinitely many values can be written.
+fn free_values(item: &Map<String, Value>) -> bool {
+    if open_object(item) {
+        return true;
+    }
+    if let Some(Value::Array(ts)) = item.get("type") {
+        let kinds_ok = !ts.is_empty() && ts.iter().all(|t| t == "string" || t == "object");
+        let mut strings = Map::new();
+        let mut objects = Map::new();
+        for (k, v) in item {
+            match k.as_str() {
+                "type" => {}
+                "minLength" | "format" => {
+                    strings.insert(k.clone(), v.clone());
+                }
+                _ => {
+                    objects.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        strings.insert("type".into(), "string".into());
+        return kinds_ok
+            && !item.contains_key("anyOf")
+            && free_string_min(&strings).is_some()
+            && open_parts(&objects, 0);
+    }
+    let (branches, one) = match (item.get("anyOf"), item.get("oneOf")) {
+        (Some(Value::Array(b)), None) => (b, false),
+        (None, Some(Value::Array(b))) => (b, true),
+        _ => return false,
+    };
+    if item
+        .keys()
+        .any(|k| k != "anyOf" && k != "oneOf" && !is_annotation(k))
+    {
+        return false;
+    }
+    let (mut strings, mut objects) = (0, 0);
+    for b in branches {
+        let Some(b) = b.as_object() else { return false };
+        if free_string_min(b).is_some() {
+            strings += 1;
+        } else if open_object(b) {
+            objects += 1;
+        } else {
+            return false;
+        }
+    }
+    !branches.is_empty() && (!one || (strings <= 1 && objects <= 1))
+}
+
 /// The normalised item schema admits objects only, and every object it admits can take one
 /// more property whose name is free: `additionalProperties` absent, `true` or a bare
 /// `type`, no `maxProperties`, `patternProperties` or `propertyNames` (which could leave
@@ -396,14 +451,24 @@ fn open_parts(s: &Map<String, Value>, depth: u32) -> bool {
                     && t.as_str().is_some_and(|t| {
                         matches!(
                             t,
-                            "string" | "integer" | "number" | "boolean" | "object" | "array" | "null"
+                            "string"
+                                | "integer"
+                                | "number"
+                                | "boolean"
+                                | "object"
+                                | "array"
+                                | "null"
                         )
                     }))
         }),
         _ => false,
     };
     s.iter().all(|(k, v)| match k.as_str() {
-        "type" => v == "object" || v.as_array().is_some_and(|t| t.len() == 1 && t[0] == "object"),
+        "type" => {
+            v == "object"
+                || v.as_array()
+                    .is_some_and(|t| t.len() == 1 && t[0] == "object")
+        }
         "minProperties" => true,
         "properties" => v.is_object(),
         "required" => v.is_array(),
