@@ -255,6 +255,55 @@ impl Parser<'_> {
     }
 }
 
+/// The UTF-16 code units that the body of an open string (`body`: after its opening quote,
+/// no closing quote) certainly starts with — an escape or a UTF-8 character cut short at
+/// the end is left out — and whether they are the whole body. `None` when the body is not
+/// JSON string text.
+pub(crate) fn open_string_units(body: &[u8]) -> Option<(Vec<u16>, bool)> {
+    let mut p = Parser { s: body, i: 0 };
+    let mut units = Vec::new();
+    while p.i < body.len() {
+        let at = p.i;
+        // One character: parse it as a one-character string, in a copy.
+        let len = match body[at] {
+            b'\\' if body.get(at + 1) == Some(&b'u') => 6,
+            b'\\' => 2,
+            0..=0x7f => 1,
+            0xc0..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf7 => 4,
+            _ => return None,
+        };
+        if at + len > body.len() {
+            return Some((units, false));
+        }
+        let mut one = Vec::with_capacity(len + 2);
+        one.push(b'"');
+        one.extend_from_slice(&body[at..at + len]);
+        one.push(b'"');
+        let mut q = Parser { s: &one, i: 0 };
+        let mut out = Vec::new();
+        q.string(&mut out)?;
+        units.extend(
+            out[5..]
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]])),
+        );
+        p.i = at + len;
+    }
+    Some((units, true))
+}
+
+/// The UTF-16 code units of a string's canonical form ([`canonical`]), `None` for another
+/// kind of value.
+pub(crate) fn string_units(form: &[u8]) -> Option<impl Iterator<Item = u16> + '_> {
+    (form.first() == Some(&b's')).then(|| {
+        form[5..]
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+    })
+}
+
 /// `±digits + k` in canonical decimal (`-` then digits without leading zeros; `0` for
 /// zero), for exponents of any length.
 fn add_small(neg: bool, digits: &[u8], k: i64) -> Vec<u8> {
@@ -367,6 +416,25 @@ mod tests {
         ] {
             assert!(!same(a, b), "{a} vs {b}");
         }
+    }
+
+    #[test]
+    fn open_strings_give_the_units_they_start_with() {
+        let units = |t: &str| super::open_string_units(t.as_bytes()).unwrap().0;
+        let of = |t: &str| {
+            let f = canonical(t.as_bytes()).unwrap();
+            super::string_units(&f).unwrap().collect::<Vec<u16>>()
+        };
+        assert_eq!(units("ab"), of(r#""ab""#));
+        assert_eq!(units(r#"a\u0041"#), of(r#""aA""#));
+        assert_eq!(units(r#"a\u004"#), of(r#""a""#));
+        assert_eq!(units(r#"a\"#), of(r#""a""#));
+        assert_eq!(units("é"), of(r#""é""#));
+        assert_eq!(
+            super::open_string_units(b"a\xc3").unwrap(),
+            (of(r#""a""#), false)
+        );
+        assert_eq!(units(r#"\n\/"#), of("\"\\n/\""));
     }
 
     #[test]

@@ -191,14 +191,42 @@ impl JsonTracker {
         })
     }
 
+    /// For the open string, an item of the innermost array: the rests (in UTF-16 code
+    /// units) of the earlier string items that start with the characters it has, i.e.
+    /// what would make it a repeat before its closing quote. `None` when that cannot be
+    /// told (not such a string, or an escape or character cut short at its end).
+    fn open_string_rests(&self) -> Option<Vec<Vec<u16>>> {
+        if !self.in_str || self.esc {
+            return None;
+        }
+        let f = self.frames.last().filter(|f| f.array)?;
+        let (units, whole) =
+            crate::canon::open_string_units(&self.bytes[self.str_start as usize..])?;
+        if !whole {
+            return None;
+        }
+        let mut rests = Vec::new();
+        for v in &f.values {
+            let Some(mut it) = crate::canon::string_units(v.as_deref()?) else {
+                continue;
+            };
+            if units.iter().all(|&u| it.next() == Some(u)) {
+                rests.push(it.collect());
+            }
+        }
+        Some(rests)
+    }
+
     /// Would `bytes`, written from here, close a string, object or array that is an item
-    /// of an array with such items before it? (What may close a repeated value.)
-    fn may_close_value(&self, bytes: &[u8]) -> bool {
+    /// of an array with such items before it? (What may close a repeated value.) `rests`:
+    /// those of the string open here ([`JsonTracker::open_string_rests`]).
+    fn may_close_value(&self, bytes: &[u8], rests: Option<&[Vec<u16>]>) -> bool {
+        let mut first = self.in_str;
         let (mut in_str, mut esc) = (self.in_str, self.esc);
         // Frames the token opens: whether each is an array.
         let mut opened: Vec<bool> = Vec::new();
         let mut depth = self.frames.len();
-        for &b in bytes {
+        for (i, &b) in bytes.iter().enumerate() {
             if in_str {
                 if esc {
                     esc = false;
@@ -206,6 +234,33 @@ impl JsonTracker {
                     esc = true;
                 } else if b == b'"' {
                     in_str = false;
+                    if std::mem::take(&mut first) {
+                        // The string open here: an item when the top frame is an array; a
+                        // repeat only if what the token writes before the quote is the rest
+                        // of an earlier item.
+                        let item = self
+                            .frames
+                            .last()
+                            .is_some_and(|f| f.array && !f.values.is_empty());
+                        let pre = &bytes[..i];
+                        let repeat_may = item
+                            && match rests {
+                                None => true,
+                                Some([]) => false,
+                                Some(rests) => match std::str::from_utf8(pre) {
+                                    Ok(t) if !pre.contains(&b'\\') => {
+                                        let u: Vec<u16> = t.encode_utf16().collect();
+                                        rests.contains(&u)
+                                    }
+                                    _ => crate::canon::open_string_units(pre)
+                                        .is_none_or(|(u, whole)| !whole || rests.contains(&u)),
+                                },
+                            };
+                        if repeat_may {
+                            return true;
+                        }
+                        continue;
+                    }
                     // A string directly in an array is an item.
                     let repeat_may = match opened.last() {
                         Some(&a) => a,
@@ -773,15 +828,20 @@ pub(crate) fn refine_mask(
     };
     if !nfa.unique_after.is_empty() {
         // Tokens that close a string, object or array item of an array with such items
-        // before: each is followed (few are allowed where one can close).
+        // before: each is followed (few are allowed where one can close). A string item
+        // that no earlier item starts like cannot close as a repeat.
+        let rests = tracker.open_string_rests();
         for (i, byte) in [b'}', b']', b'"'].into_iter().enumerate() {
             for &t in vocab.tokens_with_byte(byte).iter() {
+                if !is_set(mask, t) {
+                    continue;
+                }
                 let bytes = vocab.token_bytes(t).unwrap_or(&[]);
                 // Each token once.
                 if [b'}', b']'][..i].iter().any(|x| bytes.contains(x)) {
                     continue;
                 }
-                if is_set(mask, t) && tracker.may_close_value(bytes) {
+                if tracker.may_close_value(bytes, rests.as_deref()) {
                     check(lazy, mask, tracker, t);
                 }
             }
