@@ -1,5 +1,5 @@
-//! Enforcing `uniqueItems` on arrays of strings and of numbers while matching (see
-//! `json/unique.rs` for what the compiler guarantees).
+//! Enforcing `uniqueItems` on arrays of strings, of numbers and of open objects while
+//! matching (see `json/unique.rs` for what the compiler guarantees).
 //!
 //! The matcher of a grammar with unique-item arrays keeps the text it accepted and a
 //! [`JsonTracker`] over it. Before the closing quote of a string that repeats an earlier
@@ -18,6 +18,13 @@
 //! checked with [`can_end_new`] (a walk along the earlier items' rests, looking for a byte
 //! off all of them that the automaton takes), so the text never enters a dead end: masks,
 //! `accept_token` and `try_advance_bytes` agree, and the planned close avoids repeats.
+//!
+//! Arrays of values (open objects, free strings beside them: [`crate::nfa::Nfa::unique_after`])
+//! are compared by value: the tracker keeps each string, object and array item's canonical
+//! form ([`crate::canon`]), and right after the byte that closes one equal to an earlier
+//! item the threads in the states that follow an item are dropped. Masks follow every
+//! allowed token that may close such an item; the planned close searches for a text that
+//! ends the item as a new value ([`closing_detour`]).
 
 use std::sync::Arc;
 

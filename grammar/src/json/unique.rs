@@ -1,4 +1,5 @@
-//! `uniqueItems` on arrays of strings and of integers.
+//! `uniqueItems` on arrays of strings, of integers, and of objects open to a free property
+//! name (also beside free strings).
 //!
 //! Uniqueness of unbounded strings is not a regular property, so the automaton alone cannot
 //! enforce it. The compiler builds the array as usual but records its states; the matcher
@@ -28,6 +29,13 @@
 //! exponent, no leading zero, no `-0`: `formats::int_range`). A finite item set allows
 //! `minItems` of at most 1, so a used-up set never keeps the array from closing; integers
 //! unbounded on a side have infinitely many values and take any `minItems`.
+//!
+//! Objects open to a free property name, and free strings beside them (`unique_values`):
+//! equal values have many texts here (keys in any order, every spelling of a string or a
+//! number), so items are compared as values (`crate::canon`) right after the byte that
+//! closes them, and only the states that follow each item are recorded
+//! (`Builder::unique_after`). No prefix is a dead end: a property of a name no earlier item
+//! has can always be added before the `}` (`open_object`).
 
 use serde_json::{Map, Value};
 
