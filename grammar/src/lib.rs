@@ -57,6 +57,7 @@
 #![warn(missing_docs)]
 
 mod cache;
+mod canon;
 mod gbnf;
 mod json;
 mod lazy;
@@ -514,9 +515,14 @@ impl CompiledGrammar {
         self.start
     }
 
-    /// True when matching must enforce `uniqueItems` on string items (`unique.rs`).
+    /// True when matching must enforce `uniqueItems` (`unique.rs`).
     pub(crate) fn has_unique(&self) -> bool {
         self.nfa.has_unique()
+    }
+
+    /// True when matching must compare whole item values (`unique.rs`, object items).
+    pub(crate) fn has_unique_values(&self) -> bool {
+        !self.nfa.unique_after.is_empty()
     }
 
     /// True when matching must count the characters of long strings (`length.rs`).

@@ -36,8 +36,12 @@ impl Matcher {
     pub fn new(grammar: Arc<CompiledGrammar>) -> Self {
         let start = grammar.start_config();
         let uniq = (grammar.has_unique() || grammar.has_long_strings()).then(|| {
+            let mut tracker = JsonTracker::default();
+            if grammar.has_unique_values() {
+                tracker.set_values();
+            }
             Box::new(UniqueText {
-                tracker: JsonTracker::default(),
+                tracker,
                 marks: vec![0],
                 counts: vec![Default::default()],
             })
@@ -469,6 +473,20 @@ impl Matcher {
                         if n != DEAD && lazy.configs[n as usize].min_bytes == m - 1 {
                             found = Some((b, n));
                             break 'outer;
+                        }
+                    }
+                }
+                // With object items compared as values, where the shortest close would
+                // end a repeated item, the shortest text that ends it as a new one.
+                if let (Some(t), Some((b, _))) = (&mut tracker, found) {
+                    if !nfa.unique_after.is_empty() && !unique::allows(nfa, lazy, c, t, &[b]) {
+                        if let Some(path) = unique::closing_detour(nfa, lazy, c, t) {
+                            c = unique::advance(nfa, lazy, c, t, &path);
+                            if c == DEAD {
+                                break;
+                            }
+                            out.extend_from_slice(&path);
+                            continue;
                         }
                     }
                 }

@@ -215,6 +215,11 @@ pub(crate) struct Builder {
     /// may run out of completions (`json/unique.rs`): the matcher also checks, inside them,
     /// that a prefix can still end as a new item.
     pub unique_arrays: Vec<(StateId, StateId)>,
+    /// `[lo, hi)` state ranges that follow an item of a `uniqueItems` array whose items are
+    /// compared as values (objects, `json/unique.rs`): the whitespace, `,` and `]` after
+    /// an item. Right after the byte that closes an item equal to an earlier one, the
+    /// matcher drops the threads there.
+    pub unique_after: Vec<(StateId, StateId)>,
     /// Regex × character-count products with a maximum (`regex::emit_hir_len`); the mask
     /// code shares masks between their counts (see [`Nfa::count_representatives`]).
     pub counted: Vec<CountedProduct>,
@@ -236,6 +241,7 @@ impl Builder {
             key_rules: Vec::new(),
             unique_ranges: Vec::new(),
             unique_arrays: Vec::new(),
+            unique_after: Vec::new(),
             counted: Vec::new(),
             long_strings: Vec::new(),
             text_ranges: Vec::new(),
@@ -365,6 +371,7 @@ impl Builder {
             key_rules: self.key_rules,
             unique_ranges: self.unique_ranges,
             unique_arrays: self.unique_arrays,
+            unique_after: self.unique_after,
             counted: self.counted,
             long_strings: self.long_strings,
             long_room: u32::MAX,
@@ -374,6 +381,7 @@ impl Builder {
         };
         nfa.unique_ranges.sort_unstable();
         nfa.unique_arrays.sort_unstable();
+        nfa.unique_after.sort_unstable();
         nfa.text_ranges.sort_unstable();
         nfa.trim(self.budget.deadline)?;
         nfa.compute_distances(self.budget.deadline)?;
@@ -402,6 +410,8 @@ pub(crate) struct Nfa {
     pub unique_ranges: Vec<(StateId, StateId)>,
     /// See [`Builder::unique_arrays`] (sorted, disjoint, apart from `unique_ranges`).
     pub unique_arrays: Vec<(StateId, StateId)>,
+    /// See [`Builder::unique_after`] (sorted, disjoint).
+    pub unique_after: Vec<(StateId, StateId)>,
     /// See [`Builder::counted`].
     pub counted: Vec<CountedProduct>,
     /// See [`Builder::long_strings`] (sorted, disjoint).
@@ -420,7 +430,15 @@ pub(crate) struct Nfa {
 impl Nfa {
     /// True when matching must enforce `uniqueItems` (`crate::unique`).
     pub fn has_unique(&self) -> bool {
-        !self.unique_ranges.is_empty() || !self.unique_arrays.is_empty()
+        !self.unique_ranges.is_empty()
+            || !self.unique_arrays.is_empty()
+            || !self.unique_after.is_empty()
+    }
+
+    /// True when `s` follows an item of a `uniqueItems` array of values (see
+    /// [`Builder::unique_after`]).
+    pub fn in_unique_after(&self, s: StateId) -> bool {
+        in_ranges(&self.unique_after, s)
     }
 
     /// True when `s` is inside the string body of a `uniqueItems` item, or inside a whole

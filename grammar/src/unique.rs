@@ -1,5 +1,5 @@
-//! Enforcing `uniqueItems` on arrays of strings and of numbers while matching (see
-//! `json/unique.rs` for what the compiler guarantees).
+//! Enforcing `uniqueItems` on arrays of strings, of numbers and of open objects while
+//! matching (see `json/unique.rs` for what the compiler guarantees).
 //!
 //! The matcher of a grammar with unique-item arrays keeps the text it accepted and a
 //! [`JsonTracker`] over it. Before the closing quote of a string that repeats an earlier
@@ -18,6 +18,15 @@
 //! checked with [`can_end_new`] (a walk along the earlier items' rests, looking for a byte
 //! off all of them that the automaton takes), so the text never enters a dead end: masks,
 //! `accept_token` and `try_advance_bytes` agree, and the planned close avoids repeats.
+//!
+//! Arrays of values (open objects, free strings beside them: [`crate::nfa::Nfa::unique_after`])
+//! are compared by value: the tracker keeps each string, object and array item's canonical
+//! form ([`crate::canon`]), and right after the byte that closes one equal to an earlier
+//! item the threads in the states that follow an item are dropped. Masks follow every
+//! allowed token that may close such an item; the planned close searches for a text that
+//! ends the item as a new value ([`closing_detour`]).
+
+use std::sync::Arc;
 
 use crate::lazy::{ConfigId, Lazy, DEAD};
 use crate::nfa::Nfa;
@@ -28,9 +37,15 @@ use crate::vocab::TokenVocab;
 struct Frame {
     /// An array (else an object).
     array: bool,
+    /// Where its `[` or `{` is.
+    start: u32,
     /// The complete strings and numbers directly in this array: byte ranges (a string's
     /// content without its quotes, a number's text) and whether the item is a number.
     items: Vec<(u32, u32, bool)>,
+    /// The complete strings, objects and arrays directly in this array, by value
+    /// ([`crate::canon`]; `None`: nested past its depth limit). Only kept when the
+    /// grammar compares items as values ([`JsonTracker::set_values`]).
+    values: Vec<Option<Arc<[u8]>>>,
     /// An array where the next value would be a new item (after `[` or `,`).
     expect_item: bool,
 }
@@ -49,6 +64,10 @@ pub(crate) struct JsonTracker {
     num_start: Option<u32>,
     /// Bytes before this were free text, not JSON ([`JsonTracker::forget_json`]).
     json_from: u32,
+    /// Record object and array items by value ([`JsonTracker::set_values`]).
+    values: bool,
+    /// The last byte closed a string, object or array item (recorded by value).
+    closed_value: bool,
     /// The counted string being written (`crate::length`). Not rebuilt by
     /// [`JsonTracker::truncate`]: it depends on the automaton, so the matcher keeps it per
     /// history entry.
@@ -64,6 +83,7 @@ pub(crate) struct Checkpoint {
     str_start: u32,
     num_start: Option<u32>,
     json_from: u32,
+    closed_value: bool,
     count: crate::length::Count,
 }
 
@@ -86,6 +106,7 @@ impl JsonTracker {
     pub fn push(&mut self, b: u8) {
         let pos = self.bytes.len() as u32;
         self.bytes.push(b);
+        self.closed_value = false;
         if self.in_str {
             if self.esc {
                 self.esc = false;
@@ -96,6 +117,11 @@ impl JsonTracker {
                 let start = self.str_start;
                 if let Some(f) = self.frames.last_mut().filter(|f| f.array) {
                     f.items.push((start, pos, false));
+                    if self.values {
+                        let text = &self.bytes[start as usize - 1..];
+                        f.values.push(crate::canon::canonical(text).map(Arc::from));
+                        self.closed_value = true;
+                    }
                 }
             }
             return;
@@ -128,14 +154,169 @@ impl JsonTracker {
             }
             b'[' | b'{' => self.frames.push(Frame {
                 array: b == b'[',
+                start: pos,
                 items: Vec::new(),
+                values: Vec::new(),
                 expect_item: b == b'[',
             }),
             b']' | b'}' => {
-                self.frames.pop();
+                let closed = self.frames.pop();
+                if self.values {
+                    if let (Some(c), Some(f)) = (closed, self.frames.last_mut()) {
+                        if f.array {
+                            let text = &self.bytes[c.start as usize..];
+                            f.values.push(crate::canon::canonical(text).map(Arc::from));
+                            self.closed_value = true;
+                        }
+                    }
+                }
             }
             _ => {}
         }
+    }
+
+    /// Records the strings, objects and arrays that are array items by value, for the
+    /// grammars that compare items as values (`Nfa::unique_after`).
+    pub fn set_values(&mut self) {
+        self.values = true;
+    }
+
+    /// The last byte closed a string, object or array item equal to an earlier item of
+    /// the same array. Items too deep to compare count as equal to each other (stricter,
+    /// never looser).
+    fn closed_repeat(&self) -> bool {
+        if !self.closed_value {
+            return false;
+        }
+        let Some((last, earlier)) = self.frames.last().and_then(|f| f.values.split_last()) else {
+            return false;
+        };
+        earlier.iter().any(|v| match (v, last) {
+            (Some(a), Some(b)) => a == b,
+            (None, None) => true,
+            _ => false,
+        })
+    }
+
+    /// For the open string, an item of the innermost array: the rests (in UTF-16 code
+    /// units) of the earlier string items that start with the characters it has, i.e.
+    /// what would make it a repeat before its closing quote. `None` when that cannot be
+    /// told (not such a string, or an escape or character cut short at its end).
+    fn open_string_rests(&self) -> Option<Vec<Vec<u16>>> {
+        if !self.in_str || self.esc {
+            return None;
+        }
+        let f = self.frames.last().filter(|f| f.array)?;
+        let (units, whole) =
+            crate::canon::open_string_units(&self.bytes[self.str_start as usize..])?;
+        if !whole {
+            return None;
+        }
+        let mut rests = Vec::new();
+        for v in &f.values {
+            let Some(mut it) = crate::canon::string_units(v.as_deref()?) else {
+                continue;
+            };
+            if units.iter().all(|&u| it.next() == Some(u)) {
+                rests.push(it.collect());
+            }
+        }
+        Some(rests)
+    }
+
+    /// Would `bytes`, written from here, close a string, object or array that is an item
+    /// of an array with such items before it? (What may close a repeated value.) `rests`:
+    /// those of the string open here ([`JsonTracker::open_string_rests`]).
+    fn may_close_value(&self, bytes: &[u8], rests: Option<&[Vec<u16>]>) -> bool {
+        let mut first = self.in_str;
+        let (mut in_str, mut esc) = (self.in_str, self.esc);
+        // Frames the token opens: whether each is an array.
+        let mut opened: Vec<bool> = Vec::new();
+        let mut depth = self.frames.len();
+        for (i, &b) in bytes.iter().enumerate() {
+            if in_str {
+                if esc {
+                    esc = false;
+                } else if b == b'\\' {
+                    esc = true;
+                } else if b == b'"' {
+                    in_str = false;
+                    if std::mem::take(&mut first) {
+                        // The string open here: an item when the top frame is an array; a
+                        // repeat only if what the token writes before the quote is the rest
+                        // of an earlier item.
+                        let item = self
+                            .frames
+                            .last()
+                            .is_some_and(|f| f.array && !f.values.is_empty());
+                        let pre = &bytes[..i];
+                        let repeat_may = item
+                            && match rests {
+                                None => true,
+                                Some([]) => false,
+                                Some(rests) => match std::str::from_utf8(pre) {
+                                    Ok(t) if !pre.contains(&b'\\') => {
+                                        let u: Vec<u16> = t.encode_utf16().collect();
+                                        rests.contains(&u)
+                                    }
+                                    _ => crate::canon::open_string_units(pre)
+                                        .is_none_or(|(u, whole)| !whole || rests.contains(&u)),
+                                },
+                            };
+                        if repeat_may {
+                            return true;
+                        }
+                        continue;
+                    }
+                    // A string directly in an array is an item.
+                    let repeat_may = match opened.last() {
+                        Some(&a) => a,
+                        None => {
+                            depth > 0
+                                && self.frames[depth - 1].array
+                                && !self.frames[depth - 1].values.is_empty()
+                        }
+                    };
+                    if repeat_may {
+                        return true;
+                    }
+                }
+                continue;
+            }
+            match b {
+                b'"' => in_str = true,
+                b'[' | b'{' => opened.push(b == b'['),
+                b']' | b'}' => {
+                    if opened.pop().is_some() {
+                        // A container opened by the token closes: an item of the one
+                        // below it (also opened by the token, or the top frame).
+                        let parent_is_array = match opened.last() {
+                            Some(&a) => a,
+                            None => depth > 0 && self.frames[depth - 1].array,
+                        };
+                        let earlier = opened.is_empty()
+                            && depth > 0
+                            && !self.frames[depth - 1].values.is_empty();
+                        if parent_is_array && (earlier || !opened.is_empty()) {
+                            return true;
+                        }
+                    } else {
+                        if depth == 0 {
+                            return false;
+                        }
+                        depth -= 1;
+                        if depth > 0
+                            && self.frames[depth - 1].array
+                            && !self.frames[depth - 1].values.is_empty()
+                        {
+                            return true;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        false
     }
 
     /// Forgets everything after the first `len` bytes.
@@ -146,7 +327,9 @@ impl JsonTracker {
         // Free text only comes first, so everything before `json_from` (or `len`) was text.
         let from = (self.json_from as usize).min(len);
         let bytes = std::mem::take(&mut self.bytes);
+        let values = self.values;
         *self = JsonTracker::default();
+        self.values = values;
         self.bytes.extend_from_slice(&bytes[..from]);
         self.json_from = from as u32;
         for &b in &bytes[from..len] {
@@ -179,6 +362,7 @@ impl JsonTracker {
             str_start: self.str_start,
             num_start: self.num_start,
             json_from: self.json_from,
+            closed_value: self.closed_value,
             count: self.count,
         }
     }
@@ -192,6 +376,7 @@ impl JsonTracker {
         self.str_start = cp.str_start;
         self.num_start = cp.num_start;
         self.json_from = cp.json_from;
+        self.closed_value = cp.closed_value;
         self.count = cp.count;
     }
 
@@ -350,6 +535,20 @@ pub(crate) fn advance(
         // Free text only comes first: once a byte was not text, none after it is.
         let text_so_far = !nfa.text_ranges.is_empty() && tracker.only_text();
         tracker.push(b);
+        // An object or array item equal to an earlier one just closed: drop the threads
+        // that read it as an item of an array of unique values.
+        if tracker.closed_value
+            && lazy.configs[c as usize]
+                .threads
+                .iter()
+                .any(|&(_, s)| nfa.in_unique_after(s))
+            && tracker.closed_repeat()
+        {
+            c = lazy.retain_threads(nfa, c, |s| !nfa.in_unique_after(s));
+            if c == DEAD {
+                return DEAD;
+            }
+        }
         if text_so_far
             && lazy.configs[c as usize]
                 .threads
@@ -514,6 +713,102 @@ pub(crate) fn closing_step(
         .find(|&b| allows(nfa, lazy, c, tracker, &[b]))
 }
 
+/// Most steps [`closing_detour`] takes before it gives up.
+const DETOUR_BUDGET: u32 = 20_000;
+/// Most bytes [`closing_detour`] adds to the shortest close.
+const DETOUR_SLACK: u32 = 64;
+
+/// Where the shortest close would end an item equal to an earlier one
+/// (`Nfa::unique_after`): the shortest text that closes the open item as a new value
+/// instead (an iterative deepening search over the bytes the automaton takes, one
+/// byte per distinct next configuration, in order of the bytes left after it). `None` when
+/// none is found within [`DETOUR_SLACK`] extra bytes and [`DETOUR_BUDGET`] steps.
+pub(crate) fn closing_detour(
+    nfa: &Nfa,
+    lazy: &mut Lazy,
+    c: ConfigId,
+    tracker: &mut JsonTracker,
+) -> Option<Vec<u8>> {
+    // The item closes when the text is back at its array: a string item's array is the
+    // top frame, a container item's the one below it.
+    let top = tracker.frames.last()?;
+    let depth = if tracker.in_str && top.array {
+        tracker.frames.len()
+    } else {
+        tracker.frames.len() - 1
+    };
+    let m = lazy.configs[c as usize].min_bytes;
+    let mut budget = DETOUR_BUDGET;
+    let mut path = Vec::new();
+    for limit in m..=m.saturating_add(DETOUR_SLACK) {
+        if detour_within(nfa, lazy, c, tracker, depth, limit, &mut path, &mut budget) {
+            return Some(path);
+        }
+        if budget == 0 {
+            break;
+        }
+    }
+    None
+}
+
+/// Depth-first part of [`closing_detour`]: a path from `c` of at most `limit` bytes in all
+/// (bytes so far plus the fewest bytes left) that closes an item of the array at `depth`
+/// frames.
+#[allow(clippy::too_many_arguments)]
+fn detour_within(
+    nfa: &Nfa,
+    lazy: &mut Lazy,
+    c: ConfigId,
+    tracker: &mut JsonTracker,
+    depth: usize,
+    limit: u32,
+    path: &mut Vec<u8>,
+    budget: &mut u32,
+) -> bool {
+    let set = lazy.next_bytes(nfa, c);
+    let mut options: Vec<(u32, u8)> = Vec::new();
+    let mut seen: Vec<ConfigId> = Vec::new();
+    for (wi, &w) in set.iter().enumerate() {
+        let mut w = w;
+        while w != 0 {
+            let b = (wi as u32 * 64 + w.trailing_zeros()) as u8;
+            w &= w - 1;
+            let n = lazy.step(nfa, c, b);
+            if n == DEAD || seen.contains(&n) {
+                continue;
+            }
+            seen.push(n);
+            let left = lazy.configs[n as usize].min_bytes;
+            if left != u32::MAX && path.len() as u32 + 1 + left <= limit {
+                options.push((left, b));
+            }
+        }
+    }
+    options.sort_unstable();
+    for (_, b) in options {
+        if *budget == 0 {
+            return false;
+        }
+        *budget -= 1;
+        let cp = tracker.checkpoint();
+        let n = advance_live(nfa, lazy, c, tracker, &[b]);
+        let mut found = false;
+        if n != DEAD {
+            path.push(b);
+            found = (tracker.closed_value && tracker.frames.len() == depth)
+                || detour_within(nfa, lazy, n, tracker, depth, limit, path, budget);
+            if !found {
+                path.pop();
+            }
+        }
+        tracker.restore(cp);
+        if found {
+            return true;
+        }
+    }
+    false
+}
+
 /// Clears from `mask` (the automaton's mask of `c`) the tokens that would repeat an item,
 /// or leave an item that can only end as a repeat.
 pub(crate) fn refine_mask(
@@ -538,6 +833,27 @@ pub(crate) fn refine_mask(
             clear(mask, t);
         }
     };
+    if !nfa.unique_after.is_empty() {
+        // Tokens that close a string, object or array item of an array with such items
+        // before: each is followed (few are allowed where one can close). A string item
+        // that no earlier item starts like cannot close as a repeat.
+        let rests = tracker.open_string_rests();
+        for (i, byte) in [b'}', b']', b'"'].into_iter().enumerate() {
+            for &t in vocab.tokens_with_byte(byte).iter() {
+                if !is_set(mask, t) {
+                    continue;
+                }
+                let bytes = vocab.token_bytes(t).unwrap_or(&[]);
+                // Each token once.
+                if [b'}', b']'][..i].iter().any(|x| bytes.contains(x)) {
+                    continue;
+                }
+                if tracker.may_close_value(bytes, rests.as_deref()) {
+                    check(lazy, mask, tracker, t);
+                }
+            }
+        }
+    }
     if in_array && !tracker.in_string() {
         // Between items the automaton allows few tokens: check each — but digits that leave
         // the number being written (or started) a prefix of no earlier item cannot make a

@@ -1,4 +1,5 @@
-//! `uniqueItems` on arrays of strings and of integers.
+//! `uniqueItems` on arrays of strings, of integers, and of objects open to a free property
+//! name (also beside free strings).
 //!
 //! Uniqueness of unbounded strings is not a regular property, so the automaton alone cannot
 //! enforce it. The compiler builds the array as usual but records its states; the matcher
@@ -28,6 +29,13 @@
 //! exponent, no leading zero, no `-0`: `formats::int_range`). A finite item set allows
 //! `minItems` of at most 1, so a used-up set never keeps the array from closing; integers
 //! unbounded on a side have infinitely many values and take any `minItems`.
+//!
+//! Objects open to a free property name, and free strings beside them (`unique_values`):
+//! equal values have many texts here (keys in any order, every spelling of a string or a
+//! number), so items are compared as values (`crate::canon`) right after the byte that
+//! closes them, and only the states that follow each item are recorded
+//! (`Builder::unique_after`). No prefix is a dead end: a property of a name no earlier item
+//! has can always be added before the `}` (`open_object`).
 
 use serde_json::{Map, Value};
 
@@ -56,45 +64,90 @@ impl JsonCompiler<'_> {
             return Ok(None);
         };
         let Some(item_min) = free_string_min(&item) else {
+            if free_values(&item) {
+                return self.unique_values(from, &item, min, max, ptr);
+            }
             return self.unique_bounded(from, &item, min, max, ptr);
         };
         if item_min > MAX_UNROLLED || min > MAX_UNROLLED || max.is_some_and(|m| m > MAX_UNROLLED) {
             return Ok(None);
         }
-        let end = self.unrolled_array(from, min, max, &mut |c, st| c.unique_item(st, item_min))?;
+        let end = self.unrolled_array(
+            from,
+            min,
+            max,
+            &mut |c, st| c.unique_item(st, item_min),
+            None,
+        )?;
         Ok(Some(end))
     }
 
     /// `[item, …]` with items 1..=n written out (n = maxItems, or max(minItems, 1) followed
     /// by a loop), so that each item has states of its own; returns the state after `]`.
+    /// With `after`, each item's end is a state of its own and the ranges of states that
+    /// follow an item (its end, whitespace, `,`, the `]` move's source) are pushed there.
     fn unrolled_array(
         &mut self,
         from: StateId,
         min: u64,
         max: Option<u64>,
         item: &mut dyn FnMut(&mut Self, StateId) -> Result<StateId, CompileError>,
+        mut after: Option<&mut Vec<(StateId, StateId)>>,
     ) -> Result<StateId, CompileError> {
         let open = self.b.lit(from, b"[")?;
         let open = self.ws(open)?;
         let close = self.b.state()?;
+        if let Some(a) = after.as_deref_mut() {
+            a.push((close, close + 1));
+        }
         if min == 0 {
             self.b.eps(open, close);
         }
         let n = max.unwrap_or(min.max(1));
         let mut cur = open;
+        // The item's end, then (when another item may follow) whitespace and `,`.
+        let mut end_item = |c: &mut Self, e: StateId, comma: bool| {
+            let Some(a) = after.as_deref_mut() else {
+                let st = if comma { Some(c.punct(e, b',')?) } else { None };
+                return Ok::<_, CompileError>((e, st));
+            };
+            let lo = c.b.state()?;
+            c.b.eps(e, lo);
+            let st = if comma {
+                Some(c.punct(lo, b',')?)
+            } else {
+                None
+            };
+            a.push((lo, c.b.states.len() as StateId));
+            Ok((lo, st))
+        };
+        let mut next = None;
         for k in 1..=n {
-            let st = if k == 1 { cur } else { self.punct(cur, b',')? };
-            cur = item(self, st)?;
+            let st = if k == 1 {
+                cur
+            } else {
+                next.take().unwrap_or(cur)
+            };
+            let e = item(self, st)?;
+            let (e, comma) = end_item(self, e, k < n || max.is_none())?;
+            cur = e;
+            next = comma;
             if k >= min {
                 self.b.eps(cur, close);
             }
         }
         if max.is_none() {
-            let st = self.punct(cur, b',')?;
+            let st = next.take().unwrap_or(cur);
             let e = item(self, st)?;
             self.b.eps(e, cur);
         }
+        let lo = self.b.states.len() as StateId;
         let c = self.ws(close)?;
+        if let Some(a) = after {
+            if self.b.states.len() as StateId > lo {
+                a.push((lo, self.b.states.len() as StateId));
+            }
+        }
         self.b.lit(c, b"]")
     }
 
@@ -131,7 +184,13 @@ impl JsonCompiler<'_> {
         let was = std::mem::replace(&mut self.canonical_numbers, numbers);
         // Each item's states its own: a large pattern is not shared through a rule.
         let was_inline = std::mem::replace(&mut self.inline_strings, true);
-        let end = self.unrolled_array(from, min, max, &mut |c, st| c.normalized(st, item, ptr));
+        let end = self.unrolled_array(
+            from,
+            min,
+            max,
+            &mut |c, st| c.normalized(st, item, ptr),
+            None,
+        );
         self.canonical_numbers = was;
         self.inline_strings = was_inline;
         let end = end?;
@@ -154,6 +213,34 @@ impl JsonCompiler<'_> {
             return Ok(None);
         }
         self.b.unique_arrays.push((lo, hi));
+        Ok(Some(end))
+    }
+
+    /// `uniqueItems: true` on an array whose items are objects that always take one more
+    /// property of a free name (`open_object`): the items are compiled as usual, and the
+    /// states that follow each item are recorded (`Builder::unique_after`), so that the
+    /// matcher drops the threads there right after the `}` of an item equal, as a value, to
+    /// an earlier one. `None` when the counts are too large to write out.
+    fn unique_values(
+        &mut self,
+        from: StateId,
+        item: &Map<String, Value>,
+        min: u64,
+        max: Option<u64>,
+        ptr: &str,
+    ) -> Result<Option<StateId>, CompileError> {
+        if min > MAX_UNROLLED || max.is_some_and(|m| m > MAX_UNROLLED) {
+            return Ok(None);
+        }
+        let mut after = Vec::new();
+        let end = self.unrolled_array(
+            from,
+            min,
+            max,
+            &mut |c, st| c.normalized(st, item, ptr),
+            Some(&mut after),
+        )?;
+        self.b.unique_after.extend(after);
         Ok(Some(end))
     }
 
@@ -285,4 +372,127 @@ fn string_only(item: &Map<String, Value>) -> bool {
             _ => false,
         },
     }
+}
+
+/// The normalised item schema admits free strings (`free_string_min`) and objects open to
+/// a free name (`open_object`), and nothing else: as `type: [string, object]` with keywords
+/// of either kind, or as `anyOf` / `oneOf` branches each of which is one of them (a `oneOf`
+/// with at most one branch of each type, so that no value matches two). From any prefix of
+/// a free string, too, infinitely many values can be written.
+fn free_values(item: &Map<String, Value>) -> bool {
+    if open_object(item) {
+        return true;
+    }
+    if let Some(Value::Array(ts)) = item.get("type") {
+        let kinds_ok = !ts.is_empty() && ts.iter().all(|t| t == "string" || t == "object");
+        let mut strings = Map::new();
+        let mut objects = Map::new();
+        for (k, v) in item {
+            match k.as_str() {
+                "type" => {}
+                "minLength" | "format" => {
+                    strings.insert(k.clone(), v.clone());
+                }
+                _ => {
+                    objects.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        strings.insert("type".into(), "string".into());
+        return kinds_ok
+            && !item.contains_key("anyOf")
+            && free_string_min(&strings).is_some()
+            && open_parts(&objects, 0);
+    }
+    let (branches, one) = match (item.get("anyOf"), item.get("oneOf")) {
+        (Some(Value::Array(b)), None) => (b, false),
+        (None, Some(Value::Array(b))) => (b, true),
+        _ => return false,
+    };
+    if item
+        .keys()
+        .any(|k| k != "anyOf" && k != "oneOf" && !is_annotation(k))
+    {
+        return false;
+    }
+    let (mut strings, mut objects) = (0, 0);
+    for b in branches {
+        let Some(b) = b.as_object() else { return false };
+        if free_string_min(b).is_some() {
+            strings += 1;
+        } else if open_object(b) {
+            objects += 1;
+        } else {
+            return false;
+        }
+    }
+    !branches.is_empty() && (!one || (strings <= 1 && objects <= 1))
+}
+
+/// The normalised item schema admits objects only, and every object it admits can take one
+/// more property whose name is free: `additionalProperties` absent, `true` or a bare
+/// `type`, no `maxProperties`, `patternProperties` or `propertyNames` (which could leave
+/// finitely many names); `dependentRequired` / array `dependencies` (they only forbid or
+/// require declared names) and `anyOf` branches that are such objects too. Any prefix of
+/// such an item can then still end as a value no earlier item has (finish what is open,
+/// then add a property named unlike any key of the earlier items before the `}`: every
+/// object the compiler builds takes undeclared properties in its last gap, and one of a
+/// new name changes neither which branches match nor what is declared), so refusing the
+/// `}` of a repeat is all uniqueness needs.
+fn open_object(item: &Map<String, Value>) -> bool {
+    let is_object = match item.get("type") {
+        Some(Value::String(t)) => t == "object",
+        Some(Value::Array(ts)) => ts.len() == 1 && ts[0] == "object",
+        _ => false,
+    };
+    is_object && open_parts(item, 0)
+}
+
+/// The keywords of `s` keep an object open to a property of a free name (see
+/// [`open_object`]); `anyOf` branches are checked the same way, to `depth` 4.
+fn open_parts(s: &Map<String, Value>, depth: u32) -> bool {
+    let free_value = |v: &Value| match v {
+        Value::Bool(b) => *b,
+        Value::Object(m) => m.iter().all(|(k, t)| {
+            is_annotation(k)
+                || (k == "type"
+                    && t.as_str().is_some_and(|t| {
+                        matches!(
+                            t,
+                            "string"
+                                | "integer"
+                                | "number"
+                                | "boolean"
+                                | "object"
+                                | "array"
+                                | "null"
+                        )
+                    }))
+        }),
+        _ => false,
+    };
+    s.iter().all(|(k, v)| match k.as_str() {
+        "type" => {
+            v == "object"
+                || v.as_array()
+                    .is_some_and(|t| t.len() == 1 && t[0] == "object")
+        }
+        "minProperties" => true,
+        "properties" => v.is_object(),
+        "required" => v.is_array(),
+        "additionalProperties" => free_value(v),
+        "dependentRequired" | "dependencies" => v
+            .as_object()
+            .is_some_and(|d| d.values().all(Value::is_array)),
+        "anyOf" => {
+            depth < 4
+                && v.as_array().is_some_and(|bs| {
+                    !bs.is_empty()
+                        && bs
+                            .iter()
+                            .all(|b| b.as_object().is_some_and(|b| open_parts(b, depth + 1)))
+                })
+        }
+        k => is_annotation(k),
+    })
 }
