@@ -846,6 +846,14 @@ fn object_items_beside_a_reading_that_allows_repeats() {
     assert!(!common::accepts_text(&g, r#"[{"b":1},{"b":1}]"#));
 }
 
+/// No two items equal under [`json_eq`].
+fn all_distinct(items: &[Value]) -> bool {
+    items
+        .iter()
+        .enumerate()
+        .all(|(i, x)| items[..i].iter().all(|y| !json_eq(x, y)))
+}
+
 /// JSON equality with numbers by value (small numbers only: f64 is exact on them): the
 /// independent check of the tests below.
 fn json_eq(a: &Value, b: &Value) -> bool {
@@ -873,11 +881,7 @@ fn objs_ok(text: &[u8]) -> bool {
         it.get("a").is_some_and(|a| a.is_i64() || a.is_u64())
             && it.get("b").is_none_or(Value::is_string)
     });
-    let distinct = items
-        .iter()
-        .enumerate()
-        .all(|(i, x)| items[..i].iter().all(|y| !json_eq(x, y)));
-    shape && distinct
+    shape && all_distinct(&items)
 }
 
 #[test]
@@ -1056,11 +1060,7 @@ fn mixed_ok(text: &[u8]) -> bool {
     let shape = items
         .iter()
         .all(|it| it.is_string() || it.get("k").is_some_and(Value::is_string));
-    let distinct = items
-        .iter()
-        .enumerate()
-        .all(|(i, x)| items[..i].iter().all(|y| !json_eq(x, y)));
-    shape && distinct
+    shape && all_distinct(&items)
 }
 
 /// Llama-3 random walks on [`MIXED`] among a few short pieces (so that strings repeat,
