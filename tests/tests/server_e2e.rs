@@ -9,9 +9,13 @@ use sglrs_tests::Server;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-fn server() -> (Server, MutexGuard<'static, ()>) {
+fn server_lock() -> ((), MutexGuard<'static, ()>) {
     static LOCK: Mutex<()> = Mutex::new(());
-    let guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    ((), LOCK.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+fn server() -> (Server, MutexGuard<'static, ()>) {
+    let (_, guard) = server_lock();
     (Server::start(&[]), guard)
 }
 
@@ -516,4 +520,62 @@ fn pages_return_to_the_free_list_after_load_and_flush() {
     };
     assert_eq!(cache["held_locks"], 0, "{cache}");
     assert_eq!(cache["internal_errors"], 0, "{cache}");
+}
+
+/// Drafts by n-gram lookup (on by default) change the number of forward passes and nothing
+/// else: the same ids, text, logprobs and finish reasons as a server that decodes one token
+/// per step, for greedy requests that repeat themselves, copy their prompt, follow a JSON
+/// schema, stop on a string, ask for logprobs, and run side by side.
+#[test]
+fn drafted_tokens_give_the_same_output_as_one_token_per_step() {
+    let bodies = [
+        json!({"text": "List the files: notes.txt, notes.txt.bak, report.txt, report.txt.bak. Repeat the list three times.\n", "sampling_params": {"max_new_tokens": 96, "temperature": 0}}),
+        json!({"text": "Write the numbers from 1 to 40 separated by commas: 1, 2, 3,", "sampling_params": {"max_new_tokens": 80, "temperature": 0, "stop": [" 31,"]}}),
+        json!({"text": "def fib(n):\n    if n < 2:\n        return n\n    return fib(n-1) + fib(n-2)\n\n# The same function, renamed fib2:\ndef fib2(n):", "sampling_params": {"max_new_tokens": 48, "temperature": 0}}),
+        json!({"text": "Files: a.txt b.txt c.txt a.txt b.txt. As JSON:", "sampling_params": {"max_new_tokens": 60, "temperature": 0, "json_schema": "{\"type\":\"object\",\"properties\":{\"files\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"maxItems\":8}},\"required\":[\"files\"]}"}}),
+        json!({"text": "a b c a b c a b c a b", "return_logprob": true, "top_logprobs_num": 2, "sampling_params": {"max_new_tokens": 24, "temperature": 0}}),
+    ];
+    let run = |extra: &[&str]| {
+        let (_, g) = server_lock();
+        let s = Server::start(extra);
+        let s = &s;
+        let mut outs: Vec<Value> = vec![Value::Null; bodies.len()];
+        std::thread::scope(|sc| {
+            let handles: Vec<_> = bodies
+                .iter()
+                .map(|b| sc.spawn(move || s.post("/generate", b)))
+                .collect();
+            for (o, h) in outs.iter_mut().zip(handles) {
+                let (status, v) = h.join().unwrap();
+                assert_eq!(status, 200, "{v}");
+                *o = v;
+            }
+        });
+        let info = s.server_info();
+        drop(g);
+        (outs, info["internal_states"][0].clone())
+    };
+    let (plain, plain_stats) = run(&["--speculative-ngram-tokens", "0"]);
+    let (drafted, stats) = run(&[]);
+    for (a, b) in plain.iter().zip(&drafted) {
+        for key in ["text", "output_ids"] {
+            assert_eq!(a[key], b[key], "{key}: {a} vs {b}");
+        }
+        let m = [
+            "finish_reason",
+            "completion_tokens",
+            "output_token_logprobs",
+            "output_top_logprobs",
+        ];
+        for key in m {
+            assert_eq!(a["meta_info"][key], b["meta_info"][key], "{key}");
+        }
+    }
+    assert_eq!(plain_stats["spec_draft_tokens"], 0, "{plain_stats}");
+    let accepted = stats["spec_accepted_tokens"].as_u64().unwrap();
+    assert!(accepted > 40, "{stats}");
+    assert!(stats["spec_draft_tokens"].as_u64().unwrap() >= accepted);
+    assert_eq!(plain_stats["generated_tokens"], stats["generated_tokens"]);
+    // Every drafted page went back: the pools hold only what the cache keeps.
+    assert_eq!(plain_stats["cache"], stats["cache"]);
 }

@@ -194,6 +194,11 @@ impl PageCache {
         s.free_pages + s.evictable_tokens / self.tree.page_size()
     }
 
+    /// Pages free now (without evicting anything).
+    pub fn free_pages(&self) -> usize {
+        self.tree.stats().free_pages
+    }
+
     /// `n` pages for a running sequence, evicting unlocked cache pages if needed.
     pub fn alloc(&mut self, n: usize) -> Option<Vec<u32>> {
         let mut out = Vec::with_capacity(n);

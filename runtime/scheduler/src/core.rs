@@ -10,6 +10,7 @@ mod disagg;
 mod hold;
 mod logprobs;
 mod preempt;
+mod spec;
 mod tier;
 
 pub use disagg::{DisaggStats, ExportJob, ImportJob};
@@ -54,6 +55,10 @@ pub struct SchedulerConfig {
     pub vocab_size: usize,
     /// Jump forward over grammar-forced text.
     pub jump_forward: bool,
+    /// Most tokens a greedy sequence drafts per step by n-gram lookup over its own tokens,
+    /// verified in the same pass (`core/spec.rs`; the output is the same token for token).
+    /// Zero: no drafts.
+    pub speculative_ngram: usize,
     /// Longest wait for the followers of requests that finished together before their
     /// prefills are admitted (one pass instead of several; `core/hold.rs`). Zero: never wait.
     pub admission_hold: Duration,
@@ -91,6 +96,9 @@ pub struct PlanItem {
     pub logits: LogitsWanted,
     /// The chunk ends the sequence's pending tokens: sample after it.
     pub sample_after: bool,
+    /// The last `draft` of `tokens` are drafted (`core/spec.rs`), not yet the sequence's:
+    /// their rows are used while the tokens before them are the ones sampled.
+    pub draft: usize,
 }
 
 /// A forward pass the core wants run.
@@ -147,6 +155,10 @@ pub struct CoreStats {
     pub urgent_passes: u64,
     /// Tokens appended by jump-forward.
     pub jump_forward_tokens: u64,
+    /// Tokens drafted by n-gram lookup and run for verification.
+    pub spec_draft_tokens: u64,
+    /// Of those, the ones the model chose (each saved a decode step).
+    pub spec_accepted_tokens: u64,
     /// Requests finished.
     pub finished_requests: u64,
 }
@@ -367,6 +379,9 @@ impl SchedulerCore {
                 input_logprobs: Vec::new(),
                 input_logprobs_sent: false,
                 awaiting_kv: req.disagg == Some(crate::request::Disagg::Import),
+                spec_misses: 0,
+                spec_skip: 0,
+                spec_k: 0,
             };
             self.next_order += 1;
             self.seqs.insert((req.id, sample), seq);
@@ -518,17 +533,31 @@ impl SchedulerCore {
                 }
             }
         }
-        let s = &self.seqs[&key];
         let end = computed + n;
-        let sample_after = end == s.tokens.len();
-        let logits = self.logits_wanted(s, computed, n, sample_after);
+        let sample_after = end == self.seqs[&key].tokens.len();
+        let draft = if sample_after {
+            self.draft_for(key, n, budget - n)
+        } else {
+            Vec::new()
+        };
+        let s = &self.seqs[&key];
+        let logits = if draft.is_empty() {
+            self.logits_wanted(s, computed, n, sample_after)
+        } else {
+            // The sampled token's row and one per drafted token.
+            LogitsWanted::Offsets((n - 1..n + draft.len()).collect())
+        };
+        let mut tokens = s.tokens[computed..end].to_vec();
+        tokens.extend_from_slice(&draft);
+        self.stats.spec_draft_tokens += draft.len() as u64;
         Some(PlanItem {
             key,
-            tokens: s.tokens[computed..end].to_vec(),
+            pages: s.pages[..(end + draft.len()).div_ceil(ps)].to_vec(),
+            tokens,
             start_pos: computed,
-            pages: s.pages[..end.div_ceil(ps)].to_vec(),
             logits,
             sample_after,
+            draft: draft.len(),
         })
     }
 
@@ -631,7 +660,7 @@ impl SchedulerCore {
                 continue;
             }
             let was_in_prompt = s.in_prompt();
-            s.computed = item.start_pos + item.tokens.len();
+            s.computed = item.start_pos + item.tokens.len() - item.draft;
             self.collect_input_logprobs(key, &item, &rows_of[i], logits);
             let s = &self.seqs[&key];
             if was_in_prompt && s.lock.is_some() {
@@ -640,11 +669,37 @@ impl SchedulerCore {
             if !item.sample_after {
                 continue;
             }
-            let Some(&(row, _)) = rows_of[i].last() else {
+            let rows = &rows_of[i];
+            if rows.len() < item.draft + 1 {
                 self.finish(key, FinishReason::Abort(AbortReason::NoLogits));
                 continue;
-            };
-            self.step_seq_or_abort(key, logits.row(row));
+            }
+            let rows = &rows[rows.len() - item.draft - 1..];
+            let drafted = &item.tokens[item.tokens.len() - item.draft..];
+            self.step_seq_or_abort(key, logits.row(rows[0].0));
+            let mut accepted = 0;
+            for (j, &(row, _)) in rows.iter().enumerate().skip(1) {
+                // Row j follows drafted token j - 1: it is this sequence's next row only if
+                // that token is the one just sampled and nothing else came with it (a stop,
+                // forced tokens); its K and V, written in this pass, are then the sequence's.
+                let Some(s) = self.seqs.get_mut(&key) else {
+                    break;
+                };
+                let next = s.computed;
+                if s.phase != Phase::Running
+                    || s.tokens.len() != next + 1
+                    || s.tokens[next] != drafted[j - 1]
+                {
+                    break;
+                }
+                s.computed += 1;
+                accepted += 1;
+                self.stats.spec_accepted_tokens += 1;
+                self.step_seq_or_abort(key, logits.row(row));
+            }
+            if item.draft > 0 {
+                self.note_draft(key, item.draft, accepted);
+            }
         }
     }
 

@@ -419,8 +419,9 @@ impl Driver {
         }
     }
 
-    /// One line per forward pass under `SGLRS_TRACE_STEPS`: end time, duration, and
-    /// `request:tokens` per sequence.
+    /// One line per forward pass under `SGLRS_TRACE_STEPS`: end time, duration,
+    /// `request:tokens` per sequence (`request:tokens+drafted`), and the drafted and accepted
+    /// token counts so far.
     fn trace_step(&self, start: Instant, plan: &super::core::PlannedBatch) {
         let Some(t0) = self.trace else {
             return;
@@ -428,13 +429,19 @@ impl Driver {
         let items: Vec<String> = plan
             .items
             .iter()
-            .map(|it| format!("{}:{}", it.key.0, it.tokens.len()))
+            .map(|it| match it.draft {
+                0 => format!("{}:{}", it.key.0, it.tokens.len()),
+                d => format!("{}:{}+{d}", it.key.0, it.tokens.len() - d),
+            })
             .collect();
+        let st = self.core.stats();
         eprintln!(
-            "step {:.4} s: {:.2} ms, {}",
+            "step {:.4} s: {:.2} ms, {} (drafted {}, accepted {} so far)",
             t0.elapsed().as_secs_f64(),
             start.elapsed().as_secs_f64() * 1e3,
-            items.join(" ")
+            items.join(" "),
+            st.spec_draft_tokens,
+            st.spec_accepted_tokens,
         );
     }
 

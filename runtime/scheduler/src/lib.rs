@@ -42,6 +42,7 @@
 //!     max_context: exec.max_context(),
 //!     vocab_size: exec.vocab_size(),
 //!     jump_forward: true,
+//!     speculative_ngram: 4,
 //!     admission_hold: Duration::from_millis(15),
 //!     max_queued: 256,
 //!     max_queued_per_tenant: 128,

@@ -69,6 +69,11 @@ pub(crate) struct Seq {
     /// Decode host: the prompt's KV is still to come from a prefill host (cleared when it
     /// arrived; a retracted sequence then recomputes like any other).
     pub awaiting_kv: bool,
+    /// Drafting (`core/spec.rs`): drafts wholly refused in a row, steps still to go
+    /// without one, and the most tokens the next one drafts (0: the configured most).
+    pub spec_misses: u32,
+    pub spec_skip: u32,
+    pub spec_k: usize,
 }
 
 impl Seq {

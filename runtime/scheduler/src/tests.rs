@@ -9,6 +9,7 @@ use super::*;
 mod disagg;
 mod priority;
 mod recover;
+mod spec;
 mod tiers;
 use crate::detok::{DetokError, TokenDecoder};
 use crate::sampler::SamplingConfig;
@@ -26,6 +27,8 @@ const EOS: u32 = 0;
 struct ToyExec {
     page_size: usize,
     kv: Vec<Option<u32>>,
+    /// The next token after a sequence (its argmax).
+    rule: fn(&[u32]) -> u32,
 }
 
 fn next_of(seq: &[u32]) -> u32 {
@@ -42,6 +45,7 @@ impl ToyExec {
         Self {
             page_size,
             kv: vec![None; num_pages * page_size],
+            rule: next_of,
         }
     }
 }
@@ -93,7 +97,7 @@ impl Executor for ToyExec {
                     })
                     .collect();
                 let mut row = vec![0.0f32; VOCAB];
-                row[next_of(&seq) as usize] = 8.0;
+                row[(self.rule)(&seq) as usize] = 8.0;
                 out.data.extend_from_slice(&row);
                 out.rows.push((si, off));
             }
@@ -147,6 +151,7 @@ fn config(num_pages: usize, page_size: usize) -> SchedulerConfig {
         max_context: 128,
         vocab_size: VOCAB,
         jump_forward: true,
+        speculative_ngram: 0,
         admission_hold: std::time::Duration::ZERO,
         max_queued: 16,
         max_queued_per_tenant: 8,

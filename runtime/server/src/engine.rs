@@ -118,6 +118,11 @@ pub struct EngineConfig {
     /// Turn off jump-forward over grammar-forced text.
     #[arg(long)]
     pub disable_jump_forward: bool,
+    /// Most tokens a greedy request drafts per step by looking up its last tokens earlier
+    /// in its own context (prompt-lookup speculative decoding), checked by the model in the
+    /// same pass: the output is the same token for token. 0 turns drafting off.
+    #[arg(long, default_value_t = 4)]
+    pub speculative_ngram_tokens: usize,
     /// Do not enforce tool calls with a grammar: the tools still go into the prompt, and
     /// calls are parsed out of the model's free output when they parse (what engines
     /// without constrained tool calling do; for comparison, e.g. `sglrs bench agents`).
@@ -321,6 +326,7 @@ impl Engine {
             max_context,
             vocab_size,
             jump_forward: !cfg.disable_jump_forward,
+            speculative_ngram: cfg.speculative_ngram_tokens,
             admission_hold: Duration::from_millis(cfg.admission_hold_ms),
             max_queued: cfg.max_queued_requests,
             max_queued_per_tenant: per_tenant,
@@ -516,6 +522,7 @@ fn server_args(cfg: &EngineConfig, num_pages: usize, threads: usize) -> serde_js
             && (cfg.api_key.is_some() || cfg.api_keys_file.is_some())
             && cfg.metrics_open,
         "jump_forward": !cfg.disable_jump_forward,
+        "speculative_ngram_tokens": cfg.speculative_ngram_tokens,
         "tool_grammar": !cfg.disable_tool_grammar,
     })
 }

@@ -311,6 +311,18 @@ impl Metrics {
         );
         counter(
             &mut out,
+            "sglrs_spec_draft_tokens_total",
+            "Tokens drafted by n-gram lookup and verified in a forward pass.",
+            s.core.spec_draft_tokens as f64,
+        );
+        counter(
+            &mut out,
+            "sglrs_spec_accepted_tokens_total",
+            "Drafted tokens the model chose (each one a decode step saved).",
+            s.core.spec_accepted_tokens as f64,
+        );
+        counter(
+            &mut out,
             "sglrs_retractions_total",
             "Sequences retracted (under memory pressure, or preempted for priority).",
             s.core.retractions as f64,

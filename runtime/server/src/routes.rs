@@ -125,6 +125,8 @@ pub async fn server_info(State(state): State<Arc<AppState>>) -> Json<Value> {
                 "interrupted_passes": s.interrupted_passes,
                 "scheduler_restarts": s.scheduler_restarts,
                 "jump_forward_tokens": s.core.jump_forward_tokens,
+                "spec_draft_tokens": s.core.spec_draft_tokens,
+                "spec_accepted_tokens": s.core.spec_accepted_tokens,
                 "forward_passes": s.steps,
                 "forward_tokens": s.forward_tokens,
                 "forward_seconds": s.forward_seconds,

@@ -164,6 +164,7 @@ fn a_failed_import_ends_only_its_request_and_frees_its_pages() {
     let pe_a = ToyExec {
         page_size: 4,
         kv: pe.kv.clone(),
+        rule: next_of,
     };
     pc.handle_request(
         disagg_request(2, b.clone(), 4, Disagg::Export),
