@@ -126,3 +126,32 @@ fn drafts_save_steps_and_stop_at_stop_tokens_and_limits() {
     assert_eq!(c.stats().spec_draft_tokens, 0);
     assert_no_leaks(&c);
 }
+
+#[test]
+fn a_sequence_whose_drafts_fail_backs_off() {
+    // "1 2 c" with a new c every time: after "1 2" the lookup drafts the last c, always wrong.
+    fn new_c_each_time(seq: &[u32]) -> u32 {
+        match seq[seq.len() - 1] {
+            1 => 2,
+            2 => seq.iter().filter(|&&t| t == 2).count() as u32 % 30 + 3,
+            _ => 1,
+        }
+    }
+    let prompt = vec![1, 2, 3];
+    let mut c = spec_core(64, 4, 4);
+    let mut e = ToyExec::new(64, 4);
+    e.rule = new_c_each_time;
+    c.handle_request(request(1, prompt.clone(), 84), Instant::now());
+    let outs = run(&mut c, &mut e, &[]);
+    assert_eq!(
+        outs[&(1, 0)].tokens,
+        reference_by(new_c_each_time, &prompt, 84)
+    );
+    let st = c.stats();
+    assert_eq!(st.spec_accepted_tokens, 0, "{st:?}");
+    // 28 chances to draft; backing off 1, 3, 7, 15, 16 steps after each refusal (every
+    // third step a chance), and one token after the first: 4 + 1 + 1 + 1 + 1.
+    assert!(st.spec_draft_tokens <= 10, "{st:?}");
+    assert!(st.spec_draft_tokens >= 4, "{st:?}");
+    assert_no_leaks(&c);
+}
