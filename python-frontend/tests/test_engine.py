@@ -109,6 +109,7 @@ def test_direct_path_answers_like_the_router(engine_backend: Any) -> None:
 def test_submit_group_is_one_scheduler_step(engine_backend: Any) -> None:
     # Four branches submitted as one group are admitted in the same step: after the shared
     # prefix is cached, 16 tokens each take 16 forward passes in all (1 prefill + 15 decodes).
+    # Seeded sampling rather than greedy, so that no branch drafts tokens and saves passes.
     import json
 
     native = engine_backend._engine
@@ -117,7 +118,8 @@ def test_submit_group_is_one_scheduler_step(engine_backend: Any) -> None:
     bodies = [
         json.dumps({
             "text": prefix + f"Item {i}:",
-            "sampling_params": {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True},
+            "sampling_params": {"max_new_tokens": 16, "temperature": 0.7, "sampling_seed": 7,
+                                "ignore_eos": True},
         })
         for i in range(4)
     ]
@@ -151,14 +153,15 @@ def test_fork_branches_decode_together(engine_backend: Any) -> None:
     # A fork's branches reach the scheduler as one group: 4 branches x 12 tokens cost the
     # commit's pass plus 12 (1 prefill + 11 decodes), not a staggered start. The program
     # hands the branches their work a few ms apart: without the group, the first branch
-    # would start a step alone and the others join one step later (1 + 13 passes).
+    # would start a step alone and the others join one step later (1 + 13 passes). Sampled
+    # (T > 0), so that no branch drafts tokens (greedy ones may, and then need fewer passes).
     @sgl.function
     def four(s: Any, prefix: str) -> None:
         s += prefix
         forks = s.fork(4)
         for i, f in enumerate(forks):
             f += f"Option {i}:"
-            f += sgl.gen("x", max_tokens=12, temperature=0, ignore_eos=True)
+            f += sgl.gen("x", max_tokens=12, temperature=0.7, ignore_eos=True)
             time.sleep(0.003)
         forks.join()
 
