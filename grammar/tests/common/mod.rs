@@ -168,6 +168,25 @@ pub fn byte_vocab() -> Arc<TokenVocab> {
     Arc::new(TokenVocab::new(toks, &[], &[0]).unwrap())
 }
 
+/// [`compile_bytes`] of a schema given as text, which must compile.
+pub fn g_bytes(schema: &str) -> Arc<sglrs_grammar::CompiledGrammar> {
+    compile_bytes(&serde_json::from_str(schema).unwrap()).unwrap()
+}
+
+/// The grammar of `schema` over Llama-3 (default options), `None` when the tokenizer is
+/// missing and allowed to be.
+pub fn llama3_grammar(schema: &str) -> Option<Arc<sglrs_grammar::CompiledGrammar>> {
+    let tok = llama3()?;
+    Some(
+        sglrs_grammar::CompiledGrammar::json_schema(
+            schema,
+            tok.vocab.clone(),
+            &sglrs_grammar::CompileOptions::default(),
+        )
+        .unwrap(),
+    )
+}
+
 /// `schema` compiled over [`byte_vocab`] with the default options.
 pub fn compile_bytes(
     schema: &Value,
