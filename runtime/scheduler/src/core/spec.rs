@@ -38,11 +38,11 @@ const LOOKUP_WINDOW: usize = 16_384;
 /// them, into `out` (cleared first; empty when no suffix recurs). A continuation that runs
 /// into the end of `tokens` goes on with the drafted tokens themselves, so a repeating run
 /// drafts its next `k` tokens, not only what is left of its last period.
-pub(crate) fn ngram_draft(tokens: &[u32], k: usize, out: &mut Vec<u32>) -> usize {
+pub(crate) fn ngram_draft(tokens: &[u32], k: usize, out: &mut Vec<u32>) {
     out.clear();
     let len = tokens.len();
     if k == 0 || len < MIN_NGRAM + 1 {
-        return 0;
+        return;
     }
     let last = tokens[len - 1];
     let lo = len.saturating_sub(LOOKUP_WINDOW);
@@ -63,14 +63,13 @@ pub(crate) fn ngram_draft(tokens: &[u32], k: usize, out: &mut Vec<u32>) -> usize
             }
         }
     }
-    let Some((m, i)) = best else {
-        return 0;
+    let Some((_, i)) = best else {
+        return;
     };
     for j in i + 1..i + 1 + k {
         let t = if j < len { tokens[j] } else { out[j - len] };
         out.push(t);
     }
-    m
 }
 
 impl SchedulerCore {
