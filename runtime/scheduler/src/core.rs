@@ -549,7 +549,6 @@ impl SchedulerCore {
         };
         let mut tokens = s.tokens[computed..end].to_vec();
         tokens.extend_from_slice(&draft);
-        self.stats.spec_draft_tokens += draft.len() as u64;
         Some(PlanItem {
             key,
             pages: s.pages[..(end + draft.len()).div_ceil(ps)].to_vec(),
@@ -661,6 +660,7 @@ impl SchedulerCore {
             }
             let was_in_prompt = s.in_prompt();
             s.computed = item.start_pos + item.tokens.len() - item.draft;
+            self.stats.spec_draft_tokens += item.draft as u64;
             self.collect_input_logprobs(key, &item, &rows_of[i], logits);
             let s = &self.seqs[&key];
             if was_in_prompt && s.lock.is_some() {
