@@ -931,3 +931,17 @@ fn utf8_cont(u: u8) -> (u8, u8, u8) {
         _ => (0x80, 0x8F, 3),
     }
 }
+
+/// The bytes of a set from [`Lazy::next_bytes`], in increasing order.
+pub(crate) fn set_bytes(set: [u64; 4]) -> impl Iterator<Item = u8> {
+    set.into_iter().enumerate().flat_map(|(wi, w)| {
+        let mut w = w;
+        std::iter::from_fn(move || {
+            (w != 0).then(|| {
+                let b = (wi as u32 * 64 + w.trailing_zeros()) as u8;
+                w &= w - 1;
+                b
+            })
+        })
+    })
+}

@@ -464,16 +464,11 @@ impl Matcher {
                 }
                 let set = lazy.next_bytes(nfa, c);
                 let mut found = None;
-                'outer: for (wi, &w) in set.iter().enumerate() {
-                    let mut w = w;
-                    while w != 0 {
-                        let b = (wi as u32 * 64 + w.trailing_zeros()) as u8;
-                        w &= w - 1;
-                        let n = lazy.step(nfa, c, b);
-                        if n != DEAD && lazy.configs[n as usize].min_bytes == m - 1 {
-                            found = Some((b, n));
-                            break 'outer;
-                        }
+                for b in crate::lazy::set_bytes(set) {
+                    let n = lazy.step(nfa, c, b);
+                    if n != DEAD && lazy.configs[n as usize].min_bytes == m - 1 {
+                        found = Some((b, n));
+                        break;
                     }
                 }
                 // With object items compared as values, where the shortest close would

@@ -607,25 +607,20 @@ fn can_end_new_within(
     firsts.dedup();
     let set = lazy.next_bytes(nfa, c);
     let in_str = tracker.in_string();
-    for (wi, &w) in set.iter().enumerate() {
-        let mut w = w;
-        while w != 0 {
-            let b = (wi as u32 * 64 + w.trailing_zeros()) as u8;
-            w &= w - 1;
-            // Whitespace between values never tells items apart: skipping it is safe.
-            if firsts.binary_search(&b).is_ok() || (!in_str && b.is_ascii_whitespace()) {
-                continue;
-            }
-            let cp = tracker.checkpoint();
-            let n = advance(nfa, lazy, c, tracker, &[b]);
-            // A new number item ends at `,` or `]`; after a `,` another item must be able
-            // to start.
-            let ok = n != DEAD
-                && (in_str || b != b',' || can_end_new_within(nfa, lazy, n, tracker, budget));
-            tracker.restore(cp);
-            if ok {
-                return true;
-            }
+    for b in crate::lazy::set_bytes(set) {
+        // Whitespace between values never tells items apart: skipping it is safe.
+        if firsts.binary_search(&b).is_ok() || (!in_str && b.is_ascii_whitespace()) {
+            continue;
+        }
+        let cp = tracker.checkpoint();
+        let n = advance(nfa, lazy, c, tracker, &[b]);
+        // A new number item ends at `,` or `]`; after a `,` another item must be able
+        // to start.
+        let ok =
+            n != DEAD && (in_str || b != b',' || can_end_new_within(nfa, lazy, n, tracker, budget));
+        tracker.restore(cp);
+        if ok {
+            return true;
         }
     }
     for b in firsts {
@@ -695,15 +690,10 @@ pub(crate) fn closing_step(
     }
     let set = lazy.next_bytes(nfa, c);
     let mut options: Vec<(u32, u8)> = Vec::new();
-    for (wi, &w) in set.iter().enumerate() {
-        let mut w = w;
-        while w != 0 {
-            let b = (wi as u32 * 64 + w.trailing_zeros()) as u8;
-            w &= w - 1;
-            let n = lazy.step(nfa, c, b);
-            if n != DEAD {
-                options.push((lazy.configs[n as usize].min_bytes, b));
-            }
+    for b in crate::lazy::set_bytes(set) {
+        let n = lazy.step(nfa, c, b);
+        if n != DEAD {
+            options.push((lazy.configs[n as usize].min_bytes, b));
         }
     }
     options.sort_unstable();
@@ -768,20 +758,15 @@ fn detour_within(
     let set = lazy.next_bytes(nfa, c);
     let mut options: Vec<(u32, u8)> = Vec::new();
     let mut seen: Vec<ConfigId> = Vec::new();
-    for (wi, &w) in set.iter().enumerate() {
-        let mut w = w;
-        while w != 0 {
-            let b = (wi as u32 * 64 + w.trailing_zeros()) as u8;
-            w &= w - 1;
-            let n = lazy.step(nfa, c, b);
-            if n == DEAD || seen.contains(&n) {
-                continue;
-            }
-            seen.push(n);
-            let left = lazy.configs[n as usize].min_bytes;
-            if left != u32::MAX && path.len() as u32 + 1 + left <= limit {
-                options.push((left, b));
-            }
+    for b in crate::lazy::set_bytes(set) {
+        let n = lazy.step(nfa, c, b);
+        if n == DEAD || seen.contains(&n) {
+            continue;
+        }
+        seen.push(n);
+        let left = lazy.configs[n as usize].min_bytes;
+        if left != u32::MAX && path.len() as u32 + 1 + left <= limit {
+            options.push((left, b));
         }
     }
     options.sort_unstable();

@@ -66,16 +66,11 @@ impl Lazy {
             return None;
         }
         let set = self.next_bytes(nfa, c);
-        for (wi, &w) in set.iter().enumerate() {
-            let mut w = w;
-            while w != 0 {
-                let b = (wi as u32 * 64 + w.trailing_zeros()) as u8;
-                w &= w - 1;
-                let n = self.step(nfa, c, b);
-                if n != DEAD && self.configs[n as usize].min_bytes == m - 1 {
-                    self.budget.step.insert(c, (b, n));
-                    return Some((b, n));
-                }
+        for b in crate::lazy::set_bytes(set) {
+            let n = self.step(nfa, c, b);
+            if n != DEAD && self.configs[n as usize].min_bytes == m - 1 {
+                self.budget.step.insert(c, (b, n));
+                return Some((b, n));
             }
         }
         None
