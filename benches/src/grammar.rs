@@ -33,6 +33,11 @@ pub struct GrammarArgs {
     /// Schemas per subset (first by name); all when absent.
     #[arg(long)]
     pub per_subset: Option<usize>,
+    /// Compile with declared properties in schema order (`any_property_order: false`, the
+    /// server's generation policy) instead of the engine's default (any order, as JSON
+    /// Schema validates): instances that order keys otherwise are then rejected.
+    #[arg(long)]
+    pub schema_order: bool,
 }
 
 /// One schema with its test instances.
@@ -293,20 +298,21 @@ impl Stats {
     }
 }
 
-fn run_schema(e: &BenchSchema, tok: &BenchTokenizer, st: &mut Stats) {
+fn run_schema(e: &BenchSchema, tok: &BenchTokenizer, schema_order: bool, st: &mut Stats) {
     st.schemas += 1;
+    let any_property_order = !schema_order;
+    let compact = CompileOptions {
+        any_property_order,
+        ..CompileOptions::default()
+    };
+    let flexible = CompileOptions {
+        any_property_order,
+        ..CompileOptions::flexible()
+    };
     let t0 = Instant::now();
-    let gc = CompiledGrammar::json_schema_value(
-        &e.schema,
-        tok.vocab.clone(),
-        &CompileOptions::default(),
-    );
+    let gc = CompiledGrammar::json_schema_value(&e.schema, tok.vocab.clone(), &compact);
     let ms = t0.elapsed().as_secs_f64() * 1e3;
-    let gf = CompiledGrammar::json_schema_value(
-        &e.schema,
-        tok.vocab.clone(),
-        &CompileOptions::flexible(),
-    );
+    let gf = CompiledGrammar::json_schema_value(&e.schema, tok.vocab.clone(), &flexible);
     let (Ok(gc), Ok(gf)) = (gc, gf) else { return };
     st.compiled += 1;
     st.compile_ms.push(ms);
@@ -352,11 +358,12 @@ pub fn run(args: &GrammarArgs) -> Result<Value> {
         args.data.display()
     );
     println!(
-        "grammar bench: {} subsets, tokenizer {} ({} tokens), per-subset {:?}",
+        "grammar bench: {} subsets, tokenizer {} ({} tokens), per-subset {:?}, property order {}",
         files.len(),
         args.tokenizer.display(),
         tok.vocab.len(),
-        args.per_subset
+        args.per_subset,
+        if args.schema_order { "schema" } else { "any" }
     );
     let mut overall = Stats::default();
     let mut subsets = serde_json::Map::new();
@@ -368,7 +375,7 @@ pub fn run(args: &GrammarArgs) -> Result<Value> {
         let entries = read_subset(f)?;
         let mut st = Stats::default();
         for e in entries.iter().take(args.per_subset.unwrap_or(usize::MAX)) {
-            run_schema(e, &tok, &mut st);
+            run_schema(e, &tok, args.schema_order, &mut st);
         }
         println!("{}", st.line(&name));
         subsets.insert(name, st.to_json());

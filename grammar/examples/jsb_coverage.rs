@@ -4,15 +4,16 @@
 //!
 //! ```text
 //! cargo run --release -p sglrs-grammar --example jsb_coverage -- DIR [--only SUBSTR]
-//!     [--list FILE] [--tokenizer tokenizer.json] [--timeout-ms 1000] [--any-order]
+//!     [--list FILE] [--tokenizer tokenizer.json] [--timeout-ms 1000] [--schema-order]
 //! ```
 //!
 //! Instances are fed byte by byte (acceptance does not depend on how the text is cut into
 //! tokens: a token is accepted iff its bytes are); `--tokenizer` feeds real token ids instead.
 //! Each instance is checked compact under the default policy and `json.dumps`-style under
-//! the flexible one. A valid instance that is accepted once its object keys are reordered
-//! into schema order is counted as a "property order" rejection; `--any-order` compiles with
-//! `CompileOptions::any_property_order` (declared properties in any order).
+//! the flexible one, with the engine's default options (declared properties in any order in
+//! objects of up to 16 of them). A valid instance that is accepted once its object keys are
+//! reordered into schema order is counted as a "property order" rejection; `--schema-order`
+//! compiles with `any_property_order: false` (the server's generation policy).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -147,10 +148,10 @@ fn main() -> Res<()> {
     let timeout_ms: u64 = opt("--timeout-ms")
         .and_then(|t| t.parse().ok())
         .unwrap_or(1000);
-    // `--any-order`: declared properties in any order (`CompileOptions::any_property_order`).
+    // `--schema-order`: declared properties in schema order (`any_property_order: false`).
     let copts = CompileOptions {
         timeout: Some(std::time::Duration::from_millis(timeout_ms)),
-        any_property_order: args.iter().any(|a| a == "--any-order"),
+        any_property_order: !args.iter().any(|a| a == "--schema-order"),
         ..CompileOptions::default()
     };
     let fopts = CompileOptions {

@@ -1,6 +1,6 @@
 //! Shows where JSONSchemaBench instances stop matching:
 //! `cargo run --release -p sglrs-grammar --example jsb_debug -- PATH NAME_SUBSTRING...
-//! [--any-order]` (`--any-order`: `CompileOptions::any_property_order`, as `jsb_coverage`'s).
+//! [--schema-order]` (`--schema-order`: `any_property_order: false`, as `jsb_coverage`'s).
 //!
 //! `PATH` is one `SUBSET.tar.gz` or the folder holding them; every schema whose name contains
 //! one of the substrings is compiled (default options, then `Whitespace::Flexible`) and each
@@ -50,8 +50,11 @@ fn show(name: &str, form: &str, valid: bool, text: &str, at: usize) {
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().collect();
     let path = std::path::PathBuf::from(args.get(1).ok_or("usage: jsb_debug PATH NAME...")?);
-    let any_order = args.iter().any(|a| a == "--any-order");
-    let needles: Vec<&String> = args[2..].iter().filter(|a| *a != "--any-order").collect();
+    let any_order = !args.iter().any(|a| a == "--schema-order");
+    let needles: Vec<&String> = args[2..]
+        .iter()
+        .filter(|a| *a != "--schema-order")
+        .collect();
     let mut toks: Vec<Vec<u8>> = vec![Vec::new()];
     toks.extend((0u8..=255).map(|b| vec![b]));
     let vocab = Arc::new(TokenVocab::new(toks, &[], &[0])?);

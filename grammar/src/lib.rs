@@ -248,7 +248,10 @@ pub struct CompileOptions {
     /// Accept declared properties in any order (exact JSON Schema semantics: each key at
     /// most once, required keys before `}`) in objects small enough for the any-order
     /// automaton (≤ 16 declared keys, a state budget); larger objects keep schema order.
-    /// Default `false`: properties in schema order, so required keys can be jump-forwarded.
+    /// Default `true`, as JSON Schema validates. `false` is schema order: stricter than the
+    /// schema, never looser, and what generation wants — the server compiles with `false`,
+    /// so a model writes keys in the order the schema lists them (a `reasoning` key before
+    /// an `answer` key stays first) and jump-forward writes every required key.
     pub any_property_order: bool,
     /// Most NFA states a grammar may have.
     pub max_states: usize,
@@ -266,7 +269,7 @@ impl Default for CompileOptions {
             whitespace: Whitespace::Compact,
             lenient: false,
             allow_undeclared_properties: true,
-            any_property_order: false,
+            any_property_order: true,
             max_states: 2_000_000,
             timeout: Some(Duration::from_secs(1)),
             mask_cache_bytes: 64 << 20,
@@ -431,8 +434,27 @@ impl CompiledGrammar {
         opts: &CompileOptions,
     ) -> Result<Arc<Self>, CompileError> {
         let mut b = Self::json_builder(opts);
-        json::compile(&mut b, schema, opts)?;
-        Self::finish(b, vocab, opts)
+        match json::compile(&mut b, schema, opts) {
+            // Any order takes a state per set of keys written; where that makes the grammar
+            // too large, schema order (stricter, never looser) may still fit, within the
+            // same deadline.
+            Err(CompileError::TooLarge { .. }) if opts.any_property_order => {
+                let deadline = b.budget.deadline;
+                drop(b);
+                let opts = CompileOptions {
+                    any_property_order: false,
+                    ..opts.clone()
+                };
+                let mut b = Self::json_builder(&opts);
+                b.budget.deadline = deadline;
+                json::compile(&mut b, schema, &opts)?;
+                Self::finish(b, vocab, &opts)
+            }
+            r => {
+                r?;
+                Self::finish(b, vocab, opts)
+            }
+        }
     }
 
     /// JSON values framed by literal text ([`TaggedSpec`]): a model's tool-call syntax.

@@ -4,9 +4,9 @@
 
 mod common;
 
-use common::{accepts_text as accepts, byte_vocab as vocab, check, compile_bytes as compile};
+use common::{accepts_text as accepts, check, compile_bytes as compile};
 use serde_json::json;
-use sglrs_grammar::{CompileOptions, CompiledGrammar};
+use sglrs_grammar::CompileOptions;
 
 #[test]
 fn double_not_is_the_schema() {
@@ -405,28 +405,32 @@ fn all_of_with_two_patterns_intersects_them() {
     );
 }
 
+/// Like `check`, under the default options only (declared properties in any order): the
+/// valid texts may order keys otherwise than the schema.
 fn check_any_order(schema: serde_json::Value, valid: &[&str], invalid: &[&str]) {
-    let opts = CompileOptions {
-        any_property_order: true,
-        ..CompileOptions::default()
-    };
-    let g = CompiledGrammar::json_schema_value(&schema, vocab(), &opts)
-        .unwrap_or_else(|e| panic!("{schema}: {e}"));
-    for v in valid {
-        assert!(accepts(&g, v), "{schema}: valid {v} rejected");
-    }
-    for v in invalid {
-        assert!(!accepts(&g, v), "{schema}: invalid {v} accepted");
-    }
+    common::check_opts(
+        &schema,
+        &sglrs_grammar::CompileOptions::default(),
+        valid,
+        invalid,
+    );
 }
 
 #[test]
-fn properties_in_schema_order_by_default() {
-    check(
-        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-               "additionalProperties": false}),
+fn properties_in_schema_order_when_asked_in_any_order_by_default() {
+    let schema = json!({"type": "object", "additionalProperties": false,
+                        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}});
+    common::check_opts(
+        &schema,
+        &common::schema_order(),
         &[r#"{"a":1,"b":2}"#, r#"{"b":2}"#],
-        &[r#"{"b":2,"a":1}"#],
+        &[r#"{"b":2,"a":1}"#, r#"{"a":1,"a":2}"#],
+    );
+    common::check_opts(
+        &schema,
+        &CompileOptions::default(),
+        &[r#"{"a":1,"b":2}"#, r#"{"b":2}"#, r#"{"b":2,"a":1}"#],
+        &[r#"{"a":1,"a":2}"#, r#"{"b":2,"a":1,"b":3}"#],
     );
 }
 

@@ -658,3 +658,40 @@ fn equal_any_of_branches_do_not_multiply_parses() {
     assert!(accepts(&g, &deep));
     assert!(!accepts(&g, "[[]"));
 }
+
+/// Where declared properties in any order make a schema too large, it compiles in schema
+/// order (stricter, never looser) instead of being refused.
+#[test]
+fn any_order_too_large_falls_back_to_schema_order() {
+    let props: serde_json::Map<String, Value> = (0..8)
+        .map(|i| (format!("key{i}"), json!({"type": "integer"})))
+        .collect();
+    let schema = json!({"type": "object", "properties": props, "additionalProperties": false});
+    let states = |any: bool, max_states: usize| {
+        let opts = CompileOptions {
+            any_property_order: any,
+            max_states,
+            ..CompileOptions::default()
+        };
+        CompiledGrammar::json_schema_value(&schema, common::byte_vocab(), &opts)
+    };
+    let in_order = states(false, usize::MAX).unwrap().num_states();
+    let any = states(true, usize::MAX).unwrap();
+    assert!(
+        any.num_states() > 4 * in_order,
+        "{} vs {in_order}",
+        any.num_states()
+    );
+    assert!(common::accepts_text(&any, r#"{"key7":1,"key0":2}"#));
+    // Room for schema order only: the any-order compile runs out of states and retries.
+    let limit = 2 * in_order;
+    assert!(matches!(
+        states(false, limit / 3),
+        Err(CompileError::TooLarge { .. })
+    ));
+    let g = states(true, limit).unwrap();
+    assert!(g.num_states() <= limit);
+    assert!(common::accepts_text(&g, r#"{"key0":2,"key7":1}"#));
+    assert!(!common::accepts_text(&g, r#"{"key7":1,"key0":2}"#));
+    assert!(!common::accepts_text(&g, r#"{"key0":2,"key0":1}"#));
+}

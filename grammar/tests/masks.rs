@@ -85,7 +85,11 @@ fn masks_exact_at_many_key_positions() {
     let schema = r#"{"type":"object","properties":{"alpha":{"type":"string"},"beta":{"type":"integer"},"gamma":{"type":"boolean"},"delta":{"type":"string","maxLength":8},"epsilon":{"type":"number"},"zeta":{"type":"object","properties":{"k1":{"type":"integer"},"k2":{"type":"string"},"k3":{"type":"boolean"},"k4":{"type":"integer"},"k5":{"type":"null"},"k6":{"type":"string"},"k7":{"type":"integer"},"k8":{"type":"string"}},"additionalProperties":{"type":"integer"}},"eta":{"type":"string"},"theta":{"type":"array","items":{"type":"integer"}},"iota":{"type":"string"},"kappa":{"type":"boolean"},"lambda":{"type":"string"},"mu":{"type":"integer"}}}"#;
     let text = r#"{"alpha":"a","x":1,"beta":2,"y":true,"gamma":false,"zz":"q","zeta":{"k1":1,"o":7,"k2":"s","k4":4,"p":5,"k8":"t"},"w":{"u":[1,{}]},"eta":"e","kappa":true,"v":null,"mu":3}"#;
     for tok in [common::llama3(), common::mistral()].into_iter().flatten() {
-        for opts in [CompileOptions::default(), CompileOptions::flexible()] {
+        for opts in [
+            CompileOptions::default(),
+            CompileOptions::flexible(),
+            common::schema_order(),
+        ] {
             let g = CompiledGrammar::json_schema(schema, tok.vocab.clone(), &opts).unwrap();
             check_along(tok, &g, text);
             check_walks(tok, &g, 31, 3, 30);
@@ -156,9 +160,13 @@ fn masks_exact_along_long_counted_strings() {
 fn masks_exact_llama3() {
     let Some(tok) = common::llama3() else { return };
     for (i, s) in SCHEMAS.iter().enumerate() {
-        let g =
-            CompiledGrammar::json_schema(s, tok.vocab.clone(), &CompileOptions::default()).unwrap();
-        check_walks(tok, &g, i as u64, 2, 12);
+        for (j, opts) in [CompileOptions::default(), common::schema_order()]
+            .iter()
+            .enumerate()
+        {
+            let g = CompiledGrammar::json_schema(s, tok.vocab.clone(), opts).unwrap();
+            check_walks(tok, &g, (i + 50 * j) as u64, 2, 12);
+        }
     }
     let g = CompiledGrammar::regex(
         r"[0-9]{3}-(ab|cd)+x?",
@@ -183,7 +191,8 @@ fn masks_exact_mistral() {
 fn jump_forward_returns_required_keys() {
     let Some(tok) = common::llama3() else { return };
     let s = r#"{"type":"object","properties":{"city":{"type":"string"},"zip":{"type":"integer"}},"required":["city","zip"],"additionalProperties":false}"#;
-    let g = CompiledGrammar::json_schema(s, tok.vocab.clone(), &CompileOptions::default()).unwrap();
+    // Schema order (the server's policy): every key is forced.
+    let g = CompiledGrammar::json_schema(s, tok.vocab.clone(), &common::schema_order()).unwrap();
     let mut m = Matcher::new(g);
     assert_eq!(m.forced_bytes(), br#"{"city":""#.to_vec());
     assert!(m.try_advance_bytes(br#"{"city":"Paris""#));
@@ -196,6 +205,14 @@ fn jump_forward_returns_required_keys() {
         "closing bytes {:?} complete the text",
         String::from_utf8_lossy(&close)
     );
+    // Any order (the default): the key is the model's choice, its rest is forced.
+    let g = CompiledGrammar::json_schema(s, tok.vocab.clone(), &CompileOptions::default()).unwrap();
+    let mut m = Matcher::new(g);
+    assert_eq!(m.forced_bytes(), br#"{""#.to_vec());
+    assert!(m.try_advance_bytes(br#"{"z"#));
+    assert_eq!(m.forced_bytes(), br#"ip":"#.to_vec());
+    assert!(m.try_advance_bytes(br#"ip":7,"#));
+    assert_eq!(m.forced_bytes(), br#""city":""#.to_vec());
 }
 
 #[test]

@@ -187,15 +187,28 @@ pub fn llama3_grammar(schema: &str) -> Option<Arc<sglrs_grammar::CompiledGrammar
     )
 }
 
+/// The server's generation policy for objects: declared properties in schema order
+/// (`any_property_order: false`; the engine's default takes them in any order).
+pub fn schema_order() -> sglrs_grammar::CompileOptions {
+    sglrs_grammar::CompileOptions {
+        any_property_order: false,
+        ..sglrs_grammar::CompileOptions::default()
+    }
+}
+
 /// `schema` compiled over [`byte_vocab`] with the default options.
 pub fn compile_bytes(
     schema: &Value,
 ) -> Result<Arc<sglrs_grammar::CompiledGrammar>, sglrs_grammar::CompileError> {
-    sglrs_grammar::CompiledGrammar::json_schema_value(
-        schema,
-        byte_vocab(),
-        &sglrs_grammar::CompileOptions::default(),
-    )
+    compile_bytes_with(schema, &sglrs_grammar::CompileOptions::default())
+}
+
+/// `schema` compiled over [`byte_vocab`] with `opts`.
+pub fn compile_bytes_with(
+    schema: &Value,
+    opts: &sglrs_grammar::CompileOptions,
+) -> Result<Arc<sglrs_grammar::CompiledGrammar>, sglrs_grammar::CompileError> {
+    sglrs_grammar::CompiledGrammar::json_schema_value(schema, byte_vocab(), opts)
 }
 
 /// Whether `text`, fed byte by byte, leaves `g` in an accepting state.
@@ -205,14 +218,39 @@ pub fn accepts_text(g: &Arc<sglrs_grammar::CompiledGrammar>, text: &str) -> bool
 }
 
 /// Compiles `schema` (it must compile) and checks that every `valid` text is accepted and
-/// every `invalid` one rejected.
+/// every `invalid` one rejected — under the default options and in schema order (so the
+/// `valid` texts list keys in schema order; [`check_opts`] for one policy).
 pub fn check(schema: Value, valid: &[&str], invalid: &[&str]) {
-    let g = compile_bytes(&schema).unwrap_or_else(|e| panic!("{schema}: {e}"));
+    for opts in [sglrs_grammar::CompileOptions::default(), schema_order()] {
+        check_opts(&schema, &opts, valid, invalid);
+    }
+}
+
+/// [`check`] under `opts` only.
+pub fn check_opts(
+    schema: &Value,
+    opts: &sglrs_grammar::CompileOptions,
+    valid: &[&str],
+    invalid: &[&str],
+) {
+    let order = if opts.any_property_order {
+        "any"
+    } else {
+        "schema"
+    };
+    let g = compile_bytes_with(schema, opts)
+        .unwrap_or_else(|e| panic!("{schema} ({order} order): {e}"));
     for v in valid {
-        assert!(accepts_text(&g, v), "{schema}: valid {v} rejected");
+        assert!(
+            accepts_text(&g, v),
+            "{schema} ({order} order): valid {v} rejected"
+        );
     }
     for v in invalid {
-        assert!(!accepts_text(&g, v), "{schema}: invalid {v} accepted");
+        assert!(
+            !accepts_text(&g, v),
+            "{schema} ({order} order): invalid {v} accepted"
+        );
     }
 }
 

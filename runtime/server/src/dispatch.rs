@@ -56,10 +56,13 @@ impl GrammarCompiler {
     pub fn new(vocab: Arc<TokenVocab>, max_running: usize) -> Self {
         Self {
             vocab,
-            // Only declared properties: stricter than the schema, never looser, and what a
-            // small model needs to finish an object instead of inventing keys.
+            // Only declared properties, in schema order: stricter than the schema, never
+            // looser. A small model finishes an object instead of inventing keys; keys come
+            // in the order the client listed them (a `reasoning` key stays before `answer`,
+            // as OpenAI's structured outputs keep it); jump-forward writes required keys.
             opts: CompileOptions {
                 allow_undeclared_properties: false,
+                any_property_order: false,
                 ..CompileOptions::default()
             },
             cache: Mutex::new(HashMap::new()),
@@ -507,5 +510,36 @@ mod tests {
         // A cached grammar needs no place.
         c.running.fetch_add(1, Ordering::AcqRel);
         assert!(rt.block_on(c.get(&GrammarSpec::Regex("a+".into()))).is_ok());
+    }
+
+    /// The server generates declared properties only, in schema order (the engine's
+    /// default takes undeclared ones and any order): the first key is forced and the
+    /// other order is refused.
+    #[test]
+    fn schemas_compile_to_declared_properties_in_schema_order() {
+        let toks = (0u8..=255).map(|b| vec![b]).chain([b"</s>".to_vec()]);
+        let vocab = TokenVocab::new(toks.collect(), &[], &[256]).unwrap();
+        let c = Arc::new(GrammarCompiler::new(Arc::new(vocab), 1));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let schema = r#"{"type":"object","properties":{"b":{"type":"integer"},"a":{"type":"integer"}},"required":["b","a"]}"#;
+        let g = rt
+            .block_on(c.get(&GrammarSpec::JsonSchema(schema.into())))
+            .unwrap();
+        let m = sglrs_grammar::Matcher::new(g.clone());
+        assert_eq!(m.forced_bytes(), br#"{"b":"#.to_vec());
+        for (text, ok) in [
+            (r#"{"b":1,"a":2}"#, true),
+            (r#"{"a":2,"b":1}"#, false),
+            (r#"{"b":1,"a":2,"c":3}"#, false),
+        ] {
+            let mut m = sglrs_grammar::Matcher::new(g.clone());
+            assert_eq!(
+                m.try_advance_bytes(text.as_bytes()) && m.is_accepting(),
+                ok,
+                "{text}"
+            );
+        }
     }
 }
