@@ -13,11 +13,11 @@ use crate::CompileError;
 /// Most declared properties an object may have for the any-order automaton.
 const MAX_ANY_ORDER_KEYS: usize = 16;
 /// Most (written set, count) states of one any-order object.
-const MAX_ANY_ORDER_STATES: usize = 4096;
+const MAX_ANY_ORDER_STATES: usize = 16384;
 /// Most NFA states (estimated) one any-order object may add.
-const MAX_ANY_ORDER_COST: usize = 60_000;
+const MAX_ANY_ORDER_COST: usize = 150_000;
 /// Most NFA states (estimated) all any-order objects of one schema may add.
-const MAX_ANY_ORDER_TOTAL: usize = 200_000;
+const MAX_ANY_ORDER_TOTAL: usize = 300_000;
 
 impl JsonCompiler<'_> {
     /// Declared properties in any order: one state per (set of declared keys written so
