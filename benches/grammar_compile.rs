@@ -32,9 +32,17 @@ fn bench(c: &mut Criterion) {
         return;
     };
     let opts = CompileOptions::default();
+    // The server's policy: declared properties in schema order (the default takes any order).
+    let schema_order = CompileOptions {
+        any_property_order: false,
+        ..CompileOptions::default()
+    };
     for (name, s) in SCHEMAS {
         c.bench_function(&format!("grammar_compile_json/{name}"), |b| {
             b.iter(|| CompiledGrammar::json_schema(s, tok.vocab.clone(), &opts).unwrap())
+        });
+        c.bench_function(&format!("grammar_compile_json_schema_order/{name}"), |b| {
+            b.iter(|| CompiledGrammar::json_schema(s, tok.vocab.clone(), &schema_order).unwrap())
         });
         c.bench_function(&format!("grammar_parse_json_floor/{name}"), |b| {
             b.iter(|| serde_json::from_str::<serde_json::Value>(s).unwrap())
