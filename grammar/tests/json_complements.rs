@@ -463,3 +463,64 @@ fn one_of_objects_told_apart_by_a_discriminator_without_type_object() {
         &["1", "{}", r#"{"k":"c"}"#, "null"],
     );
 }
+
+/// `oneOf` branches no value can match both of need no complement, here of an `email`
+/// format (which has none): one side requires more keys than the other allows.
+#[test]
+fn one_of_objects_told_apart_by_property_counts() {
+    check(
+        json!({"oneOf": [
+            {"type": "object", "required": ["type", "url"],
+             "properties": {"type": {"type": "string"}, "url": {"type": "string", "format": "email"}}},
+            {"type": "object", "maxProperties": 1, "additionalProperties": {"const": false}}
+        ]}),
+        &[
+            r#"{"type":"a","url":"x@y.io"}"#,
+            r#"{"type":"a","url":"x@y.io","more":1}"#,
+            r#"{"pkg/name":false}"#,
+            "{}",
+        ],
+        &[
+            r#"{"type":"a","url":"not an email"}"#,
+            r#"{"pkg/name":true}"#,
+            r#"{"a":false,"b":false}"#,
+            r#"{"type":"a"}"#,
+            "[]",
+        ],
+    );
+}
+
+/// The same through a referenced union on one side (Composer's `repositories`: every kind
+/// of repository requires two keys, the other branch allows one property): each of its
+/// branches is disjoint from the other side, so the whole union is.
+#[test]
+fn one_of_told_apart_through_the_branches_of_a_referenced_union() {
+    let schema = json!({
+        "$defs": {
+            "repository": {"type": "object", "oneOf": [
+                {"required": ["type", "url"],
+                 "properties": {"type": {"enum": ["composer"]}, "url": {"type": "string", "format": "email"}}},
+                {"required": ["type", "package"],
+                 "properties": {"type": {"enum": ["package"]}, "package": {"type": "string"}}}
+            ]}
+        },
+        "type": "array",
+        "items": {"oneOf": [
+            {"$ref": "#/$defs/repository"},
+            {"type": "object", "maxProperties": 1, "additionalProperties": {"const": false}}
+        ]}
+    });
+    check(
+        schema,
+        &[
+            r#"[{"type":"composer","url":"a@b.io"},{"x":false},{"type":"package","package":"p"}]"#,
+            "[]",
+        ],
+        &[
+            r#"[{"type":"composer","url":"a"}]"#,
+            r#"[{"type":"package","url":"a@b.io"}]"#,
+            r#"[{"x":true}]"#,
+            r#"[{"type":"composer"}]"#,
+        ],
+    );
+}

@@ -28,6 +28,9 @@ const OBJECT_KEYWORDS: &[&str] = &[
     "__has_other",
 ];
 
+/// Most branches [`JsonCompiler::deep_disjoint`] looks at for one pair of `oneOf` branches.
+const MAX_DISJOINT_VISITS: usize = 256;
+
 impl JsonCompiler<'_> {
     /// Merges `allOf` and a sibling `$ref` into the schema.
     pub(super) fn normalize(
@@ -439,7 +442,9 @@ impl JsonCompiler<'_> {
             self.b.check_deadline()?;
             for j in i + 1..sigs.len() {
                 if let (Some(a), Some(b)) = (&sigs[i], &sigs[j]) {
-                    if !disjoint(a, b) && self.deep_type_bits(a, 0) & self.deep_type_bits(b, 0) != 0
+                    let mut visits = MAX_DISJOINT_VISITS;
+                    if self.deep_type_bits(a, 0) & self.deep_type_bits(b, 0) != 0
+                        && !self.deep_disjoint(a, b, 0, &mut visits)
                     {
                         out.push((i, j));
                     }
@@ -577,6 +582,67 @@ impl JsonCompiler<'_> {
 
     /// The types a schema admits, looking through `$ref`, `allOf`, `anyOf` and `oneOf`
     /// (a superset: 127 when unsure).
+    /// [`disjoint`], also through the `anyOf` / `oneOf` of either side: no value matches both
+    /// when every branch there (with its side's other keywords, references resolved) is
+    /// disjoint from the other side — e.g. a union of repository objects that each require
+    /// two keys against an object of at most one property. Conservative: false when unsure,
+    /// past 4 levels or when `visits` runs out.
+    fn deep_disjoint(
+        &mut self,
+        a: &Map<String, Value>,
+        b: &Map<String, Value>,
+        depth: u32,
+        visits: &mut usize,
+    ) -> bool {
+        if disjoint(a, b) {
+            return true;
+        }
+        if depth >= 4 || *visits == 0 {
+            return false;
+        }
+        for (x, y) in [(a, b), (b, a)] {
+            for kw in ["anyOf", "oneOf"] {
+                let Some(Value::Array(branches)) = x.get(kw) else {
+                    continue;
+                };
+                let rest: Map<String, Value> = x
+                    .iter()
+                    .filter(|(k, _)| k.as_str() != kw)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let rest = Value::Object(rest);
+                let mut all = true;
+                for br in branches {
+                    if *visits == 0 {
+                        return false;
+                    }
+                    *visits -= 1;
+                    let mark = self.merged_refs.len();
+                    let ok = match self.merge_schemas(&rest, br, "#", depth + 1) {
+                        Ok(Value::Bool(false)) => true,
+                        Ok(Value::Object(m)) => match self.normalize_cow(&m, "#", depth + 1) {
+                            Ok(n) => {
+                                let n = n.into_owned();
+                                self.deep_disjoint(&n, y, depth + 1, visits)
+                            }
+                            Err(_) => false,
+                        },
+                        _ => false,
+                    };
+                    self.merged_refs.truncate(mark);
+                    if !ok {
+                        all = false;
+                        break;
+                    }
+                }
+                if all {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
     fn deep_type_bits(&mut self, m: &Map<String, Value>, depth: u32) -> u8 {
         let mut bits = type_bits(m);
         if depth > 6 {

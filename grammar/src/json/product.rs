@@ -435,6 +435,18 @@ pub(super) fn disjoint(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
             .unwrap_or_default()
     };
     let (ra, rb, pa, pb) = (req(a), req(b), props(a), props(b));
+    // More properties one side needs (its distinct required keys, `minProperties`) than the
+    // other allows (`maxProperties`).
+    let count = |s: &Map<String, Value>, kw: &str| s.get(kw).and_then(|v| v.as_u64());
+    let least = |s: &Map<String, Value>, r: &[String]| {
+        let distinct: std::collections::HashSet<&String> = r.iter().collect();
+        (distinct.len() as u64).max(count(s, "minProperties").unwrap_or(0))
+    };
+    if count(b, "maxProperties").is_some_and(|m| least(a, &ra) > m)
+        || count(a, "maxProperties").is_some_and(|m| least(b, &rb) > m)
+    {
+        return true;
+    }
     // A discriminating property: required (so present) with disjoint value sets.
     for k in ra.iter().chain(&rb) {
         if let (Some(Value::Object(x)), Some(Value::Object(y))) = (pa.get(k), pb.get(k)) {
