@@ -524,3 +524,24 @@ fn one_of_told_apart_through_the_branches_of_a_referenced_union() {
         ],
     );
 }
+
+/// A wide `oneOf` whose branches all may overlap: each branch takes the complements of all
+/// the others as one flat `allOf` (nested one per overlap, 19 levels were past the merge
+/// depth and the schema was refused).
+#[test]
+fn wide_one_of_of_overlapping_branches() {
+    let branches: Vec<serde_json::Value> = (0..20)
+        .map(|i| json!({"type": "object", "required": [format!("k{i}")]}))
+        .collect();
+    check(
+        json!({"oneOf": branches}),
+        &[r#"{"k0":1}"#, r#"{"k19":true,"x":1}"#, r#"{"k7":{}}"#],
+        &[
+            "{}",
+            r#"{"k0":1,"k19":2}"#,
+            r#"{"k3":1,"k4":1}"#,
+            "[]",
+            r#"{"x":1}"#,
+        ],
+    );
+}

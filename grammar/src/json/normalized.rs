@@ -213,6 +213,10 @@ impl JsonCompiler<'_> {
                             return self.value(from, &all, ptr);
                         }
                     }
+                    // Each branch with the complements of the branches it may overlap, as one
+                    // flat `allOf` (nested one per overlap, a branch of a wide `oneOf` was
+                    // past the merge depth).
+                    let mut negs: Vec<Vec<Value>> = vec![Vec::new(); branches.len()];
                     for (i, j) in overlaps {
                         for (a, b) in [(i, j), (j, i)] {
                             let Some(neg) = self.negate(&branches[b], ptr, 0)? else {
@@ -227,10 +231,16 @@ impl JsonCompiler<'_> {
                                 )?;
                                 continue;
                             };
-                            let owned = owned_branches.to_mut();
-                            let cur = owned[a].take();
-                            owned[a] = serde_json::json!({"allOf": [cur, neg]});
+                            negs[a].push(neg);
                         }
+                    }
+                    for (a, mut parts) in negs.into_iter().enumerate() {
+                        if parts.is_empty() {
+                            continue;
+                        }
+                        let owned = owned_branches.to_mut();
+                        parts.insert(0, owned[a].take());
+                        owned[a] = serde_json::json!({ "allOf": parts });
                     }
                 }
                 let branches: &[Value] = &owned_branches;
