@@ -545,3 +545,23 @@ fn wide_one_of_of_overlapping_branches() {
         ],
     );
 }
+
+/// "Exactly one of these keys": branches that each require one key beside `maxProperties: 1`
+/// cannot both match (a value of both would have two properties), whatever their values —
+/// here formats without a complement.
+#[test]
+fn one_of_required_keys_beside_max_properties_one() {
+    check(
+        json!({"type": "object", "maxProperties": 1, "oneOf": [
+            {"required": ["when"], "properties": {"when": {"type": "string", "format": "date-time"}}},
+            {"required": ["mail"], "properties": {"mail": {"type": "string", "format": "email"}}}
+        ]}),
+        &[r#"{"when":"2024-01-02T03:04:05Z"}"#, r#"{"mail":"a@b.io"}"#],
+        &[
+            "{}",
+            r#"{"when":"yesterday"}"#,
+            r#"{"mail":"a@b.io","when":"2024-01-02T03:04:05Z"}"#,
+            r#"{"other":1}"#,
+        ],
+    );
+}

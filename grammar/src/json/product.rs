@@ -435,15 +435,18 @@ pub(super) fn disjoint(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
             .unwrap_or_default()
     };
     let (ra, rb, pa, pb) = (req(a), req(b), props(a), props(b));
-    // More properties one side needs (its distinct required keys, `minProperties`) than the
-    // other allows (`maxProperties`).
+    // More properties a value of both needs (the keys either side requires, either side's
+    // `minProperties`) than one side allows (`maxProperties`): `oneOf` of `required: [a]`
+    // and `required: [b]` beside `maxProperties: 1`, or a side requiring two keys against
+    // one allowing a single property.
     let count = |s: &Map<String, Value>, kw: &str| s.get(kw).and_then(|v| v.as_u64());
-    let least = |s: &Map<String, Value>, r: &[String]| {
-        let distinct: std::collections::HashSet<&String> = r.iter().collect();
-        (distinct.len() as u64).max(count(s, "minProperties").unwrap_or(0))
-    };
-    if count(b, "maxProperties").is_some_and(|m| least(a, &ra) > m)
-        || count(a, "maxProperties").is_some_and(|m| least(b, &rb) > m)
+    let keys: std::collections::HashSet<&String> = ra.iter().chain(&rb).collect();
+    let least = (keys.len() as u64)
+        .max(count(a, "minProperties").unwrap_or(0))
+        .max(count(b, "minProperties").unwrap_or(0));
+    if [a, b]
+        .iter()
+        .any(|s| count(s, "maxProperties").is_some_and(|m| least > m))
     {
         return true;
     }
