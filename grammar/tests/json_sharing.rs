@@ -429,3 +429,37 @@ fn pattern_and_format_with_length_bounds() {
         &[r#""10.0.0.10""#, r#""11.0.0.1""#, r#""10.0.0""#],
     );
 }
+
+/// A recursion through `anyOf` branches beside another keyword (`.resjson`: a resource maps
+/// names to strings or resources, each value with at least one property where it is an
+/// object): each level calls one rule instead of merging the reference again, which nested
+/// past the depth limit and was refused.
+#[test]
+fn recursion_through_union_branches_beside_other_keywords() {
+    let schema = json!({
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "object",
+        "additionalProperties": {"minProperties": 1, "anyOf": [
+            {"type": "string"}, {"$ref": "#/definitions/resource"}
+        ]},
+        "definitions": {"resource": {"type": "object", "additionalProperties": {
+            "minProperties": 1, "anyOf": [{"type": "string"}, {"$ref": "#/definitions/resource"}]
+        }}}
+    });
+    let g = compile(&schema).expect("compiles");
+    assert!(g.num_states() < 5_000, "{} states", g.num_states());
+    let deep = (0..40).fold(r#"{"k":"v"}"#.to_string(), |acc, _| {
+        format!(r#"{{"a":{acc}}}"#)
+    });
+    check(
+        schema,
+        &[r#"{}"#, r#"{"a":"x","b":{"c":"y","d":{"e":"z"}}}"#, &deep],
+        &[
+            r#"{"a":{}}"#,
+            r#"{"a":{"b":{}}}"#,
+            r#"{"a":1}"#,
+            r#"{"a":{"b":[1]}}"#,
+            &deep.replace(r#""v""#, "{}"),
+        ],
+    );
+}

@@ -256,8 +256,22 @@ impl JsonCompiler<'_> {
                         continue;
                     }
                     let bptr = format!("{ptr}/{kw}/{i}");
+                    // A branch that is a reference being expanded right now (a recursion
+                    // through the branches, beside other keywords): merging it here would
+                    // expand it again at every level; as `allOf: [rest, branch]` it is one
+                    // rule per distinct text, called at the next level
+                    // (`JsonCompiler::recursive_merge`).
+                    let recursive_ref = br.as_object().is_some_and(|b| {
+                        b.keys().all(|k| k == "$ref" || is_annotation(k))
+                            && b.get("$ref")
+                                .and_then(|r| r.as_str())
+                                .is_some_and(|r| self.inlining.iter().any(|x| x == r))
+                    });
                     let e = if only_annotations {
                         self.value(from, br, &bptr)?
+                    } else if recursive_ref {
+                        let all = serde_json::json!({"allOf": [rest.clone(), br.clone()]});
+                        self.value(from, &all, &bptr)?
                     } else {
                         let mark = self.merged_refs.len();
                         let merged = self.merge_schemas(&rest, br, &bptr, 0);
