@@ -580,8 +580,6 @@ impl JsonCompiler<'_> {
         r.map(Some)
     }
 
-    /// The types a schema admits, looking through `$ref`, `allOf`, `anyOf` and `oneOf`
-    /// (a superset: 127 when unsure).
     /// [`disjoint`], also through the `anyOf` / `oneOf` of either side: no value matches both
     /// when every branch there (with its side's other keywords, references resolved) is
     /// disjoint from the other side — e.g. a union of repository objects that each require
@@ -643,6 +641,8 @@ impl JsonCompiler<'_> {
         false
     }
 
+    /// The types a schema admits, looking through `$ref`, `allOf`, `anyOf` and `oneOf`
+    /// (a superset: 127 when unsure).
     fn deep_type_bits(&mut self, m: &Map<String, Value>, depth: u32) -> u8 {
         let mut bits = type_bits(m);
         if depth > 6 {
