@@ -224,13 +224,12 @@ fn object_item_masks_refuse_exactly_the_tokens_that_close_a_repeat() {
 fn object_item_masks_match_the_byte_reference_on_random_walks() {
     let Some(tok) = common::llama3() else { return };
     let g = llama3_grammar(OBJS).unwrap();
-    let pieces: Vec<Vec<u8>> = [
-        "{\"", "a", "b", "x", "\":", "1", "2", "1.0", "}", "},", ",\"", "\"", "\"}", "},{\"",
-    ]
-    .iter()
-    .filter(|p| tok.tokenize(p).len() == 1)
-    .map(|p| p.as_bytes().to_vec())
-    .collect();
+    let pieces = one_token_pieces(
+        tok,
+        &[
+            "{\"", "a", "b", "x", "\":", "1", "2", "1.0", "}", "},", ",\"", "\"", "\"}", "},{\"",
+        ],
+    );
     assert!(pieces.len() >= 10, "{}", pieces.len());
     let prefer = |b: &[u8]| pieces.iter().any(|p| p == b);
     let start = |w: usize| match w % 3 {
@@ -370,13 +369,12 @@ fn mixed_ok(text: &[u8]) -> bool {
 fn free_strings_beside_open_objects_masks_match_the_byte_reference() {
     let Some(tok) = common::llama3() else { return };
     let g = llama3_grammar(MIXED).unwrap();
-    let pieces: Vec<Vec<u8>> = [
-        "\"", "a", "\",\"", "\",", "\\u", "004", "1", "{\"", "k", "\":\"", "\"}", "},",
-    ]
-    .iter()
-    .filter(|p| tok.tokenize(p).len() == 1)
-    .map(|p| p.as_bytes().to_vec())
-    .collect();
+    let pieces = one_token_pieces(
+        tok,
+        &[
+            "\"", "a", "\",\"", "\",", "\\u", "004", "1", "{\"", "k", "\":\"", "\"}", "},",
+        ],
+    );
     assert!(pieces.len() >= 9, "{}", pieces.len());
     let prefer = |b: &[u8]| pieces.iter().any(|p| p == b);
     let start = |w: usize| match w % 2 {
@@ -384,4 +382,13 @@ fn free_strings_beside_open_objects_masks_match_the_byte_reference() {
         _ => br#"["a","A",{"k":"a"},"#.to_vec(),
     };
     common::random_walks(&g, 31, 6, 30, &start, &prefer, 0.9, &mixed_ok);
+}
+
+/// The pieces that are one token each: the bytes the random walks below prefer.
+fn one_token_pieces(tok: &common::Tok, pieces: &[&str]) -> Vec<Vec<u8>> {
+    pieces
+        .iter()
+        .filter(|p| tok.tokenize(p).len() == 1)
+        .map(|p| p.as_bytes().to_vec())
+        .collect()
 }
