@@ -80,7 +80,7 @@ const CLASS_MIN_ASCII: u32 = 16;
 /// threads, configurations): SipHash cost a tenth of a cold mask. Keys are not
 /// attacker-chosen beyond the grammar itself, and a poor spread only costs speed.
 #[derive(Default, Clone, Copy)]
-struct FastHasher(u64);
+pub(crate) struct FastHasher(u64);
 
 impl Hasher for FastHasher {
     fn finish(&self) -> u64 {
@@ -105,7 +105,7 @@ impl Hasher for FastHasher {
     }
 }
 
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 type FastSet<K> = HashSet<K, BuildHasherDefault<FastHasher>>;
 
 #[derive(Debug)]
@@ -342,6 +342,27 @@ impl Lazy {
         self.plain_succ.push(UNKNOWN);
         self.config_rep.push(UNKNOWN);
         id
+    }
+
+    /// Whether a thread of `c` is inside a key-loop object (`Nfa::key_loops`): at one of its
+    /// states, or below a call that returns into one.
+    pub fn in_key_loop_object(&self, nfa: &Nfa, c: ConfigId) -> bool {
+        self.configs[c as usize]
+            .threads
+            .iter()
+            .any(|&(mut stk, s)| {
+                if nfa.in_key_loop(s) {
+                    return true;
+                }
+                while stk != 0 {
+                    let (parent, ret, _) = self.stacks[stk as usize];
+                    if nfa.in_key_loop(ret) {
+                        return true;
+                    }
+                    stk = parent;
+                }
+                false
+            })
     }
 
     /// Remembers the return states of calls to the NFA's key rules, whose threads take

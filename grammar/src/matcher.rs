@@ -90,11 +90,11 @@ impl Matcher {
         let accept = self.grammar.with_lazy(|nfa, lazy| {
             lazy.fill_mask(nfa, vocab, c, mask);
             if let Some(u) = &self.uniq {
-                let mut t = u.tracker.clone();
                 if nfa.has_unique() {
-                    unique::refine_mask(nfa, lazy, vocab, c, &mut t, &mut mask[..words]);
+                    unique::refine_mask(nfa, lazy, vocab, c, &u.tracker, &mut mask[..words]);
                 }
                 if !nfa.long_strings.is_empty() {
+                    let mut t = u.tracker.clone();
                     let count = t.count;
                     let mut allows = |lazy: &mut crate::lazy::Lazy, bytes: &[u8]| {
                         unique::allows(nfa, lazy, c, &mut t, bytes)

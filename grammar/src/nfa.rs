@@ -220,6 +220,14 @@ pub(crate) struct Builder {
     /// an item. Right after the byte that closes an item equal to an earlier one, the
     /// matcher drops the threads there.
     pub unique_after: Vec<(StateId, StateId)>,
+    /// `[lo, hi)` state ranges of key-loop objects (`json/any_order.rs::key_loop`): their
+    /// key positions and key bodies. The matcher drops the threads there at the closing
+    /// quote of a key already written in the same object, and refuses, as inside
+    /// `unique_arrays`, a key prefix that only earlier keys complete.
+    pub key_loops: Vec<(StateId, StateId)>,
+    /// The key tries of key-loop objects' optional keys: each trie's root (its rule's
+    /// start) and the states its keys end at (after the closing quote).
+    pub key_tries: Vec<(StateId, Vec<StateId>)>,
     /// Regex × character-count products with a maximum (`regex::emit_hir_len`); the mask
     /// code shares masks between their counts (see [`Nfa::count_representatives`]).
     pub counted: Vec<CountedProduct>,
@@ -242,6 +250,8 @@ impl Builder {
             unique_ranges: Vec::new(),
             unique_arrays: Vec::new(),
             unique_after: Vec::new(),
+            key_loops: Vec::new(),
+            key_tries: Vec::new(),
             counted: Vec::new(),
             long_strings: Vec::new(),
             text_ranges: Vec::new(),
@@ -372,6 +382,8 @@ impl Builder {
             unique_ranges: self.unique_ranges,
             unique_arrays: self.unique_arrays,
             unique_after: self.unique_after,
+            key_loops: self.key_loops,
+            key_leaves: Default::default(),
             counted: self.counted,
             long_strings: self.long_strings,
             long_room: u32::MAX,
@@ -382,9 +394,11 @@ impl Builder {
         nfa.unique_ranges.sort_unstable();
         nfa.unique_arrays.sort_unstable();
         nfa.unique_after.sort_unstable();
+        nfa.key_loops.sort_unstable();
         nfa.text_ranges.sort_unstable();
         nfa.trim(self.budget.deadline)?;
         nfa.compute_distances(self.budget.deadline)?;
+        nfa.count_key_leaves(&self.key_tries);
         nfa.long_strings.sort_unstable_by_key(|l| l.lo);
         for l in &mut nfa.long_strings {
             l.compute(&nfa.states);
@@ -412,6 +426,11 @@ pub(crate) struct Nfa {
     pub unique_arrays: Vec<(StateId, StateId)>,
     /// See [`Builder::unique_after`] (sorted, disjoint).
     pub unique_after: Vec<(StateId, StateId)>,
+    /// See [`Builder::key_loops`] (sorted, disjoint, apart from the unique-item ranges).
+    pub key_loops: Vec<(StateId, StateId)>,
+    /// Per state inside a key-loop trie of optional keys ([`Builder::key_tries`]): how many
+    /// of the trie's keys, still writable after trimming, continue from it.
+    pub key_leaves: crate::lazy::FastMap<StateId, u32>,
     /// See [`Builder::counted`].
     pub counted: Vec<CountedProduct>,
     /// See [`Builder::long_strings`] (sorted, disjoint).
@@ -428,8 +447,13 @@ pub(crate) struct Nfa {
 }
 
 impl Nfa {
-    /// True when matching must enforce `uniqueItems` (`crate::unique`).
+    /// True when matching must enforce `uniqueItems` or key-loop keys (`crate::unique`).
     pub fn has_unique(&self) -> bool {
+        self.has_unique_items() || !self.key_loops.is_empty()
+    }
+
+    /// True when matching must enforce `uniqueItems`.
+    pub fn has_unique_items(&self) -> bool {
         !self.unique_ranges.is_empty()
             || !self.unique_arrays.is_empty()
             || !self.unique_after.is_empty()
@@ -441,9 +465,14 @@ impl Nfa {
         in_ranges(&self.unique_after, s)
     }
 
-    /// True when `s` is inside the string body of a `uniqueItems` item, or inside a whole
-    /// `uniqueItems` array of bounded strings.
+    /// True when `s` is inside the string body of a `uniqueItems` item, inside a whole
+    /// `uniqueItems` array of bounded strings, or in a key-loop object's keys.
     pub fn in_unique(&self, s: StateId) -> bool {
+        self.in_unique_item(s) || in_ranges(&self.key_loops, s)
+    }
+
+    /// [`Nfa::in_unique`] but for key loops.
+    pub fn in_unique_item(&self, s: StateId) -> bool {
         in_ranges(&self.unique_ranges, s) || in_ranges(&self.unique_arrays, s)
     }
 
@@ -460,8 +489,55 @@ impl Nfa {
             .filter(|l| s < l.hi)
     }
 
-    /// True when `s` is inside a whole `uniqueItems` array of bounded strings.
+    /// True when `s` is inside a whole `uniqueItems` array of bounded strings, or in a
+    /// key-loop object's keys (a finite set): where an item may run out of new values.
     pub fn in_unique_array(&self, s: StateId) -> bool {
+        in_ranges(&self.unique_arrays, s) || in_ranges(&self.key_loops, s)
+    }
+
+    /// Fills [`Nfa::key_leaves`] for the tries in `tries`: a key counts at its end state
+    /// when that state can still reach its rule's end, and at every state before it.
+    fn count_key_leaves(&mut self, tries: &[(StateId, Vec<StateId>)]) {
+        for (root, ends) in tries {
+            let ends: std::collections::HashSet<StateId> = ends
+                .iter()
+                .copied()
+                .filter(|&e| self.dist.get(e as usize).is_some_and(|&d| d != u32::MAX))
+                .collect();
+            // Post-order over the trie's byte moves (a tree), stopping at key ends.
+            let mut stack: Vec<(StateId, bool)> = vec![(*root, false)];
+            while let Some((q, done)) = stack.pop() {
+                if ends.contains(&q) {
+                    self.key_leaves.insert(q, 1);
+                    continue;
+                }
+                let kids: Vec<StateId> = self.states[q as usize]
+                    .bytes
+                    .iter()
+                    .map(|&(_, _, t)| t)
+                    .filter(|&t| t != q && (ends.contains(&t) || self.in_key_loop(t)))
+                    .collect();
+                if done {
+                    let n = kids
+                        .iter()
+                        .map(|t| self.key_leaves.get(t).copied().unwrap_or(0))
+                        .sum();
+                    self.key_leaves.insert(q, n);
+                } else {
+                    stack.push((q, true));
+                    stack.extend(kids.into_iter().map(|t| (t, false)));
+                }
+            }
+        }
+    }
+
+    /// True when `s` is in a key-loop object's keys (see [`Builder::key_loops`]).
+    pub fn in_key_loop(&self, s: StateId) -> bool {
+        in_ranges(&self.key_loops, s)
+    }
+
+    /// [`Nfa::in_unique_array`] but for key loops.
+    pub fn in_bounded_items(&self, s: StateId) -> bool {
         in_ranges(&self.unique_arrays, s)
     }
 

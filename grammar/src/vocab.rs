@@ -29,6 +29,9 @@ pub(crate) struct TrieNode {
 pub(crate) struct TokenTrie {
     pub nodes: Vec<TrieNode>,
     pub ids: Vec<u32>,
+    /// Per first byte: its depth-1 node (`u32::MAX`: none; empty in an empty trie), so a
+    /// walk from the root does not scan the root's children.
+    pub root: Vec<u32>,
 }
 
 impl TokenTrie {
@@ -74,7 +77,13 @@ impl TokenTrie {
         while let Some(n) = path.pop() {
             nodes[n].next = nodes.len() as u32;
         }
-        TokenTrie { nodes, ids }
+        let mut root = vec![u32::MAX; 256];
+        let mut i = 0usize;
+        while i < nodes.len() {
+            root[nodes[i].byte as usize] = i as u32;
+            i = nodes[i].next as usize;
+        }
+        TokenTrie { nodes, ids, root }
     }
 
     /// The token ids ending at node `i` (usually none or one).
@@ -142,6 +151,9 @@ pub struct TokenVocab {
     /// The usable tokens with two or more `"` (see [`TokenVocab::multi_quote_tokens`]),
     /// built on first use and shared like `class_parts`.
     multi_quote: Arc<std::sync::OnceLock<Vec<u32>>>,
+    /// The usable tokens that may open a key, by where they start (see
+    /// [`TokenVocab::key_opening_tokens`]).
+    key_opening: Arc<std::sync::OnceLock<[Vec<u32>; 3]>>,
     /// The usable tokens longest first (see [`TokenVocab::tokens_by_length`]), built on
     /// first use and shared like `class_parts`.
     by_length: Arc<std::sync::OnceLock<TokensByLength>>,
@@ -308,6 +320,7 @@ impl TokenVocab {
             byte_tokens: Arc::default(),
             long_tokens: Arc::default(),
             multi_quote: Arc::default(),
+            key_opening: Arc::default(),
             by_length: Arc::default(),
         })
     }
@@ -475,6 +488,29 @@ impl TokenVocab {
                 })
                 .collect()
         })
+    }
+
+    /// The usable tokens that may open a string where an object key goes, when written
+    /// from inside a string (`KeyFrom::String`), from where a key goes (`KeyFrom::Gap`), or
+    /// from elsewhere outside strings (`KeyFrom::Other`): a `"` outside strings, at the
+    /// starting depth or below, after a `,` there (or, from a key's place, before anything
+    /// but whitespace). A superset of the tokens that open a key (a `,` in an array counts
+    /// too), for the key-loop checks (`crate::unique`).
+    pub(crate) fn key_opening_tokens(&self, from: KeyFrom) -> &[u32] {
+        let lists = self.key_opening.get_or_init(|| {
+            let mut lists: [Vec<u32>; 3] = Default::default();
+            for (i, list) in lists.iter_mut().enumerate() {
+                for t in 0..self.tokens.len() as u32 {
+                    if self.usable[t as usize]
+                        && may_open_key(&self.tokens[t as usize], i == 0, i == 1)
+                    {
+                        list.push(t);
+                    }
+                }
+            }
+            lists
+        });
+        &lists[from as usize]
     }
 
     pub(crate) fn trie(&self) -> &TokenTrie {
@@ -751,4 +787,57 @@ mod tests {
         assert_eq!(decode_byte_fallback("<0x0A>"), b"\n".to_vec());
         assert_eq!(decode_byte_fallback("\u{2581}the"), b" the".to_vec());
     }
+}
+
+/// Where a token is written from, for [`TokenVocab::key_opening_tokens`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyFrom {
+    /// Inside a string.
+    String = 0,
+    /// Outside strings, where an object key goes.
+    Gap = 1,
+    /// Outside strings, elsewhere.
+    Other = 2,
+}
+
+/// Whether `bytes`, written from inside a string (`in_str`) or from outside strings where a
+/// key goes (`gap`) or not, open a string at the starting depth or below after a `,` there
+/// (or, from a key's place, before any other byte but whitespace), or open an object and
+/// write a `,` and a `"` after it (two keys of that object).
+fn may_open_key(bytes: &[u8], mut in_str: bool, gap: bool) -> bool {
+    let (mut depth, mut esc, mut expect) = (0i32, false, gap && !in_str);
+    for (i, &b) in bytes.iter().enumerate() {
+        if in_str {
+            if esc {
+                esc = false;
+            } else if b == b'\\' {
+                esc = true;
+            } else if b == b'"' {
+                in_str = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => {
+                if expect && depth <= 0 {
+                    return true;
+                }
+                in_str = true;
+                expect = false;
+            }
+            b'{' if crate::unique::opens_second_key(&bytes[i..]) => return true,
+            b'{' | b'[' => {
+                depth += 1;
+                expect = false;
+            }
+            b'}' | b']' => {
+                depth -= 1;
+                expect = false;
+            }
+            b',' => expect = depth <= 0,
+            b' ' | b'\t' | b'\n' | b'\r' => {}
+            _ => expect = false,
+        }
+    }
+    false
 }

@@ -1,5 +1,6 @@
 //! Objects whose declared properties may come in any order: one automaton state per (set of
-//! declared keys written so far, property count), within a state budget.
+//! declared keys written so far, property count), within a state budget; past it, a loop over
+//! the declared keys whose repeats the matcher refuses (`crate::unique`).
 
 use std::collections::HashMap;
 
@@ -18,6 +19,8 @@ const MAX_ANY_ORDER_STATES: usize = 16384;
 const MAX_ANY_ORDER_COST: usize = 150_000;
 /// Most NFA states (estimated) all any-order objects of one schema may add.
 const MAX_ANY_ORDER_TOTAL: usize = 300_000;
+/// Most required keys of a key-loop object (its states are sets of them).
+const MAX_LOOP_REQUIRED: usize = 12;
 
 impl JsonCompiler<'_> {
     /// Declared properties in any order: one state per (set of declared keys written so
@@ -142,5 +145,213 @@ impl JsonCompiler<'_> {
             }
         }
         Ok(Some(close))
+    }
+
+    /// Declared properties in any order where [`JsonCompiler::any_order`] is over its budget
+    /// (more than 16 keys, long names): one state per (set of *required* keys written,
+    /// property count), from each a key trie over the required keys not yet written, and a
+    /// call to one shared rule over the optional keys (per witness-bit set). The automaton
+    /// alone would let an optional key come twice; its states are recorded as bounded
+    /// key-loop ranges (`Builder::key_loops`), so the matcher refuses the closing
+    /// quote of a key already written in the same object and every key prefix that only
+    /// earlier keys complete (`crate::unique`: the declared keys are written in one spelling
+    /// each, so equal texts are equal keys). A closed object counts its properties up to the
+    /// number of declared keys, so no `,` is offered once every key is written. `None` when
+    /// the required keys or the states are over the budget (schema order then).
+    pub(super) fn key_loop(
+        &mut self,
+        open: StateId,
+        items: &[(String, Value, bool)],
+        item_bits: &[u8],
+        extras: &[(u8, RuleId)],
+        counts: (usize, bool, usize, u8),
+        ptr: &str,
+    ) -> Result<Option<StateId>, CompileError> {
+        let (cap, exact, min_count, full_w) = counts;
+        let n = items.len();
+        if !self.opts.any_property_order || n < 2 {
+            return Ok(None);
+        }
+        let keys = items
+            .iter()
+            .map(|i| serde_json::to_string(&i.0))
+            .collect::<Result<Vec<String>, _>>()
+            .map_err(|e| CompileError::Json(e.to_string()))?;
+        let required: Vec<usize> = (0..n).filter(|&k| items[k].2).collect();
+        if required.len() > MAX_LOOP_REQUIRED {
+            return Ok(None);
+        }
+        // Optional keys grouped by the witness bits they meet: one shared rule per group.
+        let mut groups: Vec<(u8, Vec<usize>)> = Vec::new();
+        let mut cost = 0usize;
+        for k in (0..n).filter(|&k| !items[k].2) {
+            cost += keys[k].len() + 3;
+            match groups.iter_mut().find(|g| g.0 == item_bits[k]) {
+                Some(g) => g.1.push(k),
+                None => groups.push((item_bits[k], vec![k])),
+            }
+        }
+        let full_r: u32 = (1u32 << required.len()) - 1;
+        // The count `c` of a state: in an open object, of every property (`Counts`); in a
+        // closed one, of the optional keys written, exactly, so that the whole count
+        // (`|m| + c`) is exact and no `,` is offered once every key is written.
+        let closed = extras.is_empty();
+        let n_opt = n - required.len();
+        let cap_closed = if exact { cap.min(n) } else { n };
+        let total = |m: u32, c: usize| m.count_ones() as usize + c;
+        let next_c = |m: u32, c: usize, optional: bool| -> Option<usize> {
+            if !closed {
+                bump_count(c, cap, exact)
+            } else if total(m, c) >= cap_closed || (optional && c >= n_opt) {
+                None
+            } else {
+                Some(c + optional as usize)
+            }
+        };
+        let written = |m: u32, c: usize| if closed { total(m, c) } else { c };
+        // Plan the reachable (required written, count, witness bits) states.
+        let mut index: HashMap<(u32, usize, u8), usize> = HashMap::new();
+        let mut order: Vec<(u32, usize, u8)> = vec![(0, 0, 0)];
+        index.insert((0, 0, 0), 0);
+        let mut i = 0;
+        while i < order.len() {
+            let (m, c, w) = order[i];
+            i += 1;
+            cost += 4;
+            let mut next = Vec::new();
+            if let Some(c2) = next_c(m, c, false) {
+                for (j, &k) in required.iter().enumerate() {
+                    if m >> j & 1 == 0 {
+                        cost += keys[k].len() + 3;
+                        next.push((m | 1 << j, c2, w | item_bits[k]));
+                    }
+                }
+            }
+            if let Some(c2) = next_c(m, c, true) {
+                for b in groups.iter().map(|g| g.0).chain(extras.iter().map(|e| e.0)) {
+                    cost += 2;
+                    next.push((m, c2, w | b));
+                }
+            }
+            for (m2, c2, w2) in next {
+                if let std::collections::hash_map::Entry::Vacant(v) = index.entry((m2, c2, w2)) {
+                    v.insert(order.len());
+                    order.push((m2, c2, w2));
+                }
+            }
+            if order.len() > MAX_ANY_ORDER_STATES || cost > MAX_ANY_ORDER_COST {
+                return Ok(None);
+            }
+        }
+        if self.any_order_cost + cost > MAX_ANY_ORDER_TOTAL {
+            return Ok(None);
+        }
+        self.any_order_cost += cost;
+        let mut rules = Vec::with_capacity(n);
+        for (k, v, _) in items {
+            let vptr = format!(
+                "{ptr}/properties/{}",
+                k.replace('~', "~0").replace('/', "~1")
+            );
+            rules.push(self.schema_rule(v, &vptr)?);
+        }
+        let mut trie: HashMap<(StateId, u8), StateId> = HashMap::new();
+        // The optional keys' rules: `"key": value`, every state but the start recorded.
+        let mut group_rules = Vec::with_capacity(groups.len());
+        for (bits, ks) in &groups {
+            // Like the "other key" rules: its masks are shared between the gaps it is
+            // called from (`crate::lazy::threads`).
+            let rule = self.b.new_rule()?;
+            self.b.key_rules.push(rule);
+            let (start, end) = (
+                self.b.rules[rule as usize].start,
+                self.b.rules[rule as usize].end,
+            );
+            let lo = self.b.states.len() as StateId;
+            trie.clear();
+            let mut ends = Vec::with_capacity(ks.len());
+            for &k in ks {
+                let at = self.key_trie(&mut trie, start, &keys[k])?;
+                ends.push(at);
+                let col = self.punct(at, b':')?;
+                let e = self.b.call(col, rules[k])?;
+                self.b.eps(e, end);
+            }
+            let hi = self.b.states.len() as StateId;
+            self.b.key_loops.push((lo, hi));
+            self.b.key_tries.push((start, ends));
+            group_rules.push((*bits, rule));
+        }
+        let lo = self.b.states.len() as StateId;
+        let mut states = Vec::with_capacity(order.len());
+        for _ in &order {
+            states.push(self.b.state()?);
+        }
+        self.b.eps(open, states[0]);
+        let close = self.b.state()?;
+        for (idx, &(m, c, w)) in order.iter().enumerate() {
+            if idx % 64 == 63 {
+                self.b.check_deadline()?;
+            }
+            let s = states[idx];
+            if m == full_r && written(m, c) >= min_count && w == full_w {
+                self.b.eps(s, close);
+            }
+            let (req_c, opt_c) = (next_c(m, c, false), next_c(m, c, true));
+            let more_required = m != full_r && req_c.is_some();
+            let more_optional = !(groups.is_empty() && extras.is_empty()) && opt_c.is_some();
+            if !more_required && !more_optional {
+                continue;
+            }
+            let s1 = if written(m, c) > 0 {
+                self.punct(s, b',')?
+            } else {
+                s
+            };
+            if let Some(c2) = opt_c {
+                for &(b, r) in extras.iter().chain(&group_rules) {
+                    let e = self.b.call(s1, r)?;
+                    self.b.eps(e, states[index[&(m, c2, w | b)]]);
+                }
+            }
+            let Some(c2) = req_c else { continue };
+            trie.clear();
+            for (j, &k) in required.iter().enumerate() {
+                if m >> j & 1 == 1 {
+                    continue;
+                }
+                let at = self.key_trie(&mut trie, s1, &keys[k])?;
+                let col = self.punct(at, b':')?;
+                let e = self.b.call(col, rules[k])?;
+                self.b
+                    .eps(e, states[index[&(m | 1 << j, c2, w | item_bits[k])]]);
+            }
+        }
+        let hi = self.b.states.len() as StateId;
+        self.b.key_loops.push((lo, hi));
+        Ok(Some(close))
+    }
+
+    /// The state after `key` (quoted) from `from`, sharing the states of earlier keys with
+    /// the same start in `trie` (so the configuration stays one thread).
+    fn key_trie(
+        &mut self,
+        trie: &mut HashMap<(StateId, u8), StateId>,
+        from: StateId,
+        key: &str,
+    ) -> Result<StateId, CompileError> {
+        let mut at = from;
+        for &byte in key.as_bytes() {
+            at = match trie.get(&(at, byte)) {
+                Some(&x) => x,
+                None => {
+                    let x = self.b.state()?;
+                    self.b.range(at, byte, byte, x);
+                    trie.insert((at, byte), x);
+                    x
+                }
+            };
+        }
+        Ok(at)
     }
 }

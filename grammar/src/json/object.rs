@@ -129,14 +129,11 @@ impl JsonCompiler<'_> {
         let full_w = (plan.witness_sets() - 1) as u8;
         // Value conditions make a key's witness bits depend on its value: schema order only.
         let any_order = if plan.all_value_bits() == 0 {
-            self.any_order(
-                open,
-                &plan.items,
-                &item_bits,
-                &extras,
-                (counts.cap, counts.exact, counts.min, full_w),
-                ptr,
-            )?
+            let counts = (counts.cap, counts.exact, counts.min, full_w);
+            match self.any_order(open, &plan.items, &item_bits, &extras, counts, ptr)? {
+                Some(close) => Some(close),
+                None => self.key_loop(open, &plan.items, &item_bits, &extras, counts, ptr)?,
+            }
         } else {
             None
         };

@@ -1,0 +1,249 @@
+//! Objects with more declared properties than the any-order subset automaton takes (more
+//! than 16, or past its state budget): a loop over the declared keys, whose repeats the
+//! matcher refuses (`json/any_order.rs::key_loop`, `crate::unique`). Keys in any order, each
+//! at most once, every required key before `}`; no key prefix that only earlier keys
+//! complete; no `,` once every key of a closed object is written. Masks and the planned close
+//! are checked against an independent validator on random walks.
+
+mod common;
+
+use common::{check_opts, compile_bytes_with, llama3, schema_order};
+use serde_json::{json, Value};
+use sglrs_grammar::{CompileOptions, CompiledGrammar, Matcher};
+
+/// 20 declared keys (18 integers `k00`…`k17`, `name` from an enum, `nation` a boolean), two
+/// required, `additionalProperties` as given.
+fn schema(additional: bool) -> Value {
+    let mut props = serde_json::Map::new();
+    for i in 0..18 {
+        props.insert(format!("k{i:02}"), json!({"type": "integer"}));
+    }
+    props.insert("name".into(), json!({"enum": ["a", "b"]}));
+    props.insert("nation".into(), json!({"type": "boolean"}));
+    json!({
+        "type": "object",
+        "properties": props,
+        "required": ["k03", "name"],
+        "additionalProperties": additional,
+    })
+}
+
+/// All 20 keys, in reverse schema order.
+fn all_keys_reversed() -> String {
+    let mut parts = vec![r#""nation":true"#.to_string(), r#""name":"b""#.to_string()];
+    for i in (0..18).rev() {
+        parts.push(format!(r#""k{i:02}":{i}"#));
+    }
+    format!("{{{}}}", parts.join(","))
+}
+
+fn accepts(g: &std::sync::Arc<CompiledGrammar>, text: &str) -> bool {
+    common::accepts_text(g, text)
+}
+
+#[test]
+fn many_keys_come_in_any_order_each_once() {
+    let s = schema(false);
+    let full = all_keys_reversed();
+    let valid = [
+        r#"{"name":"a","k03":1}"#,
+        r#"{"k03":1,"name":"a"}"#,
+        r#"{"k17":0,"nation":false,"k03":1,"k00":2,"name":"b","k09":3}"#,
+        full.as_str(),
+    ];
+    let invalid = [
+        // An optional key twice, a required key twice.
+        r#"{"k00":1,"k03":2,"name":"a","k00":3}"#,
+        r#"{"k03":1,"name":"a","k03":2}"#,
+        r#"{"name":"a","name":"b","k03":1}"#,
+        // A required key missing, an undeclared key, a value of the wrong type.
+        r#"{"k00":1,"name":"a"}"#,
+        r#"{"k03":1,"name":"a","other":1}"#,
+        r#"{"k03":1,"name":"c"}"#,
+        r#"{"k03":"1","name":"a"}"#,
+    ];
+    check_opts(&s, &CompileOptions::default(), &valid, &invalid);
+    // In schema order the same object only takes its keys as listed.
+    check_opts(&s, &schema_order(), &valid[1..2], &invalid);
+    let g = compile_bytes_with(&s, &schema_order()).unwrap();
+    assert!(!accepts(&g, valid[0]));
+}
+
+#[test]
+fn a_closed_object_with_every_key_written_takes_no_comma() {
+    let g = compile_bytes_with(&schema(false), &CompileOptions::default()).unwrap();
+    let full = all_keys_reversed();
+    let mut m = Matcher::new(g.clone());
+    assert!(m.try_advance_bytes(&full.as_bytes()[..full.len() - 1]));
+    assert!(!m.clone().try_advance_bytes(b","));
+    assert!(!m.clone().try_advance_bytes(b" ,"));
+    assert!(m.try_advance_bytes(b"}") && m.is_accepting());
+    // One key short, the comma is offered and only the missing key follows it.
+    let short = full.replacen(r#""k05":5,"#, "", 1);
+    let mut m = Matcher::new(g);
+    assert!(m.try_advance_bytes(&short.as_bytes()[..short.len() - 1]));
+    assert!(m.try_advance_bytes(b","));
+    assert!(!m.clone().try_advance_bytes(br#""k04""#));
+    assert!(!m.clone().try_advance_bytes(br#""k1"#));
+    assert!(m.try_advance_bytes(br#""k05":0}"#) && m.is_accepting());
+}
+
+#[test]
+fn a_key_prefix_only_written_keys_complete_is_refused() {
+    let g = compile_bytes_with(&schema(false), &CompileOptions::default()).unwrap();
+    let mut m = Matcher::new(g.clone());
+    assert!(m.try_advance_bytes(br#"{"name":"a","#));
+    // `nam` only continues as `name`, written: refused at once. `na` may still be `nation`.
+    assert!(!m.clone().try_advance_bytes(br#""nam"#));
+    assert!(m.clone().try_advance_bytes(br#""na"#));
+    assert!(m.clone().try_advance_bytes(br#""nat"#));
+    assert!(m.try_advance_bytes(br#""nation":true,"#));
+    assert!(!m.clone().try_advance_bytes(br#""n"#));
+    assert!(m.try_advance_bytes(br#""k03":1}"#) && m.is_accepting());
+    // Open to other keys, `nam` may become one (`namex`); only the repeat itself is refused.
+    let g = compile_bytes_with(&schema(true), &CompileOptions::default()).unwrap();
+    let mut m = Matcher::new(g);
+    assert!(m.try_advance_bytes(br#"{"name":"a","nam"#));
+    assert!(!m.clone().try_advance_bytes(br#"e""#));
+    assert!(m.try_advance_bytes(br#"ex":[1,"x"],"k03":1}"#) && m.is_accepting());
+}
+
+#[test]
+fn other_objects_keep_repeated_undeclared_keys_as_before() {
+    // Repeated keys elsewhere are not the loop's business: an open object in schema order
+    // beside a loop object still takes an undeclared key twice, as it did.
+    let s = json!({
+        "type": "object",
+        "properties": {"loop": schema(false), "open": {"type": "object"}},
+    });
+    check_opts(
+        &s,
+        &CompileOptions::default(),
+        &[r#"{"open":{"x":1,"x":2},"loop":{"name":"a","k03":1}}"#],
+        &[r#"{"loop":{"name":"a","k03":1,"name":"b"}}"#],
+    );
+}
+
+#[test]
+fn more_required_keys_than_the_loop_tracks_keep_schema_order() {
+    let mut s = schema(false);
+    let required: Vec<String> = (0..14).map(|i| format!("k{i:02}")).collect();
+    s["required"] = json!(required);
+    let g = compile_bytes_with(&s, &CompileOptions::default()).unwrap();
+    let listed: Vec<String> = (0..14).map(|i| format!(r#""k{i:02}":{i}"#)).collect();
+    assert!(accepts(&g, &format!("{{{}}}", listed.join(","))));
+    let reversed: Vec<String> = listed.iter().rev().cloned().collect();
+    assert!(!accepts(&g, &format!("{{{}}}", reversed.join(","))));
+}
+
+/// Valid for [`schema`]`(false)`: a JSON object whose keys (read from the text, so repeats
+/// count) are declared, distinct, and include the required ones, with values of their type.
+fn loop_ok(text: &[u8]) -> bool {
+    let Ok(t) = std::str::from_utf8(text) else {
+        return false;
+    };
+    let Ok(Value::Object(map)) = serde_json::from_str::<Value>(t) else {
+        return false;
+    };
+    let keys = top_level_keys(t);
+    let mut sorted = keys.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != keys.len() || !map.contains_key("k03") || !map.contains_key("name") {
+        return false;
+    }
+    map.iter().all(|(k, v)| match k.as_str() {
+        "name" => v == "a" || v == "b",
+        "nation" => v.is_boolean(),
+        k if k.len() == 3 && k.starts_with('k') => {
+            k[1..].parse::<u32>().is_ok_and(|i| i < 18)
+                && v.as_f64().is_some_and(|f| f.fract() == 0.0)
+        }
+        _ => false,
+    })
+}
+
+#[test]
+fn key_loop_masks_match_the_byte_reference_on_random_walks() {
+    let Some(tok) = llama3() else { return };
+    let g = CompiledGrammar::json_schema_value(
+        &schema(false),
+        tok.vocab.clone(),
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    // Keys and commas most of the time, so that walks write many keys, repeats tried.
+    let prefer = |b: &[u8]| b.contains(&b'"') || b.contains(&b',');
+    let start = |w: usize| match w % 3 {
+        0 => b"{".to_vec(),
+        1 => br#"{"name":"a","nation":true,"#.to_vec(),
+        _ => {
+            // Two keys short of the whole object.
+            let s =
+                all_keys_reversed()
+                    .replacen(r#""k05":5,"#, "", 1)
+                    .replacen(r#""k11":11,"#, "", 1);
+            format!("{},", &s[..s.len() - 1]).into_bytes()
+        }
+    };
+    common::random_walks(&g, 7, 6, 40, &start, &prefer, 0.8, &loop_ok);
+}
+
+/// The keys of the object `t` (valid JSON) as written, repeats included: the strings at
+/// depth 1 followed by `:`.
+fn top_level_keys(t: &str) -> Vec<&str> {
+    let b = t.as_bytes();
+    let (mut depth, mut i, mut keys) = (0usize, 0usize, Vec::new());
+    while i < b.len() {
+        match b[i] {
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth -= 1,
+            b'"' => {
+                let start = i + 1;
+                i += 1;
+                while b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                let mut j = i + 1;
+                while b[j].is_ascii_whitespace() {
+                    j += 1;
+                }
+                if depth == 1 && b[j] == b':' {
+                    keys.push(&t[start..i]);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    keys
+}
+
+#[test]
+fn property_counts_hold_in_key_loops() {
+    for additional in [false, true] {
+        let mut s = schema(additional);
+        s["minProperties"] = json!(3);
+        s["maxProperties"] = json!(4);
+        check_opts(
+            &s,
+            &CompileOptions::default(),
+            &[
+                r#"{"k10":1,"name":"a","k03":1}"#,
+                r#"{"name":"a","nation":true,"k03":1,"k17":2}"#,
+            ],
+            &[
+                r#"{"name":"a","k03":1}"#,
+                r#"{"name":"a","nation":true,"k03":1,"k17":2,"k00":1}"#,
+                r#"{"k00":1,"k01":1,"k02":1,"k03":1}"#,
+            ],
+        );
+        let g = compile_bytes_with(&s, &CompileOptions::default()).unwrap();
+        let mut m = Matcher::new(g);
+        assert!(m.try_advance_bytes(br#"{"k00":1,"k01":1,"name":"a""#));
+        // Three written, one left: the required key it must be.
+        assert!(m.clone().try_advance_bytes(br#","k03":1}"#));
+        assert!(!m.clone().try_advance_bytes(br#","k02"#));
+        assert!(!m.clone().try_advance_bytes(b"}"));
+    }
+}
