@@ -275,11 +275,7 @@ impl JsonTracker {
         let mut depth = self.frames.len();
         for (i, &b) in bytes.iter().enumerate() {
             if in_str {
-                if esc {
-                    esc = false;
-                } else if b == b'\\' {
-                    esc = true;
-                } else if b == b'"' {
+                if closes_string(b, &mut esc) {
                     in_str = false;
                     if std::mem::take(&mut first) {
                         // The string open here: an item when the top frame is an array; a
@@ -579,11 +575,7 @@ impl JsonTracker {
         };
         for (i, &b) in bytes.iter().enumerate() {
             if in_str {
-                if esc {
-                    esc = false;
-                } else if b == b'\\' {
-                    esc = true;
-                } else if b == b'"' {
+                if closes_string(b, &mut esc) {
                     in_str = false;
                     if let Some((pre, from)) = key.take() {
                         closed_at = Some(depth);
@@ -1250,6 +1242,18 @@ fn trie_thread_alive(
         .filter(|(path, key)| *key && path.get(depth) == Some(&q))
         .count();
     Some(total as usize > written)
+}
+
+/// Inside a string: follows byte `b` (a pending escape in `esc`); true when it closes it.
+pub(crate) fn closes_string(b: u8, esc: &mut bool) -> bool {
+    if std::mem::take(esc) {
+        false
+    } else if b == b'\\' {
+        *esc = true;
+        false
+    } else {
+        b == b'"'
+    }
 }
 
 /// Whether `bytes` hold a `"` after a `,` (from a `{` they open: a second key may follow).

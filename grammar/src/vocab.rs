@@ -808,13 +808,7 @@ fn may_open_key(bytes: &[u8], mut in_str: bool, gap: bool) -> bool {
     let (mut depth, mut esc, mut expect) = (0i32, false, gap && !in_str);
     for (i, &b) in bytes.iter().enumerate() {
         if in_str {
-            if esc {
-                esc = false;
-            } else if b == b'\\' {
-                esc = true;
-            } else if b == b'"' {
-                in_str = false;
-            }
+            in_str = !crate::unique::closes_string(b, &mut esc);
             continue;
         }
         match b {

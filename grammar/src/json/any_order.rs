@@ -73,10 +73,7 @@ impl JsonCompiler<'_> {
                 next.push((m, w | b));
             }
             for (m2, w2) in next {
-                if let std::collections::hash_map::Entry::Vacant(v) = index.entry((m2, c2, w2)) {
-                    v.insert(order.len());
-                    order.push((m2, c2, w2));
-                }
+                intern(&mut index, &mut order, (m2, c2, w2));
             }
             if order.len() > MAX_ANY_ORDER_STATES || cost > MAX_ANY_ORDER_COST {
                 return Ok(None);
@@ -86,14 +83,7 @@ impl JsonCompiler<'_> {
             return Ok(None);
         }
         self.any_order_cost += cost;
-        let mut rules = Vec::with_capacity(n);
-        for (k, v, _) in items {
-            let vptr = format!(
-                "{ptr}/properties/{}",
-                k.replace('~', "~0").replace('/', "~1")
-            );
-            rules.push(self.schema_rule(v, &vptr)?);
-        }
+        let rules = self.value_rules(items, ptr)?;
         let req: u32 = items
             .iter()
             .enumerate()
@@ -126,18 +116,7 @@ impl JsonCompiler<'_> {
                 if m >> k & 1 == 1 {
                     continue;
                 }
-                let mut at = s1;
-                for &byte in key.as_bytes() {
-                    at = match trie.get(&(at, byte)) {
-                        Some(&x) => x,
-                        None => {
-                            let x = self.b.state()?;
-                            self.b.range(at, byte, byte, x);
-                            trie.insert((at, byte), x);
-                            x
-                        }
-                    };
-                }
+                let at = self.key_trie(&mut trie, s1, key)?;
                 let col = self.punct(at, b':')?;
                 let e = self.b.call(col, rules[k])?;
                 self.b
@@ -233,11 +212,8 @@ impl JsonCompiler<'_> {
                     next.push((m, c2, w | b));
                 }
             }
-            for (m2, c2, w2) in next {
-                if let std::collections::hash_map::Entry::Vacant(v) = index.entry((m2, c2, w2)) {
-                    v.insert(order.len());
-                    order.push((m2, c2, w2));
-                }
+            for key in next {
+                intern(&mut index, &mut order, key);
             }
             if order.len() > MAX_ANY_ORDER_STATES || cost > MAX_ANY_ORDER_COST {
                 return Ok(None);
@@ -247,14 +223,7 @@ impl JsonCompiler<'_> {
             return Ok(None);
         }
         self.any_order_cost += cost;
-        let mut rules = Vec::with_capacity(n);
-        for (k, v, _) in items {
-            let vptr = format!(
-                "{ptr}/properties/{}",
-                k.replace('~', "~0").replace('/', "~1")
-            );
-            rules.push(self.schema_rule(v, &vptr)?);
-        }
+        let rules = self.value_rules(items, ptr)?;
         let mut trie: HashMap<(StateId, u8), StateId> = HashMap::new();
         // The optional keys' rules: `"key": value`, every state but the start recorded.
         let mut group_rules = Vec::with_capacity(groups.len());
@@ -332,6 +301,24 @@ impl JsonCompiler<'_> {
         Ok(Some(close))
     }
 
+    /// One rule per declared property's value schema.
+    fn value_rules(
+        &mut self,
+        items: &[(String, Value, bool)],
+        ptr: &str,
+    ) -> Result<Vec<RuleId>, CompileError> {
+        items
+            .iter()
+            .map(|(k, v, _)| {
+                let vptr = format!(
+                    "{ptr}/properties/{}",
+                    k.replace('~', "~0").replace('/', "~1")
+                );
+                self.schema_rule(v, &vptr)
+            })
+            .collect()
+    }
+
     /// The state after `key` (quoted) from `from`, sharing the states of earlier keys with
     /// the same start in `trie` (so the configuration stays one thread).
     fn key_trie(
@@ -353,5 +340,17 @@ impl JsonCompiler<'_> {
             };
         }
         Ok(at)
+    }
+}
+
+/// Adds `key` to the planned states (`order`, indexed by `index`) unless it is there.
+fn intern<K: Copy + Eq + std::hash::Hash>(
+    index: &mut HashMap<K, usize>,
+    order: &mut Vec<K>,
+    key: K,
+) {
+    if let std::collections::hash_map::Entry::Vacant(v) = index.entry(key) {
+        v.insert(order.len());
+        order.push(key);
     }
 }
