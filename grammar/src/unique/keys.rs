@@ -1,0 +1,527 @@
+//! The keys of key-loop objects (`json/any_order.rs::key_loop`): which tokens may write a key
+//! its object has already, or stop inside a key only earlier keys complete, and the mask
+//! refinement that follows those ([`refine_keys`]). See the parent module's docs.
+
+use super::{allows, closes_string, JsonTracker, LIVE_BUDGET};
+use crate::lazy::{ConfigId, Lazy, DEAD};
+use crate::nfa::{Nfa, StateId};
+use crate::vocab::{KeyFrom, TokenVocab};
+
+/// What a token may do to the keys of key-loop objects ([`JsonTracker::may_touch_keys`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Touch {
+    /// Nothing a key loop refuses.
+    No,
+    /// Something to follow the token through to tell.
+    Follow,
+    /// It ends inside a key of the object `depth` frames deep, opened at `from` in it (0:
+    /// the key open before it), that an earlier key of that object starts like.
+    EndsInKey { depth: usize, from: usize },
+}
+
+impl JsonTracker {
+    /// Some open object has keys (only they can be repeated).
+    fn has_keys(&self) -> bool {
+        self.frames.iter().any(|f| !f.array && !f.items.is_empty())
+    }
+
+    /// Outside strings, where a key of the innermost object goes.
+    fn at_key(&self) -> bool {
+        !self.in_str
+            && self
+                .frames
+                .last()
+                .is_some_and(|f| !f.array && f.expect_item)
+    }
+
+    /// Inside a key of the innermost object.
+    fn in_key(&self) -> bool {
+        self.in_str && self.str_item && self.frames.last().is_some_and(|f| !f.array)
+    }
+
+    /// Inside a key: the rests of the earlier keys of its object that start with what it
+    /// has (bytes as written, a pending escape included), each with its closing quote.
+    fn key_rests(&self) -> Vec<&[u8]> {
+        let Some(f) = self.frames.last().filter(|_| self.in_key()) else {
+            return Vec::new();
+        };
+        let cur = &self.bytes[self.str_start as usize..];
+        // An item's range ends at its closing quote.
+        let mut out: Vec<&[u8]> = f
+            .items
+            .iter()
+            .map(|&(a, e, _)| &self.bytes[a as usize..=e as usize])
+            .filter(|k| k.len() > cur.len() && k.starts_with(cur))
+            .map(|k| &k[cur.len()..])
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Could `bytes`, written from here, close a key equal to an earlier key of its object
+    /// (`Touch::Follow`) or stop inside a key that an earlier key of its object starts with
+    /// (`Touch::EndsInKey`)? (What a key loop
+    /// refuses; a token that opens an object and writes a `,` and a `"` after it counts, as
+    /// a key may repeat in it, and so does one that writes two keys of one object.) A necessary condition, cheap to test: the tokens it holds for are
+    /// then followed.
+    fn may_touch_keys(&self, bytes: &[u8]) -> Touch {
+        // Open frames: `frames[..depth]`, and `opened` more the bytes opened.
+        let mut depth = self.frames.len();
+        let mut opened = 0usize;
+        let (mut in_str, mut esc) = (self.in_str, self.esc);
+        // The key being written: its bytes before `bytes`, and where it starts in `bytes`.
+        let mut key: Option<(&[u8], usize)> = self
+            .in_key()
+            .then(|| (&self.bytes[self.str_start as usize..], 0));
+        let mut expect = !self.in_str
+            && self
+                .frames
+                .last()
+                .is_some_and(|f| !f.array && f.expect_item);
+        // The depth at which the bytes closed a key: a second key there may repeat it (left
+        // to the caller to follow).
+        let mut closed_at: Option<usize> = None;
+        let keys_of = |depth: usize| {
+            depth
+                .checked_sub(1)
+                .map(|d| &self.frames[d])
+                .filter(|f| !f.array)
+                .map(|f| f.items.as_slice())
+                .unwrap_or(&[])
+        };
+        for (i, &b) in bytes.iter().enumerate() {
+            if in_str {
+                if closes_string(b, &mut esc) {
+                    in_str = false;
+                    if let Some((pre, from)) = key.take() {
+                        closed_at = Some(depth);
+                        let tail = &bytes[from..i];
+                        if keys_of(depth).iter().any(|&(a, e, _)| {
+                            let k = &self.bytes[a as usize..e as usize];
+                            k.len() == pre.len() + tail.len()
+                                && k.starts_with(pre)
+                                && &k[pre.len()..] == tail
+                        }) {
+                            return Touch::Follow;
+                        }
+                    }
+                }
+                continue;
+            }
+            match b {
+                b'"' => {
+                    in_str = true;
+                    if opened == 0 && expect {
+                        if closed_at == Some(depth) {
+                            return Touch::Follow;
+                        }
+                        key = Some((&[], i + 1));
+                    }
+                    expect = false;
+                }
+                // An object the bytes open has no keys before them, but may get two in
+                // them: a key after a `,` after a `{` is left to the caller to follow.
+                b'{' if opens_second_key(&bytes[i..]) => return Touch::Follow,
+                b'{' => return Touch::No,
+                b'[' => {
+                    opened += 1;
+                    expect = false;
+                }
+                b'}' | b']' => {
+                    if opened > 0 {
+                        opened -= 1;
+                    } else if depth == 0 {
+                        return Touch::No;
+                    } else {
+                        depth -= 1;
+                    }
+                    expect = false;
+                }
+                b',' => expect = opened == 0 && depth > 0 && !self.frames[depth - 1].array,
+                b' ' | b'\t' | b'\n' | b'\r' => {}
+                _ => expect = false,
+            }
+        }
+        let Some((pre, from)) = key else {
+            return Touch::No;
+        };
+        let tail = &bytes[from..];
+        // Right after a key's opening quote some key is always left (a key loop counts its
+        // keys: no `,` once all are written).
+        if pre.is_empty() && tail.is_empty() {
+            return Touch::No;
+        }
+        let first = pre.first().or(tail.first()).copied().unwrap_or(0);
+        let firsts = depth
+            .checked_sub(1)
+            .map_or([0; 4], |d| self.frames[d].key_firsts);
+        if firsts[(first >> 6) as usize] >> (first & 63) & 1 == 0 {
+            return Touch::No;
+        }
+        let prefix = keys_of(depth).iter().any(|&(a, e, _)| {
+            let k = &self.bytes[a as usize..e as usize];
+            k.len() >= pre.len() + tail.len()
+                && k.starts_with(pre)
+                && k[pre.len()..].starts_with(tail)
+        });
+        if prefix {
+            Touch::EndsInKey { depth, from }
+        } else {
+            Touch::No
+        }
+    }
+
+    /// The keys of the object `depth` frames deep, each with its closing quote.
+    fn keys_at(&self, depth: usize) -> Vec<&[u8]> {
+        let Some(f) = depth
+            .checked_sub(1)
+            .map(|d| &self.frames[d])
+            .filter(|f| !f.array)
+        else {
+            return Vec::new();
+        };
+        // An item's range ends at its closing quote.
+        let mut out: Vec<&[u8]> = f
+            .items
+            .iter()
+            .map(|&(a, e, _)| &self.bytes[a as usize..=e as usize])
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// Clears from `mask` the tokens that would write a key of a key-loop object
+/// (`Nfa::key_loops`) a second time, or stop inside a key that only earlier keys of its
+/// object complete. Only the tokens that may do either are followed: inside a key, those
+/// along the rests of the earlier keys it starts like; and the tokens with a `"` that may
+/// close or stop inside a key where its object has earlier keys
+/// ([`JsonTracker::may_touch_keys`]) — inside a string value only those with two or more
+/// (one there closes the value, and a key needs another). A token without `"` cannot
+/// reach a new key, and after a `,` a new key can always be written (the automaton counts
+/// the keys of a closed object).
+pub(super) fn refine_keys(
+    nfa: &Nfa,
+    lazy: &mut Lazy,
+    vocab: &TokenVocab,
+    c: ConfigId,
+    tracker: &JsonTracker,
+    mask: &mut [u32],
+) {
+    let is_set = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
+    let clear = |mask: &mut [u32], t: u32| mask[(t >> 5) as usize] &= !(1u32 << (t & 31));
+    // The tracker to follow tokens with, cloned on the first token followed (few masks
+    // follow any; `allows` leaves it as it found it).
+    let mut scratch: Option<JsonTracker> = None;
+    let mut check = |lazy: &mut Lazy, mask: &mut [u32], t: u32| {
+        let scratch = scratch.get_or_insert_with(|| tracker.clone());
+        if is_set(mask, t)
+            && !vocab
+                .token_bytes(t)
+                .is_some_and(|b| allows(nfa, lazy, c, scratch, b))
+        {
+            clear(mask, t);
+        }
+    };
+    if !tracker.has_keys() {
+        return;
+    }
+    let in_key = tracker.in_key();
+    let at_key = tracker.at_key();
+    // A token that stops inside a key is decided once per prefix of the earlier keys'
+    // rests ([`key_alive`]), as `can_end_new` decides it — which it does exactly when its
+    // step budget cannot run out (the rests are shorter in all), when no counted string
+    // takes part, and when the key has no escape (a pending one ends its check). The rests
+    // of the key open here, and those of a key a token opens (per object depth).
+    let rests = if in_key {
+        tracker.key_rests()
+    } else {
+        Vec::new()
+    };
+    let mut opened_rests: crate::lazy::FastMap<usize, Vec<&[u8]>> = Default::default();
+    let mut memo: crate::lazy::FastMap<(usize, ConfigId), bool> = Default::default();
+    let mut paths = RestPaths::default();
+    let mut decide = |lazy: &mut Lazy, mask: &mut [u32], t: u32| {
+        let Some(bytes) = vocab.token_bytes(t) else {
+            return;
+        };
+        let (depth, from) = match tracker.may_touch_keys(bytes) {
+            Touch::No => return,
+            Touch::Follow => {
+                check(lazy, mask, t);
+                return;
+            }
+            Touch::EndsInKey { depth, from } => (depth, from),
+        };
+        let tail = &bytes[from..];
+        let rests: &[&[u8]] = if in_key && from == 0 {
+            &rests
+        } else {
+            opened_rests
+                .entry(depth)
+                .or_insert_with(|| tracker.keys_at(depth))
+        };
+        let total: usize = rests.iter().map(|r| r.len()).sum();
+        if !nfa.long_strings.is_empty()
+            || total >= LIVE_BUDGET as usize
+            || (from == 0 && tracker.esc)
+            || tail.contains(&b'\\')
+        {
+            check(lazy, mask, t);
+            return;
+        }
+        let mut start = c;
+        for &b in &bytes[..from] {
+            start = lazy.step(nfa, start, b);
+        }
+        match (start != DEAD)
+            .then(|| trie_alive_after(nfa, lazy, start, tail, rests, depth, &mut paths))
+            .flatten()
+        {
+            Some(true) => return,
+            Some(false) => {
+                clear(mask, t);
+                return;
+            }
+            None => {}
+        }
+        let mut n = start;
+        for &b in tail {
+            n = lazy.step(nfa, n, b);
+        }
+        if n == DEAD || !key_alive(nfa, lazy, n, tail, rests, depth, &mut memo) {
+            clear(mask, t);
+        }
+    };
+    if in_key {
+        // Tokens that end inside the rest of an earlier key (those through its quote have
+        // a `"`), each once: the rests share their beginnings.
+        let trie = vocab.trie();
+        let mut along: Vec<u32> = Vec::new();
+        for rest in &rests {
+            trie_along(trie, &rest[..rest.len() - 1], |n| {
+                along.extend(trie.own_ids(n).iter().copied().filter(|&t| is_set(mask, t)));
+            });
+        }
+        along.sort_unstable();
+        along.dedup();
+        for t in along {
+            decide(lazy, mask, t);
+        }
+    }
+    let quoted;
+    let list: &[u32] = if in_key {
+        quoted = vocab.tokens_with_byte(b'"');
+        &quoted
+    } else if tracker.in_string() {
+        vocab.key_opening_tokens(KeyFrom::String)
+    } else if at_key {
+        vocab.key_opening_tokens(KeyFrom::Gap)
+    } else {
+        vocab.key_opening_tokens(KeyFrom::Other)
+    };
+    for &t in list {
+        if is_set(mask, t) {
+            decide(lazy, mask, t);
+        }
+    }
+}
+
+/// The trie states each of the rests passes through from a key-loop thread's state (the
+/// first is that state), and whether it ends at one of the trie's keys: per starting state.
+type RestPaths = crate::lazy::FastMap<(usize, StateId), Vec<(Vec<StateId>, bool)>>;
+
+/// [`key_alive`] after `tail` from `c` (inside a key) on the NFA's states, without new
+/// configurations, when every thread of `c` is inside a key-loop trie (threads go on
+/// alone, and a configuration is alive when one of its threads is): `Some(true)` when one
+/// thread follows `tail` and can end there as a key none of `rests` is
+/// ([`trie_thread_alive`]), `Some(false)` when none can and all are trie threads, `None`
+/// when that cannot be told here (then [`key_alive`] decides).
+fn trie_alive_after(
+    nfa: &Nfa,
+    lazy: &Lazy,
+    c: ConfigId,
+    tail: &[u8],
+    rests: &[&[u8]],
+    depth: usize,
+    paths: &mut RestPaths,
+) -> Option<bool> {
+    let mut known = true;
+    for &(_, q0) in lazy.configs[c as usize].threads.iter() {
+        if !nfa.in_key_loop(q0) {
+            known = false;
+            continue;
+        }
+        let mut st = Some(q0);
+        for &b in tail {
+            let Some(s) = st else { break };
+            match byte_target(nfa, s, b) {
+                Ok(Some(t)) if nfa.in_key_loop(t) => st = Some(t),
+                Ok(None) => st = None,
+                _ => return None,
+            }
+        }
+        let Some(q) = st else { continue };
+        let paths = paths.entry((depth, q0)).or_insert_with(|| {
+            rests
+                .iter()
+                .map(|r| {
+                    let mut path = vec![q0];
+                    for &b in r.iter() {
+                        match byte_target(nfa, path[path.len() - 1], b) {
+                            Ok(Some(t)) => path.push(t),
+                            _ => return (path, false),
+                        }
+                    }
+                    let end = path[path.len() - 1];
+                    (path, nfa.key_leaves.contains_key(&end))
+                })
+                .collect()
+        });
+        match trie_thread_alive(nfa, q, tail.len(), paths) {
+            Some(true) => return Some(true),
+            Some(false) => {}
+            None => known = false,
+        }
+    }
+    known.then_some(false)
+}
+
+/// [`key_alive`] for one thread at `q`, inside a key-loop key trie `depth` bytes after the
+/// state the rests' `paths` start from: in a trie of optional keys, whether more of its
+/// writable keys continue from `q` than earlier keys do ([`Nfa::key_leaves`]; repeats drop
+/// the thread at their closing quote); in a trie of the required keys not yet written,
+/// whether `q` is alive. `None` elsewhere.
+fn trie_thread_alive(
+    nfa: &Nfa,
+    q: StateId,
+    depth: usize,
+    paths: &[(Vec<StateId>, bool)],
+) -> Option<bool> {
+    let Some(&total) = nfa.key_leaves.get(&q) else {
+        return (nfa.in_key_loop(q) && nfa.dist.get(q as usize).is_some_and(|&d| d != u32::MAX))
+            .then_some(true);
+    };
+    // The trie is deterministic: a rest whose path is at `q` after `depth` bytes continues
+    // the key written so far.
+    let written = paths
+        .iter()
+        .filter(|(path, key)| *key && path.get(depth) == Some(&q))
+        .count();
+    Some(total as usize > written)
+}
+
+/// Whether `bytes` hold a `"` after a `,` (from a `{` they open: a second key may follow).
+pub(crate) fn opens_second_key(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .position(|&b| b == b',')
+        .is_some_and(|i| bytes[i..].contains(&b'"'))
+}
+
+/// The bytes that continue `p` along one of `rests`, as a set.
+fn along_bytes(rests: &[&[u8]], p: &[u8]) -> [u64; 4] {
+    let mut along = [0u64; 4];
+    for r in rests {
+        if r.len() > p.len() && r.starts_with(p) {
+            let b = r[p.len()];
+            along[(b >> 6) as usize] |= 1 << (b & 63);
+        }
+    }
+    along
+}
+
+/// The state `b` moves `q` to (`None`: no move), or `Err` when two moves take it.
+fn byte_target(nfa: &Nfa, q: StateId, b: u8) -> Result<Option<StateId>, ()> {
+    let mut found = None;
+    for &(lo, hi, t) in &nfa.states[q as usize].bytes {
+        if (lo..=hi).contains(&b) {
+            if found.is_some() {
+                return Err(());
+            }
+            found = Some(t);
+        }
+    }
+    Ok(found)
+}
+
+/// Inside a key, after `p` more bytes (the configuration `c`): can it still end as a key
+/// no earlier key of its object is? `rests`: the rests of the earlier keys it started like,
+/// each with its closing quote. As [`can_end_new`]: true without a thread in a key loop; a
+/// byte off every rest proves it (the key is then none of them, and the automaton's states
+/// all reach an end); a byte along a rest needs the same question one byte further; the
+/// quote that ends a rest closes a repeat, which only the threads outside key loops
+/// survive. Memoised by configuration (and the object's depth, whose keys `rests` are):
+/// one with a key-loop thread is inside a key trie, whose state spells `p`.
+fn key_alive(
+    nfa: &Nfa,
+    lazy: &mut Lazy,
+    c: ConfigId,
+    p: &[u8],
+    rests: &[&[u8]],
+    depth: usize,
+    memo: &mut crate::lazy::FastMap<(usize, ConfigId), bool>,
+) -> bool {
+    if let Some(&v) = memo.get(&(depth, c)) {
+        return v;
+    }
+    let mut alive = !lazy.configs[c as usize]
+        .threads
+        .iter()
+        .any(|&(_, s)| nfa.in_unique_array(s));
+    if !alive {
+        let along = along_bytes(rests, p);
+        let set = lazy.next_bytes(nfa, c);
+        let off: [u64; 4] = std::array::from_fn(|i| set[i] & !along[i]);
+        let on: [u64; 4] = std::array::from_fn(|i| set[i] & along[i]);
+        alive = crate::lazy::set_bytes(off).any(|b| lazy.step(nfa, c, b) != DEAD);
+        for b in crate::lazy::set_bytes(on) {
+            if alive {
+                break;
+            }
+            if b == b'"' {
+                let kept = lazy.retain_threads(nfa, c, |s| !nfa.in_unique(s));
+                alive = kept != DEAD && lazy.step(nfa, kept, b) != DEAD;
+            } else {
+                let n = lazy.step(nfa, c, b);
+                if n != DEAD {
+                    let mut q = p.to_vec();
+                    q.push(b);
+                    alive = key_alive(nfa, lazy, n, &q, rests, depth, memo);
+                }
+            }
+        }
+    }
+    memo.insert((depth, c), alive);
+    alive
+}
+
+/// Calls `f` with each trie node along `path` from the root (the node of `path[..1]`, of
+/// `path[..2]`, …) while there is one.
+fn trie_along(trie: &crate::vocab::TokenTrie, path: &[u8], mut f: impl FnMut(usize)) {
+    let nodes = &trie.nodes;
+    let Some((&first, rest)) = path.split_first() else {
+        return;
+    };
+    let j = trie.root.get(first as usize).copied().unwrap_or(u32::MAX);
+    if j == u32::MAX {
+        return;
+    }
+    let j = j as usize;
+    f(j);
+    let (mut i, mut end) = (j + 1, nodes[j].next as usize);
+    for (d, &b) in rest.iter().enumerate().map(|(d, b)| (d + 1, b)) {
+        let mut j = i;
+        while j < end && !(nodes[j].depth as usize == d + 1 && nodes[j].byte == b) {
+            j = nodes[j].next as usize;
+        }
+        if j >= end {
+            return;
+        }
+        f(j);
+        i = j + 1;
+        end = nodes[j].next as usize;
+    }
+}
