@@ -430,7 +430,7 @@ pub(crate) struct Nfa {
     pub key_loops: Vec<(StateId, StateId)>,
     /// Per state inside a key-loop trie of optional keys ([`Builder::key_tries`]): how many
     /// of the trie's keys, still writable after trimming, continue from it.
-    pub key_leaves: crate::lazy::FastMap<StateId, u32>,
+    pub key_leaves: std::collections::HashMap<StateId, u32>,
     /// See [`Builder::counted`].
     pub counted: Vec<CountedProduct>,
     /// See [`Builder::long_strings`] (sorted, disjoint).
