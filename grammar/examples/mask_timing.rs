@@ -7,7 +7,8 @@
 //! Every cold figure compiles the grammar afresh; with `REPS` runs (default 9) it prints the
 //! minimum and the median, which stay comparable on a loaded machine (the minimum is the
 //! least disturbed run). The cached figure is the median of 201 masks at the same place
-//! (of the last run).
+//! (of the last run; `WARM=N` takes N, e.g. to profile what a cached mask still computes,
+//! such as the key-loop refinement).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -81,8 +82,13 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 let t0 = Instant::now();
                 m.fill_mask(&mut buf)?;
                 cold.push(t0.elapsed());
-                // Cached: the median of 201 masks at the same place.
-                let mut w: Vec<Duration> = (0..201)
+                // Cached: the median of 201 masks at the same place (`WARM=N`: N of them,
+                // to profile the work a cached mask still does).
+                let n_warm = std::env::var("WARM")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(201usize);
+                let mut w: Vec<Duration> = (0..n_warm.max(1))
                     .map(|_| {
                         let t1 = Instant::now();
                         let r = m.fill_mask(&mut buf);

@@ -941,18 +941,17 @@ fn refine_items(
         for rest in tracker.pending_rests() {
             // Tokens that end inside an earlier item's rest (bounded items only), and
             // those that write it to its closing quote.
-            let mut node = None;
-            for d in 1..=rest.len() {
-                node = trie_find(trie, &rest[..d]);
-                let Some(n) = node else { break };
-                if d < rest.len() && in_array {
+            let mut path = Vec::with_capacity(rest.len());
+            let found = trie.along(&rest, |n| path.push(n));
+            if in_array {
+                for &n in &path[..found.min(rest.len().saturating_sub(1))] {
                     for &t in trie.own_ids(n) {
                         check(lazy, mask, tracker, t);
                     }
                 }
             }
-            if let Some(n) = node {
-                for &t in trie.subtree_ids(n) {
+            if found > 0 && found == rest.len() {
+                for &t in trie.subtree_ids(path[found - 1]) {
                     check(lazy, mask, tracker, t);
                 }
             }
@@ -967,28 +966,4 @@ fn refine_items(
     for &t in vocab.multi_quote_tokens() {
         check(lazy, mask, tracker, t);
     }
-}
-
-/// The trie node reached by `path` from the root, if any.
-fn trie_find(trie: &crate::vocab::TokenTrie, path: &[u8]) -> Option<usize> {
-    let nodes = &trie.nodes;
-    // Children of the root are the depth-1 nodes; a node's children follow it in preorder.
-    let (mut i, mut end) = (0usize, nodes.len());
-    let mut found = None;
-    for (d, &b) in path.iter().enumerate() {
-        let mut j = i;
-        found = None;
-        while j < end {
-            let n = &nodes[j];
-            if n.depth as usize == d + 1 && n.byte == b {
-                found = Some(j);
-                break;
-            }
-            j = n.next as usize;
-        }
-        let f = found?;
-        i = f + 1;
-        end = nodes[f].next as usize;
-    }
-    found
 }

@@ -96,6 +96,44 @@ impl TokenTrie {
         &self.ids[self.nodes[i].sub_start as usize..end]
     }
 
+    /// Calls `f` with each node along `path` from the root (the node of `path[..1]`, of
+    /// `path[..2]`, …) while there is one; returns how many it found.
+    pub fn along(&self, path: &[u8], mut f: impl FnMut(usize)) -> usize {
+        let nodes = &self.nodes;
+        let Some(&first) = path.first() else {
+            return 0;
+        };
+        let j = self.root.get(first as usize).copied().unwrap_or(u32::MAX);
+        if j == u32::MAX {
+            return 0;
+        }
+        let j = j as usize;
+        f(j);
+        let (mut i, mut end) = (j + 1, nodes[j].next as usize);
+        for (d, &b) in path.iter().enumerate().skip(1) {
+            // A node's children follow it in preorder, each subtree skipped by `next`.
+            let mut j = i;
+            while j < end && !(nodes[j].depth as usize == d + 1 && nodes[j].byte == b) {
+                j = nodes[j].next as usize;
+            }
+            if j >= end {
+                return d;
+            }
+            f(j);
+            i = j + 1;
+            end = nodes[j].next as usize;
+        }
+        path.len()
+    }
+
+    /// The node `path` reaches from the root, if any (`path` non-empty).
+    pub fn find(&self, path: &[u8]) -> Option<usize> {
+        let mut last = None;
+        (self.along(path, |n| last = Some(n)) == path.len())
+            .then_some(last)
+            .flatten()
+    }
+
     /// The token ids of the subtree rooted at node `i`.
     pub fn subtree_ids(&self, i: usize) -> &[u32] {
         let n = &self.nodes[i];

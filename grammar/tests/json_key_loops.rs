@@ -189,6 +189,142 @@ fn key_loop_masks_match_the_byte_reference_on_random_walks() {
     common::random_walks(&g, 7, 6, 40, &start, &prefer, 0.8, &loop_ok);
 }
 
+/// Valid for [`schema`]`(true)`: as [`loop_ok`], but keys that are not declared take any
+/// value, and may repeat (only the loop's declared keys are tracked). Keys are written in
+/// one spelling (no `\u` escapes), so the text decides which keys are declared.
+fn open_loop_ok(text: &[u8]) -> bool {
+    let Ok(t) = std::str::from_utf8(text) else {
+        return false;
+    };
+    let Ok(Value::Object(_)) = serde_json::from_str::<Value>(t) else {
+        return false;
+    };
+    let declared = |k: &str| {
+        k == "name"
+            || k == "nation"
+            || (k.len() == 3 && k.starts_with('k') && k[1..].parse::<u32>().is_ok_and(|i| i < 18))
+    };
+    let keys = top_level_keys(t);
+    let mut seen: Vec<&str> = keys.iter().copied().filter(|k| declared(k)).collect();
+    let n = seen.len();
+    seen.sort_unstable();
+    seen.dedup();
+    if seen.len() != n || !seen.contains(&"k03") || !seen.contains(&"name") {
+        return false;
+    }
+    // Each declared key once: the parsed map holds its value.
+    let map: serde_json::Map<String, Value> = serde_json::from_str(t).unwrap();
+    seen.iter().all(|&k| {
+        let v = &map[k];
+        match k {
+            "name" => v == "a" || v == "b",
+            "nation" => v.is_boolean(),
+            _ => v.as_f64().is_some_and(|f| f.fract() == 0.0),
+        }
+    })
+}
+
+#[test]
+fn open_key_loop_masks_match_the_byte_reference_on_random_walks() {
+    // Undeclared keys beside the loop's: a key prefix stays alive through them (`nam` may
+    // become `namex`), while the closing quote of a declared key written before is refused.
+    let Some(tok) = llama3() else { return };
+    let g = CompiledGrammar::json_schema_value(
+        &schema(true),
+        tok.vocab.clone(),
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    let prefer = |b: &[u8]| b.contains(&b'"') || b.contains(&b',');
+    let start = |w: usize| match w % 3 {
+        0 => b"{".to_vec(),
+        1 => br#"{"name":"a","nation":true,"other":[1],"#.to_vec(),
+        _ => {
+            let s = all_keys_reversed().replacen(r#""k05":5,"#, "", 1);
+            format!("{},", &s[..s.len() - 1]).into_bytes()
+        }
+    };
+    common::random_walks(&g, 11, 6, 40, &start, &prefer, 0.8, &open_loop_ok);
+}
+
+/// Tokens that finish, repeat or stop inside the keys of [`schema`], or cross from a
+/// value into the next key.
+const KEY_TOKENS: &[&str] = &[
+    "e\"",
+    "me\"",
+    "ame\"",
+    "ame\":\"a\",\"",
+    "ation\"",
+    "ation\":true,\"n",
+    "ex\"",
+    "\"name\"",
+    "\"nam",
+    "\"na",
+    "\"k0",
+    "\"k03\"",
+    "03\"",
+    "3\":1,\"k0",
+    "\":1,\"k03",
+    "\",\"name",
+    "\",\"nam",
+    "1,\"k1",
+    "true,\"name\":",
+    "\"namex\":",
+    "namex",
+    "k1",
+];
+
+/// Masks in key-loop objects, closed and open to other keys, are exact at every position
+/// of texts that write keys in any order, and on random walks from there, with tokens
+/// made to finish or repeat a written key (`ame"` after `"n`) and to cross from a value
+/// into the next key (`3":1,"k0`).
+#[test]
+fn key_loop_masks_exact_with_crossing_tokens() {
+    let mut toks: Vec<Vec<u8>> = vec![Vec::new()];
+    toks.extend((0u8..=255).map(|b| vec![b]));
+    toks.extend(KEY_TOKENS.iter().map(|t| t.as_bytes().to_vec()));
+    let vocab = std::sync::Arc::new(sglrs_grammar::TokenVocab::new(toks, &[], &[0]).unwrap());
+    // Closed; open to any other key; open only to keys matching `^x_` (whose thread dies
+    // on `"n`, so a key prefix only written keys complete is refused there too).
+    let mut patterned = schema(false);
+    patterned["patternProperties"] = json!({"^x_": {"type": "integer"}});
+    let cases = [
+        (
+            schema(false),
+            r#"{"nation":true,"name":"a","k03":1,"k01":2}"#,
+            &["\"k", "\"k0", "\"", ""][..],
+        ),
+        (
+            schema(true),
+            r#"{"name":"a","namex":1,"nation":true,"na":[],"k03":1}"#,
+            &["\"n", "\"na", "\"nam", "\"k0", "\"", ""][..],
+        ),
+        (
+            patterned,
+            r#"{"name":"a","x_n":1,"nation":true,"x_":2,"k03":1}"#,
+            &["\"x", "\"x_", "\"k0", "\"", ""][..],
+        ),
+    ];
+    for (i, (schema, text, stops)) in cases.iter().enumerate() {
+        let compile = || {
+            CompiledGrammar::json_schema_value(schema, vocab.clone(), &CompileOptions::default())
+                .unwrap()
+        };
+        for cut in [0, text.len() / 2, text.len() / 3, 2] {
+            let ids = vocab
+                .greedy_tokenize(&text.as_bytes()[..text.len() - cut])
+                .unwrap();
+            common::check_path(&vocab, &compile(), &ids, (i * 5 + cut) as u64, 30);
+        }
+        // Inside a key that written keys continue, and where one may open.
+        for stop in stops.iter() {
+            let prefix = format!("{{\"name\":\"a\",\"k03\":1,\"nation\":false,{stop}");
+            let ids = vocab.greedy_tokenize(prefix.as_bytes()).unwrap();
+            common::check_path(&vocab, &compile(), &ids, i as u64, 3);
+        }
+    }
+}
+
 /// The keys of the object `t` (valid JSON) as written, repeats included: the strings at
 /// depth 1 followed by `:`.
 fn top_level_keys(t: &str) -> Vec<&str> {

@@ -19,6 +19,69 @@ enum Touch {
     EndsInKey { depth: usize, from: usize },
 }
 
+/// The keys of the open objects, sorted and deduplicated per object depth (without their
+/// closing quotes), built on first use within one mask: [`JsonTracker::may_touch_keys`]
+/// looks each token up in them instead of scanning every key.
+#[derive(Default)]
+struct KeyIndex<'a> {
+    by_depth: crate::lazy::FastMap<usize, Vec<&'a [u8]>>,
+    /// The key looked up (what the key has before the token, then the token's part).
+    probe: Vec<u8>,
+}
+
+impl<'a> KeyIndex<'a> {
+    fn keys(&mut self, t: &'a JsonTracker, depth: usize) -> &[&'a [u8]] {
+        self.by_depth.entry(depth).or_insert_with(|| {
+            let Some(f) = depth
+                .checked_sub(1)
+                .map(|d| &t.frames[d])
+                .filter(|f| !f.array)
+            else {
+                return Vec::new();
+            };
+            let mut keys: Vec<&[u8]> = f
+                .items
+                .iter()
+                .map(|&(a, e, _)| &t.bytes[a as usize..e as usize])
+                .collect();
+            keys.sort_unstable();
+            keys.dedup();
+            keys
+        })
+    }
+
+    /// Some key of the object `depth` frames deep is `pre` then `tail`.
+    fn has_key(&mut self, t: &'a JsonTracker, depth: usize, pre: &[u8], tail: &[u8]) -> bool {
+        let mut probe = std::mem::take(&mut self.probe);
+        probe.clear();
+        probe.extend_from_slice(pre);
+        probe.extend_from_slice(tail);
+        let found = self.keys(t, depth).binary_search(&probe.as_slice()).is_ok();
+        self.probe = probe;
+        found
+    }
+
+    /// Some key of the object `depth` frames deep starts with `pre` then `tail`.
+    fn has_key_starting(
+        &mut self,
+        t: &'a JsonTracker,
+        depth: usize,
+        pre: &[u8],
+        tail: &[u8],
+    ) -> bool {
+        let mut probe = std::mem::take(&mut self.probe);
+        probe.clear();
+        probe.extend_from_slice(pre);
+        probe.extend_from_slice(tail);
+        let keys = self.keys(t, depth);
+        // The keys that start with the probe follow it in order, the first right at it.
+        let i = keys.partition_point(|k| *k < probe.as_slice());
+        let found = keys.get(i).is_some_and(|k| k.starts_with(&probe));
+        self.probe = probe;
+        found
+    }
+}
+
 impl JsonTracker {
     /// Some open object has keys (only they can be repeated).
     fn has_keys(&self) -> bool {
@@ -65,7 +128,7 @@ impl JsonTracker {
     /// refuses; a token that opens an object and writes a `,` and a `"` after it counts, as
     /// a key may repeat in it, and so does one that writes two keys of one object.) A necessary condition, cheap to test: the tokens it holds for are
     /// then followed.
-    fn may_touch_keys(&self, bytes: &[u8]) -> Touch {
+    fn may_touch_keys<'a>(&'a self, bytes: &[u8], index: &mut KeyIndex<'a>) -> Touch {
         // Open frames: `frames[..depth]`, and `opened` more the bytes opened.
         let mut depth = self.frames.len();
         let mut opened = 0usize;
@@ -82,27 +145,13 @@ impl JsonTracker {
         // The depth at which the bytes closed a key: a second key there may repeat it (left
         // to the caller to follow).
         let mut closed_at: Option<usize> = None;
-        let keys_of = |depth: usize| {
-            depth
-                .checked_sub(1)
-                .map(|d| &self.frames[d])
-                .filter(|f| !f.array)
-                .map(|f| f.items.as_slice())
-                .unwrap_or(&[])
-        };
         for (i, &b) in bytes.iter().enumerate() {
             if in_str {
                 if closes_string(b, &mut esc) {
                     in_str = false;
                     if let Some((pre, from)) = key.take() {
                         closed_at = Some(depth);
-                        let tail = &bytes[from..i];
-                        if keys_of(depth).iter().any(|&(a, e, _)| {
-                            let k = &self.bytes[a as usize..e as usize];
-                            k.len() == pre.len() + tail.len()
-                                && k.starts_with(pre)
-                                && &k[pre.len()..] == tail
-                        }) {
+                        if index.has_key(self, depth, pre, &bytes[from..i]) {
                             return Touch::Follow;
                         }
                     }
@@ -159,13 +208,7 @@ impl JsonTracker {
         if firsts[(first >> 6) as usize] >> (first & 63) & 1 == 0 {
             return Touch::No;
         }
-        let prefix = keys_of(depth).iter().any(|&(a, e, _)| {
-            let k = &self.bytes[a as usize..e as usize];
-            k.len() >= pre.len() + tail.len()
-                && k.starts_with(pre)
-                && k[pre.len()..].starts_with(tail)
-        });
-        if prefix {
+        if index.has_key_starting(self, depth, pre, tail) {
             Touch::EndsInKey { depth, from }
         } else {
             Touch::No
@@ -243,11 +286,12 @@ pub(super) fn refine_keys(
     let mut opened_rests: crate::lazy::FastMap<usize, Vec<&[u8]>> = Default::default();
     let mut memo: crate::lazy::FastMap<(usize, ConfigId), bool> = Default::default();
     let mut paths = RestPaths::default();
+    let mut index = KeyIndex::default();
     let mut decide = |lazy: &mut Lazy, mask: &mut [u32], t: u32| {
         let Some(bytes) = vocab.token_bytes(t) else {
             return;
         };
-        let (depth, from) = match tracker.may_touch_keys(bytes) {
+        let (depth, from) = match tracker.may_touch_keys(bytes, &mut index) {
             Touch::No => return,
             Touch::Follow => {
                 check(lazy, mask, t);
@@ -272,9 +316,21 @@ pub(super) fn refine_keys(
             check(lazy, mask, t);
             return;
         }
-        let mut start = c;
-        for &b in &bytes[..from] {
-            start = lazy.step(nfa, start, b);
+        let start = lazy.step_bytes(nfa, c, &bytes[..from]);
+        let free = |lazy: &Lazy, c: ConfigId| {
+            lazy.configs[c as usize]
+                .threads
+                .iter()
+                .any(|&(_, s)| !nfa.in_unique(s))
+        };
+        if start != DEAD && free(lazy, start) {
+            // A thread that no repeat check binds (e.g. an additional property's key) and
+            // that lives through the token keeps it: it can end as a key none of the
+            // earlier ones is.
+            let n = lazy.step_bytes(nfa, start, tail);
+            if n != DEAD && free(lazy, n) {
+                return;
+            }
         }
         match (start != DEAD)
             .then(|| trie_alive_after(nfa, lazy, start, tail, rests, depth, &mut paths))
@@ -301,7 +357,7 @@ pub(super) fn refine_keys(
         let trie = vocab.trie();
         let mut along: Vec<u32> = Vec::new();
         for rest in &rests {
-            trie_along(trie, &rest[..rest.len() - 1], |n| {
+            trie.along(&rest[..rest.len() - 1], |n| {
                 along.extend(trie.own_ids(n).iter().copied().filter(|&t| is_set(mask, t)));
             });
         }
@@ -312,7 +368,24 @@ pub(super) fn refine_keys(
         }
     }
     let quoted;
-    let list: &[u32] = if in_key {
+    let closing: Vec<u32>;
+    let list: &[u32] = if in_key && !tracker.esc {
+        // Of the tokens with a `"`, only those that close the key as an earlier one (they
+        // start with its rest, quote included) or that close it and open another key
+        // (`KeyFrom::String`) can touch keys: any other closes a new key and stays out of
+        // keys.
+        let trie = vocab.trie();
+        let mut ids = vocab.key_opening_tokens(KeyFrom::String).to_vec();
+        for rest in &rests {
+            if let Some(n) = trie.find(rest) {
+                ids.extend(trie.subtree_ids(n).iter().filter(|&&t| is_set(mask, t)));
+            }
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        closing = ids;
+        &closing
+    } else if in_key {
         quoted = vocab.tokens_with_byte(b'"');
         &quoted
     } else if tracker.in_string() {
@@ -467,10 +540,11 @@ fn key_alive(
     if let Some(&v) = memo.get(&(depth, c)) {
         return v;
     }
-    let mut alive = !lazy.configs[c as usize]
-        .threads
-        .iter()
-        .any(|&(_, s)| nfa.in_unique_array(s));
+    // Alive without a thread that can run out of keys, or with one that no repeat check
+    // binds (e.g. an additional property's key: it completes as a key none of `rests` is).
+    let threads = &lazy.configs[c as usize].threads;
+    let mut alive = threads.iter().all(|&(_, s)| !nfa.in_unique_array(s))
+        || threads.iter().any(|&(_, s)| !nfa.in_unique(s));
     if !alive {
         let along = along_bytes(rests, p);
         let set = lazy.next_bytes(nfa, c);
@@ -496,32 +570,4 @@ fn key_alive(
     }
     memo.insert((depth, c), alive);
     alive
-}
-
-/// Calls `f` with each trie node along `path` from the root (the node of `path[..1]`, of
-/// `path[..2]`, …) while there is one.
-fn trie_along(trie: &crate::vocab::TokenTrie, path: &[u8], mut f: impl FnMut(usize)) {
-    let nodes = &trie.nodes;
-    let Some((&first, rest)) = path.split_first() else {
-        return;
-    };
-    let j = trie.root.get(first as usize).copied().unwrap_or(u32::MAX);
-    if j == u32::MAX {
-        return;
-    }
-    let j = j as usize;
-    f(j);
-    let (mut i, mut end) = (j + 1, nodes[j].next as usize);
-    for (d, &b) in rest.iter().enumerate().map(|(d, b)| (d + 1, b)) {
-        let mut j = i;
-        while j < end && !(nodes[j].depth as usize == d + 1 && nodes[j].byte == b) {
-            j = nodes[j].next as usize;
-        }
-        if j >= end {
-            return;
-        }
-        f(j);
-        i = j + 1;
-        end = nodes[j].next as usize;
-    }
 }
