@@ -65,6 +65,9 @@ pub(crate) const MAX_CLOSURE_VISITS: usize = 1 << 20;
 /// and JSONSchemaBench masks included, stay under 200,000 per call). Past it the automaton
 /// is poisoned, as above.
 pub(crate) const MAX_CALL_VISITS: u64 = 1 << 24;
+
+/// Most texts [`Lazy::key_end`] remembers (a few MiB of key texts at most).
+const MAX_KEY_ENDS: usize = 1 << 16;
 // `MatchError::TooAmbiguous`'s message says "16 times that per step".
 const _: () = assert!(MAX_CALL_VISITS == 16 * MAX_CLOSURE_VISITS as u64);
 
@@ -198,6 +201,12 @@ pub(crate) struct Lazy {
     /// Return states of calls to the NFA's key rules ([`Nfa::key_rules`]): a thread whose
     /// top frame returns to one is inside an "other key" rule (see [`threads`]).
     key_ret: FastSet<StateId>,
+    /// Per key-trie state, per text written from it: whether the text ends at one of the
+    /// trie's keys (a fact of the automaton, for the key-loop checks of `crate::unique`);
+    /// at most [`MAX_KEY_ENDS`] texts, then cleared.
+    key_ends: FastMap<StateId, FastMap<Box<[u8]>, bool>>,
+    /// Texts held in `key_ends`, and their bytes.
+    key_ends_len: (usize, usize),
     /// Pairs of configurations known to agree on every continuation that completes a
     /// UTF-8 character (see [`Lazy::agree_within_char`]).
     char_equiv: FastMap<(ConfigId, ConfigId), bool>,
@@ -264,6 +273,8 @@ impl Lazy {
             overflowing: FastSet::default(),
             all_usable: None,
             loop_classes: FastMap::default(),
+            key_ends: FastMap::default(),
+            key_ends_len: (0, 0),
             key_ret: FastSet::default(),
             char_equiv: FastMap::default(),
             mask_peers: FastMap::default(),
@@ -346,6 +357,23 @@ impl Lazy {
 
     /// Whether a thread of `c` is inside a key-loop object (`Nfa::key_loops`): at one of its
     /// states, or below a call that returns into one.
+    /// Whether `text`, written from the key-trie state `q`, ends at one of the trie's keys:
+    /// `walk` tells the first time, remembered after (the automaton does not change).
+    pub fn key_end(&mut self, q: StateId, text: &[u8], walk: impl FnOnce() -> bool) -> bool {
+        if let Some(&v) = self.key_ends.get(&q).and_then(|m| m.get(text)) {
+            return v;
+        }
+        let v = walk();
+        if self.key_ends_len.0 >= MAX_KEY_ENDS {
+            self.key_ends.clear();
+            self.key_ends_len = (0, 0);
+        }
+        self.key_ends_len.0 += 1;
+        self.key_ends_len.1 += text.len();
+        self.key_ends.entry(q).or_default().insert(text.into(), v);
+        v
+    }
+
     pub fn in_key_loop_object(&self, nfa: &Nfa, c: ConfigId) -> bool {
         self.configs[c as usize]
             .threads
@@ -887,6 +915,8 @@ impl Lazy {
             + self.seen_gen.len() * 8
             + self.equiv.heap_bytes()
             + self.budget.heap_bytes()
+            + self.key_ends_len.0 * 48
+            + self.key_ends_len.1
     }
 }
 

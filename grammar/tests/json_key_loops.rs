@@ -283,6 +283,9 @@ fn key_loop_masks_exact_with_crossing_tokens() {
     let mut toks: Vec<Vec<u8>> = vec![Vec::new()];
     toks.extend((0u8..=255).map(|b| vec![b]));
     toks.extend(KEY_TOKENS.iter().map(|t| t.as_bytes().to_vec()));
+    // Enough plain tokens that a mask inside an open key is wide (the refinement follows
+    // candidates there; narrow masks it decides token by token).
+    toks.extend((0..400).map(|i| format!("zq{i}").into_bytes()));
     let vocab = std::sync::Arc::new(sglrs_grammar::TokenVocab::new(toks, &[], &[0]).unwrap());
     // Closed; open to any other key; open only to keys matching `^x_` (whose thread dies
     // on `"n`, so a key prefix only written keys complete is refused there too).

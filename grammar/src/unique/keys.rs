@@ -7,6 +7,9 @@ use crate::lazy::{ConfigId, Lazy, DEAD};
 use crate::nfa::{Nfa, StateId};
 use crate::vocab::{KeyFrom, TokenVocab};
 
+/// Masks of at most this many tokens are refined token by token ([`refine_keys`]).
+const FEW_TOKENS: usize = 256;
+
 /// What a token may do to the keys of key-loop objects ([`JsonTracker::may_touch_keys`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Touch {
@@ -285,8 +288,9 @@ pub(super) fn refine_keys(
     };
     let mut opened_rests: crate::lazy::FastMap<usize, Vec<&[u8]>> = Default::default();
     let mut memo: crate::lazy::FastMap<(usize, ConfigId), bool> = Default::default();
-    let mut paths = RestPaths::default();
     let mut index = KeyIndex::default();
+    // Per object depth and list of rests (of the key open here, or of a new key).
+    let mut rest_ends: crate::lazy::FastMap<(usize, bool), RestEnds> = Default::default();
     let mut decide = |lazy: &mut Lazy, mask: &mut [u32], t: u32| {
         let Some(bytes) = vocab.token_bytes(t) else {
             return;
@@ -333,7 +337,10 @@ pub(super) fn refine_keys(
             }
         }
         match (start != DEAD)
-            .then(|| trie_alive_after(nfa, lazy, start, tail, rests, depth, &mut paths))
+            .then(|| {
+                let ends = rest_ends.entry((depth, in_key && from == 0)).or_default();
+                trie_alive_after(nfa, lazy, start, tail, rests, ends)
+            })
             .flatten()
         {
             Some(true) => return,
@@ -351,6 +358,22 @@ pub(super) fn refine_keys(
             clear(mask, t);
         }
     };
+    // Inside a key, a narrow mask (e.g. where few keys are left): each of its tokens is
+    // decided, cheaper than finding the candidates along every earlier key.
+    if in_key && at_most(mask, FEW_TOKENS) {
+        let mut ids: Vec<u32> = Vec::new();
+        for (i, &w) in mask.iter().enumerate() {
+            let mut w = w;
+            while w != 0 {
+                ids.push(i as u32 * 32 + w.trailing_zeros());
+                w &= w - 1;
+            }
+        }
+        for t in ids {
+            decide(lazy, mask, t);
+        }
+        return;
+    }
     if in_key {
         // Tokens that end inside the rest of an earlier key (those through its quote have
         // a `"`), each once: the rests share their beginnings.
@@ -402,27 +425,50 @@ pub(super) fn refine_keys(
     }
 }
 
-/// The trie states each of the rests passes through from a key-loop thread's state (the
-/// first is that state), and whether it ends at one of the trie's keys: per starting state.
-type RestPaths = crate::lazy::FastMap<(usize, StateId), Vec<(Vec<StateId>, bool)>>;
+/// Whether `mask` holds at most `n` tokens (stops counting past them).
+fn at_most(mask: &[u32], n: usize) -> bool {
+    let mut count = 0usize;
+    for &w in mask {
+        count += w.count_ones() as usize;
+        if count > n {
+            return false;
+        }
+    }
+    true
+}
+
+/// Per key-trie state a thread starts from, per rest (by index): whether the rest ends at
+/// one of the trie's keys from there (0: not known yet, 1: no, 2: yes).
+type RestEnds = Vec<(StateId, Vec<u8>)>;
 
 /// [`key_alive`] after `tail` from `c` (inside a key) on the NFA's states, without new
 /// configurations, when every thread of `c` is inside a key-loop trie (threads go on
 /// alone, and a configuration is alive when one of its threads is): `Some(true)` when one
-/// thread follows `tail` and can end there as a key none of `rests` is
-/// ([`trie_thread_alive`]), `Some(false)` when none can and all are trie threads, `None`
-/// when that cannot be told here (then [`key_alive`] decides).
+/// thread follows `tail` and can end there as a key none of `rests` (sorted) is,
+/// `Some(false)` when none can and all are trie threads, `None` when that cannot be told
+/// here (then [`key_alive`] decides). In a trie of optional keys a thread can end as a new
+/// key when more of the trie's writable keys continue from its state than earlier keys do
+/// ([`Nfa::key_leaves`]; repeats drop the thread at their closing quote); in a trie of the
+/// required keys not yet written, when its state is alive.
 fn trie_alive_after(
     nfa: &Nfa,
-    lazy: &Lazy,
+    lazy: &mut Lazy,
     c: ConfigId,
     tail: &[u8],
     rests: &[&[u8]],
-    depth: usize,
-    paths: &mut RestPaths,
+    ends: &mut RestEnds,
 ) -> Option<bool> {
+    // The rests that continue `tail`, next to one another in order. The trie is a tree:
+    // from a thread's state they are the earlier keys below the state `tail` leads to.
+    let lo = rests.partition_point(|r| *r < tail);
+    let hi = lo
+        + rests[lo..]
+            .iter()
+            .take_while(|r| r.starts_with(tail))
+            .count();
     let mut known = true;
-    for &(_, q0) in lazy.configs[c as usize].threads.iter() {
+    for i in 0..lazy.configs[c as usize].threads.len() {
+        let q0 = lazy.configs[c as usize].threads[i].1;
         if !nfa.in_key_loop(q0) {
             known = false;
             continue;
@@ -437,53 +483,44 @@ fn trie_alive_after(
             }
         }
         let Some(q) = st else { continue };
-        let paths = paths.entry((depth, q0)).or_insert_with(|| {
-            rests
-                .iter()
-                .map(|r| {
-                    let mut path = vec![q0];
-                    for &b in r.iter() {
-                        match byte_target(nfa, path[path.len() - 1], b) {
-                            Ok(Some(t)) => path.push(t),
-                            _ => return (path, false),
-                        }
-                    }
-                    let end = path[path.len() - 1];
-                    (path, nfa.key_leaves.contains_key(&end))
-                })
-                .collect()
-        });
-        match trie_thread_alive(nfa, q, tail.len(), paths) {
-            Some(true) => return Some(true),
-            Some(false) => {}
-            None => known = false,
+        let Some(&total) = nfa.key_leaves.get(&q) else {
+            if nfa.in_key_loop(q) && nfa.dist.get(q as usize).is_some_and(|&d| d != u32::MAX) {
+                return Some(true);
+            }
+            known = false;
+            continue;
+        };
+        // Per rest: 0 not known yet, 1 not a key of this trie, 2 a key.
+        let seen = match ends.iter().position(|e| e.0 == q0) {
+            Some(j) => j,
+            None => {
+                ends.push((q0, vec![0; rests.len()]));
+                ends.len() - 1
+            }
+        };
+        let mut written = 0;
+        for (r, e) in rests[lo..hi].iter().zip(&mut ends[seen].1[lo..hi]) {
+            if *e == 0 {
+                *e = 1 + lazy.key_end(q0, r, || ends_at_key(nfa, q0, r)) as u8;
+            }
+            written += (*e == 2) as usize;
+        }
+        if total as usize > written {
+            return Some(true);
         }
     }
     known.then_some(false)
 }
 
-/// [`key_alive`] for one thread at `q`, inside a key-loop key trie `depth` bytes after the
-/// state the rests' `paths` start from: in a trie of optional keys, whether more of its
-/// writable keys continue from `q` than earlier keys do ([`Nfa::key_leaves`]; repeats drop
-/// the thread at their closing quote); in a trie of the required keys not yet written,
-/// whether `q` is alive. `None` elsewhere.
-fn trie_thread_alive(
-    nfa: &Nfa,
-    q: StateId,
-    depth: usize,
-    paths: &[(Vec<StateId>, bool)],
-) -> Option<bool> {
-    let Some(&total) = nfa.key_leaves.get(&q) else {
-        return (nfa.in_key_loop(q) && nfa.dist.get(q as usize).is_some_and(|&d| d != u32::MAX))
-            .then_some(true);
-    };
-    // The trie is deterministic: a rest whose path is at `q` after `depth` bytes continues
-    // the key written so far.
-    let written = paths
-        .iter()
-        .filter(|(path, key)| *key && path.get(depth) == Some(&q))
-        .count();
-    Some(total as usize > written)
+/// Whether `rest`, walked from the key-trie state `q`, ends at one of the trie's keys.
+fn ends_at_key(nfa: &Nfa, mut q: StateId, rest: &[u8]) -> bool {
+    for &b in rest {
+        match byte_target(nfa, q, b) {
+            Ok(Some(t)) => q = t,
+            _ => return false,
+        }
+    }
+    nfa.key_leaves.contains_key(&q)
 }
 
 /// Whether `bytes` hold a `"` after a `,` (from a `{` they open: a second key may follow).
