@@ -528,6 +528,11 @@ impl TokenVocab {
         })
     }
 
+    /// Builds the lists of [`TokenVocab::key_opening_tokens`] now (once per vocabulary).
+    pub(crate) fn warm_key_opening_tokens(&self) {
+        let _ = self.key_opening_tokens(KeyFrom::String);
+    }
+
     /// The usable tokens that may open a string where an object key goes, when written
     /// from inside a string (`KeyFrom::String`), from where a key goes (`KeyFrom::Gap`), or
     /// from elsewhere outside strings (`KeyFrom::Other`): a `"` outside strings, at the
