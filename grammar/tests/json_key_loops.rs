@@ -165,15 +165,6 @@ fn loop_ok(text: &[u8]) -> bool {
 
 #[test]
 fn key_loop_masks_match_the_byte_reference_on_random_walks() {
-    let Some(tok) = llama3() else { return };
-    let g = CompiledGrammar::json_schema_value(
-        &schema(false),
-        tok.vocab.clone(),
-        &CompileOptions::default(),
-    )
-    .unwrap();
-    // Keys and commas most of the time, so that walks write many keys, repeats tried.
-    let prefer = |b: &[u8]| b.contains(&b'"') || b.contains(&b',');
     let start = |w: usize| match w % 3 {
         0 => b"{".to_vec(),
         1 => br#"{"name":"a","nation":true,"#.to_vec(),
@@ -186,7 +177,24 @@ fn key_loop_masks_match_the_byte_reference_on_random_walks() {
             format!("{},", &s[..s.len() - 1]).into_bytes()
         }
     };
-    common::random_walks(&g, 7, 6, 40, &start, &prefer, 0.8, &loop_ok);
+    loop_walks(&schema(false), 7, &start, &loop_ok);
+}
+
+/// Random walks on Llama-3 from the texts `start` gives, masks against the byte reference,
+/// every planned close checked by `ok`.
+fn loop_walks(
+    schema: &Value,
+    seed: u64,
+    start: &dyn Fn(usize) -> Vec<u8>,
+    ok: &dyn Fn(&[u8]) -> bool,
+) {
+    let Some(tok) = llama3() else { return };
+    let g =
+        CompiledGrammar::json_schema_value(schema, tok.vocab.clone(), &CompileOptions::default())
+            .unwrap();
+    // Keys and commas most of the time, so that walks write many keys, repeats tried.
+    let prefer = |b: &[u8]| b.contains(&b'"') || b.contains(&b',');
+    common::random_walks(&g, seed, 6, 40, start, &prefer, 0.8, ok);
 }
 
 /// Valid for [`schema`]`(true)`: as [`loop_ok`], but keys that are not declared take any
@@ -228,14 +236,6 @@ fn open_loop_ok(text: &[u8]) -> bool {
 fn open_key_loop_masks_match_the_byte_reference_on_random_walks() {
     // Undeclared keys beside the loop's: a key prefix stays alive through them (`nam` may
     // become `namex`), while the closing quote of a declared key written before is refused.
-    let Some(tok) = llama3() else { return };
-    let g = CompiledGrammar::json_schema_value(
-        &schema(true),
-        tok.vocab.clone(),
-        &CompileOptions::default(),
-    )
-    .unwrap();
-    let prefer = |b: &[u8]| b.contains(&b'"') || b.contains(&b',');
     let start = |w: usize| match w % 3 {
         0 => b"{".to_vec(),
         1 => br#"{"name":"a","nation":true,"other":[1],"#.to_vec(),
@@ -244,7 +244,7 @@ fn open_key_loop_masks_match_the_byte_reference_on_random_walks() {
             format!("{},", &s[..s.len() - 1]).into_bytes()
         }
     };
-    common::random_walks(&g, 11, 6, 40, &start, &prefer, 0.8, &open_loop_ok);
+    loop_walks(&schema(true), 11, &start, &open_loop_ok);
 }
 
 /// Tokens that finish, repeat or stop inside the keys of [`schema`], or cross from a

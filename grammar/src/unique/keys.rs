@@ -34,23 +34,9 @@ struct KeyIndex<'a> {
 
 impl<'a> KeyIndex<'a> {
     fn keys(&mut self, t: &'a JsonTracker, depth: usize) -> &[&'a [u8]] {
-        self.by_depth.entry(depth).or_insert_with(|| {
-            let Some(f) = depth
-                .checked_sub(1)
-                .map(|d| &t.frames[d])
-                .filter(|f| !f.array)
-            else {
-                return Vec::new();
-            };
-            let mut keys: Vec<&[u8]> = f
-                .items
-                .iter()
-                .map(|&(a, e, _)| &t.bytes[a as usize..e as usize])
-                .collect();
-            keys.sort_unstable();
-            keys.dedup();
-            keys
-        })
+        self.by_depth
+            .entry(depth)
+            .or_insert_with(|| t.keys_at(depth, false))
     }
 
     /// Some key of the object `depth` frames deep is `pre` then `tail`.
@@ -218,8 +204,9 @@ impl JsonTracker {
         }
     }
 
-    /// The keys of the object `depth` frames deep, each with its closing quote.
-    fn keys_at(&self, depth: usize) -> Vec<&[u8]> {
+    /// The keys of the object `depth` frames deep, sorted, each once, with its closing
+    /// quote or not.
+    fn keys_at(&self, depth: usize, quoted: bool) -> Vec<&[u8]> {
         let Some(f) = depth
             .checked_sub(1)
             .map(|d| &self.frames[d])
@@ -231,7 +218,7 @@ impl JsonTracker {
         let mut out: Vec<&[u8]> = f
             .items
             .iter()
-            .map(|&(a, e, _)| &self.bytes[a as usize..=e as usize])
+            .map(|&(a, e, _)| &self.bytes[a as usize..e as usize + quoted as usize])
             .collect();
         out.sort();
         out.dedup();
@@ -309,7 +296,7 @@ pub(super) fn refine_keys(
         } else {
             opened_rests
                 .entry(depth)
-                .or_insert_with(|| tracker.keys_at(depth))
+                .or_insert_with(|| tracker.keys_at(depth, true))
         };
         let total: usize = rests.iter().map(|r| r.len()).sum();
         if !nfa.long_strings.is_empty()
