@@ -378,23 +378,22 @@ pub(super) fn refine_keys(
         }
     }
     let quoted;
-    let closing: Vec<u32>;
     let list: &[u32] = if in_key && !tracker.esc {
         // Of the tokens with a `"`, only those that close the key as an earlier one (they
         // start with its rest, quote included) or that close it and open another key
         // (`KeyFrom::String`) can touch keys: any other closes a new key and stays out of
-        // keys.
+        // keys. (A token in both is decided twice, the same way.)
         let trie = vocab.trie();
-        let mut ids = vocab.key_opening_tokens(KeyFrom::String).to_vec();
         for rest in &rests {
             if let Some(n) = trie.find(rest) {
-                ids.extend(trie.subtree_ids(n).iter().filter(|&&t| is_set(mask, t)));
+                for &t in trie.subtree_ids(n) {
+                    if is_set(mask, t) {
+                        decide(lazy, mask, t);
+                    }
+                }
             }
         }
-        ids.sort_unstable();
-        ids.dedup();
-        closing = ids;
-        &closing
+        vocab.key_opening_tokens(KeyFrom::String)
     } else if in_key {
         quoted = vocab.tokens_with_byte(b'"');
         &quoted
