@@ -65,11 +65,11 @@ pub(crate) const MAX_CLOSURE_VISITS: usize = 1 << 20;
 /// and JSONSchemaBench masks included, stay under 200,000 per call). Past it the automaton
 /// is poisoned, as above.
 pub(crate) const MAX_CALL_VISITS: u64 = 1 << 24;
+// `MatchError::TooAmbiguous`'s message says "16 times that per step".
+const _: () = assert!(MAX_CALL_VISITS == 16 * MAX_CLOSURE_VISITS as u64);
 
 /// Most texts [`Lazy::key_end`] remembers (a few MiB of key texts at most).
 const MAX_KEY_ENDS: usize = 1 << 16;
-// `MatchError::TooAmbiguous`'s message says "16 times that per step".
-const _: () = assert!(MAX_CALL_VISITS == 16 * MAX_CLOSURE_VISITS as u64);
 
 /// A donor must be the successor of at least this many plain ASCII characters (see
 /// [`Lazy::fill_mask`]).
@@ -355,8 +355,6 @@ impl Lazy {
         id
     }
 
-    /// Whether a thread of `c` is inside a key-loop object (`Nfa::key_loops`): at one of its
-    /// states, or below a call that returns into one.
     /// Whether `text`, written from the key-trie state `q`, ends at one of the trie's keys:
     /// `walk` tells the first time, remembered after (the automaton does not change).
     pub fn key_end(&mut self, q: StateId, text: &[u8], walk: impl FnOnce() -> bool) -> bool {
@@ -374,6 +372,8 @@ impl Lazy {
         v
     }
 
+    /// Whether a thread of `c` is inside a key-loop object (`Nfa::key_loops`): at one of its
+    /// states, or below a call that returns into one.
     pub fn in_key_loop_object(&self, nfa: &Nfa, c: ConfigId) -> bool {
         self.configs[c as usize]
             .threads

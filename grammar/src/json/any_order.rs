@@ -45,11 +45,7 @@ impl JsonCompiler<'_> {
             return Ok(None);
         }
         let bump = |c: usize| bump_count(c, cap, exact);
-        let keys = items
-            .iter()
-            .map(|i| serde_json::to_string(&i.0))
-            .collect::<Result<Vec<String>, _>>()
-            .map_err(|e| CompileError::Json(e.to_string()))?;
+        let keys = quoted_keys(items)?;
         // Plan the reachable (written set, count) states and the NFA states they need.
         let mut index: HashMap<(u32, usize, u8), usize> = HashMap::new();
         let mut order: Vec<(u32, usize, u8)> = vec![(0, 0, 0)];
@@ -89,12 +85,7 @@ impl JsonCompiler<'_> {
             .enumerate()
             .filter(|(_, it)| it.2)
             .fold(0, |acc, (k, _)| acc | 1 << k);
-        let mut states = Vec::with_capacity(order.len());
-        for _ in &order {
-            states.push(self.b.state()?);
-        }
-        self.b.eps(open, states[0]);
-        let close = self.b.state()?;
+        let (states, close) = self.planned_states(open, order.len())?;
         let mut trie: HashMap<(StateId, u8), StateId> = HashMap::new();
         for (idx, &(m, c, w)) in order.iter().enumerate() {
             if idx % 64 == 63 {
@@ -151,11 +142,7 @@ impl JsonCompiler<'_> {
         if !self.opts.any_property_order || n < 2 {
             return Ok(None);
         }
-        let keys = items
-            .iter()
-            .map(|i| serde_json::to_string(&i.0))
-            .collect::<Result<Vec<String>, _>>()
-            .map_err(|e| CompileError::Json(e.to_string()))?;
+        let keys = quoted_keys(items)?;
         let required: Vec<usize> = (0..n).filter(|&k| items[k].2).collect();
         if required.len() > MAX_LOOP_REQUIRED {
             return Ok(None);
@@ -252,12 +239,7 @@ impl JsonCompiler<'_> {
             group_rules.push((*bits, rule));
         }
         let lo = self.b.states.len() as StateId;
-        let mut states = Vec::with_capacity(order.len());
-        for _ in &order {
-            states.push(self.b.state()?);
-        }
-        self.b.eps(open, states[0]);
-        let close = self.b.state()?;
+        let (states, close) = self.planned_states(open, order.len())?;
         for (idx, &(m, c, w)) in order.iter().enumerate() {
             if idx % 64 == 63 {
                 self.b.check_deadline()?;
@@ -301,6 +283,19 @@ impl JsonCompiler<'_> {
         Ok(Some(close))
     }
 
+    /// One state per planned state (`open` leads to the first) and the state after `}`.
+    fn planned_states(
+        &mut self,
+        open: StateId,
+        n: usize,
+    ) -> Result<(Vec<StateId>, StateId), CompileError> {
+        let states = (0..n)
+            .map(|_| self.b.state())
+            .collect::<Result<Vec<_>, _>>()?;
+        self.b.eps(open, states[0]);
+        Ok((states, self.b.state()?))
+    }
+
     /// One rule per declared property's value schema.
     fn value_rules(
         &mut self,
@@ -341,6 +336,15 @@ impl JsonCompiler<'_> {
         }
         Ok(at)
     }
+}
+
+/// The declared keys as written in JSON, quotes included.
+fn quoted_keys(items: &[(String, Value, bool)]) -> Result<Vec<String>, CompileError> {
+    items
+        .iter()
+        .map(|i| serde_json::to_string(&i.0))
+        .collect::<Result<Vec<String>, _>>()
+        .map_err(|e| CompileError::Json(e.to_string()))
 }
 
 /// Adds `key` to the planned states (`order`, indexed by `index`) unless it is there.
