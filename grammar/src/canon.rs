@@ -304,6 +304,113 @@ pub(crate) fn string_units(form: &[u8]) -> Option<impl Iterator<Item = u16> + '_
     })
 }
 
+/// An object whose text is cut short: what its complete members are and what is open.
+#[derive(Debug, Default)]
+pub(crate) struct OpenObject {
+    /// Complete members: key form, value form ([`canonical`]), in text order.
+    pub members: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The key of the member being written, once its closing quote is written.
+    pub open_key: Option<Vec<u8>>,
+    /// The member being written has a string value still open: the UTF-16 code units it
+    /// certainly starts with (`None` too when an escape or character is cut short).
+    pub open_string: Option<Vec<u16>>,
+}
+
+/// The members of an object from its `{` to the end of `text`, which cuts it short (a
+/// prefix of JSON text). A number at the very end counts as open (more digits may
+/// follow). `None` when the text is not such a prefix or the object is complete.
+pub(crate) fn open_object(text: &[u8]) -> Option<OpenObject> {
+    let mut p = Parser { s: text, i: 0 };
+    let mut out = OpenObject::default();
+    p.eat(b'{')?;
+    loop {
+        p.ws();
+        if p.i == text.len() {
+            return Some(out);
+        }
+        let mut key = Vec::new();
+        if p.string(&mut key).is_none() {
+            // A key still open (or `}` of an empty object: complete).
+            return (p.peek() != Some(b'}')).then_some(out);
+        }
+        p.ws();
+        if p.i == text.len() || p.eat(b':').is_none() {
+            out.open_key = Some(key);
+            return Some(out);
+        }
+        p.ws();
+        let at = p.i;
+        let mut v = Vec::new();
+        let number = p.peek().is_some_and(|b| b == b'-' || b.is_ascii_digit());
+        if p.i == text.len() || p.value(&mut v, 1).is_none() || (number && p.i == text.len()) {
+            if text.get(at) == Some(&b'"') {
+                out.open_string = open_string_units(&text[at + 1..])
+                    .and_then(|(units, whole)| whole.then_some(units));
+            }
+            out.open_key = Some(key);
+            return Some(out);
+        }
+        out.members.push((key, v));
+        p.ws();
+        if p.i == text.len() {
+            return Some(out);
+        }
+        p.eat(b',')?;
+    }
+}
+
+/// Length of the canonical form at the start of `form`.
+fn form_len(form: &[u8]) -> Option<usize> {
+    let n = |at: usize| -> Option<usize> {
+        Some(u32::from_le_bytes(form.get(at..at + 4)?.try_into().ok()?) as usize)
+    };
+    match *form.first()? {
+        b't' | b'f' | b'n' | b'0' => Some(1),
+        b's' => Some(5 + 2 * n(1)?),
+        b'+' | b'-' => {
+            let sig = n(1)?;
+            Some(9 + sig + n(5 + sig)?)
+        }
+        b'o' => {
+            let mut at = 5;
+            for _ in 0..n(1)? {
+                at += form_len(form.get(at..)?)?;
+                at += form_len(form.get(at..)?)?;
+            }
+            Some(at)
+        }
+        b'a' => {
+            let mut at = 5;
+            for _ in 0..n(1)? {
+                at += form_len(form.get(at..)?)?;
+            }
+            Some(at)
+        }
+        _ => None,
+    }
+}
+
+/// The value form of member `key` (a key form) in an object's canonical form, without
+/// allocating; `None` when absent or not an object.
+pub(crate) fn member_value<'a>(form: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
+    if form.first() != Some(&b'o') {
+        return None;
+    }
+    let count = u32::from_le_bytes(form.get(1..5)?.try_into().ok()?);
+    let mut at = 5;
+    for _ in 0..count {
+        let k = form_len(form.get(at..)?)?;
+        let v = form_len(form.get(at + k..)?)?;
+        match form[at..at + k].cmp(key) {
+            std::cmp::Ordering::Equal => return Some(&form[at + k..at + k + v]),
+            // Sorted by key: past it.
+            std::cmp::Ordering::Greater => return None,
+            std::cmp::Ordering::Less => at += k + v,
+        }
+    }
+    None
+}
+
 /// `±digits + k` in canonical decimal (`-` then digits without leading zeros; `0` for
 /// zero), for exponents of any length.
 fn add_small(neg: bool, digits: &[u8], k: i64) -> Vec<u8> {
@@ -355,7 +462,7 @@ fn add_small(neg: bool, digits: &[u8], k: i64) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::canonical;
+    use super::{canonical, member_value, open_object};
 
     fn same(a: &str, b: &str) -> bool {
         canonical(a.as_bytes()).unwrap() == canonical(b.as_bytes()).unwrap()
@@ -435,6 +542,40 @@ mod tests {
             (of(r#""a""#), false)
         );
         assert_eq!(units(r#"\n\/"#), of("\"\\n/\""));
+    }
+
+    #[test]
+    fn open_objects_give_their_complete_members() {
+        let o = open_object(br#"{"a": 1, "b" : {"x":[1,2]}, "c":"h\u0069"#).unwrap();
+        assert_eq!(o.members.len(), 2);
+        assert_eq!(o.members[0].1, canonical(b"1.0").unwrap());
+        assert_eq!(o.members[1].1, canonical(br#"{"x":[1,2.0]}"#).unwrap());
+        assert_eq!(o.open_key, canonical(br#""c""#));
+        assert_eq!(o.open_string, Some("hi".encode_utf16().collect()));
+        // A number at the end may go on; a key cut short is no member yet.
+        let o = open_object(br#"{"a":12"#).unwrap();
+        assert!(o.members.is_empty() && o.open_key.is_some() && o.open_string.is_none());
+        let o = open_object(br#"{"a":true,"b"#).unwrap();
+        assert_eq!(o.members.len(), 1);
+        assert!(o.open_key.is_none());
+        assert!(open_object(br#"{"a":1}"#).is_none());
+        assert!(open_object(b"{}").is_none());
+    }
+
+    #[test]
+    fn object_forms_give_their_members() {
+        let form = canonical(br#"{"b":[1,{"z":null}],"a":-2.5e3,"c":"s"}"#).unwrap();
+        let key = |k: &str| canonical(format!("\"{k}\"").as_bytes()).unwrap();
+        let val = |v: &str| canonical(v.as_bytes()).unwrap();
+        assert_eq!(member_value(&form, &key("a")), Some(&val("-2500")[..]));
+        assert_eq!(
+            member_value(&form, &key("b")),
+            Some(&val(r#"[1.0,{"z":null}]"#)[..])
+        );
+        assert_eq!(member_value(&form, &key("c")), Some(&val(r#""s""#)[..]));
+        assert_eq!(member_value(&form, &key("bb")), None);
+        assert_eq!(member_value(&form, &key("0")), None);
+        assert_eq!(member_value(&val("[1]"), &key("a")), None);
     }
 
     #[test]

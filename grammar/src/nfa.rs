@@ -220,6 +220,11 @@ pub(crate) struct Builder {
     /// an item. Right after the byte that closes an item equal to an earlier one, the
     /// matcher drops the threads there.
     pub unique_after: Vec<(StateId, StateId)>,
+    /// The states right after the `[` of `uniqueItems` arrays whose items may run out of
+    /// new values part-way (closed objects…, `json/unique.rs::unique_searched`): the
+    /// matcher marks the arrays they open and refuses, inside them, a prefix whose every
+    /// completion repeats an earlier item.
+    pub searched_opens: Vec<StateId>,
     /// `[lo, hi)` state ranges of key-loop objects (`json/any_order.rs::key_loop`): their
     /// key positions and key bodies. The matcher drops the threads there at the closing
     /// quote of a key already written in the same object, and refuses, as inside
@@ -250,6 +255,7 @@ impl Builder {
             unique_ranges: Vec::new(),
             unique_arrays: Vec::new(),
             unique_after: Vec::new(),
+            searched_opens: Vec::new(),
             key_loops: Vec::new(),
             key_tries: Vec::new(),
             counted: Vec::new(),
@@ -382,6 +388,8 @@ impl Builder {
             unique_ranges: self.unique_ranges,
             unique_arrays: self.unique_arrays,
             unique_after: self.unique_after,
+            searched_opens: self.searched_opens,
+            open_loops: Vec::new(),
             key_loops: self.key_loops,
             key_leaves: Default::default(),
             counted: self.counted,
@@ -394,6 +402,7 @@ impl Builder {
         nfa.unique_ranges.sort_unstable();
         nfa.unique_arrays.sort_unstable();
         nfa.unique_after.sort_unstable();
+        nfa.searched_opens.sort_unstable();
         nfa.key_loops.sort_unstable();
         nfa.text_ranges.sort_unstable();
         nfa.trim(self.budget.deadline)?;
@@ -402,6 +411,9 @@ impl Builder {
         nfa.long_strings.sort_unstable_by_key(|l| l.lo);
         for l in &mut nfa.long_strings {
             l.compute(&nfa.states);
+        }
+        if !nfa.searched_opens.is_empty() {
+            nfa.mark_open_loops();
         }
         nfa.long_room = nfa
             .long_strings
@@ -426,6 +438,13 @@ pub(crate) struct Nfa {
     pub unique_arrays: Vec<(StateId, StateId)>,
     /// See [`Builder::unique_after`] (sorted, disjoint).
     pub unique_after: Vec<(StateId, StateId)>,
+    /// See [`Builder::searched_opens`] (sorted).
+    pub searched_opens: Vec<StateId>,
+    /// One bit per state, only where `searched_opens` is not empty: the state loops to
+    /// itself on a byte no number or whitespace has, outside counted strings and key
+    /// loops — a string or key body that takes any number more characters, so from it
+    /// infinitely many different values can be written ([`Nfa::in_open_loop`]).
+    pub open_loops: Vec<u64>,
     /// See [`Builder::key_loops`] (sorted, disjoint, apart from the unique-item ranges).
     pub key_loops: Vec<(StateId, StateId)>,
     /// Per state inside a key-loop trie of optional keys ([`Builder::key_tries`]): how many
@@ -463,6 +482,40 @@ impl Nfa {
     /// [`Builder::unique_after`]).
     pub fn in_unique_after(&self, s: StateId) -> bool {
         in_ranges(&self.unique_after, s)
+    }
+
+    /// True when `s` is a state of [`Nfa::open_loops`].
+    pub fn in_open_loop(&self, s: StateId) -> bool {
+        self.open_loops
+            .get(s as usize >> 6)
+            .is_some_and(|w| w >> (s & 63) & 1 == 1)
+    }
+
+    /// Fills [`Nfa::open_loops`]. Digits, `.`, `e`, `E`, `+`, `-` and whitespace are left
+    /// out: a number's digits can spell one value many ways (`0e1`, `0e11`) and whitespace
+    /// between values is no value at all. Any other byte a state takes back to itself is a
+    /// character of a string or key: appending different numbers of it writes different
+    /// strings.
+    fn mark_open_loops(&mut self) {
+        let insignificant = |b: u8| {
+            b.is_ascii_digit()
+                || matches!(
+                    b,
+                    b'.' | b'e' | b'E' | b'+' | b'-' | b' ' | b'\t' | b'\n' | b'\r'
+                )
+        };
+        let mut bits = vec![0u64; self.states.len().div_ceil(64)];
+        for (i, st) in self.states.iter().enumerate() {
+            let s = i as StateId;
+            let loops = st
+                .bytes
+                .iter()
+                .any(|&(a, b, t)| t == s && (a..=b).any(|x| !insignificant(x)));
+            if loops && self.long_string(s).is_none() && !self.in_key_loop(s) {
+                bits[i >> 6] |= 1 << (i & 63);
+            }
+        }
+        self.open_loops = bits;
     }
 
     /// True when `s` is inside the string body of a `uniqueItems` item, inside a whole

@@ -36,6 +36,15 @@
 //! item the threads in the states that follow an item are dropped. Masks follow every
 //! allowed token that may close such an item; the planned close searches for a text that
 //! ends the item as a new value ([`closing_detour`]).
+//!
+//! Arrays whose items may run out of new values (closed objects, unions with numbers,
+//! literals or bounded strings, any value: [`crate::nfa::Nfa::searched_opens`]) are compared
+//! by value the same way, their numbers and literals too (a repeated number is refused
+//! before the byte after it). The tracker marks them at their `[`, and every step inside one
+//! is also checked with [`searched_viable`]: where an earlier item is still a candidate
+//! ([`JsonTracker::item_may_repeat`]) and no thread is in an open string loop, a bounded
+//! search must find a text that ends the item as a new value. Masks follow the tokens that
+//! could leave only repeats ([`refine_searched`]).
 
 use std::sync::Arc;
 
@@ -86,8 +95,17 @@ pub(crate) struct JsonTracker {
     json_from: u32,
     /// Record object and array items by value ([`JsonTracker::set_values`]).
     values: bool,
+    /// Where the `[` of each open or closed array whose items the matcher searches
+    /// ([`crate::nfa::Nfa::searched_opens`]) is, in order.
+    searched: Vec<u32>,
     /// The last byte closed a string, object or array item (recorded by value).
     closed_value: bool,
+    /// Start of the `true`, `false` or `null` being written as an item of the innermost
+    /// array, when that array's items are searched.
+    lit_start: Option<u32>,
+    /// The last byte ended an item of the array at this many frames (a string, object,
+    /// array or literal at its last byte, a number at the byte after it).
+    item_done: Option<usize>,
     /// The counted string being written (`crate::length`). Not rebuilt by
     /// [`JsonTracker::truncate`]: it depends on the automaton, so the matcher keeps it per
     /// history entry.
@@ -105,6 +123,9 @@ pub(crate) struct Checkpoint {
     num_start: Option<u32>,
     json_from: u32,
     closed_value: bool,
+    lit_start: Option<u32>,
+    item_done: Option<usize>,
+    searched: usize,
     count: crate::length::Count,
 }
 
@@ -128,6 +149,7 @@ impl JsonTracker {
         let pos = self.bytes.len() as u32;
         self.bytes.push(b);
         self.closed_value = false;
+        self.item_done = None;
         if self.in_str {
             if self.esc {
                 self.esc = false;
@@ -136,8 +158,10 @@ impl JsonTracker {
             } else if b == b'"' {
                 self.in_str = false;
                 let start = self.str_start;
+                let depth = self.frames.len();
                 if let Some(f) = self.frames.last_mut().filter(|f| f.array) {
                     f.items.push((start, pos, false));
+                    self.item_done = Some(depth);
                     if self.values {
                         let text = &self.bytes[start as usize - 1..];
                         f.values.push(crate::canon::canonical(text).map(Arc::from));
@@ -159,9 +183,38 @@ impl JsonTracker {
                 return;
             }
             self.num_start = None;
+            let searched = self.top_searched();
+            let depth = self.frames.len();
             if let Some(f) = self.frames.last_mut().filter(|f| f.array) {
                 f.items.push((start, pos, true));
+                self.item_done = Some(depth);
+                if searched {
+                    let text = &self.bytes[start as usize..pos as usize];
+                    f.values.push(crate::canon::canonical(text).map(Arc::from));
+                }
             }
+        }
+        if let Some(start) = self.lit_start {
+            let word = &self.bytes[start as usize..];
+            if matches!(word, b"true" | b"false" | b"null") {
+                self.lit_start = None;
+                let depth = self.frames.len();
+                if let Some(f) = self.frames.last_mut() {
+                    f.values.push(crate::canon::canonical(word).map(Arc::from));
+                    self.closed_value = true;
+                    self.item_done = Some(depth);
+                }
+            } else if ![&b"true"[..], b"false", b"null"]
+                .iter()
+                .any(|w| w.starts_with(word))
+            {
+                self.lit_start = None;
+            }
+        } else if matches!(b, b't' | b'f' | b'n')
+            && self.frames.last().is_some_and(|f| f.expect_item)
+            && self.top_searched()
+        {
+            self.lit_start = Some(pos);
         }
         if (b == b'-' || b.is_ascii_digit())
             && self.frames.last().is_some_and(|f| f.array && f.expect_item)
@@ -192,6 +245,9 @@ impl JsonTracker {
             }),
             b']' | b'}' => {
                 let closed = self.frames.pop();
+                if self.frames.last().is_some_and(|f| f.array) {
+                    self.item_done = Some(self.frames.len());
+                }
                 if self.values {
                     if let (Some(c), Some(f)) = (closed, self.frames.last_mut()) {
                         if f.array {
@@ -355,8 +411,11 @@ impl JsonTracker {
         let from = (self.json_from as usize).min(len);
         let bytes = std::mem::take(&mut self.bytes);
         let values = self.values;
+        let mut searched = std::mem::take(&mut self.searched);
+        searched.retain(|&p| (p as usize) < len);
         *self = JsonTracker::default();
         self.values = values;
+        self.searched = searched;
         self.bytes.extend_from_slice(&bytes[..from]);
         self.json_from = from as u32;
         for &b in &bytes[from..len] {
@@ -377,6 +436,7 @@ impl JsonTracker {
         self.esc = false;
         self.str_item = false;
         self.num_start = None;
+        self.lit_start = None;
         self.json_from = self.bytes.len() as u32;
     }
 
@@ -392,6 +452,9 @@ impl JsonTracker {
             num_start: self.num_start,
             json_from: self.json_from,
             closed_value: self.closed_value,
+            lit_start: self.lit_start,
+            item_done: self.item_done,
+            searched: self.searched.len(),
             count: self.count,
         }
     }
@@ -407,7 +470,177 @@ impl JsonTracker {
         self.num_start = cp.num_start;
         self.json_from = cp.json_from;
         self.closed_value = cp.closed_value;
+        self.lit_start = cp.lit_start;
+        self.item_done = cp.item_done;
+        self.searched.truncate(cp.searched);
         self.count = cp.count;
+    }
+
+    /// The innermost open container is an array whose items are searched (and recorded by
+    /// value whatever their kind).
+    fn top_searched(&self) -> bool {
+        !self.searched.is_empty()
+            && self
+                .frames
+                .last()
+                .is_some_and(|f| f.array && self.searched.binary_search(&f.start).is_ok())
+    }
+
+    /// True when `b` now would end a number item equal to an earlier item of a searched
+    /// array (numbers have no closing byte of their own: the byte after one is refused).
+    fn number_repeats(&self, b: u8) -> bool {
+        let Some(start) = self
+            .num_start
+            .filter(|_| !is_num_byte(b) && self.top_searched())
+        else {
+            return false;
+        };
+        let Some(form) = crate::canon::canonical(&self.bytes[start as usize..]) else {
+            return true;
+        };
+        self.frames.last().is_some_and(|f| {
+            f.values
+                .iter()
+                .any(|v| v.as_deref() == Some(form.as_slice()))
+        })
+    }
+
+    /// The `[` just followed opens an array whose items are searched
+    /// ([`crate::nfa::Nfa::searched_opens`]).
+    fn mark_searched(&mut self) {
+        if let Some(f) = self.frames.last().filter(|f| f.array) {
+            self.searched.push(f.start);
+        }
+    }
+
+    /// The open arrays whose items are searched, as frame indexes, outermost first.
+    fn searched_frames(&self) -> Vec<usize> {
+        if self.searched.is_empty() {
+            return Vec::new();
+        }
+        (0..self.frames.len())
+            .filter(|&i| {
+                let f = &self.frames[i];
+                f.array && self.searched.binary_search(&f.start).is_ok()
+            })
+            .collect()
+    }
+
+    /// Could the item being written in the array at frame `fi` (or the one about to start
+    /// there) still end equal to an earlier item? Tells too, when the text is in a string
+    /// that is the item or the value of one of the item's members, the rests (UTF-16) of
+    /// the earlier items' strings there that the open string starts (what keeps one a
+    /// candidate); `None` when not such a string or when that cannot be told. Earlier
+    /// items rule themselves out by a complete member they lack or have otherwise, or by
+    /// an open string they do not start with: members are never taken back, so once no
+    /// earlier item is left, none comes back.
+    fn item_may_repeat(&self, fi: usize) -> (bool, Option<Vec<Vec<u16>>>) {
+        let f = &self.frames[fi];
+        if f.values.is_empty() {
+            return (false, None);
+        }
+        if f.values.iter().any(Option::is_none) {
+            // Too deep to compare: equal to each other (stricter).
+            return (true, None);
+        }
+        let earlier = f.values.iter().flatten();
+        if self.frames.len() == fi + 1 {
+            if !(self.in_str && self.str_item) {
+                // Between items: any of them may come again.
+                return (true, None);
+            }
+            let open = crate::canon::open_string_units(&self.bytes[self.str_start as usize..]);
+            let Some((units, true)) = open else {
+                return (true, None);
+            };
+            let rests: Vec<Vec<u16>> = earlier
+                .filter_map(|v| {
+                    let mut it = crate::canon::string_units(v)?;
+                    units
+                        .iter()
+                        .all(|&u| it.next() == Some(u))
+                        .then(|| it.collect())
+                })
+                .collect();
+            return (!rests.is_empty(), Some(rests));
+        }
+        let item = &self.frames[fi + 1];
+        if item.array {
+            return (true, None);
+        }
+        let Some(o) = crate::canon::open_object(&self.bytes[item.start as usize..]) else {
+            return (true, None);
+        };
+        let mut keys: Vec<&[u8]> = o.members.iter().map(|(k, _)| k.as_slice()).collect();
+        keys.extend(o.open_key.as_deref());
+        keys.sort_unstable();
+        if keys.windows(2).any(|w| w[0] == w[1]) {
+            // A repeated key: the last value counts (stricter to keep every candidate).
+            return (true, None);
+        }
+        let in_member_string = self.in_str && self.frames.len() == fi + 2;
+        let mut rests = Vec::new();
+        let mut any = false;
+        for v in earlier {
+            if v.first() != Some(&b'o') {
+                continue;
+            }
+            let find = |k: &[u8]| crate::canon::member_value(v, k);
+            if !o
+                .members
+                .iter()
+                .all(|(k, val)| find(k) == Some(val.as_slice()))
+            {
+                continue;
+            }
+            let Some(k) = &o.open_key else {
+                any = true;
+                continue;
+            };
+            let Some(val) = find(k) else {
+                continue;
+            };
+            match (&o.open_string, in_member_string) {
+                (Some(units), true) => {
+                    let Some(mut it) = crate::canon::string_units(val) else {
+                        continue;
+                    };
+                    if units.iter().all(|&u| it.next() == Some(u)) {
+                        rests.push(it.collect());
+                        any = true;
+                    }
+                }
+                _ => any = true,
+            }
+        }
+        let rests = (in_member_string && o.open_string.is_some()).then_some(rests);
+        (any, rests)
+    }
+
+    /// Would `bytes`, written from here, put a `,` directly in the array at frame `fi`
+    /// (and so start another of its items)?
+    fn writes_item_comma(&self, bytes: &[u8], fi: usize) -> bool {
+        let (mut in_str, mut esc) = (self.in_str, self.esc);
+        let mut depth = self.frames.len();
+        for &b in bytes {
+            if in_str {
+                in_str = !closes_string(b, &mut esc);
+                continue;
+            }
+            match b {
+                b'"' => in_str = true,
+                b'[' | b'{' => depth += 1,
+                b']' | b'}' => {
+                    if depth <= fi + 1 {
+                        return false;
+                    }
+                    depth -= 1;
+                }
+                b',' if depth == fi + 1 => return true,
+                _ => {}
+            }
+        }
+        false
     }
 
     /// The content of the open string, when it is an item of the innermost array or a key
@@ -552,6 +785,10 @@ pub(crate) fn advance(
                 return DEAD;
             }
         }
+        if tracker.number_repeats(b) {
+            return DEAD;
+        }
+        let opens = b == b'[' && opens_searched(nfa, lazy, c);
         c = lazy.step(nfa, c, b);
         if c == DEAD {
             return DEAD;
@@ -565,6 +802,9 @@ pub(crate) fn advance(
         // Free text only comes first: once a byte was not text, none after it is.
         let text_so_far = !nfa.text_ranges.is_empty() && tracker.only_text();
         tracker.push(b);
+        if opens {
+            tracker.mark_searched();
+        }
         // An object or array item equal to an earlier one just closed: drop the threads
         // that read it as an item of an array of unique values.
         if tracker.closed_value
@@ -608,7 +848,76 @@ pub(crate) fn can_end_new(
     tracker: &mut JsonTracker,
 ) -> bool {
     let mut budget = LIVE_BUDGET;
-    can_end_new_within(nfa, lazy, c, tracker, &mut budget)
+    can_end_new_within(nfa, lazy, c, tracker, &mut budget) && searched_viable(nfa, lazy, c, tracker)
+}
+
+/// Does a thread of `c` take a `[` into an array whose items are searched
+/// (`Nfa::searched_opens`)?
+fn opens_searched(nfa: &Nfa, lazy: &Lazy, c: ConfigId) -> bool {
+    !nfa.searched_opens.is_empty()
+        && lazy.configs[c as usize].threads.iter().any(|&(_, s)| {
+            nfa.states[s as usize].bytes.iter().any(|&(a, b, t)| {
+                (a..=b).contains(&b'[') && nfa.searched_opens.binary_search(&t).is_ok()
+            })
+        })
+}
+
+/// A thread of `c` is in a string or key body that takes any number more characters
+/// ([`Nfa::in_open_loop`]): infinitely many different values can be written from here,
+/// so no item being written can run out of new ones.
+fn in_open_loop(nfa: &Nfa, lazy: &Lazy, c: ConfigId) -> bool {
+    lazy.configs[c as usize]
+        .threads
+        .iter()
+        .any(|&(_, s)| nfa.in_open_loop(s))
+}
+
+/// Most steps one [`searched_viable`] search takes before it gives up (and the prefix
+/// counts as unable to end as a new item: stricter, never looser).
+const SEARCH_BUDGET: u32 = 4096;
+
+/// Inside arrays whose items are searched (`Nfa::searched_opens`: closed objects and
+/// other items that may run out of new values): can each item being written (or about to
+/// start) still end as a value no earlier item of its array has? Only asked where an
+/// earlier item is still a candidate ([`JsonTracker::item_may_repeat`]) and no thread is
+/// in an open string; then a search for a text that closes the item as a new value
+/// ([`closing_detour`]'s, within [`SEARCH_BUDGET`] steps) decides.
+fn searched_viable(nfa: &Nfa, lazy: &mut Lazy, c: ConfigId, tracker: &mut JsonTracker) -> bool {
+    if c == DEAD || nfa.searched_opens.is_empty() || tracker.searched.is_empty() {
+        return true;
+    }
+    let frames = tracker.searched_frames();
+    if frames.is_empty() || in_open_loop(nfa, lazy, c) {
+        return true;
+    }
+    for &fi in frames.iter().rev() {
+        // Right after an item (which just closed as a new value): `]` or `,` next.
+        let after_item = tracker.frames.len() == fi + 1
+            && !tracker.in_str
+            && !tracker.frames[fi].expect_item
+            && tracker.num_start.is_none()
+            && tracker.lit_start.is_none();
+        if after_item || !tracker.item_may_repeat(fi).0 {
+            continue;
+        }
+        let m = lazy.configs[c as usize].min_bytes;
+        let mut budget = SEARCH_BUDGET;
+        let mut path = Vec::new();
+        let mut found = false;
+        for limit in m..=m.saturating_add(DETOUR_SLACK) {
+            if detour_within(nfa, lazy, c, tracker, fi + 1, limit, &mut path, &mut budget) {
+                found = true;
+                break;
+            }
+            if budget == 0 {
+                break;
+            }
+        }
+        if !found {
+            return false;
+        }
+    }
+    true
 }
 
 fn can_end_new_within(
@@ -751,9 +1060,13 @@ pub(crate) fn closing_detour(
 ) -> Option<Vec<u8>> {
     // The item closes when the text is back at its array: a string item's array is the
     // top frame, a container item's the one below it.
+    // (At the top frame when it is an array: a string, number or literal item; in an
+    // array whose items are searched, the item may be open deeper.)
     let top = tracker.frames.last()?;
-    let depth = if tracker.in_str && top.array {
+    let depth = if top.array {
         tracker.frames.len()
+    } else if let Some(&fi) = tracker.searched_frames().last() {
+        fi + 1
     } else {
         tracker.frames.len() - 1
     };
@@ -806,11 +1119,17 @@ fn detour_within(
         }
         *budget -= 1;
         let cp = tracker.checkpoint();
-        let n = advance_live(nfa, lazy, c, tracker, &[b]);
+        // The path found is its own proof that the searched items along it end as new
+        // values: only the bounded arrays' check is needed at each step.
+        let mut n = advance(nfa, lazy, c, tracker, &[b]);
+        let mut inner = LIVE_BUDGET;
+        if n != DEAD && !can_end_new_within(nfa, lazy, n, tracker, &mut inner) {
+            n = DEAD;
+        }
         let mut found = false;
         if n != DEAD {
             path.push(b);
-            found = (tracker.closed_value && tracker.frames.len() == depth)
+            found = (tracker.item_done == Some(depth) && !tracker.closed_repeat())
                 || detour_within(nfa, lazy, n, tracker, depth, limit, path, budget);
             if !found {
                 path.pop();
@@ -837,9 +1156,152 @@ pub(crate) fn refine_mask(
     if nfa.has_unique_items() {
         refine_items(nfa, lazy, vocab, c, &mut tracker.clone(), mask);
     }
+    if !nfa.searched_opens.is_empty() && !tracker.searched.is_empty() {
+        refine_searched(nfa, lazy, vocab, c, &mut tracker.clone(), mask);
+    }
     // Outside key-loop objects no key is refused (one a token opens has no keys before it).
     if !nfa.key_loops.is_empty() && lazy.in_key_loop_object(nfa, c) {
         keys::refine_keys(nfa, lazy, vocab, c, tracker, mask);
+    }
+}
+
+/// Token `t`'s bit in `mask`.
+fn mask_bit(mask: &[u32], t: u32) -> bool {
+    mask[(t >> 5) as usize] >> (t & 31) & 1 == 1
+}
+
+/// Clears token `t` from `mask` (if set) when following its bytes from `c` is refused
+/// ([`allows`]).
+fn keep_if_allowed(
+    nfa: &Nfa,
+    lazy: &mut Lazy,
+    vocab: &TokenVocab,
+    c: ConfigId,
+    tracker: &mut JsonTracker,
+    mask: &mut [u32],
+    t: u32,
+) {
+    if mask_bit(mask, t)
+        && !vocab
+            .token_bytes(t)
+            .is_some_and(|b| allows(nfa, lazy, c, tracker, b))
+    {
+        mask[(t >> 5) as usize] &= !(1u32 << (t & 31));
+    }
+}
+
+/// The searched-items part of [`refine_mask`] (`Nfa::searched_opens`): clears the tokens
+/// after which an item could only end as a repeat. Only tokens that keep an earlier item a
+/// candidate ([`JsonTracker::item_may_repeat`]) or start another item can do that: where
+/// no earlier item is left, only those writing a `,` into the array are followed; inside
+/// a string, those along the candidates' rests (and escapes); elsewhere, every allowed
+/// token, those that stay in an open string without closing anything by one automaton
+/// walk.
+fn refine_searched(
+    nfa: &Nfa,
+    lazy: &mut Lazy,
+    vocab: &TokenVocab,
+    c: ConfigId,
+    tracker: &mut JsonTracker,
+    mask: &mut [u32],
+) {
+    let frames = tracker.searched_frames();
+    let Some(&fi) = frames.last() else {
+        return;
+    };
+    let check = |lazy: &mut Lazy, mask: &mut [u32], tracker: &mut JsonTracker, t: u32| {
+        keep_if_allowed(nfa, lazy, vocab, c, tracker, mask, t)
+    };
+    let (may, rests) = tracker.item_may_repeat(fi);
+    // An enclosing searched item that may still repeat: its candidates are not followed
+    // here, so every token is checked.
+    let outer = frames[..frames.len() - 1]
+        .iter()
+        .any(|&f| tracker.item_may_repeat(f).0);
+    if outer || (may && (!tracker.in_str || rests.is_none())) {
+        let words = mask.len();
+        for wi in 0..words {
+            let mut w = mask[wi];
+            while w != 0 {
+                let t = wi as u32 * 32 + w.trailing_zeros();
+                w &= w - 1;
+                let Some(bytes) = vocab.token_bytes(t) else {
+                    continue;
+                };
+                // Staying in an open string, closing nothing: the walk alone decides.
+                if tracker.in_str && !bytes.iter().any(|b| matches!(b, b'"' | b'\\')) {
+                    let n = lazy.step_bytes(nfa, c, bytes);
+                    if n != DEAD && in_open_loop(nfa, lazy, n) {
+                        continue;
+                    }
+                }
+                check(lazy, mask, tracker, t);
+            }
+        }
+        return;
+    }
+    if let (true, Some(rests)) = (may, &rests) {
+        // Tokens that write on along a candidate's rest (to its closing quote and past
+        // it); a rest is followed as plain UTF-8 up to its first character that needs an
+        // escape (tokens with escapes are all checked).
+        let trie = vocab.trie();
+        for rest in rests {
+            let text = String::from_utf16_lossy(rest);
+            let plain: String = text
+                .chars()
+                .take_while(|&ch| ch != '"' && ch != '\\' && ch >= ' ')
+                .collect();
+            let whole = plain.len() == text.len();
+            let mut path_text = plain.into_bytes();
+            if whole {
+                path_text.push(b'"');
+            }
+            let mut path = Vec::with_capacity(path_text.len());
+            let found = trie.along(&path_text, |n| path.push(n));
+            for &n in &path[..found] {
+                for &t in trie.own_ids(n) {
+                    check(lazy, mask, tracker, t);
+                }
+            }
+            if whole && found == path_text.len() && found > 0 {
+                for &t in trie.subtree_ids(path[found - 1]) {
+                    check(lazy, mask, tracker, t);
+                }
+            }
+        }
+        // Tokens with escapes: followed when what they write in the string, decoded, keeps a
+        // candidate (or cannot be decoded on its own).
+        for &t in vocab.tokens_with_byte(b'\\').iter() {
+            if !mask_bit(mask, t) {
+                continue;
+            }
+            let bytes = vocab.token_bytes(t).unwrap_or(&[]);
+            let mut esc = false;
+            let cut = bytes.iter().position(|&b| closes_string(b, &mut esc));
+            let body = &bytes[..cut.unwrap_or(bytes.len())];
+            let keeps = tracker.esc
+                || match crate::canon::open_string_units(body) {
+                    Some((u, true)) => rests
+                        .iter()
+                        .any(|r| r.starts_with(&u) && (cut.is_none() || r.len() == u.len())),
+                    // Cut short inside an escape: what it starts with must start a rest.
+                    Some((u, false)) => cut.is_none() && rests.iter().any(|r| r.starts_with(&u)),
+                    None => true,
+                };
+            if keeps {
+                check(lazy, mask, tracker, t);
+            }
+        }
+    }
+    // Tokens that start another item.
+    for &t in vocab.tokens_with_byte(b',').iter() {
+        if mask_bit(mask, t)
+            && vocab
+                .token_bytes(t)
+                .is_some_and(|b| tracker.writes_item_comma(b, fi))
+        {
+            check(lazy, mask, tracker, t);
+        }
     }
 }
 
@@ -864,19 +1326,11 @@ fn refine_items(
     tracker: &mut JsonTracker,
     mask: &mut [u32],
 ) {
-    let is_set = |mask: &[u32], t: u32| mask[(t >> 5) as usize] >> (t & 31) & 1 == 1;
-    let clear = |mask: &mut [u32], t: u32| mask[(t >> 5) as usize] &= !(1u32 << (t & 31));
     let threads = &lazy.configs[c as usize].threads;
     let has_unique = threads.iter().any(|&(_, s)| nfa.in_unique_item(s));
     let in_array = threads.iter().any(|&(_, s)| nfa.in_bounded_items(s));
     let check = |lazy: &mut Lazy, mask: &mut [u32], tracker: &mut JsonTracker, t: u32| {
-        if is_set(mask, t)
-            && !vocab
-                .token_bytes(t)
-                .is_some_and(|b| allows(nfa, lazy, c, tracker, b))
-        {
-            clear(mask, t);
-        }
+        keep_if_allowed(nfa, lazy, vocab, c, tracker, mask, t)
     };
     if !nfa.unique_after.is_empty() {
         // Tokens that close a string, object or array item of an array with such items
@@ -885,7 +1339,7 @@ fn refine_items(
         let rests = tracker.open_string_rests();
         for (i, byte) in [b'}', b']', b'"'].into_iter().enumerate() {
             for &t in vocab.tokens_with_byte(byte).iter() {
-                if !is_set(mask, t) {
+                if !mask_bit(mask, t) {
                     continue;
                 }
                 let bytes = vocab.token_bytes(t).unwrap_or(&[]);

@@ -87,31 +87,14 @@ fn other_readings_keep_a_repeat() {
     assert!(!common::accepts_text(&g, r#"["abcd","abcd"]"#));
 }
 
+/// A finite item set might not reach `minItems` above 1: refused.
 #[test]
-fn items_of_other_kinds_stay_refused() {
+fn items_that_might_not_reach_min_items_stay_refused() {
     for s in [
-        r#"{"type":"array","uniqueItems":true}"#,
-        // Objects whose names may run out: a closed object, a capped count, names under
-        // a pattern.
-        r#"{"type":"array","items":{"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":false},"uniqueItems":true}"#,
-        r#"{"type":"array","items":{"type":"object","maxProperties":3},"uniqueItems":true}"#,
-        r#"{"type":"array","items":{"type":"object","propertyNames":{"maxLength":1}},"uniqueItems":true}"#,
-        r#"{"type":"array","items":{"type":"object","patternProperties":{"^x":{"type":"integer"}}},"uniqueItems":true}"#,
-        r#"{"type":"array","items":{"type":"object","additionalProperties":{"type":"string","maxLength":0}},"uniqueItems":true}"#,
-        // Objects beside bounded strings, or beside numbers.
-        r#"{"type":"array","items":{"type":["object","string"],"maxLength":3},"uniqueItems":true}"#,
-        r#"{"type":"array","items":{"anyOf":[{"type":"object"},{"type":"string","pattern":"^a"}]},"uniqueItems":true}"#,
-        r#"{"type":"array","items":{"type":["object","number"]},"uniqueItems":true}"#,
-        r#"{"type":"array","items":{"type":["string","null"],"maxLength":3},"uniqueItems":true}"#,
-        // A finite item set might not reach minItems.
         r#"{"type":"array","items":{"type":"string","maxLength":3},"uniqueItems":true,"minItems":2}"#,
         r#"{"type":"array","items":{"type":"integer","minimum":0,"maximum":9},"uniqueItems":true,"minItems":2}"#,
         r#"{"type":"array","items":{"type":"number","minimum":0,"maximum":1},"uniqueItems":true,"minItems":2}"#,
-        // Listed values keep their spellings (`2.0` beside `2`).
-        r#"{"type":"array","items":{"type":"integer","enum":[0,1,2,3,4,5,6,7,8,9]},"uniqueItems":true}"#,
-        // Escapes (beyond the 8 values the automaton tracks): two texts could spell one
-        // value.
-        r#"{"type":"array","items":{"enum":["a\"b","c","d","e","f","g","h","i","j"]},"uniqueItems":true}"#,
+        r#"{"type":"array","items":{"type":"object","additionalProperties":false},"uniqueItems":true,"minItems":2}"#,
     ] {
         let e = common::compile_bytes(&serde_json::from_str(s).unwrap())
             .err()

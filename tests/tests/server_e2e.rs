@@ -103,7 +103,7 @@ fn bad_input_gets_400_naming_the_problem_and_the_server_keeps_serving() {
     assert_400(
         s,
         "/generate",
-        r#"{"text": "hi", "sampling_params": {"json_schema": "{\"type\": \"array\", \"items\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}, \"additionalProperties\": false}, \"uniqueItems\": true}"}}"#,
+        r#"{"text": "hi", "sampling_params": {"json_schema": "{\"type\": \"array\", \"items\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}, \"additionalProperties\": false}, \"uniqueItems\": true, \"minItems\": 2}"}}"#,
         "uniqueItems",
     );
     assert_400(

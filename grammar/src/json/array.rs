@@ -34,6 +34,9 @@ impl JsonCompiler<'_> {
                 if let Some(e) = self.unique_strings(from, s, min, max, ptr)? {
                     return Ok(e);
                 }
+                if let Some(e) = self.unique_searched(from, s, min, max, ptr)? {
+                    return Ok(e);
+                }
             }
             self.unsupported("uniqueItems", ptr, "uniqueness of items is not enforced")?;
         }

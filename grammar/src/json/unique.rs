@@ -36,6 +36,16 @@
 //! closes them, and only the states that follow each item are recorded
 //! (`Builder::unique_after`). No prefix is a dead end: a property of a name no earlier item
 //! has can always be added before the `}` (`open_object`).
+//!
+//! Any other items (`unique_searched`: closed objects, `enum`s of objects, unions with
+//! `null`, numbers or bounded strings, items of any kind) are compared as values the same
+//! way — numbers and literals too, in these arrays — but may run out of new values
+//! part-way: `{"name":"a"` of a closed object whose only other property is written can
+//! only end as `{"name":"a"}`, which may be an earlier item. The matcher marks these
+//! arrays at their `[` and refuses every prefix of an item that no completion ends as a
+//! new value: where an earlier item is still a candidate (it has every complete member
+//! the item has, and the open string starts its value) and no thread is in a string
+//! that takes more characters, a bounded search for a new-value completion decides.
 
 use serde_json::{Map, Value};
 
@@ -241,6 +251,63 @@ impl JsonCompiler<'_> {
             Some(&mut after),
         )?;
         self.b.unique_after.extend(after);
+        Ok(Some(end))
+    }
+
+    /// `uniqueItems: true` on an array whose items are of any other kind (closed objects,
+    /// unions with `null` or numbers, any value…), at most one of them required: such
+    /// items may run out of new values part-way (a closed object whose free strings are
+    /// written, an `enum` used up). The items are compiled as anywhere else and compared as
+    /// values ([`crate::canon`]): strings, objects, arrays and literals right after their
+    /// last byte (`Builder::unique_after`), numbers before the byte after them. The
+    /// array's `[` is recorded (`Builder::searched_opens`): inside it the matcher also
+    /// refuses every prefix whose completions are all earlier items (a search for one that
+    /// is not, `crate::unique`). `None` for tuples and counts above `MAX_COUNT`.
+    pub(super) fn unique_searched(
+        &mut self,
+        from: StateId,
+        s: &Map<String, Value>,
+        min: u64,
+        max: Option<u64>,
+        ptr: &str,
+    ) -> Result<Option<StateId>, CompileError> {
+        // More than two copies go through one rule: a few states each, up to the item
+        // counts the engine enforces anywhere.
+        if min > 1 || max.is_some_and(|m| m > super::types::MAX_COUNT) {
+            return Ok(None);
+        }
+        if s.contains_key("prefixItems") || s.get("items").is_some_and(Value::is_array) {
+            return Ok(None);
+        }
+        let items = s.get("items").cloned().unwrap_or(Value::Bool(true));
+        let from_moves = self.b.states[from as usize].bytes.len();
+        let mut after = Vec::new();
+        // The items as anywhere else (a recursive `$ref` through a rule); more than two
+        // copies through one rule.
+        let rptr = format!("{ptr}/items");
+        let copies = max.unwrap_or(2);
+        let end = self.unrolled_array(
+            from,
+            min,
+            max,
+            &mut |c, st| {
+                if copies > 2 {
+                    c.schema_call(st, &items, &rptr)
+                } else {
+                    c.value(st, &items, &rptr)
+                }
+            },
+            Some(&mut after),
+        )?;
+        let open = self.b.states[from as usize].bytes[from_moves..]
+            .iter()
+            .find(|&&(a, b, _)| (a..=b).contains(&b'['))
+            .map(|&(_, _, t)| t);
+        let Some(open) = open else {
+            return Ok(None);
+        };
+        self.b.unique_after.extend(after);
+        self.b.searched_opens.push(open);
         Ok(Some(end))
     }
 
