@@ -617,6 +617,24 @@ impl JsonTracker {
         (any, rests)
     }
 
+    /// Would `bytes`, written from here, close nothing: no string closed or escape written,
+    /// no `}`, `]` or `,` outside strings (so no item ends and no repeat can be refused on
+    /// the way)?
+    fn closes_nothing(&self, bytes: &[u8]) -> bool {
+        if self.esc {
+            return false;
+        }
+        let mut in_str = self.in_str;
+        for &b in bytes {
+            match (in_str, b) {
+                (_, b'\\') | (true, b'"') | (false, b'}' | b']' | b',') => return false,
+                (false, b'"') => in_str = true,
+                _ => {}
+            }
+        }
+        true
+    }
+
     /// Would `bytes`, written from here, put a `,` directly in the array at frame `fi`
     /// (and so start another of its items)?
     fn writes_item_comma(&self, bytes: &[u8], fi: usize) -> bool {
@@ -872,6 +890,24 @@ fn in_open_loop(nfa: &Nfa, lazy: &Lazy, c: ConfigId) -> bool {
         .any(|&(_, s)| nfa.in_open_loop(s))
 }
 
+/// The number item being written (after `more`, digits) is an integer with a nonzero first
+/// digit and no fraction or exponent, and some digit leads `c` (the configuration after
+/// `more`) back to itself: appending digits writes infinitely many different values.
+fn open_integer(
+    nfa: &Nfa,
+    lazy: &mut Lazy,
+    c: ConfigId,
+    tracker: &JsonTracker,
+    more: &[u8],
+) -> bool {
+    let cur = tracker.number_item().unwrap_or(b"");
+    let text = cur.strip_prefix(b"-").unwrap_or(cur);
+    let first = text.first().or(more.first());
+    first.is_some_and(|&d| (b'1'..=b'9').contains(&d))
+        && text.iter().chain(more).all(u8::is_ascii_digit)
+        && (b'0'..=b'9').any(|d| lazy.step(nfa, c, d) == c)
+}
+
 /// Most steps one [`searched_viable`] search takes before it gives up (and the prefix
 /// counts as unable to end as a new item: stricter, never looser).
 const SEARCH_BUDGET: u32 = 4096;
@@ -897,7 +933,10 @@ fn searched_viable(nfa: &Nfa, lazy: &mut Lazy, c: ConfigId, tracker: &mut JsonTr
             && !tracker.frames[fi].expect_item
             && tracker.num_start.is_none()
             && tracker.lit_start.is_none();
-        if after_item || !tracker.item_may_repeat(fi).0 {
+        if after_item
+            || (tracker.frames.len() == fi + 1 && open_integer(nfa, lazy, c, tracker, b""))
+            || !tracker.item_may_repeat(fi).0
+        {
             continue;
         }
         let m = lazy.configs[c as usize].min_bytes;
@@ -1049,8 +1088,8 @@ const DETOUR_SLACK: u32 = 64;
 
 /// Where the shortest close would end an item equal to an earlier one
 /// (`Nfa::unique_after`): the shortest text that closes the open item as a new value
-/// instead (an iterative deepening search over the bytes the automaton takes, one
-/// byte per distinct next configuration, in order of the bytes left after it). `None` when
+/// instead (an iterative deepening search over the bytes the automaton takes — each byte,
+/// whitespace outside strings once — in order of the bytes left after it). `None` when
 /// none is found within [`DETOUR_SLACK`] extra bytes and [`DETOUR_BUDGET`] steps.
 pub(crate) fn closing_detour(
     nfa: &Nfa,
@@ -1100,13 +1139,21 @@ fn detour_within(
 ) -> bool {
     let set = lazy.next_bytes(nfa, c);
     let mut options: Vec<(u32, u8)> = Vec::new();
-    let mut seen: Vec<ConfigId> = Vec::new();
+    // Bytes that lead to the same configuration still write different values (`1e0`
+    // repeats `1`, `1e1` does not), so each is tried; only whitespace outside strings is
+    // one option (it is no part of any value).
+    let mut ws_seen: Vec<ConfigId> = Vec::new();
     for b in crate::lazy::set_bytes(set) {
         let n = lazy.step(nfa, c, b);
-        if n == DEAD || seen.contains(&n) {
+        if n == DEAD {
             continue;
         }
-        seen.push(n);
+        if !tracker.in_str && b.is_ascii_whitespace() {
+            if ws_seen.contains(&n) {
+                continue;
+            }
+            ws_seen.push(n);
+        }
         let left = lazy.configs[n as usize].min_bytes;
         if left != u32::MAX && path.len() as u32 + 1 + left <= limit {
             options.push((left, b));
@@ -1195,7 +1242,7 @@ fn keep_if_allowed(
 /// candidate ([`JsonTracker::item_may_repeat`]) or start another item can do that: where
 /// no earlier item is left, only those writing a `,` into the array are followed; inside
 /// a string, those along the candidates' rests (and escapes); elsewhere, every allowed
-/// token, those that stay in an open string without closing anything by one automaton
+/// token, those that end in an open string loop without closing anything by one automaton
 /// walk.
 fn refine_searched(
     nfa: &Nfa,
@@ -1228,10 +1275,17 @@ fn refine_searched(
                 let Some(bytes) = vocab.token_bytes(t) else {
                     continue;
                 };
-                // Staying in an open string, closing nothing: the walk alone decides.
-                if tracker.in_str && !bytes.iter().any(|b| matches!(b, b'"' | b'\\')) {
+                // Ending in an open string loop, or in an integer item that takes more
+                // digits, closing nothing on the way: the walk alone decides.
+                if tracker.closes_nothing(bytes) {
                     let n = lazy.step_bytes(nfa, c, bytes);
-                    if n != DEAD && in_open_loop(nfa, lazy, n) {
+                    let integer_item = tracker.frames.len() == fi + 1
+                        && !tracker.in_str
+                        && bytes.iter().all(u8::is_ascii_digit);
+                    if n != DEAD
+                        && (in_open_loop(nfa, lazy, n)
+                            || (integer_item && open_integer(nfa, lazy, n, tracker, bytes)))
+                    {
                         continue;
                     }
                 }

@@ -143,7 +143,7 @@ fn items_of_every_other_kind_compare_as_values() {
     for (schema, ok, bad) in [
         (
             r#"{"type":"array","uniqueItems":true}"#,
-            r#"[1,"1",[1],{"a":1},true,null,false,1.5]"#,
+            r#"[1,"1",[1],{"a":1},true,null,false,1.5,1e1,1.01]"#,
             r#"[1,"a",1.0]"#,
         ),
         (
@@ -190,6 +190,14 @@ fn items_of_every_other_kind_compare_as_values() {
         let g = g_bytes(schema);
         assert!(common::accepts_text(&g, ok), "{schema}: {ok}");
         assert!(!common::accepts_text(&g, bad), "{schema}: {bad}");
+    }
+    // Bytes that lead the automaton to one configuration still write different values:
+    // after an item `1`, `1e` and `1.` can end as `1e1` and `1.1` (byte by byte: each prefix
+    // is checked).
+    let g = g_bytes(r#"{"type":"array","uniqueItems":true}"#);
+    for p in ["[1,1e", "[1,1.", "[1,1e+", "[10,1e"] {
+        let mut m = Matcher::new(g.clone());
+        assert!(p.bytes().all(|b| m.try_advance_bytes(&[b])), "{p}");
     }
     // Three values in all: after them no other item can start, and a number that can only
     // end as an earlier one is refused at the byte after it.
