@@ -551,9 +551,19 @@ fn drafted_tokens_give_the_same_output_as_one_token_per_step() {
                 *o = v;
             }
         });
-        let info = s.server_info();
+        // The responses can come back before the scheduler has put the finished
+        // sequences' pages into the tree: wait until nothing runs (bounded).
+        let t = std::time::Instant::now();
+        let stats = loop {
+            let st = s.server_info()["internal_states"][0].clone();
+            let idle = st["num_running_reqs"] == 0 && st["cache"]["running_pages"] == 0;
+            if idle || t.elapsed() > std::time::Duration::from_secs(30) {
+                break st;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
         drop(g);
-        (outs, info["internal_states"][0].clone())
+        (outs, stats)
     };
     let (plain, plain_stats) = run(&["--speculative-ngram-tokens", "0"]);
     let (drafted, stats) = run(&[]);
