@@ -836,8 +836,21 @@ pub(crate) fn closing_detour(
     } else {
         tracker.frames.len() - 1
     };
+    new_value_text(nfa, lazy, c, tracker, depth, DETOUR_BUDGET)
+}
+
+/// The shortest text (within [`DETOUR_SLACK`] bytes past the fewest left, found by
+/// iterative deepening over [`detour_within`] in at most `budget` steps) that ends an item
+/// of the array at `depth` frames as a value no earlier item has.
+fn new_value_text(
+    nfa: &Nfa,
+    lazy: &mut Lazy,
+    c: ConfigId,
+    tracker: &mut JsonTracker,
+    depth: usize,
+    mut budget: u32,
+) -> Option<Vec<u8>> {
     let m = lazy.configs[c as usize].min_bytes;
-    let mut budget = DETOUR_BUDGET;
     let mut path = Vec::new();
     for limit in m..=m.saturating_add(DETOUR_SLACK) {
         if detour_within(nfa, lazy, c, tracker, depth, limit, &mut path, &mut budget) {
@@ -928,10 +941,12 @@ pub(crate) fn refine_mask(
     mask: &mut [u32],
 ) {
     if nfa.has_unique_items() {
-        refine_items(nfa, lazy, vocab, c, &mut tracker.clone(), mask);
-    }
-    if !nfa.searched_opens.is_empty() && !tracker.searched.is_empty() {
-        refine_searched(nfa, lazy, vocab, c, &mut tracker.clone(), mask);
+        // One copy for both passes: each check restores it (`allows`).
+        let mut t = tracker.clone();
+        refine_items(nfa, lazy, vocab, c, &mut t, mask);
+        if !nfa.searched_opens.is_empty() && !tracker.searched.is_empty() {
+            refine_searched(nfa, lazy, vocab, c, &mut t, mask);
+        }
     }
     // Outside key-loop objects no key is refused (one a token opens has no keys before it).
     if !nfa.key_loops.is_empty() && lazy.in_key_loop_object(nfa, c) {

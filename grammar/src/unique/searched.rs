@@ -5,9 +5,7 @@
 //! masks follow the tokens that could leave only repeats ([`refine_searched`]). See the
 //! parent module's docs.
 
-use super::{
-    closes_string, detour_within, is_num_byte, keep_if_allowed, mask_bit, JsonTracker, DETOUR_SLACK,
-};
+use super::{closes_string, is_num_byte, keep_if_allowed, mask_bit, new_value_text, JsonTracker};
 use crate::lazy::{ConfigId, Lazy, DEAD};
 use crate::nfa::Nfa;
 use crate::vocab::TokenVocab;
@@ -247,7 +245,7 @@ const SEARCH_BUDGET: u32 = 4096;
 /// start) still end as a value no earlier item of its array has? Only asked where an
 /// earlier item is still a candidate ([`JsonTracker::item_may_repeat`]) and no thread is
 /// in an open string; then a search for a text that closes the item as a new value
-/// ([`closing_detour`]'s, within [`SEARCH_BUDGET`] steps) decides.
+/// ([`new_value_text`], within [`SEARCH_BUDGET`] steps) decides.
 pub(super) fn searched_viable(
     nfa: &Nfa,
     lazy: &mut Lazy,
@@ -274,20 +272,7 @@ pub(super) fn searched_viable(
         {
             continue;
         }
-        let m = lazy.configs[c as usize].min_bytes;
-        let mut budget = SEARCH_BUDGET;
-        let mut path = Vec::new();
-        let mut found = false;
-        for limit in m..=m.saturating_add(DETOUR_SLACK) {
-            if detour_within(nfa, lazy, c, tracker, fi + 1, limit, &mut path, &mut budget) {
-                found = true;
-                break;
-            }
-            if budget == 0 {
-                break;
-            }
-        }
-        if !found {
+        if new_value_text(nfa, lazy, c, tracker, fi + 1, SEARCH_BUDGET).is_none() {
             return false;
         }
     }
