@@ -220,13 +220,50 @@ fn one_of_with_exact_and_unknown_formats() {
         &["\"\"", "\"a\"", "\"div > p\""],
         &["1"],
     );
-    // date-time is enforced stricter than RFC 3339 (no leap second): never negated.
-    let e = compile(&json!({"type": "string",
-        "oneOf": [{"format": "date-time"}, {"pattern": "^2"}]}));
-    assert!(
-        matches!(&e, Err(CompileError::Unsupported { keyword, .. }) if keyword == "oneOf"),
-        "{:?}",
-        e.err()
+    // date-time and time are enforced stricter than RFC 3339 (no leap second); their
+    // complement leaves out every RFC text, leap seconds included: a leap second that also
+    // matches the other branch is refused, not taken for "not a date-time".
+    check(
+        json!({"type": "string", "oneOf": [{"format": "date-time"}, {"pattern": "^2"}]}),
+        &[
+            "\"1999-01-01T00:00:00Z\"",
+            "\"2x\"",
+            "\"2026-02-29T00:00:00Z\"",
+            "\"20:61\"",
+        ],
+        &[
+            "\"2026-01-01T00:00:00Z\"",
+            "\"2998-12-31T23:59:60Z\"",
+            "\"2016-12-31t23:59:60.5+01:00\"",
+            "\"x\"",
+        ],
+    );
+    check(
+        json!({"type": "string", "oneOf": [{"format": "time"}, {"maxLength": 8}]}),
+        &[
+            "\"12:00:00Z\"",
+            "\"12:00:00z\"",
+            "\"12:00:00.12345+05:30\"",
+            "\"23:59:60\"",
+        ],
+        &[
+            "\"23:59:60Z\"",
+            "\"12:00:60+01:00\"",
+            "\"24:00:00Z\"",
+            "\"1234567890\"",
+        ],
+    );
+    // email: the complement is text without an `@` between two non-empty parts, so
+    // addresses the format itself refuses (quoted local parts) stay refused either way.
+    check(
+        json!({"type": "string", "oneOf": [{"format": "email"}, {"minLength": 6}]}),
+        &["\"a@b.c\"", "\"abcdef\"", "\"@abcde\"", "\"abcde@\""],
+        &[
+            "\"ab@cd.ef\"",
+            "\"\\\"a b\\\"@example.com\"",
+            "\"a@b\"",
+            "\"ab\"",
+        ],
     );
 }
 
@@ -464,8 +501,8 @@ fn one_of_objects_told_apart_by_a_discriminator_without_type_object() {
     );
 }
 
-/// `oneOf` branches no value can match both of need no complement, here of an `email`
-/// format (which has none): one side requires more keys than the other allows.
+/// `oneOf` branches no value can match both of need no complement (here of an `email`
+/// format): one side requires more keys than the other allows.
 #[test]
 fn one_of_objects_told_apart_by_property_counts() {
     check(
@@ -548,7 +585,7 @@ fn wide_one_of_of_overlapping_branches() {
 
 /// "Exactly one of these keys": branches that each require one key beside `maxProperties: 1`
 /// cannot both match (a value of both would have two properties), whatever their values —
-/// here formats without a complement.
+/// no complement of either branch is written.
 #[test]
 fn one_of_required_keys_beside_max_properties_one() {
     check(

@@ -135,6 +135,22 @@ fn pattern_with_length_bounds() {
         &["\"a@b.co\""],
         &["\"ab@cd.co\""],
     );
+    // RFC 6531: non-ASCII characters in the local part; the domain stays ASCII.
+    check(
+        json!({"type": "string", "format": "idn-email"}),
+        &[
+            "\"a@b.co\"",
+            "\"θσερ.ñ@example.com\"",
+            "\"用户@example.org\"",
+        ],
+        &[
+            "\"a@b\"",
+            "\"@b.co\"",
+            "\"a b@c.co\"",
+            "\"a..b@c.co\"",
+            "\"x\"",
+        ],
+    );
 }
 
 #[test]

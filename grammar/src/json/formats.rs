@@ -71,10 +71,12 @@ pub(crate) fn format_regex(format: &str) -> Option<String> {
         "date-time" => format!("{date}[Tt]{time}"),
         "date" => date,
         "time" => time.to_string(),
-        "email" => {
-            r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+".to_string()
-        }
-        "uuid" => "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}".to_string(),
+        "email" => email_regex(""),
+        // RFC 6531 §3.3: `atext` also takes every non-ASCII character; the domain is kept to
+        // ASCII labels (an A-label domain; U-labels would need IDNA2008's tables).
+        "idn-email" => email_regex(r"\x{80}-\x{10FFFF}"),
+        "uuid" => "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
+            .to_string(),
         "ipv4" => ipv4,
         "ipv6" => ipv6,
         "hostname" => format!("{label}(\\.{label}){{0,7}}"),
@@ -99,9 +101,18 @@ pub(crate) fn format_regex(format: &str) -> Option<String> {
             RE.get_or_init(regex_syntax_regex).clone()
         }
         // Known formats whose exact check is not expressed here.
-        "idn-email" | "idn-hostname" => return None,
+        "idn-hostname" => return None,
         _ => String::new(),
     })
+}
+
+/// RFC 5321 `Mailbox` with a dot-atom local part (quoted strings and address literals are
+/// refused) over a domain of at least two RFC 1123 labels; `extra` adds characters to
+/// `atext`.
+fn email_regex(extra: &str) -> String {
+    let atext = format!("[A-Za-z0-9!#$%&'*+/=?^_`{{|}}~{extra}-]");
+    let label = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    format!(r"{atext}+(\.{atext}+)*@{label}(\.{label})+")
 }
 
 /// Groups nested deeper than this are not part of the `regex` format's language.
@@ -189,6 +200,25 @@ fn regex_syntax_regex() -> String {
 pub(crate) fn hostname_rfc_regex() -> String {
     let label = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
     format!("{label}(\\.{label})*")
+}
+
+/// A regex (full match) for a superset of the texts a format's RFC accepts, for the formats
+/// enforced stricter than their RFC (or not at all): the complement of a format is written as
+/// "outside this superset", so it stays within the texts the RFC refuses (some invalid text
+/// may be refused by the complement, never a valid one admitted). `None` for formats with no
+/// such superset written here.
+/// - `date-time`, `time`: RFC 3339 with a leap second (`:60`) at any minute and offset (the
+///   format itself refuses every leap second).
+/// - `email`, `idn-email`: something, `@`, something (RFC 5321/5322 and RFC 6531 addresses
+///   all have a non-empty local part and domain around an `@`).
+pub(crate) fn format_superset_regex(format: &str) -> Option<String> {
+    let time = r"([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+    Some(match format {
+        "date-time" => format!("{}[Tt]{time}", date_regex()),
+        "time" => time.to_string(),
+        "email" | "idn-email" => r"[\s\S]+@[\s\S]+".to_string(),
+        _ => return None,
+    })
 }
 
 /// Longest host name (RFC 1034: 255 octets on the wire, 253 characters written out).

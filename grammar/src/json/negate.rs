@@ -79,9 +79,9 @@ impl JsonCompiler<'_> {
                 "__not_enum" => alts.push(json!({ "enum": v.clone() })),
                 "pattern" => alts.push(json!({"type": "string", "__not_pattern": [v]})),
                 // Unknown formats are annotations (nothing to negate); formats enforced
-                // exactly as their RFC defines them are negated through their regex. The
-                // others are enforced stricter than the spec, so their complement would be
-                // looser: refused.
+                // exactly as their RFC defines them are negated through their regex; those
+                // enforced stricter through a superset of the RFC's texts; the rest
+                // (`regex`, `idn-hostname`) refused: their complement would be looser.
                 "format" => match v.as_str().map(|f| (f, super::formats::format_regex(f))) {
                     Some((_, Some(re))) if re.is_empty() => {}
                     // `hostname` is enforced stricter than RFC 1123, but its complement
@@ -112,6 +112,15 @@ impl JsonCompiler<'_> {
                     )) => alts.push(json!({
                         "type": "string", "__not_pattern": [format!("^(?:{re})$")]
                     })),
+                    // Enforced stricter than their RFC: the complement is what lies outside
+                    // a superset of the RFC's texts (exact but for the texts between the
+                    // two, which both refuse).
+                    Some((f, _)) if super::formats::format_superset_regex(f).is_some() => {
+                        let re = super::formats::format_superset_regex(f).unwrap_or_default();
+                        alts.push(json!({
+                            "type": "string", "__not_pattern": [format!("^(?:{re})$")]
+                        }));
+                    }
                     _ => {
                         self.unnegatable = Some(k.clone());
                         return Ok(None);
