@@ -602,3 +602,147 @@ fn one_of_required_keys_beside_max_properties_one() {
         ],
     );
 }
+
+/// A discriminated union (every branch an object requiring `kind` with its own values) is
+/// negated in one pass over its branches: a value is outside it when its `kind` is missing
+/// or unknown, or when it fails the one branch its `kind` picks. Here under `not` and as a
+/// branch complement, with more branches than the general complement of a `oneOf` takes.
+#[test]
+fn complement_of_a_discriminated_union_of_many_branches() {
+    let branches: Vec<serde_json::Value> = (0..10)
+        .map(|i| {
+            json!({"type": "object", "required": ["kind", "v"],
+                   "properties": {"kind": {"enum": [format!("k{i}"), format!("K{i}")]},
+                                  "v": {"type": if i % 2 == 0 { "integer" } else { "string" }}}})
+        })
+        .collect();
+    for kw in ["oneOf", "anyOf"] {
+        check(
+            json!({"not": {kw: branches.clone()}}),
+            &[
+                "1",
+                "\"k0\"",
+                "{}",
+                r#"{"v":1}"#,
+                r#"{"kind":"k10","v":1}"#,
+                r#"{"kind":"k0","v":"x"}"#,
+                r#"{"kind":"K3","v":3}"#,
+                r#"{"kind":"k9"}"#,
+                r#"{"kind":1,"v":1}"#,
+            ],
+            &[
+                r#"{"kind":"k0","v":1}"#,
+                r#"{"kind":"K3","v":"x"}"#,
+                r#"{"v":"y","kind":"k9","extra":null}"#,
+            ],
+        );
+    }
+    // Inside a `oneOf` branch whose complement the other branch needs.
+    check(
+        json!({"oneOf": [
+            {"type": "object", "properties": {"item": {"oneOf": branches}}},
+            {"type": "object", "required": ["id"]}
+        ]}),
+        &[
+            r#"{"item":{"kind":"k2","v":2}}"#,
+            r#"{"item":{"kind":"k2","v":"two"},"id":1}"#,
+            r#"{"item":{"kind":"k99","v":2},"id":1}"#,
+            r#"{"item":3,"id":1}"#,
+            "{}",
+        ],
+        &[
+            r#"{"item":{"kind":"k2","v":2},"id":1}"#,
+            r#"{"id":1}"#,
+            r#"{"item":{"kind":"k2","v":"two"}}"#,
+            r#"{"item":{"kind":"k2"}}"#,
+        ],
+    );
+}
+
+/// The complement of an `enum` beside a `type` stays within that type (excluded numbers
+/// need a numeric type): here a `oneOf` branch's property.
+#[test]
+fn complement_of_a_typed_enum() {
+    check(
+        json!({"type": "object", "oneOf": [
+            {"properties": {"n": {"type": "number", "enum": [1, 2]}}},
+            {"required": ["m"]}
+        ]}),
+        &[
+            r#"{"n":1}"#,
+            r#"{"n":3,"m":1}"#,
+            r#"{"n":"x","m":1}"#,
+            r#"{"n":2.5,"m":1}"#,
+        ],
+        &[
+            r#"{"m":1}"#,
+            r#"{"n":2,"m":1}"#,
+            r#"{"n":2.0,"m":1}"#,
+            r#"{"n":3}"#,
+        ],
+    );
+}
+
+/// `within and not other` with `other`'s constraints that `within` repeats left out: the
+/// same values as the full complement (shared properties, shared `required` keys, closed
+/// objects with different names).
+#[test]
+fn one_of_branches_sharing_properties() {
+    check(
+        json!({"oneOf": [
+            {"type": "object", "required": ["a"],
+             "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}},
+            {"type": "object", "required": ["a"],
+             "properties": {"a": {"type": "integer"}, "c": {"type": "boolean"}}}
+        ]}),
+        &[
+            r#"{"a":1,"b":2}"#,
+            r#"{"a":1,"c":1}"#,
+            r#"{"a":1,"b":"x","c":3}"#,
+        ],
+        &[
+            r#"{"a":1}"#,
+            r#"{"a":1,"b":"x","c":true}"#,
+            r#"{"a":"x"}"#,
+            r#"{"b":"x"}"#,
+            r#"{"a":1,"b":1,"c":1}"#,
+        ],
+    );
+    check(
+        json!({"oneOf": [
+            {"type": "object", "additionalProperties": false,
+             "properties": {"a": {"type": "integer"}, "b": {}}},
+            {"type": "object", "additionalProperties": false,
+             "properties": {"a": {"type": "integer"}, "c": {}}}
+        ]}),
+        &[r#"{"b":1}"#, r#"{"c":1}"#, r#"{"a":1,"b":null}"#],
+        &[
+            "{}",
+            r#"{"a":1}"#,
+            r#"{"d":1}"#,
+            r#"{"b":1,"c":1}"#,
+            r#"{"a":"x","b":1}"#,
+        ],
+    );
+    // The same bound on both sides, and one that differs.
+    check(
+        json!({"type": "integer", "oneOf": [
+            {"minimum": 0, "maximum": 10},
+            {"minimum": 0, "multipleOf": 4}
+        ]}),
+        &["1", "10", "12", "16"],
+        &["0", "4", "8", "-4", "-1"],
+    );
+}
+
+/// Strings longer than the enforced counts (4,096 characters) are left out of a `maxLength`
+/// complement: stricter than the schema for values that long, never looser.
+#[test]
+fn complement_of_a_maximum_length_above_the_counts() {
+    let long = format!("\"{}\"", "b".repeat(5001));
+    check(
+        json!({"type": "string", "oneOf": [{"maxLength": 5000}, {"pattern": "^a"}]}),
+        &["\"b\"", "\"\""],
+        &["\"a\"", "\"abc\"", &long],
+    );
+}

@@ -73,6 +73,11 @@ impl JsonCompiler<'_> {
             let n = || v.as_f64().unwrap_or(f64::NAN);
             match k.as_str() {
                 "__false" => return Ok(Some(Value::Bool(true))),
+                // `not type or not enum` is `not type or (type and not enum)`: the values
+                // excluded within the schema's types (excluded numbers need a numeric type).
+                "enum" | "const" if m.contains_key("type") => alts.push(json!({
+                    "type": m["type"].clone(), "not": { k.clone(): v.clone() }
+                })),
                 "type" | "enum" | "const" | "__not_enum" if k != "__not_enum" => {
                     alts.push(json!({ "not": { k.clone(): v.clone() } }))
                 }
@@ -235,6 +240,13 @@ impl JsonCompiler<'_> {
                     alts.push(json!({"type": "object",
                         "__has_other": [{"keys": keys, "patterns": pats, "value": neg,
                                          "value_not": v}]}));
+                }
+                // None of the branches of a discriminated union (no two can both match).
+                "anyOf" | "oneOf" if v.is_array() && self.discriminator(v).is_some() => {
+                    match self.negate_discriminated(v, ptr, depth)? {
+                        Some(mut more) => alts.append(&mut more),
+                        None => return Ok(None),
+                    }
                 }
                 // None of the branches, or two of them.
                 "oneOf" if v.as_array().is_some_and(|b| b.len() <= MAX_NEGATED_ONE_OF) => {
@@ -431,6 +443,11 @@ impl JsonCompiler<'_> {
                         alts.push(json!({"type": t, other: n().ceil() - 1.0}));
                     }
                 }
+                // Strings or arrays longer than the counts the compiler enforces (4,096) are
+                // left out of the complement: it refuses them too, stricter than the schema
+                // where a value that long is valid, never looser (every complement is used
+                // positively, never negated again).
+                "maxLength" | "maxItems" if n() >= super::types::MAX_COUNT as f64 => {}
                 "maxLength" | "maxItems" | "maxProperties" if n() >= 0.0 => {
                     let (t, other) = match k.as_str() {
                         "maxLength" => ("string", "minLength"),
@@ -454,6 +471,113 @@ impl JsonCompiler<'_> {
 }
 
 impl JsonCompiler<'_> {
+    /// The complement of `other` where only values of `within` matter (`oneOf`'s `within and
+    /// not other`): `other`'s constraints that `within` states identically are left out
+    /// first, since no value of `within` violates them. Exact (`within and not other` is
+    /// unchanged), and overlapping branches that share most of their properties no longer
+    /// take one copy of `within` per shared property.
+    pub(super) fn negate_within(
+        &mut self,
+        other: &Value,
+        within: &Value,
+        ptr: &str,
+    ) -> Result<Option<Value>, CompileError> {
+        match (self.bare_target(other), self.bare_target(within)) {
+            (Some(o), Some(w)) if o != w => {
+                let pruned = Value::Object(without_implied(o, w));
+                self.negate(&pruned, ptr, 0)
+            }
+            _ => self.negate(other, ptr, 0),
+        }
+    }
+
+    /// The object a schema is, a bare `$ref` chain followed (`None` for booleans, a chain
+    /// past [`MAX_NEGATE_REFS`] or a reference that does not resolve).
+    fn bare_target<'v>(&'v self, s: &'v Value) -> Option<&'v Map<String, Value>> {
+        let mut m = s.as_object()?;
+        for _ in 0..MAX_NEGATE_REFS {
+            match m.get("$ref").and_then(|r| r.as_str()) {
+                Some(r) if m.keys().all(|k| k == "$ref" || is_annotation(k)) => {
+                    m = self.resolve(r, "#").ok()?.as_object()?;
+                }
+                _ => return Some(m),
+            }
+        }
+        None
+    }
+
+    /// A discriminated union: every branch (a bare `$ref` followed) an object schema that
+    /// requires the same key and gives it an `enum`/`const` sharing no value with another
+    /// branch's. Returns the key and each branch's values.
+    fn discriminator(&self, branches: &Value) -> Option<(String, Vec<Vec<Value>>)> {
+        let branches = branches.as_array()?;
+        if branches.len() < 2 {
+            return None;
+        }
+        let mut maps = Vec::with_capacity(branches.len());
+        for b in branches {
+            let m = self.bare_target(b)?;
+            if super::norm::type_bits(m) != 4 {
+                return None;
+            }
+            maps.push(m);
+        }
+        let required =
+            |m: &Map<String, Value>| m.get("required").map(type_list).unwrap_or_default();
+        'key: for k in required(maps[0]) {
+            let mut sets: Vec<Vec<Value>> = Vec::with_capacity(maps.len());
+            for m in &maps {
+                if !required(m).contains(&k) {
+                    continue 'key;
+                }
+                let Some(vals) = m
+                    .get("properties")
+                    .and_then(|p| p.get(&k))
+                    .and_then(|p| p.as_object())
+                    .and_then(super::product::value_set)
+                else {
+                    continue 'key;
+                };
+                if sets.iter().any(|s| super::product::share_a_value(s, vals)) {
+                    continue 'key;
+                }
+                sets.push(vals.to_vec());
+            }
+            return Some((k, sets));
+        }
+        None
+    }
+
+    /// "None of the branches" of a [`discriminator`](Self::discriminator) union, linear in
+    /// the branches: a value is in at most one branch's discriminator set `D_i`, so
+    /// `∧ not b_i` is `not (∨ D_i)` or some `D_i and not b_i`. (The general conjunction of
+    /// the branches' complements grows with their product.)
+    fn negate_discriminated(
+        &mut self,
+        branches: &Value,
+        ptr: &str,
+        depth: u32,
+    ) -> Result<Option<Vec<Value>>, CompileError> {
+        use serde_json::json;
+        let Some((key, sets)) = self.discriminator(branches) else {
+            return Ok(None);
+        };
+        let all: Vec<Value> = sets.iter().flatten().cloned().collect();
+        let mut alts = vec![json!({"not": {"type": "object", "required": [key],
+            "properties": {key.clone(): {"enum": all}}}})];
+        for (b, vals) in branches.as_array().into_iter().flatten().zip(sets) {
+            match self.negate(b, ptr, depth + 1)? {
+                Some(Value::Bool(false)) => {}
+                Some(neg) => alts.push(json!({"allOf": [
+                    {"type": "object", "required": [key], "properties": {key.clone(): {"enum": vals}}},
+                    neg
+                ]})),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(alts))
+    }
+
     /// The complement of `propertyNames: v` on objects, as alternatives: some key outside
     /// the key schema. `None` when a keyword of the key schema has no such complement.
     fn negate_property_names(
@@ -578,4 +702,101 @@ fn member_keys<'m>(m: &'m Map<String, Value>, kw: &str) -> Vec<&'m String> {
         .and_then(|p| p.as_object())
         .map(|p| p.keys().collect())
         .unwrap_or_default()
+}
+
+/// `other` without the constraints `within` states identically (so every value of `within`
+/// satisfies them): keywords that constrain on their own, equal in both; `required` keys
+/// both list; `properties`/`patternProperties` entries equal in both, kept declared as
+/// `true` (what `additionalProperties` does not govern stays the same);
+/// `additionalProperties` when the declared names and patterns are the same too. What is
+/// left out is implied by `within`, so `within and not other` keeps its values.
+fn without_implied(other: &Map<String, Value>, within: &Map<String, Value>) -> Map<String, Value> {
+    const ALONE: &[&str] = &[
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+        "multipleOf",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "minProperties",
+        "maxProperties",
+        "enum",
+        "const",
+        "propertyNames",
+        "not",
+        "anyOf",
+        "oneOf",
+    ];
+    let same = |k: &str| other.get(k).is_some() && other.get(k) == within.get(k);
+    let mut out = other.clone();
+    for k in ALONE {
+        if same(k) {
+            out.remove(*k);
+        }
+    }
+    // A bound with its draft-4 exclusive flag; a draft-6 exclusive bound on its own.
+    for (b, x) in [
+        ("minimum", "exclusiveMinimum"),
+        ("maximum", "exclusiveMaximum"),
+    ] {
+        let numeric = |m: &Map<String, Value>| m.get(x).is_some_and(|v| v.is_number());
+        if numeric(other) || numeric(within) {
+            for k in [b, x] {
+                if same(k) {
+                    out.remove(k);
+                }
+            }
+        } else if same(b) && other.get(x) == within.get(x) {
+            out.remove(b);
+            out.remove(x);
+        }
+    }
+    // `items` as one schema for every item (no tuple part on either side).
+    let tuple = |m: &Map<String, Value>| {
+        m.contains_key("prefixItems") || m.get("items").is_some_and(|i| i.is_array())
+    };
+    if same("items") && !tuple(other) && !tuple(within) {
+        out.remove("items");
+    }
+    if same("contains")
+        && ["minContains", "maxContains"]
+            .iter()
+            .all(|k| !other.contains_key(*k) && !within.contains_key(*k))
+    {
+        out.remove("contains");
+    }
+    let names = |m: &Map<String, Value>, kw: &str| -> Vec<String> {
+        let mut v: Vec<String> = m
+            .get(kw)
+            .and_then(|p| p.as_object())
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    if same("additionalProperties")
+        && names(other, "properties") == names(within, "properties")
+        && names(other, "patternProperties") == names(within, "patternProperties")
+    {
+        out.remove("additionalProperties");
+    }
+    for kw in ["properties", "patternProperties"] {
+        if let (Some(Value::Object(op)), Some(Value::Object(wp))) =
+            (out.get_mut(kw), within.get(kw))
+        {
+            for (k, v) in op.iter_mut() {
+                if wp.get(k) == Some(v) {
+                    *v = Value::Bool(true);
+                }
+            }
+        }
+    }
+    if let (Some(Value::Array(or)), Some(Value::Array(wr))) =
+        (out.get_mut("required"), within.get("required"))
+    {
+        or.retain(|k| !wr.contains(k));
+    }
+    out
 }

@@ -561,7 +561,7 @@ impl JsonCompiler<'_> {
                     if disjoint(mi, mj) {
                         continue;
                     }
-                    match self.negate(bj, ptr, 0)? {
+                    match self.negate_within(bj, bi, ptr)? {
                         Some(n) => parts.push(n),
                         None => return Ok(None),
                     }

@@ -219,7 +219,8 @@ impl JsonCompiler<'_> {
                     let mut negs: Vec<Vec<Value>> = vec![Vec::new(); branches.len()];
                     for (i, j) in overlaps {
                         for (a, b) in [(i, j), (j, i)] {
-                            let Some(neg) = self.negate(&branches[b], ptr, 0)? else {
+                            let Some(neg) = self.negate_within(&branches[b], &branches[a], ptr)?
+                            else {
                                 let k = self.unnegatable.take().unwrap_or_default();
                                 self.unsupported(
                                     "oneOf",

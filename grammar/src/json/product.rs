@@ -20,7 +20,7 @@
 use serde_json::{Map, Value};
 
 use super::check::check_value;
-use super::norm::type_bits;
+use super::norm::{type_bits, type_list};
 use super::{is_annotation, json_eq, JsonCompiler, ValueSet};
 use crate::CompileError;
 
@@ -351,7 +351,8 @@ fn cached_match(pattern: &str, text: &str) -> Option<bool> {
     super::check::regex_full_match(pattern, crate::regex::Flavor::EcmaSearch, text)
 }
 
-fn value_set(s: &Map<String, Value>) -> Option<&[Value]> {
+/// The values of an `enum`/`const` schema.
+pub(super) fn value_set(s: &Map<String, Value>) -> Option<&[Value]> {
     if let Some(c) = s.get("const") {
         return Some(std::slice::from_ref(c));
     }
@@ -361,7 +362,7 @@ fn value_set(s: &Map<String, Value>) -> Option<&[Value]> {
 }
 
 /// Whether the two lists share a value (pairwise for short lists, through a set for long).
-fn share_a_value(x: &[Value], y: &[Value]) -> bool {
+pub(super) fn share_a_value(x: &[Value], y: &[Value]) -> bool {
     if x.len().min(y.len()) <= 16 {
         return x.iter().any(|p| y.iter().any(|q| json_eq(p, q)));
     }
@@ -418,16 +419,7 @@ pub(super) fn disjoint(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     if common != 4 {
         return false;
     }
-    let req = |s: &Map<String, Value>| -> Vec<String> {
-        s.get("required")
-            .and_then(|r| r.as_array())
-            .map(|r| {
-                r.iter()
-                    .filter_map(|x| x.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let req = |s: &Map<String, Value>| s.get("required").map(type_list).unwrap_or_default();
     let props = |s: &Map<String, Value>| {
         s.get("properties")
             .and_then(|p| p.as_object())
