@@ -746,3 +746,43 @@ fn complement_of_a_maximum_length_above_the_counts() {
         &["\"a\"", "\"abc\"", &long],
     );
 }
+
+/// `if` without `then` needs no complement of its condition: `if or else`; without `then`
+/// and `else` it says nothing. (Untyped excluded numbers have no complement here.)
+#[test]
+fn if_without_then() {
+    check(
+        json!({"if": {"const": 0}}),
+        &["0", "1", "\"x\"", "1e5"],
+        &["x"],
+    );
+    check(
+        json!({"if": {"const": 0}, "else": {"type": "string"}}),
+        &["0", "\"x\""],
+        &["1", "null", "[]"],
+    );
+    check(
+        json!({"allOf": [
+            {"if": {"const": 0}, "else": {"type": "string"}},
+            {"if": {"type": "string"}, "then": {"minLength": 2}}
+        ]}),
+        &["0", "\"xy\""],
+        &["1", "\"x\""],
+    );
+}
+
+/// `then`/`else` without an `if` in their own schema say nothing, also beside an `if` in
+/// another part of an `allOf`.
+#[test]
+fn then_and_else_pair_only_with_their_own_if() {
+    check(
+        json!({"allOf": [
+            {"type": "integer"},
+            {"if": {"exclusiveMaximum": 0}},
+            {"then": {"minimum": -10}},
+            {"else": {"multipleOf": 2}}
+        ]}),
+        &["-100", "3", "0"],
+        &["\"x\"", "[]", "1.5"],
+    );
+}

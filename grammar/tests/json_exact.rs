@@ -588,6 +588,28 @@ fn hostname_complement_is_rfc1123() {
         ],
         &[r#""a""#, r#""example.com""#, r#""1.2.3.4""#, &label40, &max],
     );
+    // Labels with `--` as their third and fourth characters are reserved, `xn--` ones IDNA
+    // A-labels: the format refuses them all (valid A-labels too), elsewhere `--` is fine.
+    check(
+        json!({"type": "string", "format": "hostname"}),
+        &[
+            r#""a--b.com""#,
+            r#""ab-c--d""#,
+            r#""abc""#,
+            r#""a-b""#,
+            r#""a-bc""#,
+            r#""ab-cd""#,
+            r#""abcdefghijklmnopqrstuvwxyz1234""#,
+        ],
+        &[
+            r#""xn--X""#,
+            r#""XN--aa---o47jg78q""#,
+            r#""www.xn--9t4b11yi5a""#,
+            r#""ab--cd""#,
+            r#""abcdefghijklmnopqrstuvwxyz12345""#,
+            r#""a-""#,
+        ],
+    );
     // An IPv4 address is also a host name: `oneOf` accepts neither alone.
     check(
         json!({"type": "string", "oneOf": [{"format": "hostname"}, {"format": "ipv4"}]}),

@@ -40,7 +40,14 @@ pub(crate) fn format_regex(format: &str) -> Option<String> {
         format!("(({h16}:){{0,6}}{h16})?::"),
     ]
     .join("|");
-    let label = "[A-Za-z0-9]([A-Za-z0-9-]{0,28}[A-Za-z0-9])?";
+    // Up to 30 characters, without `--` as the third and fourth: such labels are reserved
+    // (RFC 5891 §4.2.3.1) and `xn--` ones are IDNA A-labels, valid only when their
+    // Punycode decodes to a valid U-label — refused whole (stricter, never looser).
+    let ad = "[A-Za-z0-9]";
+    let adh = "[A-Za-z0-9-]";
+    let label =
+        format!("{ad}({adh}?{ad})?|{ad}{adh}{adh}{ad}|{ad}{adh}({ad}{adh}|-{ad}){adh}{{0,25}}{ad}");
+    let label = format!("({label})");
     let sub_delims = r"!$&'()*+,;=";
     let pct = "%[0-9A-Fa-f]{2}";
     // RFC 3986 (URI) and RFC 3987 (IRI: `iunreserved` adds `ucschar`, `iquery` adds

@@ -81,6 +81,20 @@ impl JsonCompiler<'_> {
                 parts.push((s.clone(), format!("{ptr}/allOf/{i}")));
             }
         }
+        // `then`/`else` belong to the `if` of their own schema: without one they say nothing,
+        // and merged they would pair with another part's `if`.
+        let orphans = |m: &mut Map<String, Value>| {
+            if !m.contains_key("if") {
+                m.remove("then");
+                m.remove("else");
+            }
+        };
+        orphans(&mut out);
+        for (p, _) in parts.iter_mut() {
+            if let Value::Object(m) = p {
+                orphans(m);
+            }
+        }
         super::switch::rewrite(&mut parts);
         let mut acc = Value::Object(out);
         for (p, pptr) in parts {
@@ -520,7 +534,8 @@ impl JsonCompiler<'_> {
     }
 
     /// `s` with its `if`/`then`/`else` (kw = "if") or `oneOf` replaced by an equivalent
-    /// `anyOf` of disjoint branches (merged with `s`'s own `anyOf`); `None` when a needed
+    /// `anyOf` (of disjoint branches but for an `if` without `then`; merged with `s`'s own
+    /// `anyOf`); `None` when a needed
     /// complement cannot be expressed.
     fn desugar(
         &mut self,
@@ -536,10 +551,15 @@ impl JsonCompiler<'_> {
             };
             let then = rest.remove("then").unwrap_or(Value::Bool(true));
             let els = rest.remove("else").unwrap_or(Value::Bool(true));
-            let Some(neg) = self.negate(&cond, ptr, 0)? else {
-                return Ok(None);
-            };
-            vec![json!({"allOf": [cond, then]}), json!({"allOf": [neg, els]})]
+            // Without `then`: `if or else` (overlapping, which an `anyOf` may be).
+            if then == Value::Bool(true) {
+                vec![cond, els]
+            } else {
+                let Some(neg) = self.negate(&cond, ptr, 0)? else {
+                    return Ok(None);
+                };
+                vec![json!({"allOf": [cond, then]}), json!({"allOf": [neg, els]})]
+            }
         } else {
             let Some(Value::Array(branches)) = rest.remove("oneOf") else {
                 return Ok(None);

@@ -141,6 +141,15 @@ impl JsonCompiler<'_> {
             rest.remove("if");
             let then = rest.remove("then").unwrap_or(Value::Bool(true));
             let els = rest.remove("else").unwrap_or(Value::Bool(true));
+            // Without `then`, `(if) or (not if and else)` is `if or else`: no complement.
+            if then == Value::Bool(true) {
+                if els == Value::Bool(true) {
+                    return self.normalized(from, &rest, ptr);
+                }
+                let all =
+                    serde_json::json!({"allOf": [Value::Object(rest), {"anyOf": [cond, els]}]});
+                return self.value(from, &all, ptr);
+            }
             let Some(neg) = self.negate(cond, &format!("{ptr}/if"), 0)? else {
                 let k = self.unnegatable.take().unwrap_or_default();
                 self.unsupported(
