@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use super::JsonCompiler;
+use crate::lazy::FastMap;
 use crate::nfa::StateId;
 use crate::regex::{parse, Flavor};
 use crate::CompileError;
@@ -27,21 +28,22 @@ impl JsonCompiler<'_> {
         allow_unmatched: bool,
         ptr: &str,
     ) -> Result<Vec<(u32, StateId)>, CompileError> {
-        // Trie of canonical declared keys.
-        let mut trie_children: Vec<HashMap<u8, usize>> = vec![HashMap::new()];
+        // Trie of canonical declared keys (children in byte order: a node has few, and the
+        // walk below looks one up for every byte of every state).
+        let mut trie_children: Vec<Vec<(u8, usize)>> = vec![Vec::new()];
         let mut terminal = vec![false];
         for k in declared {
             let enc = serde_json::to_string(k).map_err(|e| CompileError::Json(e.to_string()))?;
             let bytes = &enc.as_bytes()[1..enc.len() - 1];
             let mut node = 0;
             for &b in bytes {
-                node = match trie_children[node].get(&b) {
-                    Some(&c) => c,
-                    None => {
-                        trie_children.push(HashMap::new());
+                node = match trie_children[node].binary_search_by_key(&b, |&(x, _)| x) {
+                    Ok(i) => trie_children[node][i].1,
+                    Err(i) => {
+                        trie_children.push(Vec::new());
                         terminal.push(false);
                         let c = trie_children.len() - 1;
-                        trie_children[node].insert(b, c);
+                        trie_children[node].insert(i, (b, c));
                         c
                     }
                 };
@@ -110,7 +112,7 @@ impl JsonCompiler<'_> {
         type Key = (u8, usize, Vec<LazyStateID>);
         let start = self.b.lit(from, b"\"")?;
         let mut exits: HashMap<u32, StateId> = HashMap::new();
-        let mut ids: HashMap<Key, StateId> = HashMap::new();
+        let mut ids: FastMap<Key, StateId> = FastMap::default();
         let k0: Key = (0, 0, starts);
         ids.insert(k0.clone(), start);
         let mut work = vec![k0];
@@ -159,7 +161,11 @@ impl JsonCompiler<'_> {
                         let t2 = if t == OFF {
                             OFF
                         } else {
-                            trie_children[t].get(&byte).copied().unwrap_or(OFF)
+                            let c = &trie_children[t];
+                            match c.binary_search_by_key(&byte, |&(x, _)| x) {
+                                Ok(i) => c[i].1,
+                                Err(_) => OFF,
+                            }
                         };
                         // The decoded byte the patterns see (none for the backslash itself).
                         let fed = match (d, byte) {
