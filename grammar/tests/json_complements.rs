@@ -786,3 +786,45 @@ fn then_and_else_pair_only_with_their_own_if() {
         &["\"x\"", "[]", "1.5"],
     );
 }
+
+/// A union discriminated by literal patterns (`"pattern": "^SEQ$"` on a string, as
+/// tree-sitter's grammar schema writes its rule kinds) is told apart and negated like one
+/// discriminated by `const`.
+#[test]
+fn union_discriminated_by_literal_patterns() {
+    let kinds = [
+        "ALIAS", "BLANK", "SEQ", "CHOICE", "REPEAT", "TOKEN", "FIELD", "PREC",
+    ];
+    let branches: Vec<serde_json::Value> = kinds
+        .iter()
+        .map(|k| {
+            json!({"type": "object", "required": ["type", "n"],
+                   "properties": {"type": {"type": "string", "pattern": format!("^{k}$")},
+                                  "n": {"type": "integer"}}})
+        })
+        .collect();
+    check(
+        json!({"not": {"oneOf": branches.clone()}}),
+        &[
+            r#"{"type":"ALIASX","n":1}"#,
+            r#"{"type":"SEQ","n":"x"}"#,
+            r#"{"type":"SEQ"}"#,
+            "[]",
+        ],
+        &[r#"{"type":"SEQ","n":1}"#, r#"{"type":"PREC","n":-3}"#],
+    );
+    check(
+        json!({"oneOf": [
+            {"type": "object", "properties": {"rule": {"oneOf": branches}}},
+            {"type": "object", "required": ["name"]}
+        ]}),
+        &[
+            r#"{"rule":{"type":"SEQ","n":1}}"#,
+            r#"{"rule":{"type":"SEQ"},"name":"x"}"#,
+        ],
+        &[
+            r#"{"rule":{"type":"SEQ","n":1},"name":"x"}"#,
+            r#"{"name":"x"}"#,
+        ],
+    );
+}

@@ -507,8 +507,9 @@ impl JsonCompiler<'_> {
     }
 
     /// A discriminated union: every branch (a bare `$ref` followed) an object schema that
-    /// requires the same key and gives it an `enum`/`const` sharing no value with another
-    /// branch's. Returns the key and each branch's values.
+    /// requires the same key and gives it an `enum`/`const` (or a literal `pattern`,
+    /// `product::named_values`) sharing no value with another branch's. Returns the key
+    /// and each branch's values.
     fn discriminator(&self, branches: &Value) -> Option<(String, Vec<Vec<Value>>)> {
         let branches = branches.as_array()?;
         if branches.len() < 2 {
@@ -534,14 +535,14 @@ impl JsonCompiler<'_> {
                     .get("properties")
                     .and_then(|p| p.get(&k))
                     .and_then(|p| p.as_object())
-                    .and_then(super::product::value_set)
+                    .and_then(super::product::named_values)
                 else {
                     continue 'key;
                 };
-                if sets.iter().any(|s| super::product::share_a_value(s, vals)) {
+                if sets.iter().any(|s| super::product::share_a_value(s, &vals)) {
                     continue 'key;
                 }
-                sets.push(vals.to_vec());
+                sets.push(vals.into_owned());
             }
             return Some((k, sets));
         }

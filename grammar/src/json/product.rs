@@ -361,6 +361,31 @@ pub(super) fn value_set(s: &Map<String, Value>) -> Option<&[Value]> {
         .map(|e| e.as_slice())
 }
 
+/// The values a schema admits when it names them: its `enum`/`const`, or the one string of a
+/// string schema whose `pattern` is a literal between `^` and `$` (`{"type": "string",
+/// "pattern": "^SEQ$"}`, a tag that unions discriminate on as often as on a `const`). A
+/// superset: other keywords may refuse some of them.
+pub(super) fn named_values(s: &Map<String, Value>) -> Option<std::borrow::Cow<'_, [Value]>> {
+    if let Some(v) = value_set(s) {
+        return Some(std::borrow::Cow::Borrowed(v));
+    }
+    if s.get("type").and_then(|t| t.as_str()) != Some("string") {
+        return None;
+    }
+    let lit = s
+        .get("pattern")?
+        .as_str()?
+        .strip_prefix('^')?
+        .strip_suffix('$')?;
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ' ' | ':' | '@');
+    if !lit.chars().all(plain) {
+        return None;
+    }
+    Some(std::borrow::Cow::Owned(vec![Value::String(
+        lit.to_string(),
+    )]))
+}
+
 /// Whether the two lists share a value (pairwise for short lists, through a set for long).
 pub(super) fn share_a_value(x: &[Value], y: &[Value]) -> bool {
     if x.len().min(y.len()) <= 16 {
@@ -408,11 +433,11 @@ pub(super) fn disjoint(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     if common == 0 {
         return true;
     }
-    match (value_set(a), value_set(b)) {
-        (Some(x), Some(y)) if !share_a_value(x, y) => return true,
+    match (named_values(a), named_values(b)) {
+        (Some(x), Some(y)) if !share_a_value(&x, &y) => return true,
         // The finite side's values checked against the other side.
-        (Some(x), None) if values_excluded(x, a, b) => return true,
-        (None, Some(y)) if values_excluded(y, a, b) => return true,
+        (Some(x), None) if values_excluded(&x, a, b) => return true,
+        (None, Some(y)) if values_excluded(&y, a, b) => return true,
         _ => {}
     }
     // A value of both is an object from here (non-object values could match both).
