@@ -192,7 +192,8 @@ fn split_anchors(h: Hir) -> Vec<(bool, bool, Hir)> {
     }
 }
 
-/// Rewrites ECMA-only syntax: ASCII `\d`, `\w` (and negations) outside and inside classes.
+/// Rewrites ECMA-only syntax: ASCII `\d`, `\w` (and negations) outside and inside classes,
+/// ASCII word boundaries, `[\b]` as the backspace.
 fn ecma_to_rust(p: &str) -> Result<String, String> {
     let mut out = String::with_capacity(p.len() + 8);
     let mut in_class = false;
@@ -212,6 +213,12 @@ fn ecma_to_rust(p: &str) -> Result<String, String> {
                     ('W', false) => out.push_str("[^A-Za-z0-9_]"),
                     ('D' | 'W', true) => return Err(format!("\\{n} inside a class")),
                     ('/', _) => out.push('/'),
+                    // ECMA's word boundaries are ASCII ones (its `\w` is `[A-Za-z0-9_]`,
+                    // with and without the `u` flag): Rust's `\b` is Unicode-aware, which
+                    // no DFA can evaluate. In a class `\b` is the backspace.
+                    ('b', false) => out.push_str("(?-u:\\b)"),
+                    ('B', false) => out.push_str("(?-u:\\B)"),
+                    ('b', true) => out.push_str("\\x08"),
                     // Identity escapes in ECMA-262 (word boundaries in Rust syntax).
                     ('<' | '>', _) => out.push(n),
                     ('-', _) => out.push_str("\\-"),

@@ -153,6 +153,28 @@ fn pattern_with_length_bounds() {
     );
 }
 
+/// ECMA-262's `\b` is an ASCII word boundary (its `\w` is `[A-Za-z0-9_]`): `é` is not a
+/// word character there, so `éfooé` has a boundary on each side of `foo`. In a class,
+/// `\b` is the backspace.
+#[test]
+fn word_boundaries_are_ecma_ones() {
+    check(
+        json!({"type": "string", "pattern": "\\bfoo\\b"}),
+        &["\"foo\"", "\"a foo b\"", "\"x-foo\"", "\"éfooé\""],
+        &["\"afoob\"", "\"foobar\"", "\"_foo\"", "\"\""],
+    );
+    check(
+        json!({"type": "string", "pattern": "^a\\B"}),
+        &["\"ab\"", "\"a_\""],
+        &["\"a\"", "\"a b\"", "\"aé\""],
+    );
+    check(
+        json!({"type": "string", "pattern": "^[\\b]$"}),
+        &["\"\\b\""],
+        &["\"b\"", "\"\\\\\""],
+    );
+}
+
 #[test]
 fn enum_beside_unknown_keywords_compiles() {
     check(
