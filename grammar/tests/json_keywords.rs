@@ -175,6 +175,36 @@ fn word_boundaries_are_ecma_ones() {
     );
 }
 
+/// Key patterns with leading look-aheads take the same split as `pattern`: the main part,
+/// the positive look-aheads, none of the negative ones.
+#[test]
+fn key_patterns_with_lookaheads() {
+    check(
+        json!({"type": "object", "additionalProperties": false,
+               "patternProperties": {"^(?!tag$|cat)(?=.*s$|a)[a-z]+$": {"type": "integer"}}}),
+        &["{}", r#"{"tags":1}"#, r#"{"ab":1,"dogs":2}"#, r#"{"a":3}"#],
+        &[
+            r#"{"tag":1}"#,
+            r#"{"cats":1}"#,
+            r#"{"dog":1}"#,
+            r#"{"tags":"x"}"#,
+            r#"{"A":1}"#,
+        ],
+    );
+    check(
+        json!({"type": "object", "propertyNames": {"pattern": "^((?!--).)*$"}}),
+        &["{}", r#"{"a-b":1}"#, r#"{"-a-":[]}"#],
+        &[r#"{"a--b":1}"#, r#"{"x":1,"--":2}"#],
+    );
+    // A declared key the pattern's look-ahead excludes keeps only its own schema.
+    check(
+        json!({"type": "object", "properties": {"tag": {"type": "string"}},
+               "patternProperties": {"^(?!tag$)": {"type": "integer"}}}),
+        &[r#"{"tag":"x","n":1}"#],
+        &[r#"{"tag":1}"#, r#"{"n":"x"}"#],
+    );
+}
+
 #[test]
 fn enum_beside_unknown_keywords_compiles() {
     check(

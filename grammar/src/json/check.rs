@@ -16,7 +16,7 @@ use crate::regex::Flavor;
 pub(super) fn regex_full_match(re: &str, flavor: Flavor, t: &str) -> Option<bool> {
     use std::cell::RefCell;
     use std::collections::HashMap;
-    type Cache = HashMap<(String, Flavor), Option<regex_automata::meta::Regex>>;
+    type Cache = HashMap<(String, Flavor), Option<super::norm::FullMatch>>;
     thread_local! {
         static CACHE: RefCell<Cache> = RefCell::new(HashMap::new());
     }

@@ -54,16 +54,31 @@ impl JsonCompiler<'_> {
         // pattern whose full DFA would be huge (a long alternation under search
         // semantics) costs only the states the keys reach, one at a time, between the
         // deadline checks below.
+        // A pattern with leading look-aheads (`^(?!X)(?=Y)Z`, `types::split_lookaheads`)
+        // takes one automaton per part: its bit is set when `^Z` and every positive part
+        // match and no negative one does.
+        let mut parts: Vec<(usize, bool, String)> = Vec::new();
+        for (i, p) in patterns.iter().enumerate() {
+            match super::types::split_lookaheads(p) {
+                Some((main, pos, neg)) => {
+                    parts.push((i, true, main));
+                    parts.extend(pos.into_iter().map(|x| (i, true, x)));
+                    parts.extend(neg.into_iter().map(|x| (i, false, x)));
+                }
+                None => parts.push((i, true, p.to_string())),
+            }
+        }
         let mut dfas = Vec::new();
         let mut caches = Vec::new();
         let mut starts = Vec::new();
-        for p in patterns {
+        for (i, _, part) in &parts {
+            let p = patterns[*i];
             let unsupported = |e: String| CompileError::Unsupported {
                 keyword: "patternProperties".into(),
                 pointer: ptr.into(),
                 reason: format!("{:?}: {e}", crate::excerpt(p)),
             };
-            let hir = parse(p, Flavor::EcmaSearch).map_err(unsupported)?;
+            let hir = parse(part, Flavor::EcmaSearch).map_err(unsupported)?;
             let nfa = regex_automata::nfa::thompson::Compiler::new()
                 .configure(
                     regex_automata::nfa::thompson::Config::new()
@@ -128,15 +143,19 @@ impl JsonCompiler<'_> {
             // the hash lookup.
             let mut prev: Option<(Key, StateId)> = None;
             if d == 0 && (t == OFF || !terminal[t]) {
-                let mut set = 0u32;
-                for (i, dfa) in dfas.iter().enumerate() {
+                // Bit i: no part of pattern i disagrees (a positive part not matching, a
+                // negative one matching).
+                let mut failed = 0u32;
+                for (j, dfa) in dfas.iter().enumerate() {
                     let eoi = dfa
-                        .next_eoi_state(&mut caches[i], ps[i])
+                        .next_eoi_state(&mut caches[j], ps[j])
                         .map_err(lazy_err)?;
-                    if eoi.is_match() {
-                        set |= 1 << i;
+                    let (i, positive, _) = &parts[j];
+                    if eoi.is_match() != *positive {
+                        failed |= 1 << i;
                     }
                 }
+                let set = !failed & ((1u64 << patterns.len()) - 1) as u32;
                 too_large(&caches)?;
                 if set != 0 || allow_unmatched {
                     let exit = match exits.get(&set) {

@@ -796,8 +796,26 @@ fn push_all(m: &mut Map<String, Value>, key: &str, vals: &[Value]) {
     m.insert(key.into(), Value::Array(list));
 }
 
-/// A full-match regex for a JSON Schema pattern (search semantics included).
-pub(super) fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, String> {
+/// A full-match test for a JSON Schema pattern (search semantics included): one regex, or
+/// for a pattern with leading look-aheads (`types::split_lookaheads`) its main part, every
+/// positive part and none of the negative ones.
+pub(super) struct FullMatch {
+    main: regex_automata::meta::Regex,
+    pos: Vec<regex_automata::meta::Regex>,
+    neg: Vec<regex_automata::meta::Regex>,
+}
+
+impl FullMatch {
+    /// Whether the whole of `t` matches.
+    pub(super) fn is_match(&self, t: &str) -> bool {
+        self.main.is_match(t)
+            && self.pos.iter().all(|r| r.is_match(t))
+            && !self.neg.iter().any(|r| r.is_match(t))
+    }
+}
+
+/// A full-match test for a JSON Schema pattern.
+pub(super) fn full_match_regex(p: &str) -> Result<FullMatch, String> {
     full_match_regex_as(p, crate::regex::Flavor::EcmaSearch)
 }
 
@@ -805,14 +823,32 @@ pub(super) fn full_match_regex(p: &str) -> Result<regex_automata::meta::Regex, S
 pub(super) fn full_match_regex_as(
     p: &str,
     flavor: crate::regex::Flavor,
-) -> Result<regex_automata::meta::Regex, String> {
-    let hir = crate::regex::parse(p, flavor)?;
-    let full = regex_syntax::hir::Hir::concat(vec![
-        regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),
-        hir,
-        regex_syntax::hir::Hir::look(regex_syntax::hir::Look::End),
-    ]);
-    regex_automata::meta::Regex::builder()
-        .build_from_hir(&full)
-        .map_err(|e| e.to_string())
+) -> Result<FullMatch, String> {
+    let one = |p: &str| -> Result<regex_automata::meta::Regex, String> {
+        let hir = crate::regex::parse(p, flavor)?;
+        let full = regex_syntax::hir::Hir::concat(vec![
+            regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),
+            hir,
+            regex_syntax::hir::Hir::look(regex_syntax::hir::Look::End),
+        ]);
+        regex_automata::meta::Regex::builder()
+            .build_from_hir(&full)
+            .map_err(|e| e.to_string())
+    };
+    let split = match flavor {
+        crate::regex::Flavor::EcmaSearch => super::types::split_lookaheads(p),
+        _ => None,
+    };
+    Ok(match split {
+        Some((main, pos, neg)) => FullMatch {
+            main: one(&main)?,
+            pos: pos.iter().map(|x| one(x)).collect::<Result<_, _>>()?,
+            neg: neg.iter().map(|x| one(x)).collect::<Result<_, _>>()?,
+        },
+        None => FullMatch {
+            main: one(p)?,
+            pos: Vec::new(),
+            neg: Vec::new(),
+        },
+    })
 }

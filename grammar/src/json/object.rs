@@ -25,7 +25,7 @@ const MAX_CONDS: usize = 4;
 type Item = (String, Value, bool);
 
 /// `patternProperties` entries (pattern, schema) and their full-match regexes.
-type Patterns = (Vec<(String, Value)>, Vec<regex_automata::meta::Regex>);
+type Patterns = (Vec<(String, Value)>, Vec<super::norm::FullMatch>);
 
 /// The property counts the object automaton tracks: `0..=cap`, exactly up to
 /// `maxProperties` (`exact`), else saturating at `max(minProperties, 1)`.
@@ -46,12 +46,12 @@ struct ObjectPlan {
     additional: Option<Value>,
     /// `patternProperties`, and their full-match regexes.
     patterns: Vec<(String, Value)>,
-    matchers: Vec<regex_automata::meta::Regex>,
+    matchers: Vec<super::norm::FullMatch>,
     /// Keys never produced (`__forbidden`: `not: {required: [k]}`).
     forbidden: Vec<String>,
     /// `__has_other` conditions, and the regexes of their patterns.
     conds: Vec<KeyCond>,
-    cond_res: Vec<Vec<regex_automata::meta::Regex>>,
+    cond_res: Vec<Vec<super::norm::FullMatch>>,
     /// `propertyNames` on undeclared keys: patterns every key matches, patterns none
     /// matches, names excluded.
     name_pos: Vec<String>,
@@ -297,7 +297,7 @@ impl JsonCompiler<'_> {
             )?;
         }
         let conds: Vec<KeyCond> = conds.into_iter().take(MAX_CONDS).collect();
-        let mut cond_res: Vec<Vec<regex_automata::meta::Regex>> = Vec::new();
+        let mut cond_res: Vec<Vec<super::norm::FullMatch>> = Vec::new();
         for (keys, pats, _, _) in &conds {
             let mut res = Vec::new();
             for p in pats {
