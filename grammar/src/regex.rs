@@ -192,8 +192,12 @@ fn split_anchors(h: Hir) -> Vec<(bool, bool, Hir)> {
     }
 }
 
-/// Rewrites ECMA-only syntax: ASCII `\d`, `\w` (and negations) outside and inside classes,
-/// ASCII word boundaries, `[\b]` as the backspace.
+/// ECMA-262 `\s` (WhiteSpace and LineTerminator), as class items.
+const ECMA_SPACE: &str =
+    r"\x09-\x0D\x20\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}\x{FEFF}";
+
+/// Rewrites ECMA-only syntax: ASCII `\d`, `\w`, ECMA's `\s` (and negations) outside and
+/// inside classes, ASCII word boundaries, `[\b]` as the backspace.
 fn ecma_to_rust(p: &str) -> Result<String, String> {
     let mut out = String::with_capacity(p.len() + 8);
     let mut in_class = false;
@@ -211,6 +215,12 @@ fn ecma_to_rust(p: &str) -> Result<String, String> {
                     ('w', false) => out.push_str("[A-Za-z0-9_]"),
                     ('w', true) => out.push_str("A-Za-z0-9_"),
                     ('W', false) => out.push_str("[^A-Za-z0-9_]"),
+                    // ECMA's white space and line terminators (U+FEFF in, U+0085 out: not
+                    // Unicode's White_Space, which Rust's `\s` is).
+                    ('s', false) => out.push_str(&format!("[{ECMA_SPACE}]")),
+                    ('s', true) => out.push_str(ECMA_SPACE),
+                    // Inside a class, a nested negated class (Rust's class union).
+                    ('S', _) => out.push_str(&format!("[^{ECMA_SPACE}]")),
                     ('D' | 'W', true) => return Err(format!("\\{n} inside a class")),
                     ('/', _) => out.push('/'),
                     // ECMA's word boundaries are ASCII ones (its `\w` is `[A-Za-z0-9_]`,

@@ -205,6 +205,35 @@ fn key_patterns_with_lookaheads() {
     );
 }
 
+/// ECMA-262's `\s` is its WhiteSpace and LineTerminator: U+FEFF in, U+0085 out (Unicode's
+/// White_Space the other way round); `[\s\S]` is any character.
+#[test]
+fn ecma_white_space() {
+    check(
+        json!({"type": "string", "pattern": "^\\s$"}),
+        &[
+            "\" \"",
+            "\"\\t\"",
+            "\"\\u000b\"",
+            "\"\u{a0}\"",
+            "\"\u{feff}\"",
+            "\"\u{2029}\"",
+            "\"\u{2003}\"",
+        ],
+        &["\"\\u0001\"", "\"\u{2013}\"", "\"\u{85}\"", "\"\""],
+    );
+    check(
+        json!({"type": "string", "pattern": "^\\S$"}),
+        &["\"\\u0001\"", "\"\u{2013}\"", "\"\u{85}\"", "\"x\""],
+        &["\" \"", "\"\u{feff}\"", "\"\\n\"", "\"\u{3000}\""],
+    );
+    check(
+        json!({"type": "string", "pattern": "^[\\s\\S]{2}$"}),
+        &["\"a \"", "\"\u{feff}x\""],
+        &["\"a\"", "\"abc\""],
+    );
+}
+
 #[test]
 fn enum_beside_unknown_keywords_compiles() {
     check(
