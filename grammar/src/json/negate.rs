@@ -71,6 +71,10 @@ impl JsonCompiler<'_> {
                 continue;
             }
             let n = || v.as_f64().unwrap_or(f64::NAN);
+            let mut discriminated = match k.as_str() {
+                "anyOf" | "oneOf" => self.discriminator(v),
+                _ => None,
+            };
             match k.as_str() {
                 "__false" => return Ok(Some(Value::Bool(true))),
                 // `not type or not enum` is `not type or (type and not enum)`: the values
@@ -120,13 +124,16 @@ impl JsonCompiler<'_> {
                     // Enforced stricter than their RFC: the complement is what lies outside
                     // a superset of the RFC's texts (exact but for the texts between the
                     // two, which both refuse).
-                    Some((f, _)) if super::formats::format_superset_regex(f).is_some() => {
-                        let re = super::formats::format_superset_regex(f).unwrap_or_default();
-                        alts.push(json!({
+                    Some((f, _)) => match super::formats::format_superset_regex(f) {
+                        Some(re) => alts.push(json!({
                             "type": "string", "__not_pattern": [format!("^(?:{re})$")]
-                        }));
-                    }
-                    _ => {
+                        })),
+                        None => {
+                            self.unnegatable = Some(k.clone());
+                            return Ok(None);
+                        }
+                    },
+                    None => {
                         self.unnegatable = Some(k.clone());
                         return Ok(None);
                     }
@@ -242,8 +249,9 @@ impl JsonCompiler<'_> {
                                          "value_not": v}]}));
                 }
                 // None of the branches of a discriminated union (no two can both match).
-                "anyOf" | "oneOf" if v.is_array() && self.discriminator(v).is_some() => {
-                    match self.negate_discriminated(v, ptr, depth)? {
+                "anyOf" | "oneOf" if discriminated.is_some() => {
+                    let (key, sets) = discriminated.take().unwrap_or_default();
+                    match self.negate_discriminated(v, &key, sets, ptr, depth)? {
                         Some(mut more) => alts.append(&mut more),
                         None => return Ok(None),
                     }
@@ -556,21 +564,20 @@ impl JsonCompiler<'_> {
     fn negate_discriminated(
         &mut self,
         branches: &Value,
+        key: &str,
+        sets: Vec<Vec<Value>>,
         ptr: &str,
         depth: u32,
     ) -> Result<Option<Vec<Value>>, CompileError> {
         use serde_json::json;
-        let Some((key, sets)) = self.discriminator(branches) else {
-            return Ok(None);
-        };
         let all: Vec<Value> = sets.iter().flatten().cloned().collect();
         let mut alts = vec![json!({"not": {"type": "object", "required": [key],
-            "properties": {key.clone(): {"enum": all}}}})];
+            "properties": {key: {"enum": all}}}})];
         for (b, vals) in branches.as_array().into_iter().flatten().zip(sets) {
             match self.negate(b, ptr, depth + 1)? {
                 Some(Value::Bool(false)) => {}
                 Some(neg) => alts.push(json!({"allOf": [
-                    {"type": "object", "required": [key], "properties": {key.clone(): {"enum": vals}}},
+                    {"type": "object", "required": [key], "properties": {key: {"enum": vals}}},
                     neg
                 ]})),
                 None => return Ok(None),
