@@ -17,6 +17,7 @@ mod norm;
 mod normalized;
 mod numbers;
 mod object;
+mod one_of;
 mod product;
 mod refs;
 mod switch;
@@ -69,6 +70,10 @@ pub(crate) struct JsonCompiler<'a> {
     anchors: std::cell::OnceCell<HashMap<String, Vec<&'a Value>>>,
     /// The keyword `negate` last found no complement for (for error messages).
     unnegatable: Option<String>,
+    /// `Some(depth)`: `negate` writes a subset of the complement — keywords without one,
+    /// recursion, and nesting past `depth` add no alternatives (`oneOf` branches whose
+    /// exact exclusion is refused or too large; `normalized.rs::one_of_exclusion`).
+    approx: Option<u32>,
     /// Rules made by `schema_rule`, by schema text.
     schema_rules: HashMap<String, RuleId>,
     /// Rules of schemas that merge a recursive `$ref` with other keywords, by schema text.
@@ -303,6 +308,7 @@ impl<'a> JsonCompiler<'a> {
             any_order_cost: 0,
             anchors: std::cell::OnceCell::new(),
             unnegatable: None,
+            approx: None,
             merge_rules: HashMap::new(),
             schema_rules: HashMap::new(),
             len_rules: HashMap::new(),

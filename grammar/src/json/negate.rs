@@ -18,6 +18,13 @@ const MAX_NEGATE_REFS: usize = 32;
 /// Most `oneOf` branches negated (the complement lists every overlapping pair).
 const MAX_NEGATED_ONE_OF: usize = 6;
 
+/// Deepest nesting an approximated complement writes alternatives for (what tells
+/// overlapping branches apart in practice is near the top: a type, a key, a value).
+pub(super) const APPROX_DEPTH: u32 = 3;
+
+/// Marks an under-approximated complement (`JsonCompiler::approx`): never negated again.
+pub(super) const APPROX: &str = "__approx";
+
 impl JsonCompiler<'_> {
     /// A schema for the complement of `s` (the values `s` rejects), when it can be written
     /// with keywords the compiler enforces: the union of each keyword's complement.
@@ -34,18 +41,25 @@ impl JsonCompiler<'_> {
             Value::Object(m) => m,
             _ => return Err(self.invalid(ptr, "a schema must be an object or a boolean")),
         };
+        // The complement of an under-approximation would be looser than the schema's.
+        if m.contains_key(APPROX) {
+            return Ok(self.no_complement("an approximated complement"));
+        }
         // A bare `$ref`: the complement of its target; a reference whose complement is
         // being written already (recursion) is a call to that complement's rule.
         if let Some(r) = m.get("$ref").and_then(|r| r.as_str()) {
             if m.keys().all(|k| k == "$ref" || is_annotation(k)) {
                 if self.negating.iter().any(|x| x == r) {
+                    // Approximating: no recursive complement rule (left out).
+                    if self.approx.is_some() {
+                        return Ok(Some(Value::Bool(false)));
+                    }
                     return Ok(Some(json!({ "__not_ref": r })));
                 }
                 // Following a reference adds no nesting (a chain of references is as deep
                 // as its target; a cycle stops at `negating`), but a recursion all the same.
                 if self.negating.len() >= MAX_NEGATE_REFS {
-                    self.unnegatable.get_or_insert_with(|| "$ref chain".into());
-                    return Ok(None);
+                    return Ok(self.no_complement("$ref chain"));
                 }
                 let target = self.resolve(r, ptr)?;
                 self.negating.push(r.to_string());
@@ -54,12 +68,15 @@ impl JsonCompiler<'_> {
                 return neg;
             }
         }
-        if depth > MAX_NEGATE_DEPTH {
-            self.unnegatable.get_or_insert_with(|| "nesting".into());
-            return Ok(None);
+        if depth > MAX_NEGATE_DEPTH || self.approx.is_some_and(|d| depth > d) {
+            return Ok(self.no_complement("nesting"));
         }
+        // Normalizing may write complements of its own (a `oneOf` desugared in a merge):
+        // those must be exact, since this one negates them again.
         let mark = self.merged_refs.len();
+        let approx = self.approx.take();
         let m = self.normalize_cow(m, ptr, depth + 1);
+        self.approx = approx;
         self.merged_refs.truncate(mark);
         let m_cow = m?;
         let m: &Map<String, Value> = &m_cow;
@@ -128,11 +145,13 @@ impl JsonCompiler<'_> {
                         Some(re) => alts.push(json!({
                             "type": "string", "__not_pattern": [format!("^(?:{re})$")]
                         })),
+                        None if self.approx.is_some() => {}
                         None => {
                             self.unnegatable = Some(k.clone());
                             return Ok(None);
                         }
                     },
+                    None if self.approx.is_some() => {}
                     None => {
                         self.unnegatable = Some(k.clone());
                         return Ok(None);
@@ -304,6 +323,7 @@ impl JsonCompiler<'_> {
                 // Some key outside the key schema.
                 "propertyNames" => match self.negate_property_names(v, ptr, depth)? {
                     Some(mut more) => alts.append(&mut more),
+                    None if self.approx.is_some() => {}
                     None => {
                         self.unnegatable = Some(k.clone());
                         return Ok(None);
@@ -464,44 +484,86 @@ impl JsonCompiler<'_> {
                     };
                     alts.push(json!({"type": t, other: n().floor() + 1.0}));
                 }
+                // Approximating: this keyword's alternatives are left out.
+                _ if self.approx.is_some() => {}
                 _ => {
                     self.unnegatable = Some(k.clone());
                     return Ok(None);
                 }
             }
         }
+        merge_absent_or_outside(&mut alts);
         Ok(Some(if alts.is_empty() {
             Value::Bool(false)
+        } else if self.approx.is_some() {
+            json!({ "anyOf": alts, APPROX: true })
         } else {
             json!({ "anyOf": alts })
         }))
     }
 }
 
-impl JsonCompiler<'_> {
-    /// The complement of `other` where only values of `within` matter (`oneOf`'s `within and
-    /// not other`): `other`'s constraints that `within` states identically are left out
-    /// first, since no value of `within` violates them. Exact (`within and not other` is
-    /// unchanged), and overlapping branches that share most of their properties no longer
-    /// take one copy of `within` per shared property.
-    pub(super) fn negate_within(
-        &mut self,
-        other: &Value,
-        within: &Value,
-        ptr: &str,
-    ) -> Result<Option<Value>, CompileError> {
-        match (self.bare_target(other), self.bare_target(within)) {
-            (Some(o), Some(w)) if o != w => {
-                let pruned = Value::Object(without_implied(o, w));
-                self.negate(&pruned, ptr, 0)
+/// `k absent` (from `required`) and `k present with its value outside S` (from
+/// `properties`) are one object schema, `properties: {k: not S}`: exact, and the complement
+/// of a branch that requires one key and constrains only it stays a single object, so
+/// intersecting many of them (every other branch of a `oneOf` whose branches each require
+/// their own key) no longer multiplies alternatives.
+fn merge_absent_or_outside(alts: &mut Vec<Value>) {
+    use serde_json::json;
+    let absent = |a: &Value| -> Option<String> {
+        let m = a.as_object()?;
+        let keys = m.get("__forbidden")?.as_array()?;
+        (m.len() == 2 && m.get("type")? == "object" && keys.len() == 1)
+            .then(|| keys[0].as_str().map(str::to_string))
+            .flatten()
+    };
+    let outside = |a: &Value| -> Option<(String, Value)> {
+        let m = a.as_object()?;
+        let req = m.get("required")?.as_array()?;
+        let props = m.get("properties")?.as_object()?;
+        let key = req.first()?.as_str()?;
+        (m.len() == 3 && m.get("type")? == "object" && req.len() == 1 && props.len() == 1)
+            .then(|| props.get(key).map(|v| (key.to_string(), v.clone())))
+            .flatten()
+    };
+    let mut i = 0;
+    while i < alts.len() {
+        let Some(key) = absent(&alts[i]) else {
+            i += 1;
+            continue;
+        };
+        let found = alts
+            .iter()
+            .enumerate()
+            .find_map(|(j, a)| outside(a).filter(|(k, _)| *k == key).map(|(_, v)| (j, v)));
+        match found {
+            Some((j, neg)) => {
+                alts[i] = json!({"type": "object", "properties": { key: neg }});
+                alts.remove(j);
+                if j < i {
+                    i -= 1;
+                }
+                i += 1;
             }
-            _ => self.negate(other, ptr, 0),
+            None => i += 1,
         }
+    }
+}
+
+impl JsonCompiler<'_> {
+    /// No complement for `why`: `None` (refused) when exact; when approximating, the empty
+    /// set (a subset of every complement; the alternative it feeds is left out).
+    fn no_complement(&mut self, why: &str) -> Option<Value> {
+        if self.approx.is_some() {
+            return Some(Value::Bool(false));
+        }
+        self.unnegatable.get_or_insert_with(|| why.into());
+        None
     }
 
     /// The object a schema is, a bare `$ref` chain followed (`None` for booleans, a chain
     /// past [`MAX_NEGATE_REFS`] or a reference that does not resolve).
-    fn bare_target<'v>(&'v self, s: &'v Value) -> Option<&'v Map<String, Value>> {
+    pub(super) fn bare_target<'v>(&'v self, s: &'v Value) -> Option<&'v Map<String, Value>> {
         let mut m = s.as_object()?;
         for _ in 0..MAX_NEGATE_REFS {
             match m.get("$ref").and_then(|r| r.as_str()) {
@@ -605,7 +667,9 @@ impl JsonCompiler<'_> {
             Value::Bool(false) => return Ok(Some(vec![some_key()])),
             Value::Object(m) => {
                 let mark = self.merged_refs.len();
+                let approx = self.approx.take();
                 let n = self.normalize(m, ptr, depth + 1);
+                self.approx = approx;
                 self.merged_refs.truncate(mark);
                 n?
             }
@@ -710,101 +774,4 @@ fn member_keys<'m>(m: &'m Map<String, Value>, kw: &str) -> Vec<&'m String> {
         .and_then(|p| p.as_object())
         .map(|p| p.keys().collect())
         .unwrap_or_default()
-}
-
-/// `other` without the constraints `within` states identically (so every value of `within`
-/// satisfies them): keywords that constrain on their own, equal in both; `required` keys
-/// both list; `properties`/`patternProperties` entries equal in both, kept declared as
-/// `true` (what `additionalProperties` does not govern stays the same);
-/// `additionalProperties` when the declared names and patterns are the same too. What is
-/// left out is implied by `within`, so `within and not other` keeps its values.
-fn without_implied(other: &Map<String, Value>, within: &Map<String, Value>) -> Map<String, Value> {
-    const ALONE: &[&str] = &[
-        "minLength",
-        "maxLength",
-        "pattern",
-        "format",
-        "multipleOf",
-        "minItems",
-        "maxItems",
-        "uniqueItems",
-        "minProperties",
-        "maxProperties",
-        "enum",
-        "const",
-        "propertyNames",
-        "not",
-        "anyOf",
-        "oneOf",
-    ];
-    let same = |k: &str| other.get(k).is_some() && other.get(k) == within.get(k);
-    let mut out = other.clone();
-    for k in ALONE {
-        if same(k) {
-            out.remove(*k);
-        }
-    }
-    // A bound with its draft-4 exclusive flag; a draft-6 exclusive bound on its own.
-    for (b, x) in [
-        ("minimum", "exclusiveMinimum"),
-        ("maximum", "exclusiveMaximum"),
-    ] {
-        let numeric = |m: &Map<String, Value>| m.get(x).is_some_and(|v| v.is_number());
-        if numeric(other) || numeric(within) {
-            for k in [b, x] {
-                if same(k) {
-                    out.remove(k);
-                }
-            }
-        } else if same(b) && other.get(x) == within.get(x) {
-            out.remove(b);
-            out.remove(x);
-        }
-    }
-    // `items` as one schema for every item (no tuple part on either side).
-    let tuple = |m: &Map<String, Value>| {
-        m.contains_key("prefixItems") || m.get("items").is_some_and(|i| i.is_array())
-    };
-    if same("items") && !tuple(other) && !tuple(within) {
-        out.remove("items");
-    }
-    if same("contains")
-        && ["minContains", "maxContains"]
-            .iter()
-            .all(|k| !other.contains_key(*k) && !within.contains_key(*k))
-    {
-        out.remove("contains");
-    }
-    let names = |m: &Map<String, Value>, kw: &str| -> Vec<String> {
-        let mut v: Vec<String> = m
-            .get(kw)
-            .and_then(|p| p.as_object())
-            .map(|p| p.keys().cloned().collect())
-            .unwrap_or_default();
-        v.sort();
-        v
-    };
-    if same("additionalProperties")
-        && names(other, "properties") == names(within, "properties")
-        && names(other, "patternProperties") == names(within, "patternProperties")
-    {
-        out.remove("additionalProperties");
-    }
-    for kw in ["properties", "patternProperties"] {
-        if let (Some(Value::Object(op)), Some(Value::Object(wp))) =
-            (out.get_mut(kw), within.get(kw))
-        {
-            for (k, v) in op.iter_mut() {
-                if wp.get(k) == Some(v) {
-                    *v = Value::Bool(true);
-                }
-            }
-        }
-    }
-    if let (Some(Value::Array(or)), Some(Value::Array(wr))) =
-        (out.get_mut("required"), within.get("required"))
-    {
-        or.retain(|k| !wr.contains(k));
-    }
-    out
 }

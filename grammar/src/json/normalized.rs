@@ -211,6 +211,8 @@ impl JsonCompiler<'_> {
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
                 let mut owned_branches = std::borrow::Cow::Borrowed(branches);
+                let source = branches;
+                let mut excluded: Vec<Vec<usize>> = vec![Vec::new(); branches.len()];
                 if kw == "oneOf" {
                     // Branches that may overlap: each excludes the others' values.
                     let overlaps = self.check_one_of(branches, &rest, ptr)?;
@@ -224,33 +226,16 @@ impl JsonCompiler<'_> {
                     }
                     // Each branch with the complements of the branches it may overlap, as one
                     // flat `allOf` (nested one per overlap, a branch of a wide `oneOf` was
-                    // past the merge depth).
-                    let mut negs: Vec<Vec<Value>> = vec![Vec::new(); branches.len()];
+                    // past the merge depth); `one_of.rs`.
                     for (i, j) in overlaps {
-                        for (a, b) in [(i, j), (j, i)] {
-                            let Some(neg) = self.negate_within(&branches[b], &branches[a], ptr)?
-                            else {
-                                let k = self.unnegatable.take().unwrap_or_default();
-                                self.unsupported(
-                                    "oneOf",
-                                    ptr,
-                                    &format!(
-                                        "branches {i} and {j} may both match a value and \
-                                         `{k}` in branch {b} has no complement"
-                                    ),
-                                )?;
-                                continue;
-                            };
-                            negs[a].push(neg);
-                        }
+                        excluded[i].push(j);
+                        excluded[j].push(i);
                     }
-                    for (a, mut parts) in negs.into_iter().enumerate() {
-                        if parts.is_empty() {
-                            continue;
+                    for (a, others) in excluded.iter().enumerate() {
+                        if !others.is_empty() {
+                            let b = self.excluding(branches, a, others, ptr, false)?;
+                            owned_branches.to_mut()[a] = b;
                         }
-                        let owned = owned_branches.to_mut();
-                        parts.insert(0, owned[a].take());
-                        owned[a] = serde_json::json!({ "allOf": parts });
                     }
                 }
                 let branches: &[Value] = &owned_branches;
@@ -266,41 +251,20 @@ impl JsonCompiler<'_> {
                         continue;
                     }
                     let bptr = format!("{ptr}/{kw}/{i}");
-                    // A branch that is a reference being expanded right now (a recursion
-                    // through the branches, beside other keywords): merging it here would
-                    // expand it again at every level; as `allOf: [rest, branch]` it is one
-                    // rule per distinct text, called at the next level
-                    // (`JsonCompiler::recursive_merge`).
-                    let recursive_ref = br.as_object().is_some_and(|b| {
-                        b.keys().all(|k| k == "$ref" || is_annotation(k))
-                            && b.get("$ref")
-                                .and_then(|r| r.as_str())
-                                .is_some_and(|r| self.inlining.iter().any(|x| x == r))
-                    });
-                    let e = if only_annotations {
-                        self.value(from, br, &bptr)?
-                    } else if recursive_ref {
-                        let all = serde_json::json!({"allOf": [rest.clone(), br.clone()]});
-                        self.value(from, &all, &bptr)?
-                    } else {
-                        let mark = self.merged_refs.len();
-                        let merged = self.merge_schemas(&rest, br, &bptr, 0);
-                        match merged {
-                            Ok(Value::Object(m)) => self.normalized_marked(
-                                from,
-                                Ok(std::borrow::Cow::Owned(m)),
-                                mark,
-                                &bptr,
-                            )?,
-                            Ok(other) => {
-                                self.merged_refs.truncate(mark);
-                                self.value(from, &other, &bptr)?
-                            }
-                            Err(e) => {
-                                self.merged_refs.truncate(mark);
-                                return Err(e);
-                            }
+                    let snap = self.snapshot();
+                    let e = match self.branch(from, &rest, br, &bptr, only_annotations) {
+                        // A branch too large (or refused) with its exact exclusions: again
+                        // with coarse ones (stricter, `one_of.rs`); the first error stands
+                        // if that fails too.
+                        Err(err @ CompileError::Unsupported { .. })
+                            if !excluded.get(i).is_none_or(|o| o.is_empty()) =>
+                        {
+                            self.restore(&snap);
+                            let coarse = self.excluding(source, i, &excluded[i], ptr, true)?;
+                            self.branch(from, &rest, &coarse, &bptr, only_annotations)
+                                .map_err(|_| err)?
                         }
+                        r => r?,
                     };
                     self.b.eps(e, exit);
                 }
@@ -396,6 +360,48 @@ impl JsonCompiler<'_> {
             self.b.eps(e, exit);
         }
         Ok(exit)
+    }
+
+    /// One branch of an `anyOf`/`oneOf` with the rest of its schema.
+    fn branch(
+        &mut self,
+        from: StateId,
+        rest: &Value,
+        br: &Value,
+        bptr: &str,
+        only_annotations: bool,
+    ) -> Result<StateId, CompileError> {
+        // A branch that is a reference being expanded right now (a recursion through the
+        // branches, beside other keywords): merging it here would expand it again at every
+        // level; as `allOf: [rest, branch]` it is one rule per distinct text, called at the
+        // next level (`JsonCompiler::recursive_merge`).
+        let recursive_ref = br.as_object().is_some_and(|b| {
+            b.keys().all(|k| k == "$ref" || is_annotation(k))
+                && b.get("$ref")
+                    .and_then(|r| r.as_str())
+                    .is_some_and(|r| self.inlining.iter().any(|x| x == r))
+        });
+        if only_annotations {
+            self.value(from, br, bptr)
+        } else if recursive_ref {
+            let all = serde_json::json!({"allOf": [rest.clone(), br.clone()]});
+            self.value(from, &all, bptr)
+        } else {
+            let mark = self.merged_refs.len();
+            match self.merge_schemas(rest, br, bptr, 0) {
+                Ok(Value::Object(m)) => {
+                    self.normalized_marked(from, Ok(std::borrow::Cow::Owned(m)), mark, bptr)
+                }
+                Ok(other) => {
+                    self.merged_refs.truncate(mark);
+                    self.value(from, &other, bptr)
+                }
+                Err(e) => {
+                    self.merged_refs.truncate(mark);
+                    Err(e)
+                }
+            }
+        }
     }
 
     /// The types a schema admits, `number` absorbing `integer`.

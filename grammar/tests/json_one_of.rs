@@ -1,0 +1,171 @@
+//! `oneOf` branches that may share values: each branch excludes the others' values, exactly
+//! where the complement can be written and small enough, and through a subset of the
+//! complement (stricter, never looser) where it cannot. For each schema, listed valid texts
+//! are accepted and listed invalid texts rejected (byte vocabulary, both property orders).
+
+mod common;
+
+use common::{accepts_text as accepts, check, compile_bytes as compile};
+use serde_json::{json, Value};
+
+/// A `oneOf` of `n` branches, branch `i` requiring key `k{i}` (an object with an integer
+/// `v`) and allowing every other key — the "exactly one of these keys" shape of test-suite
+/// and CI configuration schemas.
+fn one_key_each(n: usize) -> Value {
+    let mut props = serde_json::Map::new();
+    let mut branches = Vec::new();
+    for i in 0..n {
+        props.insert(format!("k{i}"), json!(true));
+        branches.push(json!({
+            "properties": {format!("k{i}"): {"type": "object", "required": ["v"],
+                "properties": {"v": {"type": "integer"}}, "additionalProperties": false}},
+            "required": [format!("k{i}")]
+        }));
+    }
+    json!({"type": "object", "properties": props, "additionalProperties": false,
+           "oneOf": branches})
+}
+
+#[test]
+fn one_of_branches_each_requiring_their_own_key() {
+    // Twelve branches: the exclusions used to multiply (two alternatives each: the key
+    // absent, or present with a value outside) past the product limit.
+    check(
+        one_key_each(12),
+        &[
+            r#"{"k0":{"v":1}}"#,
+            r#"{"k11":{"v":-4}}"#,
+            // `k1` present but outside its branch: only branch 0 matches.
+            r#"{"k0":{"v":1},"k1":{"v":"x"}}"#,
+            r#"{"k3":{},"k7":{"v":2}}"#,
+        ],
+        &[
+            "{}",
+            r#"{"k0":{"v":1},"k1":{"v":2}}"#,
+            r#"{"k5":{"v":1},"k11":{"v":0}}"#,
+            r#"{"k0":{"v":"x"}}"#,
+            r#"{"k0":{"v":1},"k12":{"v":2}}"#,
+        ],
+    );
+}
+
+#[test]
+fn optional_discriminating_property_leaves_only_its_absence() {
+    // `kind` tells the branches apart when present; without it, `size` must.
+    let branches: Vec<Value> = ["a", "b", "c", "d", "e", "f", "g", "h", "i"]
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            json!({"properties": {"kind": {"enum": [k]},
+                                  "size": {"type": "integer", "minimum": i * 10,
+                                           "maximum": i * 10 + 14}}})
+        })
+        .collect();
+    let schema = json!({"type": "object", "oneOf": branches});
+    check(
+        schema,
+        &[
+            r#"{"kind":"a","size":12}"#,
+            r#"{"kind":"i","size":85}"#,
+            r#"{"size":5}"#,
+            r#"{"kind":"c"}"#,
+        ],
+        &[
+            // No `kind`, 12 in branches a and b.
+            r#"{"size":12}"#,
+            "{}",
+            r#"{"kind":"z"}"#,
+            r#"{"kind":"a","kind2":1,"size":500}"#,
+        ],
+    );
+}
+
+#[test]
+fn closed_branches_told_apart_by_their_own_keys() {
+    // Two closed objects sharing `name`: the one with `extra` can only fail the other by
+    // having a key the other does not declare — here exactly `extra`.
+    let mut branches = Vec::new();
+    for i in 0..7 {
+        branches.push(json!({"type": "object", "additionalProperties": false,
+            "properties": {"name": {"type": "string"}, format!("x{i}"): {"type": "integer"},
+                           "note": {"type": "string", "maxLength": i + 1}}}));
+    }
+    check(
+        json!({"oneOf": branches}),
+        &[
+            r#"{"x0":1}"#,
+            r#"{"name":"n","x6":3}"#,
+            r#"{"x3":1,"note":"abcd"}"#,
+        ],
+        &[
+            // Every branch matches.
+            r#"{"name":"n"}"#,
+            "{}",
+            r#"{"x0":1,"x1":2}"#,
+            r#"{"x0":"s"}"#,
+        ],
+    );
+}
+
+#[test]
+fn recursive_overlapping_branches_compile_through_an_approximation() {
+    // A request item or a folder of distinct items (Postman collections): an item fails
+    // the folder by lacking `item`, by `item` not being an array, by an element outside the
+    // union (recursion) or by repeated elements (no complement). The approximation keeps the
+    // first two; a value of both is still refused.
+    let schema = json!({
+        "definitions": {
+            "node": {"oneOf": [{"$ref": "#/definitions/item"}, {"$ref": "#/definitions/group"}]},
+            "item": {"type": "object", "required": ["request"],
+                     "properties": {"name": {"type": "string"}, "request": {"type": "string"},
+                                    "tags": {"type": "array", "items": {"type": "string"}}}},
+            "group": {"type": "object", "required": ["item"],
+                      "properties": {"name": {"type": "string"},
+                                     "item": {"type": "array", "uniqueItems": true,
+                                              "items": {"$ref": "#/definitions/node"}}}}
+        },
+        "$ref": "#/definitions/node"
+    });
+    check(
+        schema,
+        &[
+            r#"{"request":"GET /"}"#,
+            r#"{"name":"f","item":[]}"#,
+            r#"{"name":"f","item":[{"request":"a"},{"item":[{"request":"b","tags":["t"]}]}]}"#,
+        ],
+        &[
+            "{}",
+            // Both branches match.
+            r#"{"request":"GET /","item":[]}"#,
+            r#"{"item":[{"request":"a","item":[{"request":"b"}]}]}"#,
+            r#"{"item":[{"tags":[1]}]}"#,
+        ],
+    );
+}
+
+#[test]
+fn approximated_exclusions_are_stricter_never_looser() {
+    // Branch 0's values fail branch 1 by lacking `tags`, by `tags` not being an array, or by
+    // repeated tags — `uniqueItems` has no complement, so that way out is left out: refused
+    // though valid. Every value both branches match is still refused.
+    let schema = json!({"oneOf": [
+        {"type": "object", "required": ["id"], "properties": {"id": {"type": "integer"}}},
+        {"type": "object", "required": ["id", "tags"],
+         "properties": {"id": {"type": "integer"},
+                        "tags": {"type": "array", "uniqueItems": true}}}
+    ]});
+    check(
+        schema.clone(),
+        &[r#"{"id":1}"#, r#"{"id":1,"tags":"x"}"#],
+        &[
+            r#"{"id":1,"tags":[]}"#,
+            r#"{"id":1,"tags":[1,2]}"#,
+            r#"{"tags":[1]}"#,
+        ],
+    );
+    let g = compile(&schema).expect("compiles");
+    assert!(
+        !accepts(&g, r#"{"id":1,"tags":[1,1]}"#),
+        "the approximation is documented as leaving this valid value out"
+    );
+}
