@@ -259,26 +259,7 @@ pub(crate) fn compile_rule(
     c.b.eps(e, r.end);
     c.inlining.pop();
     while let Some((rule, p)) = c.pending.pop() {
-        let r = c.b.rules[rule as usize];
-        let e = match p {
-            Pending::Ref(reference) => {
-                let target = c.resolve(&reference, "#")?.clone();
-                c.inlining.push(reference.clone());
-                let e = c.value(r.start, &target, &reference)?;
-                c.inlining.pop();
-                e
-            }
-            Pending::Schema(v, ptr, inlining) => {
-                // The references being expanded where the rule was made stay marked, so a
-                // recursion inside still becomes a call.
-                c.inlining = inlining;
-                let e = c.value(r.start, &v, &ptr)?;
-                c.inlining.clear();
-                e
-            }
-            Pending::Any => c.any_value_body(r.start)?,
-        };
-        c.b.eps(e, r.end);
+        c.build_pending(rule, p)?;
     }
     // Trimming and distances after this are not interruptible: keep them small.
     if c.b.states.len() > MAX_JSON_STATES {
@@ -287,6 +268,60 @@ pub(crate) fn compile_rule(
         });
     }
     Ok(root_rule)
+}
+
+impl JsonCompiler<'_> {
+    /// The body of a rule declared earlier (a `$ref`, a schema, any value), built from the
+    /// references the rule was declared under (none for a `$ref`: its own).
+    fn build_pending(&mut self, rule: RuleId, p: Pending) -> Result<(), CompileError> {
+        let r = self.b.rules[rule as usize];
+        let outer = std::mem::take(&mut self.inlining);
+        // Nesting counts from the body's own top, as at the end (the stack check still
+        // bounds what a body built inside a branch adds).
+        let depth = std::mem::take(&mut self.depth);
+        let e = match p {
+            Pending::Ref(reference) => {
+                let target = self.resolve(&reference, "#").cloned();
+                target.and_then(|target| {
+                    self.inlining.push(reference.clone());
+                    self.value(r.start, &target, &reference)
+                })
+            }
+            Pending::Schema(v, ptr, inlining) => {
+                // The references being expanded where the rule was made stay marked, so a
+                // recursion inside still becomes a call.
+                self.inlining = inlining;
+                self.value(r.start, &v, &ptr)
+            }
+            Pending::Any => self.any_value_body(r.start),
+        };
+        self.inlining = outer;
+        self.depth = depth;
+        self.b.eps(e?, r.end);
+        Ok(())
+    }
+
+    /// Builds the bodies declared since `mark` (`pending`'s length then) now rather than
+    /// at the end, so that an error in one is the error of what declared it (a `oneOf`
+    /// branch compiled again more coarsely when refused, `normalized.rs`). A body does
+    /// not depend on where it is built; it is built as at the end, outside any unique
+    /// array's spelling rules.
+    pub(super) fn drain_pending(&mut self, mark: usize) -> Result<(), CompileError> {
+        let flags = (self.canonical_numbers, self.inline_strings);
+        (self.canonical_numbers, self.inline_strings) = (false, false);
+        let mut r = Ok(());
+        while self.pending.len() > mark {
+            let Some((rule, p)) = self.pending.pop() else {
+                break;
+            };
+            r = self.build_pending(rule, p);
+            if r.is_err() {
+                break;
+            }
+        }
+        (self.canonical_numbers, self.inline_strings) = flags;
+        r
+    }
 }
 
 impl<'a> JsonCompiler<'a> {

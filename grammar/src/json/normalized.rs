@@ -233,7 +233,7 @@ impl JsonCompiler<'_> {
                     }
                     for (a, others) in excluded.iter().enumerate() {
                         if !others.is_empty() {
-                            let b = self.excluding(branches, a, others, ptr, false)?;
+                            let b = self.excluding(branches, a, others, ptr, None)?;
                             owned_branches.to_mut()[a] = b;
                         }
                     }
@@ -252,20 +252,28 @@ impl JsonCompiler<'_> {
                     }
                     let bptr = format!("{ptr}/{kw}/{i}");
                     let snap = self.snapshot();
-                    let e = match self.branch(from, &rest, br, &bptr, only_annotations) {
-                        // A branch too large (or refused) with its exact exclusions: again
-                        // with coarse ones (stricter, `one_of.rs`); the first error stands
-                        // if that fails too.
-                        Err(err @ CompileError::Unsupported { .. })
-                            if !excluded.get(i).is_none_or(|o| o.is_empty()) =>
-                        {
+                    let excludes = excluded.get(i).is_some_and(|o| !o.is_empty());
+                    let mut e = self.branch(from, &rest, br, &bptr, only_annotations);
+                    if excludes {
+                        e = e.and_then(|e| self.drain_pending(snap.pending()).map(|_| e));
+                    }
+                    // A branch refused (too large, most often) with its exclusions — also in a
+                    // rule it declared: again with coarser ones (stricter, `one_of.rs`); the
+                    // first error stands if every one fails.
+                    if excludes && matches!(e, Err(CompileError::Unsupported { .. })) {
+                        for d in super::one_of::COARSE_DEPTHS {
                             self.restore(&snap);
-                            let coarse = self.excluding(source, i, &excluded[i], ptr, true)?;
-                            self.branch(from, &rest, &coarse, &bptr, only_annotations)
-                                .map_err(|_| err)?
+                            let coarse = self.excluding(source, i, &excluded[i], ptr, Some(d))?;
+                            let again = self
+                                .branch(from, &rest, &coarse, &bptr, only_annotations)
+                                .and_then(|e| self.drain_pending(snap.pending()).map(|_| e));
+                            if again.is_ok() {
+                                e = again;
+                                break;
+                            }
                         }
-                        r => r?,
-                    };
+                    }
+                    let e = e?;
                     self.b.eps(e, exit);
                 }
                 return Ok(exit);

@@ -19,9 +19,19 @@ use super::product::disjoint;
 use super::JsonCompiler;
 use crate::CompileError;
 
-/// The compiler's stack-like state, restored before a branch is compiled again after an
-/// error (an error leaves what it was in the middle of pushed).
+/// The depths a branch refused with its exclusions is compiled again with, in turn: the
+/// alternatives of each excluded branch's own keywords and of its properties' keywords
+/// (types, values, keys), then its own keywords only.
+pub(super) const COARSE_DEPTHS: [u32; 2] = [1, 0];
+
+/// The compiler's state that an attempt at a branch leaves behind when it fails: what it
+/// was in the middle of pushed, rules it declared. Restored before the branch is compiled
+/// again (the states it made are unreachable and trimmed).
 pub(super) struct Snapshot {
+    /// Rules declared and bodies queued so far: the ones a failed attempt added are
+    /// forgotten (their bodies are never built; nothing outside the attempt calls them).
+    rules: usize,
+    pending: usize,
     inlining: usize,
     merged_refs: usize,
     negating: usize,
@@ -31,17 +41,24 @@ pub(super) struct Snapshot {
     inline_strings: bool,
 }
 
+impl Snapshot {
+    /// How many rule bodies were queued.
+    pub(super) fn pending(&self) -> usize {
+        self.pending
+    }
+}
+
 impl JsonCompiler<'_> {
     /// Branch `a` of `branches` excluding the values of each branch in `others`:
-    /// `allOf: [b_a, not b_j, …]`. `coarse`: every exclusion approximated to the top
-    /// level (what a branch too large with exact exclusions is compiled with instead).
+    /// `allOf: [b_a, not b_j, …]`. `coarse: Some(d)`: every exclusion approximated to depth
+    /// `d` (what a branch refused with its exact exclusions is compiled with instead).
     pub(super) fn excluding(
         &mut self,
         branches: &[Value],
         a: usize,
         others: &[usize],
         ptr: &str,
-        coarse: bool,
+        coarse: Option<u32>,
     ) -> Result<Value, CompileError> {
         let mut parts = vec![branches[a].clone()];
         for &b in others {
@@ -65,21 +82,22 @@ impl JsonCompiler<'_> {
     }
 
     /// `not other` for the values of `within`: exact (`negate_within`) unless `coarse`,
-    /// else (or where there is no exact one) a subset of it, marked.
+    /// else (or where there is no exact one) a subset of it to depth `coarse` (or
+    /// [`APPROX_DEPTH`]), marked.
     fn exclusion(
         &mut self,
         other: &Value,
         within: &Value,
         ptr: &str,
-        coarse: bool,
+        coarse: Option<u32>,
     ) -> Result<Option<Value>, CompileError> {
-        if !coarse {
+        if coarse.is_none() {
             if let Some(neg) = self.negate_within(other, within, ptr)? {
                 return Ok(Some(neg));
             }
         }
         let why = self.unnegatable.take();
-        self.approx = Some(if coarse { 0 } else { APPROX_DEPTH });
+        self.approx = Some(coarse.unwrap_or(APPROX_DEPTH));
         let r = self.negate_within(other, within, ptr);
         self.approx = None;
         self.unnegatable = why;
@@ -115,8 +133,11 @@ impl JsonCompiler<'_> {
         }
     }
 
+    /// A snapshot of the compiler for [`restore`](Self::restore).
     pub(super) fn snapshot(&self) -> Snapshot {
         Snapshot {
+            rules: self.b.rules.len(),
+            pending: self.pending.len(),
             inlining: self.inlining.len(),
             merged_refs: self.merged_refs.len(),
             negating: self.negating.len(),
@@ -127,7 +148,17 @@ impl JsonCompiler<'_> {
         }
     }
 
+    /// The state of `s` again (see [`Snapshot`]).
     pub(super) fn restore(&mut self, s: &Snapshot) {
+        let kept = |r: &crate::nfa::RuleId| (*r as usize) < s.rules;
+        self.pending.truncate(s.pending);
+        self.ref_rules.retain(|_, r| kept(r));
+        self.schema_rules.retain(|_, r| kept(r));
+        self.merge_rules.retain(|_, r| kept(r));
+        self.not_ref_rules.retain(|_, r| kept(r));
+        self.len_rules.retain(|_, r| kept(r));
+        self.any_rule = self.any_rule.filter(kept);
+        self.char_rule = self.char_rule.filter(kept);
         self.inlining.truncate(s.inlining);
         self.merged_refs.truncate(s.merged_refs);
         self.negating.truncate(s.negating);

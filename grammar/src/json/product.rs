@@ -435,8 +435,9 @@ pub(super) fn disjoint(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     }
     match (named_values(a), named_values(b)) {
         (Some(x), Some(y)) if !share_a_value(&x, &y) => return true,
-        // The finite side's values checked against the other side.
-        (Some(x), None) if values_excluded(&x, a, b) => return true,
+        // A finite side's values checked against both sides (the other side's keywords, or
+        // its own beside the values: `enum` of every tag with a `pattern` picking one).
+        (Some(x), _) if values_excluded(&x, a, b) => return true,
         (None, Some(y)) if values_excluded(&y, a, b) => return true,
         _ => {}
     }
