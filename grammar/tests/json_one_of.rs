@@ -1,7 +1,8 @@
 //! `oneOf` branches that may share values: each branch excludes the others' values, exactly
 //! where the complement can be written and small enough, and through a subset of the
-//! complement (stricter, never looser) where it cannot. For each schema, listed valid texts
-//! are accepted and listed invalid texts rejected (byte vocabulary, both property orders).
+//! complement (stricter, never looser) where it cannot; `not` and `if` likewise. For each
+//! schema, listed valid texts are accepted and listed invalid texts rejected (byte
+//! vocabulary, both property orders).
 
 mod common;
 
@@ -168,4 +169,37 @@ fn approximated_exclusions_are_stricter_never_looser() {
         !accepts(&g, r#"{"id":1,"tags":[1,1]}"#),
         "the approximation is documented as leaving this valid value out"
     );
+}
+
+#[test]
+fn not_and_if_without_an_exact_complement_are_enforced_stricter() {
+    // `not`: `a` absent or not an array are written out; an array with repeated items
+    // (`uniqueItems` has no complement) is left out.
+    let not = json!({"type": "object",
+        "not": {"required": ["a"], "properties": {"a": {"type": "array", "uniqueItems": true}}}});
+    check(
+        not.clone(),
+        &["{}", r#"{"a":1}"#, r#"{"b":[1]}"#],
+        &[r#"{"a":[]}"#, r#"{"a":[1,2]}"#],
+    );
+    let g = compile(&not).expect("compiles");
+    assert!(!accepts(&g, r#"{"a":[1,1]}"#), "documented as left out");
+    // `if`: the condition fails by `t` being absent or not an array (written out), or by
+    // repeated items (left out).
+    let cond = json!({"type": "object",
+        "if": {"required": ["t"], "properties": {"t": {"type": "array", "uniqueItems": true}}},
+        "then": {"required": ["x"]}, "else": {"required": ["y"]}});
+    check(
+        cond.clone(),
+        &[r#"{"t":[1],"x":0}"#, r#"{"y":0}"#, r#"{"t":"s","y":0}"#],
+        &[r#"{"t":[1]}"#, "{}", r#"{"t":[1,2],"y":0}"#],
+    );
+    let g = compile(&cond).expect("compiles");
+    assert!(
+        !accepts(&g, r#"{"t":[1,1],"y":0}"#),
+        "documented as left out"
+    );
+    // Nothing written out: refused, naming the keyword, as before.
+    let e = compile(&json!({"type": "array", "not": {"uniqueItems": true}})).unwrap_err();
+    assert!(e.to_string().contains("uniqueItems"), "{e}");
 }

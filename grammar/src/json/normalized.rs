@@ -113,8 +113,9 @@ impl JsonCompiler<'_> {
                         owned.insert("type".into(), Value::Array(keep));
                     }
                     NotForm::Other => {
-                        // The complement as a union of per-keyword complements.
-                        match self.negate(n, ptr, 0)? {
+                        // The complement as a union of per-keyword complements (a subset of
+                        // it where some keyword has none: stricter, `one_of.rs`).
+                        match self.complement_or_subset(n, ptr)? {
                             Some(neg) => {
                                 let all = serde_json::json!({"allOf": [Value::Object(owned), neg]});
                                 return self.value(from, &all, ptr);
@@ -150,7 +151,7 @@ impl JsonCompiler<'_> {
                     serde_json::json!({"allOf": [Value::Object(rest), {"anyOf": [cond, els]}]});
                 return self.value(from, &all, ptr);
             }
-            let Some(neg) = self.negate(cond, &format!("{ptr}/if"), 0)? else {
+            let Some(neg) = self.complement_or_subset(cond, &format!("{ptr}/if"))? else {
                 let k = self.unnegatable.take().unwrap_or_default();
                 self.unsupported(
                     "if",

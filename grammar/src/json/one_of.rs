@@ -10,7 +10,8 @@
 //! can be written, the rest left out. A subset is stricter, never looser — `b_a` keeps the
 //! values that fail `b_j` in a way written out (a key `b_j` requires absent, a type or a
 //! value `b_j` excludes, …) and refuses the others — and it is marked (`negate::APPROX`)
-//! so nothing negates it again.
+//! so nothing negates it again. `not` and `if` take the same subset where their
+//! complement has no exact form (`complement_or_subset`; empty: refused as before).
 
 use serde_json::{json, Map, Value};
 
@@ -131,6 +132,26 @@ impl JsonCompiler<'_> {
             }
             _ => self.negate(other, ptr, 0),
         }
+    }
+
+    /// The complement of `s` where it is only used positively (`not: s` beside the rest of
+    /// its schema, `not if and else`): exact where `negate` writes it, else a subset of it
+    /// (marked), so the keyword is enforced stricter instead of refused. `None` (the reason
+    /// in `unnegatable`) when the subset is empty too.
+    pub(super) fn complement_or_subset(
+        &mut self,
+        s: &Value,
+        ptr: &str,
+    ) -> Result<Option<Value>, CompileError> {
+        if let Some(neg) = self.negate(s, ptr, 0)? {
+            return Ok(Some(neg));
+        }
+        let why = self.unnegatable.take();
+        self.approx = Some(APPROX_DEPTH);
+        let r = self.negate(s, ptr, 0);
+        self.approx = None;
+        self.unnegatable = why;
+        Ok(r?.filter(|n| *n != Value::Bool(false)))
     }
 
     /// A snapshot of the compiler for [`restore`](Self::restore).
