@@ -203,3 +203,31 @@ fn not_and_if_without_an_exact_complement_are_enforced_stricter() {
     let e = compile(&json!({"type": "array", "not": {"uniqueItems": true}})).unwrap_err();
     assert!(e.to_string().contains("uniqueItems"), "{e}");
 }
+
+#[test]
+fn key_witnesses_implied_by_others_or_by_required_keys_take_no_bit() {
+    // Not any of six closed objects with nested key sets: some key outside each, i.e. a key
+    // outside the largest — one witness where six were refused (at most four fit).
+    let keys = ["a", "b", "c", "d", "e", "f"];
+    let closed: Vec<serde_json::Value> = (1..=keys.len())
+        .map(|n| {
+            let props: serde_json::Map<String, serde_json::Value> = keys[..n]
+                .iter()
+                .map(|k| (k.to_string(), json!(true)))
+                .collect();
+            json!({"type": "object", "properties": props, "additionalProperties": false})
+        })
+        .collect();
+    check(
+        json!({"type": "object", "not": {"anyOf": closed}}),
+        &[r#"{"g":1}"#, r#"{"a":1,"g":2}"#, r#"{"f":1,"zz":0}"#],
+        &["{}", r#"{"a":1}"#, r#"{"a":1,"f":2}"#, r#"{"b":[]}"#],
+    );
+    // A required key outside the closed object's names meets its witness already.
+    check(
+        json!({"type": "object", "required": ["z"],
+               "not": {"properties": {"a": {}}, "additionalProperties": false}}),
+        &[r#"{"z":1}"#, r#"{"a":0,"z":1}"#],
+        &["{}", r#"{"a":0}"#],
+    );
+}
