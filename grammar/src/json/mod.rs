@@ -10,6 +10,7 @@ mod any_order;
 mod array;
 mod check;
 mod formats;
+mod key_conds;
 mod keys;
 mod multiple;
 mod negate;

@@ -97,12 +97,8 @@ impl JsonCompiler<'_> {
                 return Ok(Some(neg));
             }
         }
-        let why = self.unnegatable.take();
-        self.approx = Some(coarse.unwrap_or(APPROX_DEPTH));
-        let r = self.negate_within(other, within, ptr);
-        self.approx = None;
-        self.unnegatable = why;
-        Ok(match r? {
+        let depth = coarse.unwrap_or(APPROX_DEPTH);
+        Ok(match self.subset(other, Some(within), ptr, depth)? {
             // Empty (nothing written out): the branch keeps no value `other` may share.
             Some(Value::Bool(false)) => Some(json!({ "anyOf": [false], APPROX: true })),
             other => other,
@@ -146,12 +142,29 @@ impl JsonCompiler<'_> {
         if let Some(neg) = self.negate(s, ptr, 0)? {
             return Ok(Some(neg));
         }
+        Ok(self
+            .subset(s, None, ptr, APPROX_DEPTH)?
+            .filter(|n| *n != Value::Bool(false)))
+    }
+
+    /// A subset of `not other` (for the values of `within`, when given) written to `depth`:
+    /// `negate` in approximation mode; the reason the exact attempt gave stays for messages.
+    fn subset(
+        &mut self,
+        other: &Value,
+        within: Option<&Value>,
+        ptr: &str,
+        depth: u32,
+    ) -> Result<Option<Value>, CompileError> {
         let why = self.unnegatable.take();
-        self.approx = Some(APPROX_DEPTH);
-        let r = self.negate(s, ptr, 0);
+        self.approx = Some(depth);
+        let r = match within {
+            Some(w) => self.negate_within(other, w, ptr),
+            None => self.negate(other, ptr, 0),
+        };
         self.approx = None;
         self.unnegatable = why;
-        Ok(r?.filter(|n| *n != Value::Bool(false)))
+        r
     }
 
     /// A snapshot of the compiler for [`restore`](Self::restore).
