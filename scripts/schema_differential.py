@@ -71,12 +71,44 @@ class Gen:
 
     def __init__(self, seed: int) -> None:
         self.r = random.Random(seed)
+        # Key schemas draw from a stream of their own, so adding forms here leaves every
+        # other schema of a seed as it was.
+        self.kr = random.Random(seed * 7919 + 1)
 
     def chance(self, p: float) -> bool:
         return self.r.random() < p
 
     def num(self) -> int | float:
         return self.r.choice(NUMBERS)
+
+    def key_schema(self, depth: int = 0) -> Schema:
+        """A `propertyNames` schema: a pattern, length or enum, or `anyOf` / `oneOf` /
+        `not` over them, beside branches no key matches."""
+        r = self.kr
+        if depth == 0 and r.random() < 0.4:
+            return {"pattern": "^[a-c]$"}
+        if depth < 2 and r.random() < 0.5:
+            kw = r.choice(["anyOf", "oneOf", "not"])
+            if kw == "not":
+                return {"not": self.key_schema(depth + 1)}
+            return {kw: [self.key_schema(depth + 1) for _ in range(r.randint(2, 3))]}
+        leaf: Schema = {}
+        for _ in range(r.randint(1, 2)):
+            k = r.choice(["pattern", "length", "enum", "const", "type"])
+            if k == "pattern":
+                leaf["pattern"] = r.choice(["^[a-c]$", "^x", "[0-9]", "^[a-z]+$", "e$"])
+            elif k == "length":
+                lo = r.randint(0, 2)
+                leaf["minLength"] = lo
+                if r.random() < 0.5:
+                    leaf["maxLength"] = lo + r.randint(0, 2)
+            elif k == "enum":
+                leaf["enum"] = r.sample(["a", "b", "q", "x1", "z", 1], r.randint(1, 3))
+            elif k == "const":
+                leaf["const"] = r.choice(["a", "z", "x1"])
+            else:
+                leaf["type"] = r.choice(["string", "number", ["string", "null"]])
+        return leaf
 
     def schema(self, depth: int = 0) -> Schema:
         kinds = ["integer", "number", "string", "boolean", "null", "enum"]
@@ -144,7 +176,7 @@ class Gen:
             if self.chance(0.15):
                 s["maxProperties"] = self.r.randint(0, 3)
             if self.chance(0.1):
-                s["propertyNames"] = {"pattern": "^[a-c]$"}
+                s["propertyNames"] = self.key_schema()
             if names and self.chance(0.1):
                 s["dependentRequired"] = {names[0]: ["z"]}
             if names and self.chance(0.1):

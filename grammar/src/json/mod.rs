@@ -11,6 +11,7 @@ mod array;
 mod check;
 mod formats;
 mod key_conds;
+mod key_names;
 mod keys;
 mod multiple;
 mod negate;

@@ -5,6 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::key_conds::{has_other_conditions, KeyCond};
+use super::key_names::KeyFormula;
 use super::types::f;
 use super::JsonCompiler;
 use crate::nfa::{RuleId, StateId};
@@ -23,7 +24,7 @@ const MAX_PROPERTY_COUNT: usize = 128;
 const MAX_CONDS: usize = 4;
 
 /// A declared property: key, value schema, required.
-type Item = (String, Value, bool);
+pub(super) type Item = (String, Value, bool);
 
 /// `patternProperties` entries (pattern, schema) and their full-match regexes.
 type Patterns = (Vec<(String, Value)>, Vec<super::norm::FullMatch>);
@@ -39,15 +40,15 @@ struct Counts {
 }
 
 /// What an object schema asks for, gathered (and checked) before any NFA state is built.
-struct ObjectPlan {
+pub(super) struct ObjectPlan {
     /// Declared properties in schema order, then required keys not declared, then the
     /// names of key conditions (optional).
-    items: Vec<Item>,
+    pub(super) items: Vec<Item>,
     /// The schema of undeclared properties (`None`: none allowed).
-    additional: Option<Value>,
+    pub(super) additional: Option<Value>,
     /// `patternProperties`, and their full-match regexes.
-    patterns: Vec<(String, Value)>,
-    matchers: Vec<super::norm::FullMatch>,
+    pub(super) patterns: Vec<(String, Value)>,
+    pub(super) matchers: Vec<super::norm::FullMatch>,
     /// Keys never produced (`__forbidden`: `not: {required: [k]}`).
     forbidden: Vec<String>,
     /// `__has_other` conditions, and the regexes of their patterns.
@@ -55,9 +56,13 @@ struct ObjectPlan {
     cond_res: Vec<Vec<super::norm::FullMatch>>,
     /// `propertyNames` on undeclared keys: patterns every key matches, patterns none
     /// matches, names excluded.
-    name_pos: Vec<String>,
-    name_neg: Vec<String>,
-    name_excl: Vec<String>,
+    pub(super) name_pos: Vec<String>,
+    pub(super) name_neg: Vec<String>,
+    pub(super) name_excl: Vec<String>,
+    /// `propertyNames` combinators on undeclared keys: formulas every key satisfies, over
+    /// the patterns in `name_alt`.
+    pub(super) name_formulas: Vec<KeyFormula>,
+    pub(super) name_alt: Vec<String>,
 }
 
 impl ObjectPlan {
@@ -103,7 +108,7 @@ impl ObjectPlan {
     }
 
     /// Whether undeclared keys can be written at all.
-    fn has_undeclared(&self) -> bool {
+    pub(super) fn has_undeclared(&self) -> bool {
         self.additional.is_some() || !self.patterns.is_empty()
     }
 }
@@ -239,6 +244,8 @@ impl JsonCompiler<'_> {
             name_pos: Vec::new(),
             name_neg: Vec::new(),
             name_excl: Vec::new(),
+            name_formulas: Vec::new(),
+            name_alt: Vec::new(),
         }))
     }
 
@@ -344,134 +351,6 @@ impl JsonCompiler<'_> {
         Ok(())
     }
 
-    /// `propertyNames`: declared keys are checked here, undeclared keys get patterns (or
-    /// none are allowed). False when a required key is not a valid name.
-    fn property_names(
-        &mut self,
-        plan: &mut ObjectPlan,
-        s: &Map<String, Value>,
-        ptr: &str,
-    ) -> Result<bool, CompileError> {
-        let Some(pn) = s.get("propertyNames") else {
-            return Ok(true);
-        };
-        let pn_ptr = format!("{ptr}/propertyNames");
-        let pn_map = match pn {
-            Value::Bool(true) => Map::new(),
-            Value::Bool(false) => {
-                let mut m = Map::new();
-                m.insert("__false".into(), Value::Bool(true));
-                m
-            }
-            Value::Object(m) => {
-                let mark = self.merged_refs.len();
-                let n = self.normalize(m, &pn_ptr, 0);
-                self.merged_refs.truncate(mark);
-                n?
-            }
-            _ => return Err(self.invalid(&pn_ptr, "a schema must be an object or a boolean")),
-        };
-        let mut keep = Vec::new();
-        for item in plan.items.drain(..) {
-            match super::check::check_value(&Value::String(item.0.clone()), &pn_map) {
-                Some(true) => keep.push(item),
-                Some(false) if item.2 => return Ok(false),
-                Some(false) => {}
-                None => {
-                    self.unsupported("propertyNames", &pn_ptr, "cannot check a declared key")?;
-                    keep.push(item);
-                }
-            }
-        }
-        plan.items = keep;
-        if plan.has_undeclared() {
-            for (k, v) in &pn_map {
-                if super::is_annotation(k) {
-                    continue;
-                }
-                self.undeclared_name_keyword(plan, &pn_map, k, v, &pn_ptr)?;
-            }
-        }
-        if plan.patterns.len() + plan.name_pos.len() + plan.name_neg.len() > 30 {
-            self.unsupported("propertyNames", &pn_ptr, "too many key patterns")?;
-            plan.name_pos.clear();
-            plan.name_neg.clear();
-        }
-        Ok(true)
-    }
-
-    /// One keyword `k: v` of the `propertyNames` schema `pn_map` applied to undeclared
-    /// keys.
-    fn undeclared_name_keyword(
-        &mut self,
-        plan: &mut ObjectPlan,
-        pn_map: &Map<String, Value>,
-        k: &str,
-        v: &Value,
-        pn_ptr: &str,
-    ) -> Result<(), CompileError> {
-        let no_undeclared = |plan: &mut ObjectPlan| {
-            plan.additional = None;
-            plan.patterns.clear();
-            plan.matchers.clear();
-        };
-        match (k, v) {
-            ("type", t) if super::norm::type_list(t).iter().any(|t| t == "string") => {}
-            ("type", _) | ("__false", _) => no_undeclared(plan),
-            ("pattern", Value::String(p)) => plan.name_pos.push(p.clone()),
-            ("minLength" | "maxLength", _) => {
-                let lo = pn_map
-                    .get("minLength")
-                    .and_then(|x| x.as_u64())
-                    .unwrap_or(0);
-                let hi = pn_map.get("maxLength").and_then(|x| x.as_u64());
-                let re = match hi {
-                    Some(h) => format!("^[\\s\\S]{{{lo},{h}}}$"),
-                    None => format!("^[\\s\\S]{{{lo},}}$"),
-                };
-                if !plan.name_pos.contains(&re) {
-                    plan.name_pos.push(re);
-                }
-            }
-            // Undeclared keys must be one of the names (declared keys were checked
-            // already): an alternation of the literal names.
-            ("enum" | "const", v) => {
-                let names: Vec<&str> = match v {
-                    Value::Array(a) => a.iter().filter_map(|x| x.as_str()).collect(),
-                    other => other.as_str().into_iter().collect(),
-                };
-                if names.is_empty() {
-                    no_undeclared(plan);
-                } else {
-                    let alts: Vec<String> = names.iter().map(|n| literal_pattern(n)).collect();
-                    plan.name_pos.push(format!("^(?:{})$", alts.join("|")));
-                }
-            }
-            ("__not_enum", Value::Array(vals)) => plan
-                .name_excl
-                .extend(vals.iter().filter_map(|x| x.as_str().map(String::from))),
-            ("__not_pattern", Value::Array(ps)) => plan
-                .name_neg
-                .extend(ps.iter().filter_map(|x| x.as_str().map(String::from))),
-            ("not", n) => {
-                let mut forms = Vec::new();
-                self.not_forms(n, &mut forms);
-                for f in forms {
-                    match f {
-                        super::NotForm::NotValues(vals) => plan
-                            .name_excl
-                            .extend(vals.iter().filter_map(|x| x.as_str().map(String::from))),
-                        super::NotForm::NotPattern(Value::String(p)) => plan.name_neg.push(p),
-                        super::NotForm::NoOp => {}
-                        _ => self.unsupported("propertyNames", pn_ptr, "this `not` form")?,
-                    }
-                }
-            }
-            _ => self.unsupported("propertyNames", pn_ptr, &format!("`{k}` on keys"))?,
-        }
-        Ok(())
-    }
-
     /// `minProperties` / `maxProperties` as [`Counts`]; `None` when no count is valid.
     fn property_counts(
         &mut self,
@@ -532,6 +411,8 @@ impl JsonCompiler<'_> {
         let n_pp = pats.len();
         pats.extend(plan.name_pos.iter().map(|p| p.as_str()));
         pats.extend(plan.name_neg.iter().map(|p| p.as_str()));
+        let alt_base = pats.len();
+        pats.extend(plan.name_alt.iter().map(|p| p.as_str()));
         let any = plan.additional.is_some() || pats.len() > n_pp;
         let mut cond_masks = Vec::new();
         for (_, cp, _, _) in conds {
@@ -559,7 +440,13 @@ impl JsonCompiler<'_> {
             let mut used = false;
             for (set, exit) in exits {
                 // propertyNames: every positive pattern matches, no negative one does.
-                if set & pos_mask != pos_mask || set & neg_mask != 0 {
+                if set & pos_mask != pos_mask
+                    || set & neg_mask != 0
+                    || !plan
+                        .name_formulas
+                        .iter()
+                        .all(|f| f.holds(&|i| set >> (alt_base + i) & 1 == 1))
+                {
                     continue;
                 }
                 // Key-only conditions follow from the key; value conditions whose
@@ -842,23 +729,6 @@ impl JsonCompiler<'_> {
         }
         Ok(new)
     }
-}
-
-/// A pattern matching exactly `name` (metacharacters escaped the same way in ECMA and
-/// Rust syntax; control characters as `\uXXXX`).
-fn literal_pattern(name: &str) -> String {
-    let mut out = String::new();
-    for c in name.chars() {
-        match c {
-            '\\' | '.' | '+' | '*' | '?' | '(' | ')' | '|' | '[' | ']' | '{' | '}' | '^' | '$' => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// The property count after one more property: `c + 1` up to `cap`, then `cap` again when
