@@ -105,7 +105,8 @@ pub(crate) fn format_regex(format: &str) -> Option<String> {
         "regex" => {
             // ~250 KB of regex text: built once per process.
             static RE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-            RE.get_or_init(regex_syntax_regex).clone()
+            RE.get_or_init(|| regex_syntax_regex(REGEX_FORMAT_DEPTH))
+                .clone()
         }
         // Known formats whose exact check is not expressed here.
         "idn-hostname" => return None,
@@ -124,6 +125,23 @@ fn email_regex(extra: &str) -> String {
 
 /// Groups nested deeper than this are not part of the `regex` format's language.
 const REGEX_FORMAT_DEPTH: usize = 3;
+
+/// The nesting depth of the `regex` format beside a `pattern`: their intersection is a product of DFAs, and the full language's DFA is past the size limit.
+const REGEX_FORMAT_PRODUCT_DEPTH: usize = 1;
+
+/// The regex of `format` where it is intersected with a `pattern`: the `regex`
+/// format with groups nested at most [`REGEX_FORMAT_PRODUCT_DEPTH`] deep (a subset: stricter,
+/// never looser), any other as [`format_regex`] gives it.
+pub(crate) fn format_regex_in_product(format: &str) -> Option<String> {
+    if format == "regex" {
+        static RE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        return Some(
+            RE.get_or_init(|| regex_syntax(REGEX_FORMAT_PRODUCT_DEPTH, true))
+                .clone(),
+        );
+    }
+    format_regex(format)
+}
 
 /// The `regex` format: a subset of the regular expressions that are valid both in
 /// ECMA-262 (with and without the `u` flag: what JSON Schema names) and in Python's `re`
@@ -145,27 +163,48 @@ const REGEX_FORMAT_DEPTH: usize = 3;
 /// Left out: backreferences and named groups (spelled differently in the two), lookbehinds,
 /// inline flags, `\0`, `\c`, `\k`, `\p`, `\u{…}`, literal `]`, `{` and `}` (errors with
 /// ECMA's `u` flag), ranges between other characters.
-fn regex_syntax_regex() -> String {
+fn regex_syntax_regex(max_depth: usize) -> String {
+    regex_syntax(max_depth, false)
+}
+
+/// [`regex_syntax_regex`], or with `small` a subset whose DFA fits a product with a pattern:
+/// ranges only `0-9`, `1-9`, `0-7`, `a-z`, `A-Z`, `a-f`, `A-F`; counts below 100 and
+/// `{n,m}` with single digits.
+fn regex_syntax(max_depth: usize, small: bool) -> String {
     let hex = "[0-9A-Fa-f]";
     let syntax = r"\\^$.|?*+()\[\]{}/";
     let escape = format!(r"\\([dDwWsSnrtfv]|[{syntax}]|x{hex}{{2}}|u{hex}{{4}})");
     let class_escape = format!(r"\\([dDwWsSnrtfvb]|[{syntax}\-]|x{hex}{{2}}|u{hex}{{4}})");
     let mut ranges = Vec::new();
-    for (lo, hi) in [('0', '9'), ('A', 'Z'), ('a', 'z')] {
-        for c in lo..=hi {
-            ranges.push(format!("{c}-[{c}-{hi}]"));
+    if small {
+        for r in ["0-9", "1-9", "0-7", "a-z", "A-Z", "a-f", "A-F"] {
+            ranges.push(r.to_string());
+        }
+    } else {
+        for (lo, hi) in [('0', '9'), ('A', 'Z'), ('a', 'z')] {
+            for c in lo..=hi {
+                ranges.push(format!("{c}-[{c}-{hi}]"));
+            }
         }
     }
     let ranges = ranges.join("|");
     let class = format!(r"\[\^?-?({ranges}|[^\\\]\[\-^]|{class_escape})+-?\]");
     // Counts up to 9,999; `{n,m}` needs n ≤ m, written per n (n ≤ 99): m of n's length
     // and not below it, or longer.
-    let count = "(0|[1-9][0-9]{0,3})";
+    let count = if small {
+        "(0|[1-9][0-9]?)"
+    } else {
+        "(0|[1-9][0-9]{0,3})"
+    };
     let mut bounded = Vec::new();
     for n in 0..=9u32 {
-        bounded.push(format!(r"{n},([{n}-9]|[1-9][0-9]{{1,3}})"));
+        if small {
+            bounded.push(format!(r"{n},[{n}-9]"));
+        } else {
+            bounded.push(format!(r"{n},([{n}-9]|[1-9][0-9]{{1,3}})"));
+        }
     }
-    for a in 1..=9u32 {
+    for a in (1..=9u32).filter(|_| !small) {
         let higher = if a < 9 {
             format!("|[{}-9][0-9]", a + 1)
         } else {
@@ -180,7 +219,7 @@ fn regex_syntax_regex() -> String {
     let literal = r"[^\\^$.|?*+()\[\]{}]";
     let assertion = r"[\^$]|\\[bB]";
     let mut alt = String::new();
-    for depth in 0..=REGEX_FORMAT_DEPTH {
+    for depth in 0..=max_depth {
         // Groups at every level; lookaheads at the outermost only (each copy of the level
         // below doubles the automaton: inside a group, they would make it too large).
         let group = if depth == 0 {
@@ -188,7 +227,7 @@ fn regex_syntax_regex() -> String {
         } else {
             format!(r"|\((\?:)?({alt})\)")
         };
-        let lookahead = if depth == REGEX_FORMAT_DEPTH {
+        let lookahead = if depth == max_depth {
             format!(r"|\(\?[=!]({alt})\)")
         } else {
             String::new()

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use super::formats::format_regex;
+use super::formats::{format_regex, format_regex_in_product};
 use super::{JsonCompiler, MAX_INLINE_REGEX_STATES};
 use crate::nfa::{LongString, StateId};
 use crate::regex::{
@@ -209,10 +209,15 @@ impl JsonCompiler<'_> {
                 None => patterns.push(p.to_string()),
             }
         }
-        let mut format = s
-            .get("format")
-            .and_then(|p| p.as_str())
-            .map(|fm| (fm, format_regex(fm)));
+        let mut format = s.get("format").and_then(|p| p.as_str()).map(|fm| {
+            // Beside a pattern the format goes into a DFA product.
+            let re = if !patterns.is_empty() {
+                format_regex_in_product(fm)
+            } else {
+                format_regex(fm)
+            };
+            (fm, re)
+        });
         if let Some((fm, None)) = format {
             self.unsupported(
                 "format",
@@ -346,8 +351,45 @@ impl JsonCompiler<'_> {
                 });
             }
             let a = self.b.lit(from, b"\"")?;
-            match emit_intersection(self.b, a, &hirs, Escape::JsonString) {
-                Ok(e) => return self.b.lit(e, b"\""),
+            // Like a single regex below: a product whose inline copy was large (`regex`
+            // beside a pattern) becomes a rule at its second use.
+            let key: String = res
+                .iter()
+                .map(|(kw, re, _)| format!("{kw}\u{1}{re}\u{1}"))
+                .collect();
+            let key = (key, min, max);
+            if let Some(&r) = self.len_rules.get(&key).filter(|_| !self.inline_strings) {
+                let e = self.b.call(a, r)?;
+                return self.b.lit(e, b"\"");
+            }
+            let large = !self.inline_strings
+                && self
+                    .regex_size
+                    .get(&key)
+                    .is_some_and(|&n| n > MAX_INLINE_REGEX_STATES);
+            let n0 = self.b.states.len();
+            let (start, rule) = if large {
+                let r = self.b.new_rule()?;
+                (self.b.rules[r as usize].start, Some(r))
+            } else {
+                (a, None)
+            };
+            match emit_intersection(self.b, start, &hirs, Escape::JsonString) {
+                Ok(e) => {
+                    let e = match rule {
+                        Some(r) => {
+                            let end = self.b.rules[r as usize].end;
+                            self.b.eps(e, end);
+                            self.len_rules.insert(key, r);
+                            self.b.call(a, r)?
+                        }
+                        None => {
+                            self.regex_size.insert(key, self.b.states.len() - n0);
+                            e
+                        }
+                    };
+                    return self.b.lit(e, b"\"");
+                }
                 Err(e) if e.contains("too many states") => return Err(too_large(&e)),
                 Err(_) => {}
             }
