@@ -4,6 +4,7 @@
 use regex_automata::nfa::thompson::{self, State as TState, WhichCaptures};
 use regex_automata::util::primitives::StateID as TStateId;
 use regex_syntax::hir::{Dot, Hir, HirKind, Look, Repetition};
+use std::sync::Arc;
 
 use crate::nfa::{Builder, CountedProduct, StateId, NO_CELL};
 use crate::CompileError;
@@ -33,10 +34,11 @@ pub(crate) enum Flavor {
 }
 
 /// Parses `pattern` into the HIR of a whole-text match.
-pub(crate) fn parse(pattern: &str, flavor: Flavor) -> Result<Hir, String> {
+pub(crate) fn parse(pattern: &str, flavor: Flavor) -> Result<Arc<Hir>, String> {
     // Large schemas repeat the same patterns and formats many times (and complements
-    // re-parse them): parsed results are memoised per thread, a few hundred at most.
-    type Memo = std::collections::HashMap<(String, Flavor), Result<Hir, String>>;
+    // re-parse them): parsed results are memoised per thread, a few hundred at most, and
+    // shared (a format's HIR is large: copying it cost a tenth of a big schema's compile).
+    type Memo = std::collections::HashMap<(String, Flavor), Result<Arc<Hir>, String>>;
     thread_local! {
         static MEMO: std::cell::RefCell<Memo> = std::cell::RefCell::new(Memo::new());
     }
@@ -44,7 +46,7 @@ pub(crate) fn parse(pattern: &str, flavor: Flavor) -> Result<Hir, String> {
     if let Some(r) = MEMO.with(|m| m.borrow().get(&key).cloned()) {
         return r;
     }
-    let r = parse_uncached(pattern, flavor);
+    let r = parse_uncached(pattern, flavor).map(Arc::new);
     MEMO.with(|m| {
         let mut m = m.borrow_mut();
         if m.len() >= 512 {
@@ -313,7 +315,7 @@ pub(crate) fn emit_hir_len(
         // `^`/`$` inside the regex (`^(a|$)`, `(x$|y)`), word boundaries: the dense DFA
         // evaluates them exactly (a look-ahead of one byte or the end of the text), so the
         // regex goes through the DFA product, with the length bounds as a second regex.
-        let mut hirs = vec![hir.clone()];
+        let mut hirs = vec![Arc::new(hir.clone())];
         if min > 0 || max.is_some() {
             let re = match max {
                 Some(hi) => format!("[\\s\\S]{{{min},{hi}}}"),
@@ -616,7 +618,7 @@ pub(crate) trait ByteAutomaton {
 pub(crate) fn emit_intersection(
     b: &mut Builder,
     from: StateId,
-    hirs: &[Hir],
+    hirs: &[Arc<Hir>],
     esc: Escape,
 ) -> Result<StateId, String> {
     emit_intersection_with(b, from, hirs, None, esc)
@@ -626,7 +628,7 @@ pub(crate) fn emit_intersection(
 pub(crate) fn emit_intersection_with(
     b: &mut Builder,
     from: StateId,
-    hirs: &[Hir],
+    hirs: &[Arc<Hir>],
     extra: Option<&dyn ByteAutomaton>,
     esc: Escape,
 ) -> Result<StateId, String> {
@@ -639,8 +641,8 @@ pub(crate) fn emit_intersection_with(
 pub(crate) fn emit_intersection_excluding(
     b: &mut Builder,
     from: StateId,
-    hirs: &[Hir],
-    excluded: &[Hir],
+    hirs: &[Arc<Hir>],
+    excluded: &[Arc<Hir>],
     extra: Option<&dyn ByteAutomaton>,
     esc: Escape,
 ) -> Result<StateId, String> {

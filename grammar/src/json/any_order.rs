@@ -2,7 +2,7 @@
 //! declared keys written so far, property count), within a state budget; past it, a loop over
 //! the declared keys whose repeats the matcher refuses (`crate::unique`).
 
-use std::collections::HashMap;
+use crate::lazy::FastMap as HashMap;
 
 use serde_json::Value;
 
@@ -47,7 +47,7 @@ impl JsonCompiler<'_> {
         let bump = |c: usize| bump_count(c, cap, exact);
         let keys = quoted_keys(items)?;
         // Plan the reachable (written set, count) states and the NFA states they need.
-        let mut index: HashMap<(u32, usize, u8), usize> = HashMap::new();
+        let mut index: HashMap<(u32, usize, u8), usize> = HashMap::default();
         let mut order: Vec<(u32, usize, u8)> = vec![(0, 0, 0)];
         index.insert((0, 0, 0), 0);
         let mut cost = 0usize;
@@ -86,7 +86,7 @@ impl JsonCompiler<'_> {
             .filter(|(_, it)| it.2)
             .fold(0, |acc, (k, _)| acc | 1 << k);
         let (states, close) = self.planned_states(open, order.len())?;
-        let mut trie: HashMap<(StateId, u8), StateId> = HashMap::new();
+        let mut trie: HashMap<(StateId, u8), StateId> = HashMap::default();
         for (idx, &(m, c, w)) in order.iter().enumerate() {
             if idx % 64 == 63 {
                 self.b.check_deadline()?;
@@ -176,7 +176,7 @@ impl JsonCompiler<'_> {
         };
         let written = |m: u32, c: usize| if closed { total(m, c) } else { c };
         // Plan the reachable (required written, count, witness bits) states.
-        let mut index: HashMap<(u32, usize, u8), usize> = HashMap::new();
+        let mut index: HashMap<(u32, usize, u8), usize> = HashMap::default();
         let mut order: Vec<(u32, usize, u8)> = vec![(0, 0, 0)];
         index.insert((0, 0, 0), 0);
         let mut i = 0;
@@ -211,7 +211,7 @@ impl JsonCompiler<'_> {
         }
         self.any_order_cost += cost;
         let rules = self.value_rules(items, ptr)?;
-        let mut trie: HashMap<(StateId, u8), StateId> = HashMap::new();
+        let mut trie: HashMap<(StateId, u8), StateId> = HashMap::default();
         // The optional keys' rules: `"key": value`, every state but the start recorded.
         let mut group_rules = Vec::with_capacity(groups.len());
         for (bits, ks) in &groups {

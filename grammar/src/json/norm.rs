@@ -825,7 +825,7 @@ pub(super) fn full_match_regex_as(
     flavor: crate::regex::Flavor,
 ) -> Result<FullMatch, String> {
     let one = |p: &str| -> Result<regex_automata::meta::Regex, String> {
-        let hir = crate::regex::parse(p, flavor)?;
+        let hir = std::sync::Arc::unwrap_or_clone(crate::regex::parse(p, flavor)?);
         let full = regex_syntax::hir::Hir::concat(vec![
             regex_syntax::hir::Hir::look(regex_syntax::hir::Look::Start),
             hir,

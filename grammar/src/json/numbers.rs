@@ -310,7 +310,7 @@ fn signed(neg: bool, digits: String) -> (bool, String) {
 }
 
 /// Parses whole-text regexes.
-fn parse_all(res: &[String]) -> Result<Vec<Hir>, CompileError> {
+fn parse_all(res: &[String]) -> Result<Vec<std::sync::Arc<Hir>>, CompileError> {
     res.iter()
         .map(|re| {
             parse(re, Flavor::FullMatch).map_err(|e| CompileError::Regex {
