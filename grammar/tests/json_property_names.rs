@@ -95,8 +95,30 @@ fn declared_keys_are_checked_against_the_combinator() {
 #[test]
 fn keywords_without_a_key_form_are_refused_by_name() {
     let err = compile(&json!({"type": "object",
-                             "propertyNames": {"anyOf": [{"format": "email"}, {"pattern": "^x"}]}}))
+                             "propertyNames": {"anyOf": [{"if": {"pattern": "^a"}, "then": {"maxLength": 2}},
+                                                         {"pattern": "^x"}]}}))
     .unwrap_err();
     assert!(err.to_string().contains("propertyNames"), "{err}");
-    assert!(err.to_string().contains("format"), "{err}");
+    assert!(err.to_string().contains("`if`"), "{err}");
+    let err = compile(&json!({"type": "object", "propertyNames": {"format": "idn-hostname"}}))
+        .unwrap_err();
+    assert!(err.to_string().contains("idn-hostname"), "{err}");
+}
+
+#[test]
+fn formats_on_keys() {
+    // The draft-07 meta-schema's `patternProperties`: every key is a regex.
+    check(
+        json!({"type": "object", "propertyNames": {"format": "regex"},
+               "additionalProperties": {"type": "integer"}}),
+        &["{}", r#"{"^a+$":1}"#, r#"{"[0-9]{2}":2,"x|y":3}"#],
+        &[r#"{"(a":1}"#, r#"{"[z-a]":1}"#, r#"{"a**":1}"#],
+    );
+    // A key that is an e-mail address or the literal `default`.
+    check(
+        json!({"type": "object", "additionalProperties": {"type": "boolean"},
+               "propertyNames": {"anyOf": [{"format": "email"}, {"const": "default"}]}}),
+        &["{}", r#"{"a@b.io":true,"default":false}"#],
+        &[r#"{"a":true}"#, r#"{"a@":true}"#, r#"{"defaults":true}"#],
+    );
 }

@@ -6,6 +6,7 @@
 
 use serde_json::{Map, Value};
 
+use super::keys::FULL_MATCH;
 use super::object::{Item, ObjectPlan};
 use super::JsonCompiler;
 use crate::CompileError;
@@ -206,6 +207,11 @@ impl JsonCompiler<'_> {
                     plan.name_pos.push(names_pattern(&names));
                 }
             }
+            ("format", Value::String(f)) => {
+                if let Some(re) = self.key_format(f, pn_ptr)? {
+                    plan.name_pos.push(re);
+                }
+            }
             ("__not_enum", Value::Array(vals)) => plan
                 .name_excl
                 .extend(vals.iter().filter_map(|x| x.as_str().map(String::from))),
@@ -247,6 +253,19 @@ impl JsonCompiler<'_> {
             _ => self.unsupported("propertyNames", pn_ptr, &format!("`{k}` on keys"))?,
         }
         Ok(())
+    }
+
+    /// The key pattern of `format: f` ([`FULL_MATCH`]-marked); `None` for a format that
+    /// only annotates. The `regex` format takes the subset it has in products.
+    fn key_format(&mut self, f: &str, ptr: &str) -> Result<Option<String>, CompileError> {
+        match super::formats::format_regex_in_product(f) {
+            Some(re) if re.is_empty() => Ok(None),
+            Some(re) => Ok(Some(format!("{FULL_MATCH}{re}"))),
+            None => {
+                self.unsupported("propertyNames", ptr, &format!("format {f:?} on keys"))?;
+                Ok(None)
+            }
+        }
     }
 
     /// `anyOf` / `oneOf` over key schemas.
@@ -306,6 +325,11 @@ impl JsonCompiler<'_> {
                         return Ok(KeyFormula::Const(false));
                     }
                     all.push(pat(alts, names_pattern(&names), true));
+                }
+                ("format", Value::String(f)) => {
+                    if let Some(re) = self.key_format(f, ptr)? {
+                        all.push(pat(alts, re, true));
+                    }
                 }
                 ("__not_enum", Value::Array(vals)) => {
                     let names: Vec<&str> = vals.iter().filter_map(|x| x.as_str()).collect();

@@ -15,6 +15,10 @@ use regex_automata::hybrid::LazyStateID;
 /// Most memory one key pattern's lazy DFA may use (past it the pattern is refused).
 const LAZY_CACHE_BYTES: usize = 8 << 20;
 
+/// Marks a key pattern written in the engine's own regex syntax, matched against the whole
+/// key (a `format`'s regex), where the others are ECMA-262 searches (`pattern`).
+pub(super) const FULL_MATCH: &str = "\u{0}full:";
+
 impl JsonCompiler<'_> {
     /// A quoted key that is none of `declared`, split by which `patterns` it matches: one
     /// exit per matched-pattern set (bit i = pattern i; set 0 only when `allow_unmatched`).
@@ -59,6 +63,10 @@ impl JsonCompiler<'_> {
         // match and no negative one does.
         let mut parts: Vec<(usize, bool, String)> = Vec::new();
         for (i, p) in patterns.iter().enumerate() {
+            if p.starts_with(FULL_MATCH) {
+                parts.push((i, true, p.to_string()));
+                continue;
+            }
             match super::types::split_lookaheads(p) {
                 Some((main, pos, neg)) => {
                     parts.push((i, true, main));
@@ -78,7 +86,11 @@ impl JsonCompiler<'_> {
                 pointer: ptr.into(),
                 reason: format!("{:?}: {e}", crate::excerpt(p)),
             };
-            let hir = parse(part, Flavor::EcmaSearch).map_err(unsupported)?;
+            let hir = match part.strip_prefix(FULL_MATCH) {
+                Some(re) => parse(re, Flavor::FullMatch),
+                None => parse(part, Flavor::EcmaSearch),
+            }
+            .map_err(unsupported)?;
             let nfa = regex_automata::nfa::thompson::Compiler::new()
                 .configure(
                     regex_automata::nfa::thompson::Config::new()
