@@ -789,3 +789,34 @@ fn regex_format_fixture(g: &std::sync::Arc<sglrs_grammar::CompiledGrammar>) -> (
 fn check_any_order(schema: serde_json::Value, valid: &[&str], invalid: &[&str]) {
     common::check_opts(&schema, &CompileOptions::default(), valid, invalid);
 }
+
+/// Undeclared keys with control characters: those without a short escape are spelled
+/// `\u00XY` (lowercase, as serde_json and Python write them), the others take their short
+/// escape; key patterns see the decoded character.
+#[test]
+fn control_characters_in_undeclared_keys() {
+    let g = compile(&json!({"type": "object"})).unwrap();
+    for ok in [
+        r#"{"\u0016":null}"#,
+        r#"{"a\u001fb":1}"#,
+        r#"{"\n\u0000":{}}"#,
+        r#"{"\b":1}"#,
+    ] {
+        assert!(accepts(&g, ok), "{ok} rejected");
+    }
+    // A short escape's `\u` spelling, upper-case digits, and past U+001F are not canonical.
+    for bad in [
+        r#"{"\u0008":1}"#,
+        r#"{"\u001F":1}"#,
+        r#"{"\u0020":1}"#,
+        r#"{"\u0":1}"#,
+    ] {
+        assert!(!accepts(&g, bad), "{bad} accepted");
+    }
+    let g = compile(&json!({"type": "object", "additionalProperties": false,
+                            "patternProperties": {"^\\u0016$": {"type": "integer"}}}))
+    .unwrap();
+    assert!(accepts(&g, r#"{"\u0016":1}"#));
+    assert!(!accepts(&g, r#"{"\u0016":"x"}"#));
+    assert!(!accepts(&g, r#"{"\u0017":1}"#));
+}

@@ -206,6 +206,10 @@ impl JsonCompiler<'_> {
                             (1, b'n') => Some(10),
                             (1, b'r') => Some(13),
                             (1, b't') => Some(9),
+                            // `\u00XY`: nothing until its last digit.
+                            (1, b'u') | (9..=11, _) => None,
+                            (12, y) => Some(hex_value(y)),
+                            (13, y) => Some(16 + hex_value(y)),
                             (_, x) => Some(x),
                         };
                         k2.0 = d2;
@@ -264,8 +268,19 @@ impl JsonCompiler<'_> {
     }
 }
 
+/// The value of a lowercase hex digit.
+fn hex_value(y: u8) -> u8 {
+    match y {
+        b'0'..=b'9' => y - b'0',
+        _ => y - b'a' + 10,
+    }
+}
+
 /// The canonical key-character automaton: 0 = between characters, 1 = after `\`,
-/// 2..=8 = inside a UTF-8 sequence.
+/// 2..=8 = inside a UTF-8 sequence, 9..=13 = inside `\u00XY` (9: after `u`, 10: `\u0`,
+/// 11: `\u00`, 12: `\u000`, 13: `\u001`). Control characters without a short escape
+/// are spelled `\u00XY` with lowercase digits, as serde_json and Python write them (the
+/// only spelling JSON has for them); the others take their short escape.
 fn key_char_step(d: u8, b: u8) -> Option<u8> {
     match d {
         0 => match b {
@@ -280,7 +295,17 @@ fn key_char_step(d: u8, b: u8) -> Option<u8> {
             0xF4 => Some(8),
             _ => None,
         },
+        1 if b == b'u' => Some(9),
         1 => matches!(b, b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't').then_some(0),
+        9 | 10 => (b == b'0').then_some(d + 1),
+        11 => match b {
+            b'0' => Some(12),
+            b'1' => Some(13),
+            _ => None,
+        },
+        // U+0008, U+0009, U+000A, U+000C and U+000D have short escapes.
+        12 => matches!(b, b'0'..=b'7' | b'b' | b'e' | b'f').then_some(0),
+        13 => matches!(b, b'0'..=b'9' | b'a'..=b'f').then_some(0),
         2 => (0x80..=0xBF).contains(&b).then_some(0),
         3 => (0x80..=0xBF).contains(&b).then_some(2),
         4 => (0x80..=0xBF).contains(&b).then_some(3),
