@@ -146,6 +146,31 @@ impl JsonCompiler<'_> {
         self.b.call(a, r)
     }
 
+    /// Ends a string body built at `a` (or inside `rule`, called from `a`): a rule is
+    /// registered under `key` for later uses; an inline body records its size (states
+    /// from `n0`), so that a large one becomes a rule at its second use.
+    fn shared_string_end(
+        &mut self,
+        a: StateId,
+        e: StateId,
+        rule: Option<crate::nfa::RuleId>,
+        key: (String, u64, Option<u64>),
+        n0: usize,
+    ) -> Result<StateId, CompileError> {
+        Ok(match rule {
+            Some(r) => {
+                let end = self.b.rules[r as usize].end;
+                self.b.eps(e, end);
+                self.len_rules.insert(key, r);
+                self.b.call(a, r)?
+            }
+            None => {
+                self.regex_size.insert(key, self.b.states.len() - n0);
+                e
+            }
+        })
+    }
+
     /// The characters of a free string of `min..=max` characters (no quotes).
     pub(super) fn string_body_free(
         &mut self,
@@ -376,18 +401,7 @@ impl JsonCompiler<'_> {
             };
             match emit_intersection(self.b, start, &hirs, Escape::JsonString) {
                 Ok(e) => {
-                    let e = match rule {
-                        Some(r) => {
-                            let end = self.b.rules[r as usize].end;
-                            self.b.eps(e, end);
-                            self.len_rules.insert(key, r);
-                            self.b.call(a, r)?
-                        }
-                        None => {
-                            self.regex_size.insert(key, self.b.states.len() - n0);
-                            e
-                        }
-                    };
+                    let e = self.shared_string_end(a, e, rule, key, n0)?;
                     return self.b.lit(e, b"\"");
                 }
                 Err(e) if e.contains("too many states") => return Err(too_large(&e)),
@@ -478,19 +492,7 @@ impl JsonCompiler<'_> {
                         format!("{:?}: {e}", crate::excerpt(&re)),
                     )
                 })?;
-            let e = match rule {
-                Some(r) => {
-                    let end = self.b.rules[r as usize].end;
-                    self.b.eps(e, end);
-                    self.len_rules.insert(key, r);
-                    self.b.call(a, r)?
-                }
-                None => {
-                    let n = self.b.states.len() - n0;
-                    self.regex_size.insert(key, n);
-                    e
-                }
-            };
+            let e = self.shared_string_end(a, e, rule, key, n0)?;
             return self.b.lit(e, b"\"");
         }
         if min > MAX_COUNT {
