@@ -61,7 +61,8 @@ def modules(package: str) -> Iterator[Any]:
     stack = [package]
     while stack:
         name = stack.pop()
-        if ".tests" in name or "._vendor" in name:
+        # `__main__` modules run their program on import (the MCP servers start serving).
+        if ".tests" in name or "._vendor" in name or name.endswith(".__main__"):
             continue
         try:
             module = importlib.import_module(name)
