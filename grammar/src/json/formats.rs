@@ -105,7 +105,7 @@ pub(crate) fn format_regex(format: &str) -> Option<String> {
         "regex" => {
             // ~250 KB of regex text: built once per process.
             static RE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-            RE.get_or_init(|| regex_syntax_regex(REGEX_FORMAT_DEPTH))
+            RE.get_or_init(|| regex_syntax(REGEX_FORMAT_DEPTH, false))
                 .clone()
         }
         // Known formats whose exact check is not expressed here.
@@ -126,7 +126,8 @@ fn email_regex(extra: &str) -> String {
 /// Groups nested deeper than this are not part of the `regex` format's language.
 const REGEX_FORMAT_DEPTH: usize = 3;
 
-/// The nesting depth of the `regex` format beside a `pattern`: their intersection is a product of DFAs, and the full language's DFA is past the size limit.
+/// The nesting depth of the `regex` format beside a `pattern`: their intersection is a
+/// product of DFAs, and the full language's DFA is past the size limit.
 const REGEX_FORMAT_PRODUCT_DEPTH: usize = 1;
 
 /// The regex of `format` where it is intersected with a `pattern`: the `regex`
@@ -163,13 +164,9 @@ pub(crate) fn format_regex_in_product(format: &str) -> Option<String> {
 /// Left out: backreferences and named groups (spelled differently in the two), lookbehinds,
 /// inline flags, `\0`, `\c`, `\k`, `\p`, `\u{…}`, literal `]`, `{` and `}` (errors with
 /// ECMA's `u` flag), ranges between other characters.
-fn regex_syntax_regex(max_depth: usize) -> String {
-    regex_syntax(max_depth, false)
-}
-
-/// [`regex_syntax_regex`], or with `small` a subset whose DFA fits a product with a pattern:
-/// ranges only `0-9`, `1-9`, `0-7`, `a-z`, `A-Z`, `a-f`, `A-F`; counts below 100 and
-/// `{n,m}` with single digits.
+///
+/// With `small`, a subset whose DFA fits a product with a pattern: ranges only `0-9`, `1-9`,
+/// `0-7`, `a-z`, `A-Z`, `a-f`, `A-F`; counts below 100 and `{n,m}` with single digits.
 fn regex_syntax(max_depth: usize, small: bool) -> String {
     let hex = "[0-9A-Fa-f]";
     let syntax = r"\\^$.|?*+()\[\]{}/";
