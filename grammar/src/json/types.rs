@@ -146,6 +146,30 @@ impl JsonCompiler<'_> {
         self.b.call(a, r)
     }
 
+    /// Where a string body keyed `key` is built: inside a new rule (called from `a` by
+    /// [`Self::shared_string_end`]) when `always_rule` or its inline copy was large, else at
+    /// `a`; with the state count it starts from.
+    fn shared_string_start(
+        &mut self,
+        a: StateId,
+        key: &(String, u64, Option<u64>),
+        always_rule: bool,
+    ) -> Result<(StateId, Option<crate::nfa::RuleId>, usize), CompileError> {
+        let large = !self.inline_strings
+            && (always_rule
+                || self
+                    .regex_size
+                    .get(key)
+                    .is_some_and(|&n| n > MAX_INLINE_REGEX_STATES));
+        let n0 = self.b.states.len();
+        Ok(if large {
+            let r = self.b.new_rule()?;
+            (self.b.rules[r as usize].start, Some(r), n0)
+        } else {
+            (a, None, n0)
+        })
+    }
+
     /// Ends a string body built at `a` (or inside `rule`, called from `a`): a rule is
     /// registered under `key` for later uses; an inline body records its size (states
     /// from `n0`), so that a large one becomes a rule at its second use.
@@ -387,18 +411,7 @@ impl JsonCompiler<'_> {
                 let e = self.b.call(a, r)?;
                 return self.b.lit(e, b"\"");
             }
-            let large = !self.inline_strings
-                && self
-                    .regex_size
-                    .get(&key)
-                    .is_some_and(|&n| n > MAX_INLINE_REGEX_STATES);
-            let n0 = self.b.states.len();
-            let (start, rule) = if large {
-                let r = self.b.new_rule()?;
-                (self.b.rules[r as usize].start, Some(r))
-            } else {
-                (a, None)
-            };
+            let (start, rule, n0) = self.shared_string_start(a, &key, false)?;
             match emit_intersection(self.b, start, &hirs, Escape::JsonString) {
                 Ok(e) => {
                     let e = self.shared_string_end(a, e, rule, key, n0)?;
@@ -464,19 +477,8 @@ impl JsonCompiler<'_> {
             }
             // A regex whose inline copy was large (word-count patterns like
             // `^(?:\S+\s+){0,199}\S+$` are ~30k states) becomes a rule at its second use.
-            let large = !self.inline_strings
-                && (lmax.unwrap_or(lmin) > 64
-                    || self
-                        .regex_size
-                        .get(&key)
-                        .is_some_and(|&n| n > MAX_INLINE_REGEX_STATES));
-            let n0 = self.b.states.len();
-            let (start, rule) = if large {
-                let r = self.b.new_rule()?;
-                (self.b.rules[r as usize].start, Some(r))
-            } else {
-                (a, None)
-            };
+            let long = lmax.unwrap_or(lmin) > 64;
+            let (start, rule, n0) = self.shared_string_start(a, &key, long)?;
             let e =
                 emit_hir_len(self.b, start, &hir, Escape::JsonString, lmin, lmax).map_err(|e| {
                     let keyword = if lmin > 0 || lmax.is_some() {
