@@ -386,3 +386,48 @@ fn property_counts_hold_in_key_loops() {
         assert!(!m.clone().try_advance_bytes(b"}"));
     }
 }
+
+/// A closed object of `n` integer keys `{prefix}_{i:02}`, padded with `x` to `len` bytes.
+fn closed_object(prefix: &str, n: usize, len: usize) -> Value {
+    let props: serde_json::Map<String, Value> = (0..n)
+        .map(|i| {
+            let key = format!("{prefix}_{i:02}{}", "x".repeat(len));
+            (key[..len].to_string(), json!({"type": "integer"}))
+        })
+        .collect();
+    json!({"type": "object", "properties": props, "additionalProperties": false})
+}
+
+/// A schema whose objects spend the any-order automaton's budget before its key-loop objects
+/// are built (properties are compiled last to first: three of eleven keys, about 120,000
+/// estimated states each in any order, twelve of eight, seventy of three, then four of
+/// twenty long keys, past the subset automaton): the key loops still take their keys in any
+/// order, each once — they have a budget of their own, where sharing the any-order one left
+/// them in schema order.
+#[test]
+fn key_loops_past_the_any_order_budget_still_take_any_order() {
+    let mut props = serde_json::Map::new();
+    for i in 0..4 {
+        props.insert(format!("loop{i}"), closed_object(&format!("l{i}"), 20, 40));
+    }
+    for i in 0..70 {
+        props.insert(format!("sm{i}"), closed_object(&format!("s{i}"), 3, 5));
+    }
+    for i in 0..12 {
+        props.insert(format!("mid{i}"), closed_object(&format!("m{i}"), 8, 5));
+    }
+    for i in 0..3 {
+        props.insert(format!("big{i}"), closed_object(&format!("b{i}"), 11, 5));
+    }
+    let s = json!({"type": "object", "properties": props, "additionalProperties": false});
+    let key = |i: usize, k: usize| format!("l{i}_{k:02}{}", "x".repeat(35));
+    let (mut valid, mut invalid) = (Vec::new(), Vec::new());
+    for i in 0..4 {
+        let (a, b) = (key(i, 19), key(i, 0));
+        valid.push(format!(r#"{{"loop{i}":{{"{a}":1,"{b}":2}}}}"#));
+        invalid.push(format!(r#"{{"loop{i}":{{"{a}":1,"{b}":2,"{a}":3}}}}"#));
+    }
+    let valid: Vec<&str> = valid.iter().map(String::as_str).collect();
+    let invalid: Vec<&str> = invalid.iter().map(String::as_str).collect();
+    check_opts(&s, &CompileOptions::default(), &valid, &invalid);
+}

@@ -19,6 +19,11 @@ const MAX_ANY_ORDER_STATES: usize = 16384;
 const MAX_ANY_ORDER_COST: usize = 150_000;
 /// Most NFA states (estimated) all any-order objects of one schema may add.
 const MAX_ANY_ORDER_TOTAL: usize = 300_000;
+/// Most NFA states (estimated) all key-loop objects of one schema may add: a budget of its
+/// own, as a key loop costs a few states per key where the any-order automaton may cost
+/// thousands, so a schema whose first large objects spend the any-order budget still has its
+/// later objects in any order rather than schema order.
+const MAX_KEY_LOOP_TOTAL: usize = 150_000;
 /// Most required keys of a key-loop object (its states are sets of them).
 const MAX_LOOP_REQUIRED: usize = 12;
 
@@ -206,10 +211,10 @@ impl JsonCompiler<'_> {
                 return Ok(None);
             }
         }
-        if self.any_order_cost + cost > MAX_ANY_ORDER_TOTAL {
+        if self.key_loop_cost + cost > MAX_KEY_LOOP_TOTAL {
             return Ok(None);
         }
-        self.any_order_cost += cost;
+        self.key_loop_cost += cost;
         let rules = self.value_rules(items, ptr)?;
         let mut trie: HashMap<(StateId, u8), StateId> = HashMap::default();
         // The optional keys' rules: `"key": value`, every state but the start recorded.

@@ -66,8 +66,11 @@ pub(crate) struct JsonCompiler<'a> {
     /// overflow).
     depth: u32,
     /// NFA states (estimated) spent on any-order objects so far (bounded by
-    /// `object::MAX_ANY_ORDER_TOTAL`).
+    /// `any_order::MAX_ANY_ORDER_TOTAL`).
     any_order_cost: usize,
+    /// NFA states (estimated) spent on key-loop objects so far (bounded by
+    /// `any_order::MAX_KEY_LOOP_TOTAL`).
+    key_loop_cost: usize,
     /// Anchors of the root resource by name (`resolve`), collected on first use.
     anchors: std::cell::OnceCell<HashMap<String, Vec<&'a Value>>>,
     /// The keyword `negate` last found no complement for (for error messages).
@@ -343,6 +346,7 @@ impl<'a> JsonCompiler<'a> {
             depth: 0,
             merged_refs: Vec::new(),
             any_order_cost: 0,
+            key_loop_cost: 0,
             anchors: std::cell::OnceCell::new(),
             unnegatable: None,
             approx: None,
