@@ -82,6 +82,65 @@ fn optional_discriminating_property_leaves_only_its_absence() {
 }
 
 #[test]
+fn branches_extending_a_shared_base_are_told_apart_by_what_they_add() {
+    // Each branch is `allOf: [{$ref: base}, {its own properties}]` (how configuration schemas
+    // write "a meter of kind X"): the base's properties are the same in every branch, so
+    // excluding another branch comes down to `kind` present (its values disjoint) or that
+    // branch's own property of the wrong type. Compared unmerged, the base's five properties
+    // made each exclusion eight alternatives, and the eight branches' products ran past the
+    // compile deadline (with more properties, past the product limit: the coarse subset
+    // left each branch only non-objects, and a meter of a valid kind was refused).
+    let kinds = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    let mut defs = serde_json::Map::new();
+    defs.insert(
+        "base".into(),
+        json!({"type": "object", "properties": {
+            "enabled": {"type": "boolean"}, "interval": {"type": "integer"},
+            "name": {"type": "string"}, "tags": {"type": "array"},
+            "limits": {"type": "object"}}}),
+    );
+    for k in kinds {
+        defs.insert(
+            format!("m_{k}"),
+            json!({"allOf": [{"$ref": "#/$defs/base"}, {"properties": {
+                "kind": {"enum": [k]}, format!("only_{k}"): {"type": "integer"}}}]}),
+        );
+    }
+    let branches: Vec<Value> = kinds
+        .iter()
+        .map(|k| json!({"$ref": format!("#/$defs/m_{k}")}))
+        .collect();
+    let schema = json!({"$defs": defs, "oneOf": branches});
+    // No `kind`, every other branch's own property of the wrong type: only branch a.
+    let only_a = format!(
+        "{{{}}}",
+        kinds[1..]
+            .iter()
+            .map(|k| format!(r#""only_{k}":"x""#))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    check(
+        schema,
+        &[
+            r#"{"enabled":true,"interval":10,"kind":"d","only_d":35}"#,
+            r#"{"interval":1,"kind":"a"}"#,
+            r#"{"kind":"h","only_h":3,"only_a":"x"}"#,
+            &only_a,
+        ],
+        &[
+            // No `kind`: every branch matches; a kind outside every branch.
+            r#"{"enabled":true}"#,
+            r#"{"only_a":5}"#,
+            r#"{"kind":"z"}"#,
+            // `kind` d with its own property or a base property of the wrong type.
+            r#"{"kind":"d","only_d":"x"}"#,
+            r#"{"kind":"d","enabled":1}"#,
+        ],
+    );
+}
+
+#[test]
 fn closed_branches_told_apart_by_their_own_keys() {
     // Two closed objects sharing `name`: the one with `extra` can only fail the other by
     // having a key the other does not declare — here exactly `extra`.

@@ -118,8 +118,10 @@ impl JsonCompiler<'_> {
     ) -> Result<Option<Value>, CompileError> {
         match (self.bare_target(other), self.bare_target(within)) {
             (Some(o), Some(w)) if o != w => {
-                let pruned = Value::Object(without_implied(o, w));
-                let keys = closed_keys(w);
+                let (o, w) = (o.clone(), w.clone());
+                let (o, w) = (self.flat(o, ptr)?, self.flat(w, ptr)?);
+                let pruned = Value::Object(without_implied(&o, &w));
+                let keys = closed_keys(&w);
                 let neg = self.negate(&pruned, ptr, 0)?;
                 Ok(neg.map(|n| match keys {
                     Some(keys) => witnesses_within(n, &keys),
@@ -127,6 +129,32 @@ impl JsonCompiler<'_> {
                 }))
             }
             _ => self.negate(other, ptr, 0),
+        }
+    }
+
+    /// `m` with its `allOf` and `$ref` merged in (as `negate` reads it), so that
+    /// [`without_implied`] compares the keywords both branches end up with: branches built as
+    /// `allOf: [{$ref: base}, {their own}]` share the base's properties, which are left out
+    /// then, and keep only what tells them apart. `m` as it is where the merge is refused.
+    fn flat(
+        &mut self,
+        m: Map<String, Value>,
+        ptr: &str,
+    ) -> Result<Map<String, Value>, CompileError> {
+        if !m.contains_key("allOf") && !m.contains_key("$ref") {
+            return Ok(m);
+        }
+        // As in `negate`: complements the merge writes itself are exact, and the references
+        // it expands are not the caller's.
+        let mark = self.merged_refs.len();
+        let approx = self.approx.take();
+        let merged = self.normalize_cow(&m, ptr, 1).map(|c| c.into_owned());
+        self.approx = approx;
+        self.merged_refs.truncate(mark);
+        match merged {
+            Ok(flat) => Ok(flat),
+            Err(CompileError::Unsupported { .. } | CompileError::InvalidSchema { .. }) => Ok(m),
+            Err(e) => Err(e),
         }
     }
 
