@@ -600,6 +600,42 @@ fn anchors_and_references_through_the_root_id_resolve() {
 }
 
 #[test]
+fn draft_meta_schemas_referenced_by_url_resolve_to_bundled_copies() {
+    // Swagger 2.0's schema takes its keywords' schemas from the draft-04 meta-schema by URL;
+    // a config file's "schema" field is often "any draft-07 schema".
+    check(
+        json!({"type": "object", "properties": {
+            "max": {"$ref": "http://json-schema.org/draft-04/schema#/definitions/positiveInteger"},
+            "schema": {"$ref": "https://json-schema.org/draft-07/schema#"}}}),
+        &[
+            r#"{"max":3}"#,
+            r#"{"schema":{"minLength":2,"type":"string"}}"#,
+            r#"{"schema":{"properties":{"a":{"items":[{"type":"null"}]}}}}"#,
+            r#"{"schema":true}"#,
+        ],
+        &[
+            r#"{"max":-1}"#,
+            r#"{"max":1.5}"#,
+            r#"{"schema":{"type":"strin"}}"#,
+            r#"{"schema":{"minLength":-1}}"#,
+            r#"{"schema":{"properties":{"a":{"required":"b"}}}}"#,
+        ],
+    );
+    // The rest of that site and other drafts stay refused like any other remote document.
+    for uri in [
+        "http://json-schema.org/draft-03/schema#",
+        "https://json-schema.org/draft/2020-12/schema",
+        "http://json-schema.org/draft-07/hyper-schema#",
+    ] {
+        let e = compile(&json!({"$ref": uri}))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("only local references"), "{uri}: {e}");
+    }
+}
+
+#[test]
 fn min_and_max_contains_count_the_matching_items() {
     let ints = |extra: serde_json::Value| {
         let mut s = json!({"type": "array", "items": {"type": "integer"},

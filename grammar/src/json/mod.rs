@@ -8,6 +8,7 @@
 
 mod any_order;
 mod array;
+mod bundle;
 mod check;
 mod formats;
 mod key_conds;
@@ -255,6 +256,8 @@ pub(crate) fn compile_rule(
         });
     }
     check_counts(schema, "#")?;
+    let bundled = bundle::bundle_meta_schemas(schema);
+    let schema: &Value = &bundled;
     let root_rule = b.new_rule()?;
     let mut c = JsonCompiler::new(b, schema, opts);
     let r = c.b.rules[root_rule as usize];
