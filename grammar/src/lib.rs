@@ -152,10 +152,13 @@ pub enum CompileError {
         /// What is wrong.
         message: String,
     },
-    /// The automaton exceeds the state limit.
-    #[error("grammar too large: too many states (limit {states})")]
+    /// The automaton, or one built for a part of it (a regex product), exceeds its state
+    /// limit.
+    // Emitters that report errors as text are matched on "too many states" (`json/types.rs`).
+    #[error("grammar too large: too many states in an automaton of the grammar")]
     TooLarge {
-        /// States built when the limit hit.
+        /// States of the grammar's automaton when the limit hit (for a part's own automaton,
+        /// those built before it).
         states: usize,
     },
     /// The input is past one of the compiler's size or nesting limits (checked before
