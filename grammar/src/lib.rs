@@ -355,7 +355,22 @@ impl CompiledGrammar {
         opts: &CompileOptions,
     ) -> Result<Arc<Self>, CompileError> {
         let deadline = b.budget.deadline;
-        let nfa = b.finish()?;
+        // An empty grammar built through a subset of a complement may come from a schema
+        // that accepts values: what is left out is the engine's doing, and the error says so.
+        let empty = match b.approximated.clone() {
+            Some((keyword, pointer)) => CompileError::Unsupported {
+                keyword,
+                pointer,
+                reason: "a complement there has no exact form, and the subset enforced in \
+                         its place (stricter) leaves the grammar no text"
+                    .into(),
+            },
+            None => CompileError::Empty,
+        };
+        let nfa = match b.finish() {
+            Err(CompileError::Empty) => return Err(empty),
+            r => r?,
+        };
         let mut lazy = Lazy::new(&nfa, opts.mask_cache_bytes, opts.max_configs);
         lazy.share_chain_masks(&nfa, vocab.max_token_len());
         lazy.mark_key_calls(&nfa);
@@ -380,11 +395,7 @@ impl CompiledGrammar {
             max: lazy::MAX_STACK_DEPTH as usize,
         };
         if start == lazy::DEAD {
-            return Err(if lazy.depth_capped {
-                too_deep
-            } else {
-                CompileError::Empty
-            });
+            return Err(if lazy.depth_capped { too_deep } else { empty });
         }
         lazy.depth_capped = false;
         if lazy.close_cost(&nfa, &vocab, start) == u32::MAX && lazy.depth_capped {

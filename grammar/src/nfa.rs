@@ -233,6 +233,10 @@ pub(crate) struct Builder {
     /// The key tries of key-loop objects' optional keys: each trie's root (its rule's
     /// start) and the states its keys end at (after the closing quote).
     pub key_tries: Vec<(StateId, Vec<StateId>)>,
+    /// The first complement written as a subset of itself (stricter: `json/one_of.rs`), as
+    /// (keyword, pointer): a grammar that then accepts no text says so rather than that the
+    /// schema is unsatisfiable.
+    pub approximated: Option<(String, String)>,
     /// Regex × character-count products with a maximum (`regex::emit_hir_len`); the mask
     /// code shares masks between their counts (see [`Nfa::count_representatives`]).
     pub counted: Vec<CountedProduct>,
@@ -258,6 +262,7 @@ impl Builder {
             searched_opens: Vec::new(),
             key_loops: Vec::new(),
             key_tries: Vec::new(),
+            approximated: None,
             counted: Vec::new(),
             long_strings: Vec::new(),
             text_ranges: Vec::new(),

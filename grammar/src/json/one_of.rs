@@ -98,6 +98,7 @@ impl JsonCompiler<'_> {
             }
         }
         let depth = coarse.unwrap_or(APPROX_DEPTH);
+        self.note_approximated("oneOf", ptr);
         Ok(match self.subset(other, Some(within), ptr, depth)? {
             // Empty (nothing written out): the branch keeps no value `other` may share.
             Some(Value::Bool(false)) => Some(json!({ "anyOf": [false], APPROX: true })),
@@ -170,9 +171,17 @@ impl JsonCompiler<'_> {
         if let Some(neg) = self.negate(s, ptr, 0)? {
             return Ok(Some(neg));
         }
+        self.note_approximated("not", ptr);
         Ok(self
             .subset(s, None, ptr, APPROX_DEPTH)?
             .filter(|n| *n != Value::Bool(false)))
+    }
+
+    /// Records the first place a complement is written as a subset ([`Builder::approximated`](crate::nfa::Builder)).
+    fn note_approximated(&mut self, keyword: &str, ptr: &str) {
+        if self.b.approximated.is_none() {
+            self.b.approximated = Some((keyword.into(), ptr.into()));
+        }
     }
 
     /// A subset of `not other` (for the values of `within`, when given) written to `depth`:
