@@ -158,6 +158,24 @@ fn parse_one(src: &str, flavor: Flavor) -> Result<Hir, String> {
     Ok(Hir::alternation(out))
 }
 
+/// Whether a text that matches `h` (an [`Flavor::EcmaSearch`] pattern's whole-text HIR) is
+/// matched by every extension of it too: each branch ends in the `.*` that search semantics
+/// add where a branch has no `$`, and no look-around (a `\b` at a match's end depends on the
+/// byte after it) is left. Conservative: `false` for any other shape.
+pub(crate) fn match_survives_extension(h: &Hir) -> bool {
+    let any_star = |x: &Hir| {
+        matches!(x.kind(), HirKind::Repetition(r)
+            if r.min == 0 && r.max.is_none() && *r.sub == Hir::dot(Dot::AnyChar))
+    };
+    let open_end =
+        |b: &Hir| matches!(b.kind(), HirKind::Concat(items) if items.last().is_some_and(any_star));
+    h.properties().look_set().is_empty()
+        && match h.kind() {
+            HirKind::Alternation(alts) => alts.iter().all(open_end),
+            _ => open_end(h),
+        }
+}
+
 /// Splits a top-level alternation into branches with their `^`/`$` anchors removed.
 fn split_anchors(h: Hir) -> Vec<(bool, bool, Hir)> {
     match h.kind() {

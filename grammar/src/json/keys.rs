@@ -23,13 +23,16 @@ impl JsonCompiler<'_> {
     /// A quoted key that is none of `declared`, split by which `patterns` it matches: one
     /// exit per matched-pattern set (bit i = pattern i; set 0 only when `allow_unmatched`).
     /// Keys are written canonically (no `\u`, no `\/`), so the written form decides the key
-    /// and excluding declared spellings is exact.
+    /// and excluding declared spellings is exact. `doomed`: patterns whose match makes the
+    /// caller drop the exit (excluded patterns); where their match cannot be undone by more
+    /// text, nothing past it is built.
     pub(super) fn other_key(
         &mut self,
         from: StateId,
         declared: &[String],
         patterns: &[&str],
         allow_unmatched: bool,
+        doomed: u32,
         ptr: &str,
     ) -> Result<Vec<(u32, StateId)>, CompileError> {
         // Trie of canonical declared keys (children in byte order: a node has few, and the
@@ -79,6 +82,10 @@ impl JsonCompiler<'_> {
         let mut dfas = Vec::new();
         let mut caches = Vec::new();
         let mut starts = Vec::new();
+        // Parts whose match dooms the key for good: a `doomed` pattern of one part whose
+        // match every longer text keeps (`regex::match_survives_extension`). A state where
+        // one matches is left without exits or moves, so nothing past it is explored.
+        let mut permanent = Vec::new();
         for (i, _, part) in &parts {
             let p = patterns[*i];
             let unsupported = |e: String| CompileError::Unsupported {
@@ -91,6 +98,13 @@ impl JsonCompiler<'_> {
                 None => parse(part, Flavor::EcmaSearch),
             }
             .map_err(unsupported)?;
+            let one_part = parts.iter().filter(|x| x.0 == *i).count() == 1;
+            permanent.push(
+                doomed >> i & 1 == 1
+                    && one_part
+                    && !part.starts_with(FULL_MATCH)
+                    && crate::regex::match_survives_extension(&hir),
+            );
             let nfa = regex_automata::nfa::thompson::Compiler::new()
                 .configure(
                     regex_automata::nfa::thompson::Config::new()
@@ -151,6 +165,21 @@ impl JsonCompiler<'_> {
             }
             let (d, t, ref ps) = key;
             let me = ids[&key];
+            let mut dead = false;
+            for (j, dfa) in dfas.iter().enumerate() {
+                if permanent[j]
+                    && dfa
+                        .next_eoi_state(&mut caches[j], ps[j])
+                        .map_err(lazy_err)?
+                        .is_match()
+                {
+                    dead = true;
+                    break;
+                }
+            }
+            if dead {
+                continue;
+            }
             // The previous byte's successor: runs of bytes with the same successor skip
             // the hash lookup.
             let mut prev: Option<(Key, StateId)> = None;

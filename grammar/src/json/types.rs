@@ -328,18 +328,18 @@ impl JsonCompiler<'_> {
                 let first_not = pats.len();
                 let pos_mask: u32 = (1u32 << first_not) - 1;
                 pats.extend(not_patterns.iter().copied());
-                let exits =
-                    self.other_key(from, &excluded, &pats, true, ptr)
-                        .map_err(|e| match e {
-                            CompileError::Unsupported { reason, .. } => CompileError::Unsupported {
-                                keyword: "not".into(),
-                                pointer: ptr.into(),
-                                reason: format!(
-                                    "excluded strings beside other string keywords: {reason}"
-                                ),
-                            },
-                            other => other,
-                        })?;
+                let exits = self
+                    .other_key(from, &excluded, &pats, true, !pos_mask, ptr)
+                    .map_err(|e| match e {
+                        CompileError::Unsupported { reason, .. } => CompileError::Unsupported {
+                            keyword: "not".into(),
+                            pointer: ptr.into(),
+                            reason: format!(
+                                "excluded strings beside other string keywords: {reason}"
+                            ),
+                        },
+                        other => other,
+                    })?;
                 let exit = self.b.state()?;
                 for (set, e) in exits {
                     let has_pos = set & pos_mask == pos_mask;
