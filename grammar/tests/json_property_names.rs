@@ -122,3 +122,32 @@ fn formats_on_keys() {
         &[r#"{"a":true}"#, r#"{"a@":true}"#, r#"{"defaults":true}"#],
     );
 }
+
+#[test]
+fn excluded_key_patterns_stop_the_key_automaton_only_for_good() {
+    // A key containing `tmp` is out for good; one ending in `_x` only while nothing follows,
+    // and `ab\b` only while no word character follows.
+    check(
+        json!({"type": "object", "propertyNames": {"not": {"anyOf": [
+            {"pattern": "tmp"}, {"pattern": "_x$"}, {"pattern": "ab\\b"}]}}}),
+        &[r#"{"a_xy":1}"#, r#"{"abc":1}"#, r#"{"ok":1,"b":2}"#],
+        &[
+            r#"{"my_tmp_key":1}"#,
+            r#"{"tmp":1}"#,
+            r#"{"a_x":1}"#,
+            r#"{"ab":1}"#,
+            r#"{"ab-c":1}"#,
+        ],
+    );
+    for (p, valid, invalid) in [
+        ("tmp", r#"{"tm":1,"mp":2}"#, r#"{"a":1,"xtmpx":2}"#),
+        ("_x$", r#"{"a_xy":1}"#, r#"{"a_x":1}"#),
+        ("ab\\b", r#"{"abc":1}"#, r#"{"ab.":1}"#),
+    ] {
+        check(
+            json!({"type": "object", "propertyNames": {"not": {"pattern": p}}}),
+            &[valid],
+            &[invalid],
+        );
+    }
+}

@@ -436,7 +436,7 @@ impl JsonCompiler<'_> {
             let r = self.b.new_rule()?;
             self.b.key_rules.push(r);
             let rr = self.b.rules[r as usize];
-            let exits = self.other_key(rr.start, &declared, &pats, any, 0, ptr)?;
+            let exits = self.other_key(rr.start, &declared, &pats, any, neg_mask, ptr)?;
             let mut used = false;
             for (set, exit) in exits {
                 // propertyNames: every positive pattern matches, no negative one does.
