@@ -41,12 +41,25 @@ fn defs_key(i: usize) -> String {
     format!("sglrs-bundled-{}", &META[i].0[16..24])
 }
 
-/// Every `$ref` string in `v` (keyword positions and values alike: a `$ref` that is data,
-/// e.g. inside an `enum`, is rewritten too only when it names a meta-schema, which changes
-/// no value a schema of that shape accepts — it is never one).
+/// How to walk into the value under `key` of an object: `None` to skip it (data, not
+/// schemas: `enum`, `const`, `default`, `examples` of a schema), else whether it is a map of
+/// names to schemas (`properties` and the like), whose keys are names, not keywords.
+fn child(in_name_map: bool, key: &str) -> Option<bool> {
+    if in_name_map {
+        return Some(false);
+    }
+    match key {
+        "enum" | "const" | "default" | "examples" => None,
+        "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas"
+        | "dependencies" => Some(true),
+        _ => Some(false),
+    }
+}
+
+/// Calls `f` on every `$ref` of `v` (not on data that happens to hold one: [`child`]).
 fn refs_mut(v: &mut Value, f: &mut dyn FnMut(&mut String), budget: &mut usize) {
-    let mut stack = vec![v];
-    while let Some(v) = stack.pop() {
+    let mut stack = vec![(v, false)];
+    while let Some((v, in_map)) = stack.pop() {
         if *budget == 0 {
             return;
         }
@@ -55,13 +68,17 @@ fn refs_mut(v: &mut Value, f: &mut dyn FnMut(&mut String), budget: &mut usize) {
             Value::Object(m) => {
                 for (k, x) in m.iter_mut() {
                     match x {
-                        Value::String(s) if k == "$ref" => f(s),
-                        Value::Object(_) | Value::Array(_) => stack.push(x),
+                        Value::String(s) if k == "$ref" && !in_map => f(s),
+                        Value::Object(_) | Value::Array(_) => {
+                            if let Some(is_map) = child(in_map, k) {
+                                stack.push((x, is_map));
+                            }
+                        }
                         _ => {}
                     }
                 }
             }
-            Value::Array(a) => stack.extend(a.iter_mut()),
+            Value::Array(a) => stack.extend(a.iter_mut().map(|x| (x, false))),
             _ => {}
         }
     }
@@ -76,9 +93,9 @@ fn referenced(schema: &Value) -> Vec<usize> {
         .and_then(Value::as_str)
         .map(|s| s.trim_end_matches('#').to_string());
     let mut found = Vec::new();
-    let mut stack = vec![schema];
+    let mut stack = vec![(schema, false)];
     let mut budget = MAX_WALK;
-    while let Some(v) = stack.pop() {
+    while let Some((v, in_map)) = stack.pop() {
         if budget == 0 {
             break;
         }
@@ -87,7 +104,7 @@ fn referenced(schema: &Value) -> Vec<usize> {
             Value::Object(m) => {
                 for (k, x) in m {
                     match x {
-                        Value::String(s) if k == "$ref" => {
+                        Value::String(s) if k == "$ref" && !in_map => {
                             let uri = &s[..s.find('#').unwrap_or(s.len())];
                             if root_id.as_deref() == Some(uri) {
                                 continue;
@@ -98,12 +115,16 @@ fn referenced(schema: &Value) -> Vec<usize> {
                                 }
                             }
                         }
-                        Value::Object(_) | Value::Array(_) => stack.push(x),
+                        Value::Object(_) | Value::Array(_) => {
+                            if let Some(is_map) = child(in_map, k) {
+                                stack.push((x, is_map));
+                            }
+                        }
                         _ => {}
                     }
                 }
             }
-            Value::Array(a) => stack.extend(a),
+            Value::Array(a) => stack.extend(a.iter().map(|x| (x, false))),
             _ => {}
         }
     }
@@ -202,6 +223,28 @@ mod tests {
             "#/$defs/sglrs-bundled-draft-04/definitions/positiveInteger"
         );
         assert!(b["$defs"].get("sglrs-bundled-draft-06").is_none());
+    }
+
+    #[test]
+    fn references_that_are_data_stay_as_written() {
+        let meta = "http://json-schema.org/draft-07/schema#";
+        let s = json!({
+            "properties": {
+                "enum": {"$ref": meta},
+                "v": {"const": {"$ref": meta}, "default": {"$ref": meta}}
+            }
+        });
+        let b = bundle_meta_schemas(&s).into_owned();
+        // A property named `enum` is a schema; a `const` and a `default` are values.
+        assert_eq!(
+            b["properties"]["enum"]["$ref"],
+            "#/$defs/sglrs-bundled-draft-07"
+        );
+        assert_eq!(b["properties"]["v"]["const"]["$ref"], meta);
+        assert_eq!(b["properties"]["v"]["default"]["$ref"], meta);
+        // Only data names a meta-schema: nothing to bundle.
+        let data_only = json!({"const": {"$ref": meta}});
+        assert!(matches!(bundle_meta_schemas(&data_only), Cow::Borrowed(_)));
     }
 
     #[test]
