@@ -71,14 +71,7 @@ impl JsonCompiler<'_> {
         if depth > MAX_NEGATE_DEPTH || self.approx.is_some_and(|d| depth > d) {
             return Ok(self.no_complement("nesting"));
         }
-        // Normalizing may write complements of its own (a `oneOf` desugared in a merge):
-        // those must be exact, since this one negates them again.
-        let mark = self.merged_refs.len();
-        let approx = self.approx.take();
-        let m = self.normalize_cow(m, ptr, depth + 1);
-        self.approx = approx;
-        self.merged_refs.truncate(mark);
-        let m_cow = m?;
+        let m_cow = self.normalize_to_negate(m, ptr, depth + 1)?;
         let m: &Map<String, Value> = &m_cow;
         let mut alts: Vec<Value> = Vec::new();
         let excl_min = m.get("exclusiveMinimum") == Some(&Value::Bool(true));
@@ -559,6 +552,23 @@ impl JsonCompiler<'_> {
         }
         self.unnegatable.get_or_insert_with(|| why.into());
         None
+    }
+
+    /// `m` with its `allOf` and `$ref` merged in, as a complement reads it: complements the
+    /// merge writes itself (a `oneOf` desugared) are exact, since they are negated again, and
+    /// the references it expands are not the caller's.
+    pub(super) fn normalize_to_negate<'m>(
+        &mut self,
+        m: &'m Map<String, Value>,
+        ptr: &str,
+        depth: u32,
+    ) -> Result<std::borrow::Cow<'m, Map<String, Value>>, CompileError> {
+        let mark = self.merged_refs.len();
+        let approx = self.approx.take();
+        let out = self.normalize_cow(m, ptr, depth);
+        self.approx = approx;
+        self.merged_refs.truncate(mark);
+        out
     }
 
     /// The object a schema is, a bare `$ref` chain followed (`None` for booleans, a chain

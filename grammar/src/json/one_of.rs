@@ -145,14 +145,7 @@ impl JsonCompiler<'_> {
         if !m.contains_key("allOf") && !m.contains_key("$ref") {
             return Ok(m);
         }
-        // As in `negate`: complements the merge writes itself are exact, and the references
-        // it expands are not the caller's.
-        let mark = self.merged_refs.len();
-        let approx = self.approx.take();
-        let merged = self.normalize_cow(&m, ptr, 1).map(|c| c.into_owned());
-        self.approx = approx;
-        self.merged_refs.truncate(mark);
-        match merged {
+        match self.normalize_to_negate(&m, ptr, 1).map(|c| c.into_owned()) {
             Ok(flat) => Ok(flat),
             Err(CompileError::Unsupported { .. } | CompileError::InvalidSchema { .. }) => Ok(m),
             Err(e) => Err(e),
