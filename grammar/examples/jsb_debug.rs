@@ -6,6 +6,8 @@
 //! one of the substrings is compiled (default options, then `Whitespace::Flexible`) and each
 //! instance whose verdict is wrong is printed with the place it stops: compact under the
 //! default options, `json.dumps` style under the flexible ones (as `jsb_coverage` checks).
+//! With `JSB_STATES` set in the environment, each compiled schema's NFA state count and
+//! compile time are printed too.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -98,7 +100,12 @@ fn main() -> Res<()> {
                 res,
                 CompiledGrammar::json_schema_value(&v["schema"], vocab.clone(), &fopts),
             ) {
-                (Ok(g), Ok(gf)) => (g, gf),
+                (Ok(g), Ok(gf)) => {
+                    if std::env::var_os("JSB_STATES").is_some() {
+                        println!("{name}: {} states, compile {ms:.0} ms", g.num_states());
+                    }
+                    (g, gf)
+                }
                 (Err(err), _) | (_, Err(err)) => {
                     println!("{name}: {err}");
                     continue;

@@ -117,6 +117,79 @@ fn dependencies_and_dependent_required() {
     );
 }
 
+/// Past six dependencies on key presence (and on a discriminator's listed values) the
+/// schema compiles, and every combination of keys and discriminator values is accepted
+/// exactly when each dependency holds (checked here directly, not through the compiler).
+#[test]
+fn many_dependencies_on_key_presence_are_enforced_exactly() {
+    let keys = [
+        "t",
+        "begin",
+        "end",
+        "while",
+        "name",
+        "captures",
+        "endCaptures",
+        "last",
+    ];
+    let mut properties = serde_json::Map::new();
+    properties.insert("t".into(), json!({"enum": ["x", "y", "z"]}));
+    for k in &keys[1..] {
+        properties.insert(k.to_string(), json!({"type": "integer"}));
+    }
+    let s = json!({
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": false,
+        "dependencies": {
+            "begin": {"anyOf": [{"required": ["end"]}, {"required": ["while"]}]},
+            "end": ["begin"],
+            "while": {"allOf": [{"required": ["begin"]}, {"not": {"required": ["end"]}}]},
+            "name": {"oneOf": [{"required": ["end"]}, {"required": ["while"]}]},
+            "captures": {"properties": {"t": {"enum": ["x", "y"]}}},
+            "endCaptures": ["begin", "end"],
+            "last": {"properties": {"t": {"const": "y"}}, "required": ["end"]},
+        }
+    });
+    let valid = |has: &dyn Fn(&str) -> bool, t: Option<&str>| {
+        (!has("begin") || has("end") || has("while"))
+            && (!has("end") || has("begin"))
+            && (!has("while") || (has("begin") && !has("end")))
+            && (!has("name") || (has("end") != has("while")))
+            && (!has("captures") || matches!(t, None | Some("x" | "y")))
+            && (!has("endCaptures") || (has("begin") && has("end")))
+            && (!has("last") || (matches!(t, None | Some("y")) && has("end")))
+    };
+    for opts in [CompileOptions::default(), common::schema_order()] {
+        let g = common::compile_bytes_with(&s, &opts).unwrap();
+        let mut accepted = 0;
+        for t in [None, Some("x"), Some("y"), Some("z")] {
+            for bits in 0..1u32 << (keys.len() - 1) {
+                let has = |k: &str| {
+                    let i = keys[1..].iter().position(|x| *x == k).unwrap();
+                    bits >> i & 1 == 1
+                };
+                let mut fields: Vec<String> =
+                    t.map(|t| format!(r#""t":"{t}""#)).into_iter().collect();
+                fields.extend(
+                    keys[1..]
+                        .iter()
+                        .filter(|k| has(k))
+                        .map(|k| format!(r#""{k}":1"#)),
+                );
+                let text = format!("{{{}}}", fields.join(","));
+                let want = valid(&has, t);
+                assert_eq!(accepts(&g, &text), want, "{text}");
+                accepted += want as usize;
+            }
+        }
+        assert!(
+            accepted > 20,
+            "too few valid combinations to mean much: {accepted}"
+        );
+    }
+}
+
 #[test]
 fn enum_beside_unknown_keywords_compiles() {
     check(

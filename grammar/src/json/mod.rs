@@ -21,6 +21,7 @@ mod normalized;
 mod numbers;
 mod object;
 mod one_of;
+mod presence;
 mod product;
 mod refs;
 mod switch;

@@ -190,8 +190,26 @@ impl JsonCompiler<'_> {
                     parts.push(serde_json::json!({"anyOf": [{"__forbidden": [k]}, present]}));
                 }
             }
+            // Past six, distributing them is too large: dependencies on key presence alone
+            // are one formula written as disjoint alternatives (`presence.rs`).
             if parts.len() > 6 {
-                self.unsupported("dependencies", ptr, "more than 6 dependencies")?;
+                use super::presence::{presence_alternatives, NotPresence};
+                let why = match presence_alternatives(s) {
+                    Ok(alts) => {
+                        let all =
+                            serde_json::json!({"allOf": [Value::Object(rest), {"anyOf": alts}]});
+                        return self.value(from, &all, ptr);
+                    }
+                    Err(NotPresence::Other) => {
+                        "more than 6 dependencies, not all on key presence alone".to_string()
+                    }
+                    Err(NotPresence::TooLarge) => format!(
+                        "more than 6 dependencies, whose key presence needs more than {} \
+                         alternatives",
+                        super::presence::MAX_PRESENCE_ALTERNATIVES
+                    ),
+                };
+                self.unsupported("dependencies", ptr, &why)?;
                 return self.normalized(from, &rest, ptr);
             }
             parts.insert(0, Value::Object(rest));
