@@ -27,6 +27,11 @@ const MAX_PRESENCE_KEYS: usize = 24;
 /// Most alternatives a presence formula may be written as.
 pub(super) const MAX_PRESENCE_ALTERNATIVES: usize = 64;
 
+/// Most formula evaluations an expansion makes: branches that end false count too, and a
+/// formula Kleene's evaluation leaves unknown until its last key (`a and not a` beside
+/// other keys) would otherwise visit every assignment.
+const MAX_PRESENCE_STEPS: u32 = 1 << 16;
+
 /// Most listed values of one key the formula names.
 const MAX_LISTED_VALUES: usize = 62;
 
@@ -287,7 +292,8 @@ pub(super) fn presence_alternatives(s: &Map<String, Value>) -> Result<Vec<Value>
         order: &order,
         domain: &domain,
     };
-    plan.expand(0, &mut decided, &mut cubes)?;
+    let mut steps = MAX_PRESENCE_STEPS;
+    plan.expand(0, &mut decided, &mut cubes, &mut steps)?;
     Ok(cubes
         .into_iter()
         .map(|cube| {
@@ -340,7 +346,9 @@ impl Plan<'_> {
         at: usize,
         decided: &mut [Option<u8>],
         out: &mut Vec<Vec<Option<u8>>>,
+        steps: &mut u32,
     ) -> Result<(), NotPresence> {
+        *steps = steps.checked_sub(1).ok_or(NotPresence::TooLarge)?;
         match self.f.eval(decided, self.masks) {
             Some(false) => Ok(()),
             Some(true) => {
@@ -358,7 +366,7 @@ impl Plan<'_> {
                 };
                 for c in 0..self.domain[k] {
                     decided[k] = Some(c);
-                    self.expand(at + 1, decided, out)?;
+                    self.expand(at + 1, decided, out, steps)?;
                 }
                 decided[k] = None;
                 Ok(())
@@ -466,6 +474,28 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_formula_unknown_until_its_last_key_is_refused_within_its_step_budget() {
+        // `a` needs some `x_i` both present and absent: false, but only once every `x` is
+        // decided; 23 keys would be 2^23 branches without the step budget.
+        let xs: Vec<Value> = (0..23)
+            .map(|i| json!({"required": [format!("x{i}")], "not": {"required": [format!("x{i}")]}}))
+            .collect();
+        let mut props = Map::new();
+        props.insert("a".into(), json!({}));
+        let s = json!({"properties": props, "dependencies": {"a": {"anyOf": xs}}});
+        let t = std::time::Instant::now();
+        assert_eq!(
+            presence_alternatives(s.as_object().unwrap()),
+            Err(NotPresence::TooLarge)
+        );
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            t.elapsed()
+        );
     }
 
     #[test]
