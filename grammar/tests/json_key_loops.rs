@@ -124,21 +124,76 @@ fn other_objects_keep_repeated_undeclared_keys_as_before() {
     );
 }
 
-#[test]
-fn more_required_keys_than_the_loop_tracks_keep_schema_order() {
+/// [`schema`]`(false)` with `k00`…`k13` required: more than the loop takes in any order.
+fn many_required() -> Value {
     let mut s = schema(false);
     let required: Vec<String> = (0..14).map(|i| format!("k{i:02}")).collect();
     s["required"] = json!(required);
+    s
+}
+
+#[test]
+fn required_keys_past_the_tracked_ones_keep_their_order_among_themselves_only() {
+    // 14 required keys, nothing else: more than the loop takes in any order.
+    let mut props = serde_json::Map::new();
+    for i in 0..14 {
+        props.insert(format!("k{i:02}"), json!({"type": "integer"}));
+    }
+    let required: Vec<String> = props.keys().cloned().collect();
+    let s = json!({"type": "object", "properties": props, "required": required,
+                   "additionalProperties": false});
     let g = compile_bytes_with(&s, &CompileOptions::default()).unwrap();
-    let listed: Vec<String> = (0..14).map(|i| format!(r#""k{i:02}":{i}"#)).collect();
-    assert!(accepts(&g, &format!("{{{}}}", listed.join(","))));
-    let reversed: Vec<String> = listed.iter().rev().cloned().collect();
-    assert!(!accepts(&g, &format!("{{{}}}", reversed.join(","))));
+    let text = |keys: &[usize]| {
+        let fields: Vec<String> = keys.iter().map(|i| format!(r#""k{i:02}":{i}"#)).collect();
+        format!("{{{}}}", fields.join(","))
+    };
+    let declared: Vec<usize> = (0..14).collect();
+    assert!(accepts(&g, &text(&declared)));
+    // The first six in reverse, then the rest: at least six come in any order.
+    let mut first_reversed: Vec<usize> = (0..6).rev().collect();
+    first_reversed.extend(6..14);
+    assert!(accepts(&g, &text(&first_reversed)));
+    let mut first_last: Vec<usize> = (1..14).collect();
+    first_last.push(0);
+    assert!(accepts(&g, &text(&first_last)));
+    // The last two swapped: past the tracked keys, declaration order holds (stricter).
+    let mut swapped = declared.clone();
+    swapped.swap(12, 13);
+    assert!(!accepts(&g, &text(&swapped)));
+    // A required key missing, or one written twice, is refused as before.
+    assert!(!accepts(&g, &text(&declared[..13])));
+    let mut twice = declared.clone();
+    twice.insert(5, 3);
+    assert!(!accepts(&g, &text(&twice)));
+}
+
+/// Masks against the byte reference and every planned close checked on random walks over
+/// [`many_required`]: the close writes the required keys still missing, in the order the
+/// automaton allows.
+#[test]
+fn many_required_keys_close_with_every_one_written() {
+    let start = |w: usize| match w % 3 {
+        0 => b"{".to_vec(),
+        1 => br#"{"k04":4,"k00":0,"name":"a","#.to_vec(),
+        // Every required key but the last.
+        _ => {
+            let fields: Vec<String> = (0..13).map(|i| format!(r#""k{i:02}":{i}"#)).collect();
+            format!("{{{},", fields.join(",")).into_bytes()
+        }
+    };
+    let required: Vec<String> = (0..14).map(|i| format!("k{i:02}")).collect();
+    let ok = |text: &[u8]| closed_ok(text, &required);
+    loop_walks(&many_required(), 11, &start, &ok);
 }
 
 /// Valid for [`schema`]`(false)`: a JSON object whose keys (read from the text, so repeats
 /// count) are declared, distinct, and include the required ones, with values of their type.
 fn loop_ok(text: &[u8]) -> bool {
+    closed_ok(text, &["k03".to_string(), "name".to_string()])
+}
+
+/// [`loop_ok`] with `required` the required keys.
+fn closed_ok(text: &[u8], required: &[String]) -> bool {
     let Ok(t) = std::str::from_utf8(text) else {
         return false;
     };
@@ -149,7 +204,7 @@ fn loop_ok(text: &[u8]) -> bool {
     let mut sorted = keys.clone();
     sorted.sort_unstable();
     sorted.dedup();
-    if sorted.len() != keys.len() || !map.contains_key("k03") || !map.contains_key("name") {
+    if sorted.len() != keys.len() || !required.iter().all(|k| map.contains_key(k)) {
         return false;
     }
     map.iter().all(|(k, v)| match k.as_str() {

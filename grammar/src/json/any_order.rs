@@ -24,8 +24,11 @@ const MAX_ANY_ORDER_TOTAL: usize = 300_000;
 /// thousands, so a schema whose first large objects spend the any-order budget still has its
 /// later objects in any order rather than schema order.
 const MAX_KEY_LOOP_TOTAL: usize = 150_000;
-/// Most required keys of a key-loop object (its states are sets of them).
+/// Most required keys a key-loop object takes in any order (its states are sets of them);
+/// the ones past them come in their declaration order among themselves.
 const MAX_LOOP_REQUIRED: usize = 12;
+/// Most required keys of a key-loop object (a bit each in its states).
+const MAX_LOOP_REQUIRED_ALL: usize = 31;
 
 impl JsonCompiler<'_> {
     /// Declared properties in any order: one state per (set of declared keys written so
@@ -131,8 +134,12 @@ impl JsonCompiler<'_> {
     /// quote of a key already written in the same object and every key prefix that only
     /// earlier keys complete (`crate::unique`: the declared keys are written in one spelling
     /// each, so equal texts are equal keys). A closed object counts its properties up to the
-    /// number of declared keys, so no `,` is offered once every key is written. `None` when
-    /// the required keys or the states are over the budget (schema order then).
+    /// number of declared keys, so no `,` is offered once every key is written. Up to
+    /// [`MAX_LOOP_REQUIRED`] required keys (fewer where the states need it) come in any
+    /// order; the ones declared after them come in their declaration order among
+    /// themselves, anywhere among the others (stricter than any order, never looser, and
+    /// still a set of keys written, so the planned close knows which are missing). `None`
+    /// when the states are over the budget even then (schema order).
     pub(super) fn key_loop(
         &mut self,
         open: StateId,
@@ -149,14 +156,14 @@ impl JsonCompiler<'_> {
         }
         let keys = quoted_keys(items)?;
         let required: Vec<usize> = (0..n).filter(|&k| items[k].2).collect();
-        if required.len() > MAX_LOOP_REQUIRED {
+        if required.len() > MAX_LOOP_REQUIRED_ALL {
             return Ok(None);
         }
         // Optional keys grouped by the witness bits they meet: one shared rule per group.
         let mut groups: Vec<(u8, Vec<usize>)> = Vec::new();
-        let mut cost = 0usize;
+        let mut opt_cost = 0usize;
         for k in (0..n).filter(|&k| !items[k].2) {
-            cost += keys[k].len() + 3;
+            opt_cost += keys[k].len() + 3;
             match groups.iter_mut().find(|g| g.0 == item_bits[k]) {
                 Some(g) => g.1.push(k),
                 None => groups.push((item_bits[k], vec![k])),
@@ -180,40 +187,97 @@ impl JsonCompiler<'_> {
             }
         };
         let written = |m: u32, c: usize| if closed { total(m, c) } else { c };
-        // Plan the reachable (required written, count, witness bits) states.
-        let mut index: HashMap<(u32, usize, u8), usize> = HashMap::default();
-        let mut order: Vec<(u32, usize, u8)> = vec![(0, 0, 0)];
-        index.insert((0, 0, 0), 0);
-        let mut i = 0;
-        while i < order.len() {
-            let (m, c, w) = order[i];
-            i += 1;
-            cost += 4;
-            let mut next = Vec::new();
-            if let Some(c2) = next_c(m, c, false) {
-                for (j, &k) in required.iter().enumerate() {
-                    if m >> j & 1 == 0 {
-                        cost += keys[k].len() + 3;
-                        next.push((m | 1 << j, c2, w | item_bits[k]));
+        // Required key `j` may come next: one of the first `any` or the one after them in
+        // any order, a later one once the required key declared before it is written.
+        let may_write = |m: u32, j: usize, any: usize| j <= any || m >> (j - 1) & 1 == 1;
+        // Plan the reachable (required written, count, witness bits) states, with as many
+        // required keys in any order as the budget takes.
+        type Planned = (
+            HashMap<(u32, usize, u8), usize>,
+            Vec<(u32, usize, u8)>,
+            usize,
+        );
+        let plan = |any: usize| -> Option<Planned> {
+            let mut cost = opt_cost;
+            let mut index: HashMap<(u32, usize, u8), usize> = HashMap::default();
+            let mut order: Vec<(u32, usize, u8)> = vec![(0, 0, 0)];
+            index.insert((0, 0, 0), 0);
+            let mut i = 0;
+            while i < order.len() {
+                let (m, c, w) = order[i];
+                i += 1;
+                cost += 4;
+                let mut next = Vec::new();
+                if let Some(c2) = next_c(m, c, false) {
+                    for (j, &k) in required.iter().enumerate() {
+                        if m >> j & 1 == 0 && may_write(m, j, any) {
+                            cost += keys[k].len() + 3;
+                            next.push((m | 1 << j, c2, w | item_bits[k]));
+                        }
                     }
                 }
-            }
-            if let Some(c2) = next_c(m, c, true) {
-                for b in groups.iter().map(|g| g.0).chain(extras.iter().map(|e| e.0)) {
-                    cost += 2;
-                    next.push((m, c2, w | b));
+                if let Some(c2) = next_c(m, c, true) {
+                    for b in groups.iter().map(|g| g.0).chain(extras.iter().map(|e| e.0)) {
+                        cost += 2;
+                        next.push((m, c2, w | b));
+                    }
+                }
+                for key in next {
+                    intern(&mut index, &mut order, key);
+                }
+                if order.len() > MAX_ANY_ORDER_STATES
+                    || cost > MAX_ANY_ORDER_COST
+                    || self.key_loop_cost + cost > MAX_KEY_LOOP_TOTAL
+                {
+                    return None;
                 }
             }
-            for key in next {
-                intern(&mut index, &mut order, key);
+            Some((index, order, cost))
+        };
+        // Start where a lower bound of the plan fits: each of the 2^any sets of the first
+        // `any` required keys is a state of its own, with a trie over the keys it lacks
+        // (each key lacking from half the sets). Then one key fewer per try: each halves
+        // the sets (a plan over the budget stops as soon as it is).
+        let budget = MAX_ANY_ORDER_COST.min(MAX_KEY_LOOP_TOTAL.saturating_sub(self.key_loop_cost));
+        let bound = |any: usize| -> usize {
+            let lacking: usize = required[..any].iter().map(|&k| keys[k].len() + 3).sum();
+            (1usize << any) * 4 + (1usize << any.saturating_sub(1)) * lacking
+        };
+        // `any`: the first `any` required keys and the chain's head (the next one) come in
+        // any order, so at most `MAX_LOOP_REQUIRED` in all, and `any` one less than every
+        // required key is the same automaton as every one.
+        let r = required.len();
+        let mut any = if r <= MAX_LOOP_REQUIRED {
+            r
+        } else {
+            MAX_LOOP_REQUIRED - 1
+        };
+        // Every required key in any order is tried first whatever the bound says (some
+        // sets may be unreachable under a property count).
+        let mut found = None;
+        if any == r {
+            found = plan(any);
+            if found.is_none() {
+                if r < 2 {
+                    return Ok(None);
+                }
+                any = r - 2;
             }
-            if order.len() > MAX_ANY_ORDER_STATES || cost > MAX_ANY_ORDER_COST {
+        }
+        if found.is_none() {
+            while any > 0 && ((1usize << any) > MAX_ANY_ORDER_STATES || bound(any) > budget) {
+                any -= 1;
+            }
+        }
+        let (index, order, cost) = loop {
+            if let Some(p) = found.take().or_else(|| plan(any)) {
+                break p;
+            }
+            if any == 0 {
                 return Ok(None);
             }
-        }
-        if self.key_loop_cost + cost > MAX_KEY_LOOP_TOTAL {
-            return Ok(None);
-        }
+            any -= 1;
+        };
         self.key_loop_cost += cost;
         let rules = self.value_rules(items, ptr)?;
         let mut trie: HashMap<(StateId, u8), StateId> = HashMap::default();
@@ -273,7 +337,7 @@ impl JsonCompiler<'_> {
             let Some(c2) = req_c else { continue };
             trie.clear();
             for (j, &k) in required.iter().enumerate() {
-                if m >> j & 1 == 1 {
+                if m >> j & 1 == 1 || !may_write(m, j, any) {
                     continue;
                 }
                 let at = self.key_trie(&mut trie, s1, &keys[k])?;
