@@ -182,6 +182,10 @@ impl Keys {
 /// A key's classes past "absent" (class 0): the listed values grouped by which lists hold
 /// them, then (last) any value none lists. Per list, the classes (bits) where it holds.
 fn classes(lists: &[Vec<Value>]) -> Option<(Vec<Vec<Value>>, Vec<u64>)> {
+    // A value's signature has a bit per list.
+    if lists.len() > 64 {
+        return None;
+    }
     let mut values: Vec<(Value, u64)> = Vec::new();
     for (l, list) in lists.iter().enumerate() {
         for v in list {
@@ -191,7 +195,7 @@ fn classes(lists: &[Vec<Value>]) -> Option<(Vec<Vec<Value>>, Vec<u64>)> {
             }
         }
     }
-    if values.len() > MAX_LISTED_VALUES || lists.len() > 64 {
+    if values.len() > MAX_LISTED_VALUES {
         return None;
     }
     let mut groups: Vec<(u64, Vec<Value>)> = Vec::new();
@@ -495,6 +499,18 @@ mod tests {
             t.elapsed() < std::time::Duration::from_secs(1),
             "{:?}",
             t.elapsed()
+        );
+    }
+
+    #[test]
+    fn more_value_lists_on_one_key_than_a_signature_holds_are_refused() {
+        let lists: Vec<Value> = (0..70)
+            .map(|i| json!({"properties": {"t": {"enum": [i, i + 1]}}}))
+            .collect();
+        let s = json!({"dependencies": {"a": {"anyOf": lists}}});
+        assert_eq!(
+            presence_alternatives(s.as_object().unwrap()),
+            Err(NotPresence::TooLarge)
         );
     }
 
